@@ -1,0 +1,23 @@
+# The two commands a new user runs (README): `make run` and `make test`.
+# Both install missing Debian packages first (root or sudo), then build with CMake.
+BUILD ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+.PHONY: run test build deps clean
+
+run: build
+	./$(BUILD)/multilora_inference --model models/demo/base --adapters models/demo/adapters
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) --timeout 900
+
+build: deps
+	cmake -S . -B $(BUILD) -G Ninja $(CMAKE_FLAGS)
+	cmake --build $(BUILD) -j$(JOBS)
+
+deps:
+	@bash tools/install_deps.sh
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,26 @@
+#include "backend/backend.h"
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/ref/ref_backend.h"
+#if defined(QUIVER_HAS_CUDA)
+#include "backend/cuda/cuda_backend_factory.h"
+#endif
+
+namespace quiver {
+
+std::unique_ptr<Backend> make_backend(const BackendOptions& options, std::string* error) {
+  if (options.kind == "ref") return std::make_unique<RefBackend>();
+  if (options.kind == "cpu") return std::make_unique<CpuBackend>(options.num_threads);
+  if (options.kind == "cuda") {
+#if defined(QUIVER_HAS_CUDA)
+    return make_cuda_backend(options.cuda_device, error);
+#else
+    *error = "this quiver was built without CUDA (configure with -DQUIVER_CUDA=ON and a CUDA toolkit)";
+    return nullptr;
+#endif
+  }
+  *error = "unknown device '" + options.kind + "' (supported: cpu, ref, cuda)";
+  return nullptr;
+}
+
+}  // namespace quiver

@@ -1,0 +1,156 @@
+// Backend: the ops the model forward is written against, once, for every device.
+// `ref` is the scalar oracle; `cpu` and `cuda` are tested op by op against it.
+//
+// Conventions for every op:
+// - Activations are float32, row-major, contiguous. Weights may be F32, F16 or BF16.
+// - All tensors passed to an op live on this backend's device.
+// - Ops may run asynchronously on devices that have streams; synchronize() waits.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "core/tensor.h"
+
+namespace quiver {
+
+// Per-step attention metadata (device tensors). Tokens of sequence s are rows
+// [query_start[s], query_start[s+1]) of q and are the last q_len positions of that
+// sequence: token j of the chunk sits at position seq_lens[s] - q_len + j and attends
+// causally to KV positions [0, that position].
+struct AttentionMeta {
+  Tensor query_start;   // [num_seqs + 1] i32
+  Tensor seq_lens;      // [num_seqs] i32: context length including this step's tokens
+  Tensor block_tables;  // [num_seqs, max_blocks_per_seq] i32: physical block ids
+  int num_seqs = 0;
+  int max_query_len = 0;  // host upper bound of q_len over sequences (grid sizing)
+  int max_seq_len = 0;    // host upper bound of seq_lens (grid sizing)
+};
+
+// Per-step LoRA metadata (device tensors). token_slot[i] is the adapter slot of token i,
+// -1 for the base model. Segments are maximal runs of consecutive tokens with the same
+// slot, computed on the host once per step; backends may use either form.
+struct LoraMeta {
+  Tensor token_slot;  // [num_tokens] i32
+  Tensor seg_start;   // [num_segments + 1] i32
+  Tensor seg_slot;    // [num_segments] i32
+  int num_segments = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+  virtual std::string name() const = 0;
+
+  // ---- memory -------------------------------------------------------------
+  // Allocations are 64-byte aligned. free(nullptr) is a no-op.
+  virtual void* alloc(size_t bytes) = 0;
+  virtual void free(void* ptr) = 0;
+  virtual void copy_from_host(void* dst, const void* src, size_t bytes) = 0;
+  virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;  // device to device
+  virtual void fill_zero(void* dst, size_t bytes) = 0;
+  virtual void synchronize() {}
+  // Makes a host tensor (e.g. an mmap'd weight) usable by ops. Host backends return it
+  // unchanged (no copy); device backends upload into memory they own until destruction.
+  virtual Tensor import_weight(const Tensor& host) = 0;
+
+  // ---- ops ----------------------------------------------------------------
+  // out[i, :] = table[ids[i], :]      out: [n, d] f32; table: [vocab, d]; ids: [n] i32
+  virtual void embedding(Tensor out, Tensor table, Tensor ids) = 0;
+
+  // out = x / sqrt(mean(x^2) + eps) * w        out, x: [n, d] f32; w: [d]
+  virtual void rms_norm(Tensor out, Tensor x, Tensor w, float eps) = 0;
+
+  // residual += x; out = rms_norm(residual, w)     (fused pre-norm of the next block)
+  virtual void add_rms_norm(Tensor out, Tensor residual, Tensor x, Tensor w, float eps) = 0;
+
+  // y = x @ w^T (+ bias)     y: [n, out] f32; x: [n, in] f32; w: [out, in]; bias: [out] or empty
+  virtual void matmul(Tensor y, Tensor x, Tensor w, Tensor bias) = 0;
+
+  // Rotate-half RoPE in place (HF convention: pairs (i, i + head_dim/2)).
+  // q: [n, num_heads, head_dim]; k: [n, num_kv_heads, head_dim]; positions: [n] i32;
+  // cos_sin: [max_positions, head_dim] f32, row p = cos(p*f_0..f_{h/2-1}), sin(p*f_0..)
+  virtual void rope(Tensor q, Tensor k, Tensor positions, Tensor cos_sin) = 0;
+
+  // Writes token i's k/v into the cache slot slot_mapping[i] (= block * block_size + offset);
+  // slot -1 skips the token (padding).
+  // k_cache, v_cache: [num_blocks, block_size, num_kv_heads, head_dim] (f32, f16 or bf16)
+  // k, v: [n, num_kv_heads, head_dim] f32; slot_mapping: [n] i32
+  virtual void kv_write(Tensor k_cache, Tensor v_cache, Tensor k, Tensor v, Tensor slot_mapping) = 0;
+
+  // Causal GQA attention through block tables (see AttentionMeta).
+  // out, q: [n, num_heads, head_dim] f32; num_heads % num_kv_heads == 0.
+  virtual void attention(Tensor out, Tensor q, Tensor k_cache, Tensor v_cache, const AttentionMeta& meta,
+                         float scale) = 0;
+
+  // out = silu(gate) * up      all [n, f] f32
+  virtual void silu_mul(Tensor out, Tensor gate, Tensor up) = 0;
+
+  // y += x   both [n, d] f32
+  virtual void add(Tensor y, Tensor x) = 0;
+
+  // out[i, :] = x[rows[i], :]     out: [m, d] f32; x: [n, d] f32; rows: [m] i32
+  virtual void gather_rows(Tensor out, Tensor x, Tensor rows) = 0;
+
+  // LoRA shrink: t[i, :] = a_stack[slot_i] @ x[i, :]; rows with slot -1 are left untouched.
+  // t: [n, max_rank] f32; x: [n, in] f32; a_stack: [num_slots, max_rank, in]
+  virtual void lora_shrink(Tensor t, Tensor x, Tensor a_stack, const LoraMeta& meta) = 0;
+
+  // LoRA expand: y[i, :] += b_stack[slot_i] @ t[i, :]; rows with slot -1 are untouched.
+  // y: [n, out] f32; t: [n, max_rank] f32; b_stack: [num_slots, out, max_rank] (scale folded in)
+  virtual void lora_expand(Tensor y, Tensor t, Tensor b_stack, const LoraMeta& meta) = 0;
+};
+
+// Owning device allocation; moves, never copies.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(Backend* backend, size_t bytes) : backend_(backend), bytes_(bytes), ptr_(backend->alloc(bytes)) {}
+  ~Buffer() { reset(); }
+  Buffer(Buffer&& o) noexcept { *this = std::move(o); }
+  Buffer& operator=(Buffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      backend_ = o.backend_;
+      bytes_ = o.bytes_;
+      ptr_ = o.ptr_;
+      o.ptr_ = nullptr;
+      o.bytes_ = 0;
+    }
+    return *this;
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  void* data() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+  void reset() {
+    if (ptr_) backend_->free(ptr_);
+    ptr_ = nullptr;
+    bytes_ = 0;
+  }
+  // A tensor view over the start of the buffer.
+  Tensor tensor(DType t, std::initializer_list<int64_t> dims) const {
+    Tensor v(ptr_, t, dims, backend_->device());
+    check(v.bytes() <= bytes_, "tensor view larger than its buffer");
+    return v;
+  }
+
+ private:
+  Backend* backend_ = nullptr;
+  size_t bytes_ = 0;
+  void* ptr_ = nullptr;
+};
+
+// Factory: "ref", "cpu" (num_threads <= 0: all cores), "cuda" (when built with QUIVER_CUDA).
+struct BackendOptions {
+  std::string kind = "cpu";
+  int num_threads = 0;
+  int cuda_device = 0;
+};
+std::unique_ptr<Backend> make_backend(const BackendOptions& options, std::string* error);
+
+}  // namespace quiver

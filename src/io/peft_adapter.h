@@ -1,0 +1,46 @@
+// PEFT LoRA adapters (adapter_config.json + adapter_model.safetensors), validated against
+// the base model and converted to float32 with the scale folded into B.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "io/model_config.h"
+
+namespace quiver {
+
+// The projections a LoRA adapter may target, in the order the model applies them.
+enum class LoraTarget : int { kQ = 0, kK, kV, kO, kGate, kUp, kDown };
+constexpr int kNumLoraTargets = 7;
+const char* lora_target_name(LoraTarget t);  // "q_proj", ..., "down_proj"
+// in/out features of a target for this base model.
+int64_t lora_target_in(const ModelConfig& c, LoraTarget t);
+int64_t lora_target_out(const ModelConfig& c, LoraTarget t);
+
+struct LoraModule {
+  int rank = 0;
+  std::vector<float> a;  // [rank, in]
+  std::vector<float> b;  // [out, rank], already multiplied by the scale (alpha/r or alpha/sqrt(r))
+};
+
+struct LoraAdapter {
+  std::string name;
+  std::string path;
+  int max_rank = 0;  // largest rank over its modules
+  // layers[l][target]: empty when the adapter does not touch that module.
+  std::vector<std::array<std::optional<LoraModule>, kNumLoraTargets>> layers;
+  size_t host_bytes() const;
+};
+
+// Loads DIR/adapter_config.json and DIR/adapter_model.safetensors. Refuses, with a message
+// naming the cause: non-LORA peft_type, use_dora, modules_to_save, bias != "none",
+// embedding/lm_head targets, unknown target names, a .bin-only adapter, a rank above
+// max_lora_rank, tensors whose shapes do not fit `base`, missing tensors.
+Result<LoraAdapter> load_peft_adapter(const std::string& dir, const std::string& name, const ModelConfig& base,
+                                      int max_lora_rank);
+
+}  // namespace quiver
