@@ -1,0 +1,57 @@
+// AdapterRegistry: the host-side level of the adapter cache (vLLM's max_cpu_loras).
+// Names map to paths; loaded adapters are kept in an LRU of at most max_cpu_loras
+// entries and re-read from disk when needed again. Every (re)registration gets a fresh
+// uid, so a name reloaded with different weights is a different adapter everywhere
+// (device slots, prefix-cache keys).
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "io/model_config.h"
+#include "io/peft_adapter.h"
+
+namespace quiver {
+
+struct AdapterInfo {
+  std::string name;
+  std::string path;
+  uint64_t uid = 0;
+  int max_rank = 0;
+};
+
+class AdapterRegistry {
+ public:
+  AdapterRegistry(ModelConfig base, int max_lora_rank, int max_cpu_loras);
+
+  // Validates the adapter fully (loads it) before it becomes visible. Errors: name taken,
+  // anything load_peft_adapter refuses.
+  Result<AdapterInfo> add(const std::string& name, const std::string& path);
+  // Forgets the name. Requests already holding the adapter keep their shared_ptr.
+  Status remove(const std::string& name);
+  Result<AdapterInfo> find(const std::string& name) const;  // error: unknown adapter, listing known names
+  std::vector<AdapterInfo> list() const;                    // in registration order
+
+  // The host weights of a registered adapter, from the LRU or re-read from disk.
+  Result<std::shared_ptr<const LoraAdapter>> get(uint64_t uid);
+
+  int max_lora_rank() const { return max_lora_rank_; }
+  int num_cached() const;  // adapters currently held in host memory by the LRU
+
+ private:
+  ModelConfig base_;
+  int max_lora_rank_;
+  int max_cpu_loras_;
+  mutable std::mutex mu_;
+  uint64_t next_uid_ = 1;
+  std::vector<AdapterInfo> registered_;
+  std::list<std::pair<uint64_t, std::shared_ptr<const LoraAdapter>>> lru_;  // front = most recent
+};
+
+}  // namespace quiver

@@ -1,0 +1,59 @@
+// LoraSlotPool: the device level of the adapter cache (vLLM's max_loras).
+// For every layer and target projection it owns two persistent stacks,
+//   a: [max_loras, max_rank, in]    b: [max_loras, out, max_rank]   (float32, scale folded in B)
+// allocated once and never reallocated (CUDA graphs capture their addresses). Loading an
+// adapter into a slot zeroes the slot, then copies each module's weights rank-padded;
+// modules the adapter does not target stay zero. A slot pinned by a running request is
+// never evicted; unpinned resident adapters are evicted least-recently-used first.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/status.h"
+#include "io/model_config.h"
+#include "io/peft_adapter.h"
+
+namespace quiver {
+
+class LoraSlotPool {
+ public:
+  LoraSlotPool(Backend* backend, const ModelConfig& config, int max_loras, int max_rank);
+
+  int max_loras() const { return max_loras_; }
+  int max_rank() const { return max_rank_; }
+
+  // a_stack: [max_loras, max_rank, in(target)]; b_stack: [max_loras, out(target), max_rank]
+  Tensor a_stack(int layer, LoraTarget target) const;
+  Tensor b_stack(int layer, LoraTarget target) const;
+
+  // Slot of adapter `uid`, loading it if not resident (into a free slot, else the LRU
+  // unpinned one), and pins it once more. Error when every slot is pinned by others.
+  Result<int> acquire(uint64_t uid, const LoraAdapter& adapter);
+  void release(int slot);  // unpins once
+
+  int slot_of(uint64_t uid) const;        // -1 when not resident
+  bool can_acquire(uint64_t uid) const;   // resident, or some slot is unpinned
+  int num_pinned() const;                 // slots with at least one pin
+  uint64_t uid_in_slot(int slot) const;   // 0 when empty
+  int64_t loads() const { return loads_; }  // adapters copied into slots so far
+
+ private:
+  struct Slot {
+    uint64_t uid = 0;
+    int pins = 0;
+    uint64_t last_used = 0;
+  };
+  Backend* backend_;
+  ModelConfig config_;
+  int max_loras_;
+  int max_rank_;
+  std::vector<Buffer> buffers_;  // [layer * 7 + target] * 2 (a, b)
+  std::vector<Slot> slots_;
+  uint64_t clock_ = 0;
+  int64_t loads_ = 0;
+};
+
+}  // namespace quiver

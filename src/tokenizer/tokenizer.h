@@ -1,0 +1,62 @@
+// Tokenizer: a Hugging Face tokenizer.json (BPE, byte-level and SentencePiece-style)
+// plus tokenizer_config.json, producing exactly the ids HF tokenizers produces.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+#include "tokenizer/chat_template.h"
+
+namespace quiver {
+
+class Tokenizer {
+ public:
+  // Reads DIR/tokenizer.json and, if present, DIR/tokenizer_config.json.
+  static Result<std::unique_ptr<Tokenizer>> load(const std::string& model_dir);
+  virtual ~Tokenizer() = default;
+
+  // Invalid UTF-8 in `text` is an error.
+  virtual Result<std::vector<int32_t>> encode(std::string_view text, bool add_special_tokens) const = 0;
+  // An id outside the vocabulary is an error.
+  virtual Result<std::string> decode(std::span<const int32_t> ids, bool skip_special_tokens) const = 0;
+
+  virtual int64_t vocab_size() const = 0;  // including added tokens
+  virtual bool is_special(int32_t id) const = 0;
+  virtual std::optional<int32_t> bos_id() const = 0;
+  virtual std::optional<int32_t> eos_id() const = 0;
+  virtual std::string bos_token() const = 0;  // "" when none
+  virtual std::string eos_token() const = 0;
+
+  // The chat template from tokenizer_config.json (or chat_template.jinja), if any.
+  virtual const ChatTemplate* chat_template() const = 0;
+  // Renders messages with the chat template and the tokenizer's special tokens.
+  Result<std::string> apply_chat_template(const nlohmann::json& messages, bool add_generation_prompt) const;
+};
+
+// Streaming decode for one sequence: feed ids one at a time; each call returns the text
+// that became final (only complete UTF-8, never more than the full decode would show).
+// The concatenation of all returned pieces equals decode(all ids).
+class IncrementalDetokenizer {
+ public:
+  IncrementalDetokenizer(const Tokenizer* tokenizer, std::vector<int32_t> prompt_ids, bool skip_special_tokens);
+  Result<std::string> push(int32_t id);
+  // Text not yet returned because it may still change (e.g. an incomplete UTF-8 tail).
+  Result<std::string> flush();
+
+ private:
+  const Tokenizer* tokenizer_;
+  std::vector<int32_t> ids_;
+  bool skip_special_;
+  size_t prefix_offset_ = 0;  // window start for context
+  size_t read_offset_ = 0;    // ids already turned into returned text
+};
+
+}  // namespace quiver
