@@ -1,11 +1,13 @@
-// quiver: the command line. Subcommands live in their own files (generate, bench, ...).
+// quiver: the command line. Each subcommand lives in its own file (see commands.h).
 #include <CLI/CLI.hpp>
 
-#include <cstdio>
+#include "cli/commands.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"quiver: multi-LoRA LLM inference"};
   app.require_subcommand(1);
+  int exit_code = 0;
+  quiver::register_generate(app, &exit_code);
   CLI11_PARSE(app, argc, argv);
-  return 0;
+  return exit_code;
 }

@@ -71,6 +71,10 @@ class Scheduler {
   int64_t num_preemptions() const { return num_preemptions_; }
 
  private:
+  void release_resources(Sequence* seq);
+  void preempt(Sequence* seq);
+  bool grow_blocks(Sequence* seq, int tokens);  // blocks for `tokens` tokens; false if the pool is short
+
   SchedulerConfig config_;
   BlockPool* blocks_;
   LoraSlotProvider* lora_;

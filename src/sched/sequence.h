@@ -23,6 +23,7 @@ struct Sequence {
 
   SeqStatus status = SeqStatus::kWaiting;
   std::vector<int32_t> block_table;  // physical KV block ids
+  std::vector<uint64_t> block_hashes;  // prefix-cache hash chain of the full blocks so far
   int num_cached_prompt_tokens = 0;  // prefix-cache hit length at last admission
   int num_preemptions = 0;
 

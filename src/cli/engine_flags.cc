@@ -1,0 +1,41 @@
+#include "cli/engine_flags.h"
+
+namespace quiver {
+
+void add_engine_flags(CLI::App* cmd, EngineFlags* f, const std::string& lora_flag) {
+  EngineArgs& a = f->args;
+  cmd->add_option("--model", a.model, "Hugging Face model folder (config.json, *.safetensors)")->required();
+  cmd->add_option("--load-format", a.load_format, "auto | dummy (random weights from config.json)");
+  cmd->add_option("--dtype", a.dtype, "dtype of dummy weights: auto | float32 | float16 | bfloat16");
+  cmd->add_option("--device", a.device, "cpu | cuda | ref");
+  cmd->add_option("--threads", a.threads, "CPU threads (0 = all cores)");
+  cmd->add_option("--seed", a.seed, "engine seed for requests without their own");
+  cmd->add_option(lora_flag, f->loras, "adapter NAME=DIR (repeatable; enables LoRA)");
+  cmd->add_flag("--enable-lora", a.enable_lora, "enable LoRA adapters");
+  cmd->add_option("--max-loras", a.max_loras, "adapters resident on the device at once");
+  cmd->add_option("--max-lora-rank", a.max_lora_rank, "largest adapter rank accepted");
+  cmd->add_option("--max-cpu-loras", a.max_cpu_loras, "adapters kept in host memory (LRU, >= max-loras)");
+  cmd->add_option("--max-num-seqs", a.max_num_seqs, "sequences per step");
+  cmd->add_option("--max-num-batched-tokens", a.max_num_batched_tokens, "tokens per step (chunked prefill)");
+  cmd->add_option("--max-model-len", a.max_model_len, "context length (default: the model's)");
+  cmd->add_option("--block-size", a.block_size, "KV cache block size in tokens");
+  cmd->add_option("--num-kv-blocks", a.num_kv_blocks, "KV cache blocks (overrides --kv-cache-memory)");
+  cmd->add_option("--kv-cache-memory", a.kv_cache_memory, "KV cache budget, e.g. 4GiB");
+  cmd->add_flag("--no-prefix-caching{false}", a.enable_prefix_caching, "disable automatic prefix caching");
+  cmd->add_flag("--enforce-eager", a.enforce_eager, "never use CUDA graphs");
+  cmd->add_flag("--trace", a.trace, "log one line per engine step on stderr");
+}
+
+Status finalize_engine_flags(EngineFlags* f) {
+  for (const auto& spec : f->loras) {
+    auto eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
+      return Status::error("adapter '" + spec + "' must be NAME=DIR");
+    f->args.lora_modules.emplace_back(spec.substr(0, eq), spec.substr(eq + 1));
+  }
+  if (!f->args.lora_modules.empty()) f->args.enable_lora = true;
+  if (f->args.enable_lora && f->args.max_loras < 1) return Status::error("--max-loras must be at least 1");
+  return Status::ok();
+}
+
+}  // namespace quiver

@@ -1,0 +1,24 @@
+// The engine flags every serving subcommand shares (generate, serve, bench, verify),
+// spelled as vLLM spells them.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "core/status.h"
+#include "engine/engine_args.h"
+
+namespace quiver {
+
+struct EngineFlags {
+  EngineArgs args;
+  std::vector<std::string> loras;  // NAME=DIR
+};
+
+void add_engine_flags(CLI::App* cmd, EngineFlags* flags, const std::string& lora_flag = "--lora");
+// Splits NAME=DIR pairs into args.lora_modules and enables LoRA when any is given.
+Status finalize_engine_flags(EngineFlags* flags);
+
+}  // namespace quiver

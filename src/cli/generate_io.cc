@@ -1,0 +1,146 @@
+#include "cli/generate_io.h"
+
+namespace quiver {
+
+namespace {
+
+using nlohmann::json;
+
+template <typename T>
+Status read_number(const json& j, const char* key, T* out) {
+  if (!j.contains(key) || j[key].is_null()) return Status::ok();
+  const json& v = j[key];
+  if constexpr (std::is_same_v<T, bool>) {
+    if (!v.is_boolean()) return Status::error(std::string("field '") + key + "' must be true or false");
+    *out = v.get<bool>();
+  } else if constexpr (std::is_integral_v<T>) {
+    if (!v.is_number_integer()) return Status::error(std::string("field '") + key + "' must be an integer");
+    *out = v.get<T>();
+  } else {
+    if (!v.is_number()) return Status::error(std::string("field '") + key + "' must be a number");
+    *out = v.get<T>();
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<GenerateRequest> parse_generate_request(const std::string& line, int line_no) {
+  json j = json::parse(line, nullptr, false);
+  if (j.is_discarded()) return Status::error("line " + std::to_string(line_no) + " is not valid JSON");
+  if (!j.is_object()) return Status::error("line " + std::to_string(line_no) + " is not a JSON object");
+  GenerateRequest r;
+  if (j.contains("id")) {
+    if (j["id"].is_string()) r.id = j["id"].get<std::string>();
+    else if (j["id"].is_number_integer()) r.id = std::to_string(j["id"].get<int64_t>());
+    else return Status::error("field 'id' must be a string");
+  } else {
+    r.id = "line-" + std::to_string(line_no);
+  }
+  const bool has_text = j.contains("prompt") && !j["prompt"].is_null();
+  const bool has_ids = j.contains("prompt_token_ids") && !j["prompt_token_ids"].is_null();
+  if (has_text == has_ids) return Status::error("give exactly one of 'prompt' (text) or 'prompt_token_ids'");
+  if (has_text) {
+    if (!j["prompt"].is_string()) return Status::error("field 'prompt' must be a string");
+    r.prompt.text = j["prompt"].get<std::string>();
+  } else {
+    if (!j["prompt_token_ids"].is_array()) return Status::error("field 'prompt_token_ids' must be a list of integers");
+    for (const auto& t : j["prompt_token_ids"]) {
+      if (!t.is_number_integer()) return Status::error("field 'prompt_token_ids' must be a list of integers");
+      int64_t v = t.get<int64_t>();
+      if (v < 0 || v > INT32_MAX) return Status::error("prompt token id " + std::to_string(v) + " is out of range");
+      r.prompt.token_ids.push_back(static_cast<int32_t>(v));
+    }
+  }
+  if (j.contains("lora") && !j["lora"].is_null()) {
+    if (!j["lora"].is_string()) return Status::error("field 'lora' must be an adapter name or null");
+    r.lora = j["lora"].get<std::string>();
+  }
+  SamplingParams& p = r.params;
+  QV_RETURN_IF_ERROR(read_number(j, "max_tokens", &p.max_tokens));
+  QV_RETURN_IF_ERROR(read_number(j, "min_tokens", &p.min_tokens));
+  QV_RETURN_IF_ERROR(read_number(j, "n", &p.n));
+  QV_RETURN_IF_ERROR(read_number(j, "temperature", &p.temperature));
+  QV_RETURN_IF_ERROR(read_number(j, "top_p", &p.top_p));
+  QV_RETURN_IF_ERROR(read_number(j, "top_k", &p.top_k));
+  QV_RETURN_IF_ERROR(read_number(j, "min_p", &p.min_p));
+  QV_RETURN_IF_ERROR(read_number(j, "presence_penalty", &p.presence_penalty));
+  QV_RETURN_IF_ERROR(read_number(j, "frequency_penalty", &p.frequency_penalty));
+  QV_RETURN_IF_ERROR(read_number(j, "repetition_penalty", &p.repetition_penalty));
+  QV_RETURN_IF_ERROR(read_number(j, "logprobs", &p.logprobs));
+  QV_RETURN_IF_ERROR(read_number(j, "prompt_logprobs", &p.prompt_logprobs));
+  QV_RETURN_IF_ERROR(read_number(j, "ignore_eos", &p.ignore_eos));
+  QV_RETURN_IF_ERROR(read_number(j, "skip_special_tokens", &p.skip_special_tokens));
+  QV_RETURN_IF_ERROR(read_number(j, "include_stop_str_in_output", &p.include_stop_str_in_output));
+  if (j.contains("seed") && !j["seed"].is_null()) {
+    if (!j["seed"].is_number_integer()) return Status::error("field 'seed' must be an integer");
+    p.seed = j["seed"].get<uint64_t>();
+  }
+  if (j.contains("stop") && !j["stop"].is_null()) {
+    const json& s = j["stop"];
+    if (s.is_string()) p.stop.push_back(s.get<std::string>());
+    else if (s.is_array()) {
+      for (const auto& x : s) {
+        if (!x.is_string()) return Status::error("field 'stop' must be a string or a list of strings");
+        p.stop.push_back(x.get<std::string>());
+      }
+    } else {
+      return Status::error("field 'stop' must be a string or a list of strings");
+    }
+  }
+  if (j.contains("stop_token_ids") && !j["stop_token_ids"].is_null()) {
+    if (!j["stop_token_ids"].is_array()) return Status::error("field 'stop_token_ids' must be a list of integers");
+    for (const auto& x : j["stop_token_ids"]) {
+      if (!x.is_number_integer()) return Status::error("field 'stop_token_ids' must be a list of integers");
+      p.stop_token_ids.push_back(x.get<int32_t>());
+    }
+  }
+  return r;
+}
+
+json logprob_map_json(const TokenLogprobs& lp) {
+  json m = json::object();
+  for (const auto& [id, v] : lp.top) m[std::to_string(id)] = v;
+  m[std::to_string(lp.token)] = lp.logprob;
+  return m;
+}
+
+namespace {
+json completion_json(const CompletionOutput& c, bool with_logprobs) {
+  json o;
+  o["token_ids"] = c.token_ids;
+  o["text"] = c.text;
+  o["finish_reason"] = c.finish_reason;
+  if (with_logprobs) {
+    json lps = json::array();
+    for (const auto& lp : c.logprobs) lps.push_back(logprob_map_json(lp));
+    o["logprobs"] = lps;
+  }
+  return o;
+}
+}  // namespace
+
+json generate_output_json(const RequestOutput& out) {
+  const bool with_logprobs = !out.outputs.empty() && !out.outputs[0].logprobs.empty();
+  json j = {{"id", out.request_id}};
+  if (!out.outputs.empty()) j.update(completion_json(out.outputs[0], with_logprobs));
+  if (!out.prompt_logprobs.empty()) {
+    json pl = json::array();
+    for (const auto& e : out.prompt_logprobs) pl.push_back(e.has_value() ? logprob_map_json(*e) : json(nullptr));
+    j["prompt_logprobs"] = pl;
+  }
+  if (!out.lora_name.empty()) j["lora"] = out.lora_name;
+  if (out.outputs.size() > 1) {
+    json all = json::array();
+    for (const auto& c : out.outputs) all.push_back(completion_json(c, with_logprobs));
+    j["outputs"] = all;
+  }
+  if (!out.error.empty()) j["error"] = {{"message", out.error}, {"type", "engine_error"}};
+  return j;
+}
+
+json generate_error_json(const std::string& id, const std::string& message) {
+  return {{"id", id}, {"error", {{"message", message}, {"type", "invalid_request"}}}};
+}
+
+}  // namespace quiver

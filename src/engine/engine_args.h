@@ -1,0 +1,36 @@
+// EngineArgs: everything that configures an LLMEngine, with vLLM's names and defaults.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace quiver {
+
+struct EngineArgs {
+  std::string model;                 // HF model folder
+  std::string load_format = "auto";  // "auto" (safetensors) or "dummy" (random weights from config.json)
+  std::string dtype = "auto";        // weight dtype for dummy weights: auto, float32, float16, bfloat16
+  std::string device = "cpu";        // cpu, ref, cuda
+  int threads = 0;                   // cpu backend threads (0 = all cores)
+  uint64_t seed = 0;                 // engine seed for requests without their own
+
+  bool enable_lora = false;
+  int max_loras = 1;
+  int max_lora_rank = 16;
+  int max_cpu_loras = 0;             // 0 = max_loras
+  std::vector<std::pair<std::string, std::string>> lora_modules;  // name -> path, registered at start
+
+  int max_num_seqs = 256;
+  int max_num_batched_tokens = 2048;
+  int max_model_len = 0;             // 0 = the model's max_position_embeddings
+  int block_size = 16;
+  int num_kv_blocks = 0;             // 0 = from kv_cache_memory
+  std::string kv_cache_memory;       // e.g. "4GiB"; empty = enough for max_num_seqs full contexts, capped
+  bool enable_prefix_caching = true;
+  bool enforce_eager = false;
+  bool trace = false;                // one log line per step on stderr
+};
+
+}  // namespace quiver

@@ -1,0 +1,409 @@
+#include "engine/llm_engine.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <set>
+
+#include "engine/engine_lora_slots.h"
+#include "engine/model_runner.h"
+#include "engine/request_state.h"
+#include "io/safetensors.h"
+#include "kv/block_pool.h"
+#include "kv/kv_cache.h"
+#include "model/llama.h"
+#include "sched/scheduler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace quiver {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+uint64_t splitmix(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+Result<DType> parse_dtype(const std::string& s, DType fallback) {
+  if (s == "auto") return fallback;
+  if (s == "float32" || s == "f32") return DType::kF32;
+  if (s == "float16" || s == "f16" || s == "half") return DType::kF16;
+  if (s == "bfloat16" || s == "bf16") return DType::kBF16;
+  return Status::error("unknown dtype '" + s + "' (supported: auto, float32, float16, bfloat16)");
+}
+
+}  // namespace
+
+LLMEngine::~LLMEngine() = default;
+
+Result<std::unique_ptr<LLMEngine>> LLMEngine::create(const EngineArgs& args) {
+  std::unique_ptr<LLMEngine> engine(new LLMEngine());
+  QV_RETURN_IF_ERROR(engine->init(args));
+  return engine;
+}
+
+Status LLMEngine::init(const EngineArgs& args) {
+  args_ = args;
+  rng_state_ = args.seed;
+  QV_ASSIGN_OR_RETURN(config_, load_model_config(args.model));
+  if (args.max_num_seqs < 1) return Status::error("--max-num-seqs must be at least 1");
+  if (args.max_num_batched_tokens < 1) return Status::error("--max-num-batched-tokens must be at least 1");
+  if (args.block_size < 1 || args.block_size > 1024) return Status::error("--block-size must be in [1, 1024]");
+  if (args.enable_lora) {
+    if (args.max_loras < 1) return Status::error("--max-loras must be at least 1");
+    if (args.max_lora_rank < 1) return Status::error("--max-lora-rank must be at least 1");
+    if (args.max_cpu_loras != 0 && args.max_cpu_loras < args.max_loras)
+      return Status::error("--max-cpu-loras must be >= --max-loras");
+  }
+  max_model_len_ = args.max_model_len > 0 ? args.max_model_len : static_cast<int>(config_.max_position_embeddings);
+  if (max_model_len_ > config_.max_position_embeddings)
+    return Status::error("--max-model-len " + std::to_string(max_model_len_) + " exceeds the model's max_position_embeddings " +
+                         std::to_string(config_.max_position_embeddings));
+
+  std::string err;
+  BackendOptions bo;
+  bo.kind = args.device;
+  bo.num_threads = args.threads;
+  backend_ = make_backend(bo, &err);
+  if (!backend_) return Status::error(err);
+
+  // Tokenizer: optional (token-id prompts work without one).
+  if (std::filesystem::exists(std::filesystem::path(args.model) / "tokenizer.json")) {
+    auto tok = Tokenizer::load(args.model);
+    if (!tok.is_ok()) return tok.status().with_context("tokenizer");
+    tokenizer_ = std::move(tok).value();
+  }
+
+  LlamaWeights weights;
+  if (args.load_format == "dummy") {
+    QV_ASSIGN_OR_RETURN(DType dt, parse_dtype(args.dtype, config_.dtype));
+    weights = dummy_llama_weights(config_, dt, backend_.get(), args.seed + 1);
+  } else if (args.load_format == "auto" || args.load_format == "safetensors") {
+    QV_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::open(args.model));
+    QV_ASSIGN_OR_RETURN(weights, load_llama_weights(config_, std::make_shared<Checkpoint>(std::move(ckpt)), backend_.get()));
+  } else {
+    return Status::error("unknown --load-format '" + args.load_format + "' (supported: auto, safetensors, dummy)");
+  }
+  model_ = std::make_unique<LlamaModel>(config_, std::move(weights), backend_.get(), max_model_len_);
+
+  // KV cache: explicit block count, a memory budget, or enough for every sequence's
+  // full context capped at 1 GiB of cache.
+  KvCacheShape shape;
+  shape.num_layers = config_.num_layers;
+  shape.num_kv_heads = config_.num_kv_heads;
+  shape.head_dim = config_.head_dim;
+  shape.block_size = args.block_size;
+  shape.dtype = backend_->device() == Device::kCuda && config_.dtype != DType::kF32 ? config_.dtype : DType::kF32;
+  const int blocks_per_seq = (max_model_len_ + args.block_size - 1) / args.block_size;
+  int num_blocks = args.num_kv_blocks;
+  if (num_blocks <= 0) {
+    int64_t budget;
+    if (!args.kv_cache_memory.empty()) {
+      QV_ASSIGN_OR_RETURN(budget, parse_byte_size(args.kv_cache_memory));
+    } else {
+      budget = std::min<int64_t>(int64_t{1} << 30, shape.bytes_per_block() * blocks_per_seq * int64_t{args.max_num_seqs});
+    }
+    num_blocks = static_cast<int>(std::min<int64_t>(budget / shape.bytes_per_block(), 1 << 24));
+  }
+  if (num_blocks < 1) return Status::error("the KV cache budget holds no block; raise --kv-cache-memory or --num-kv-blocks");
+  kv_ = std::make_unique<KvCache>(backend_.get(), shape, num_blocks);
+  blocks_ = std::make_unique<BlockPool>(num_blocks, args.block_size, args.enable_prefix_caching);
+
+  if (args.enable_lora) {
+    const int cpu_loras = args.max_cpu_loras > 0 ? args.max_cpu_loras : args.max_loras;
+    adapters_ = std::make_unique<AdapterRegistry>(config_, args.max_lora_rank, cpu_loras);
+    slots_ = std::make_unique<LoraSlotPool>(backend_.get(), config_, args.max_loras, args.max_lora_rank);
+    for (const auto& [name, path] : args.lora_modules) {
+      auto added = adapters_->add(name, path);
+      if (!added.is_ok()) return added.status().with_context("adapter '" + name + "'");
+    }
+  } else if (!args.lora_modules.empty()) {
+    return Status::error("adapters given but LoRA is not enabled (--enable-lora)");
+  }
+  slot_provider_ = std::make_unique<EngineLoraSlots>(adapters_.get(), slots_.get());
+
+  SchedulerConfig sc;
+  sc.max_num_seqs = args.max_num_seqs;
+  sc.max_num_batched_tokens = args.max_num_batched_tokens;
+  sc.max_loras = args.enable_lora ? args.max_loras : 0;
+  sc.max_model_len = max_model_len_;
+  sc.enable_prefix_caching = args.enable_prefix_caching;
+  scheduler_ = std::make_unique<Scheduler>(sc, blocks_.get(), slot_provider_.get());
+
+  RunnerLimits limits;
+  limits.max_num_batched_tokens = args.max_num_batched_tokens;
+  limits.max_num_seqs = args.max_num_seqs;
+  limits.max_blocks_per_seq = blocks_per_seq;
+  runner_ = std::make_unique<ModelRunner>(model_.get(), kv_.get(), slots_.get(), limits);
+  return Status::ok();
+}
+
+Status LLMEngine::add_request(const std::string& id, const PromptInput& prompt, const SamplingParams& params,
+                              const std::optional<LoRARequest>& lora) {
+  if (requests_.count(id)) return Status::error("request id '" + id + "' is already in use");
+  QV_RETURN_IF_ERROR(params.validate(config_.vocab_size));
+  auto req = std::make_unique<Request>();
+  req->id = id;
+  req->params = params;
+  req->arrival = std::chrono::steady_clock::now();
+
+  std::vector<int32_t> ids = prompt.token_ids;
+  if (prompt.text.has_value()) {
+    if (!tokenizer_) return Status::error("text prompt, but the model folder has no tokenizer.json (send prompt_token_ids)");
+    auto enc = tokenizer_->encode(*prompt.text, true);
+    if (!enc.is_ok()) return enc.status().with_context("prompt");
+    ids = std::move(enc).value();
+    req->prompt_text = *prompt.text;
+  }
+  if (ids.empty()) return Status::error("the prompt is empty");
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || ids[i] >= config_.vocab_size)
+      return Status::error("prompt token id " + std::to_string(ids[i]) + " at position " + std::to_string(i) +
+                           " is outside the vocabulary [0, " + std::to_string(config_.vocab_size) + ")");
+  if (static_cast<int64_t>(ids.size()) + params.max_tokens > max_model_len_)
+    return Status::error("prompt (" + std::to_string(ids.size()) + " tokens) + max_tokens (" +
+                         std::to_string(params.max_tokens) + ") exceeds the maximum context length " +
+                         std::to_string(max_model_len_));
+
+  if (lora.has_value() && !lora->name.empty()) {
+    if (!adapters_) return Status::error("request asks for adapter '" + lora->name + "' but LoRA is not enabled (--enable-lora)");
+    auto found = adapters_->find(lora->name);
+    if (!found.is_ok() && !lora->path.empty()) found = adapters_->add(lora->name, lora->path);
+    if (!found.is_ok()) return found.status();
+    req->lora_name = lora->name;
+    req->lora_uid = found->uid;
+  }
+
+  for (int i = 0; i < params.n; ++i) {
+    auto st = std::make_unique<SeqState>();
+    st->seq.seq_id = next_seq_id_++;
+    st->seq.tokens = ids;
+    st->seq.num_prompt_tokens = static_cast<int>(ids.size());
+    st->seq.max_tokens = params.max_tokens;
+    st->seq.lora_uid = req->lora_uid;
+    st->seq.needs_prompt_logits = params.prompt_logprobs >= 0 && i == 0;
+    const uint64_t seed = params.seed.has_value() ? *params.seed + static_cast<uint64_t>(i) : splitmix(rng_state_);
+    st->rng.seed(seed);
+    st->out.index = i;
+    if (tokenizer_) st->detok = std::make_unique<IncrementalDetokenizer>(tokenizer_.get(), ids, params.skip_special_tokens);
+    st->stops = std::make_unique<StopChecker>(params.stop, params.include_stop_str_in_output);
+    req->seqs.push_back(std::move(st));
+  }
+  if (!params.stop.empty() && !tokenizer_) return Status::error("stop strings need a tokenizer; use stop_token_ids");
+  for (auto& st : req->seqs) {
+    Status s = scheduler_->add(&st->seq);
+    if (!s.is_ok()) {
+      for (auto& other : req->seqs) scheduler_->finish(&other->seq);
+      return s;
+    }
+  }
+  requests_[id] = std::move(req);
+  return Status::ok();
+}
+
+bool LLMEngine::abort_request(const std::string& id) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return false;
+  for (int i = 0; i < static_cast<int>(it->second->seqs.size()); ++i)
+    if (!it->second->seqs[i]->out.finished()) finish_seq(*it->second, i, "abort", std::nullopt);
+  aborted_.push_back(id);
+  return true;
+}
+
+bool LLMEngine::has_unfinished_requests() const { return !requests_.empty(); }
+
+Result<AdapterInfo> LLMEngine::add_lora(const std::string& name, const std::string& path) {
+  if (!adapters_) return Status::error("LoRA is not enabled (--enable-lora)");
+  return adapters_->add(name, path);
+}
+
+Status LLMEngine::remove_lora(const std::string& name) {
+  if (!adapters_) return Status::error("LoRA is not enabled (--enable-lora)");
+  return adapters_->remove(name);
+}
+
+std::vector<AdapterInfo> LLMEngine::list_loras() const {
+  return adapters_ ? adapters_->list() : std::vector<AdapterInfo>{};
+}
+
+void LLMEngine::finish_seq(Request& req, int i, const std::string& reason, std::optional<std::string> stop_reason,
+                           bool by_stop_string) {
+  SeqState& st = *req.seqs[i];
+  if (st.out.finished()) return;
+  scheduler_->finish(&st.seq);
+  if (!by_stop_string) {
+    // Release text held back as a possible stop-string prefix, and any incomplete tail.
+    std::string tail;
+    if (st.detok) {
+      auto f = st.detok->flush();
+      if (f.is_ok()) tail = f.value();
+    }
+    auto pushed = st.stops->push(tail);
+    st.out.text += pushed.emit + st.stops->flush();
+  }
+  st.out.finish_reason = reason;
+  st.out.stop_reason = stop_reason;
+  req.touched = true;
+}
+
+void LLMEngine::process_sample(Request& req, int i, int32_t token, const std::vector<float>& logits, size_t row) {
+  SeqState& st = *req.seqs[i];
+  const SamplingParams& p = req.params;
+  const int64_t vocab = config_.vocab_size;
+  if (p.logprobs >= 0)
+    st.out.logprobs.push_back(logprobs_for(std::span<const float>(logits.data() + row * vocab, vocab), token, p.logprobs));
+  st.seq.tokens.push_back(token);
+  st.out.token_ids.push_back(token);
+  if (req.first_token_s < 0) req.first_token_s = seconds_since(req.arrival);
+  ++counters_.generation_tokens;
+  req.touched = true;
+
+  // Text and stop strings.
+  std::optional<std::string> stop_str;
+  if (st.detok) {
+    auto piece = st.detok->push(token);
+    if (piece.is_ok()) {
+      auto r = st.stops->push(piece.value());
+      st.out.text += r.emit;
+      stop_str = r.stopped;
+    }
+  }
+  const int generated = st.seq.num_generated();
+  const bool is_eos = std::find(config_.eos_token_ids.begin(), config_.eos_token_ids.end(), token) != config_.eos_token_ids.end();
+  const bool is_stop_id = std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) != p.stop_token_ids.end();
+  if (stop_str.has_value() && generated >= p.min_tokens) {
+    finish_seq(req, i, "stop", stop_str, true);
+  } else if (generated >= p.min_tokens && ((is_eos && !p.ignore_eos) || is_stop_id)) {
+    finish_seq(req, i, "stop", std::to_string(token));
+  } else if (generated >= p.max_tokens || st.seq.num_tokens() >= max_model_len_) {
+    finish_seq(req, i, "length", std::nullopt);
+  }
+}
+
+std::vector<RequestOutput> LLMEngine::step() {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<RequestOutput> outputs;
+  ScheduledBatch sb = scheduler_->schedule();
+  StepStats stats;
+  stats.step = ++counters_.steps;
+  stats.num_preempted = static_cast<int>(sb.preempted.size());
+  counters_.preemptions += stats.num_preempted;
+
+  if (!sb.empty()) {
+    StepPath path = runner_->execute(sb.batch, &logits_);
+    stats.path = "eager";
+    stats.lora_active = path.lora_active;
+    const int64_t vocab = config_.vocab_size;
+    // Sequence -> (request, index) for this step.
+    std::map<const Sequence*, std::pair<Request*, int>> owner;
+    for (auto& [id, req] : requests_)
+      for (int i = 0; i < static_cast<int>(req->seqs.size()); ++i) owner[&req->seqs[i]->seq] = {req.get(), i};
+    std::set<std::string> adapters;
+    for (const ScheduledSeq& ss : sb.seqs) {
+      auto [req, i] = owner.at(ss.seq);
+      SeqState& st = *req->seqs[i];
+      const Sequence& seq = st.seq;
+      if (!req->lora_name.empty()) adapters.insert(req->lora_name);
+      if (seq.in_prefill()) {
+        stats.num_prefill_tokens += ss.num_tokens;
+        counters_.prompt_tokens += ss.num_tokens;
+      } else {
+        stats.num_decode_tokens += ss.num_tokens;
+      }
+      // Prompt logprobs: row j predicts the token after position num_computed + j.
+      if (seq.needs_prompt_logits && seq.in_prefill()) {
+        const int k = req->params.prompt_logprobs;
+        req->prompt_logprobs.resize(seq.num_prompt_tokens);
+        for (int j = 0; j < ss.num_logit_rows; ++j) {
+          const int next = seq.num_computed_tokens + j + 1;
+          if (next >= seq.num_prompt_tokens) break;
+          const size_t row = static_cast<size_t>(ss.first_logit_row + j);
+          req->prompt_logprobs[next] =
+              logprobs_for(std::span<const float>(logits_.data() + row * vocab, vocab), seq.tokens[next], k);
+        }
+        req->touched = true;
+      }
+      if (ss.samples) {
+        const size_t row = static_cast<size_t>(ss.first_logit_row + ss.num_logit_rows - 1);
+        const bool block_eos = seq.num_generated() < req->params.min_tokens;
+        const int32_t token = sample_token(std::span<const float>(logits_.data() + row * vocab, vocab), req->params,
+                                           std::span<const int32_t>(seq.tokens.data(), seq.num_prompt_tokens),
+                                           std::span<const int32_t>(seq.tokens.data() + seq.num_prompt_tokens,
+                                                                    seq.num_generated()),
+                                           block_eos, config_.eos_token_ids, st.rng);
+        // Sampling appends to seq.tokens, which commit() below relies on.
+        process_sample(*req, i, token, logits_, row);
+      }
+    }
+    scheduler_->commit(sb);
+    stats.num_seqs = static_cast<int>(sb.seqs.size());
+    stats.adapters.assign(adapters.begin(), adapters.end());
+  }
+  counters_.prefix_cache_hit_blocks = blocks_->hits();
+
+  for (const auto& id : aborted_) {
+    auto it = requests_.find(id);
+    if (it != requests_.end()) it->second->touched = true;
+  }
+  aborted_.clear();
+  for (auto it = requests_.begin(); it != requests_.end();) {
+    Request& req = *it->second;
+    if (!req.touched) {
+      ++it;
+      continue;
+    }
+    req.touched = false;
+    RequestOutput out = make_output(req);
+    const bool done = out.finished;
+    outputs.push_back(std::move(out));
+    if (done) {
+      ++counters_.requests_finished;
+      it = requests_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  stats.kv_blocks_total = blocks_->num_blocks();
+  stats.kv_blocks_used = blocks_->num_used();
+  stats.num_running = scheduler_->num_running();
+  stats.num_waiting = scheduler_->num_waiting();
+  backend_->synchronize();
+  stats.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  last_step_ = stats;
+  if (args_.trace && !sb.empty()) std::fprintf(stderr, "%s\n", stats.trace_line().c_str());
+  return outputs;
+}
+
+RequestOutput LLMEngine::make_output(Request& req) {
+  RequestOutput out;
+  out.request_id = req.id;
+  out.prompt = req.prompt_text;
+  out.prompt_token_ids.assign(req.seqs[0]->seq.tokens.begin(),
+                              req.seqs[0]->seq.tokens.begin() + req.seqs[0]->seq.num_prompt_tokens);
+  if (req.params.prompt_logprobs >= 0) {
+    out.prompt_logprobs = req.prompt_logprobs;
+    out.prompt_logprobs.resize(out.prompt_token_ids.size());
+  }
+  out.lora_name = req.lora_name;
+  out.finished = true;
+  for (auto& st : req.seqs) {
+    CompletionOutput c = st->out;
+    c.num_new_tokens = c.token_ids.size() - st->reported_tokens;
+    c.delta_text = c.text.substr(std::min(st->reported_text, c.text.size()));
+    st->reported_tokens = c.token_ids.size();
+    st->reported_text = c.text.size();
+    out.finished &= c.finished();
+    out.outputs.push_back(std::move(c));
+  }
+  out.first_token_s = req.first_token_s;
+  if (out.finished) out.finished_s = seconds_since(req.arrival);
+  return out;
+}
+
+}  // namespace quiver

@@ -1,0 +1,109 @@
+// LLMEngine: vLLM's engine API in C++. add_request() queues a request with its own
+// sampling params and (optional) LoRA adapter; each step() schedules one batch — chunked
+// prefills and decodes of many adapters together — runs it, samples, and returns the
+// RequestOutputs that progressed.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/status.h"
+#include "engine/engine_args.h"
+#include "engine/request_output.h"
+#include "engine/sampling_params.h"
+#include "engine/step_stats.h"
+#include "io/model_config.h"
+#include "lora/adapter_registry.h"
+
+namespace quiver {
+
+class Tokenizer;
+class LlamaModel;
+class KvCache;
+class BlockPool;
+class Scheduler;
+class LoraSlotPool;
+class ModelRunner;
+class EngineLoraSlots;
+struct Request;
+
+// A prompt is text (needs the model's tokenizer) or token ids.
+struct PromptInput {
+  std::optional<std::string> text;
+  std::vector<int32_t> token_ids;
+};
+
+// vLLM's LoRARequest: an adapter by name; `path` registers it on first use.
+struct LoRARequest {
+  std::string name;
+  int64_t id = 0;
+  std::string path;
+};
+
+class LLMEngine {
+ public:
+  static Result<std::unique_ptr<LLMEngine>> create(const EngineArgs& args);
+  ~LLMEngine();
+
+  // Validates and queues. Errors (bad params, unknown adapter, prompt too long, token id
+  // out of range, text without a tokenizer) concern this request only.
+  Status add_request(const std::string& request_id, const PromptInput& prompt, const SamplingParams& params,
+                     const std::optional<LoRARequest>& lora = std::nullopt);
+  std::vector<RequestOutput> step();
+  // Finishes the request with reason "abort" (reported by the next step). False if unknown.
+  bool abort_request(const std::string& request_id);
+  bool has_unfinished_requests() const;
+  int num_unfinished_requests() const { return static_cast<int>(requests_.size()); }
+
+  Result<AdapterInfo> add_lora(const std::string& name, const std::string& path);
+  Status remove_lora(const std::string& name);
+  std::vector<AdapterInfo> list_loras() const;
+
+  const ModelConfig& model_config() const { return config_; }
+  const Tokenizer* tokenizer() const { return tokenizer_.get(); }
+  const EngineArgs& args() const { return args_; }
+  int max_model_len() const { return max_model_len_; }
+  const StepStats& last_step() const { return last_step_; }
+  const EngineCounters& counters() const { return counters_; }
+  Backend* backend() const { return backend_.get(); }
+
+ private:
+  LLMEngine() = default;
+  Status init(const EngineArgs& args);
+  void process_sample(Request& req, int seq_index, int32_t token, const std::vector<float>& logits, size_t row);
+  // by_stop_string: the stop checker already emitted the final text (held-back text is dropped).
+  void finish_seq(Request& req, int seq_index, const std::string& reason, std::optional<std::string> stop_reason,
+                  bool by_stop_string = false);
+  RequestOutput make_output(Request& req);
+
+  EngineArgs args_;
+  ModelConfig config_;
+  int max_model_len_ = 0;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<KvCache> kv_;
+  std::unique_ptr<BlockPool> blocks_;
+  std::unique_ptr<AdapterRegistry> adapters_;
+  std::unique_ptr<LoraSlotPool> slots_;
+  std::unique_ptr<EngineLoraSlots> slot_provider_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<ModelRunner> runner_;
+
+  std::map<std::string, std::unique_ptr<Request>> requests_;
+  std::vector<std::string> aborted_;  // reported by the next step
+  int64_t next_seq_id_ = 1;
+  uint64_t rng_state_ = 0;
+  std::vector<float> logits_;
+  StepStats last_step_;
+  EngineCounters counters_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace quiver

@@ -1,0 +1,44 @@
+// Request: the engine's bookkeeping for one request and its n sequences.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/request_output.h"
+#include "engine/sampler.h"
+#include "engine/sampling_params.h"
+#include "io/peft_adapter.h"
+#include "sched/sequence.h"
+#include "tokenizer/stop_checker.h"
+#include "tokenizer/tokenizer.h"
+
+namespace quiver {
+
+struct SeqState {
+  Sequence seq;
+  SeqRng rng;
+  CompletionOutput out;
+  std::unique_ptr<IncrementalDetokenizer> detok;
+  std::unique_ptr<StopChecker> stops;
+  size_t reported_tokens = 0;   // tokens included in the previous RequestOutput
+  size_t reported_text = 0;     // bytes of text included in the previous RequestOutput
+};
+
+struct Request {
+  std::string id;
+  std::string prompt_text;
+  SamplingParams params;
+  std::string lora_name;
+  uint64_t lora_uid = 0;
+  std::shared_ptr<const LoraAdapter> adapter;  // keeps host weights while running
+  std::vector<std::unique_ptr<SeqState>> seqs;
+  std::vector<std::optional<TokenLogprobs>> prompt_logprobs;
+  std::chrono::steady_clock::time_point arrival;
+  double first_token_s = -1;
+  bool touched = false;  // progressed this step
+};
+
+}  // namespace quiver

@@ -1,0 +1,37 @@
+// SamplingParams: per-request decoding settings, vLLM's names and defaults.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace quiver {
+
+struct SamplingParams {
+  int n = 1;
+  float temperature = 1.0f;  // 0 = greedy
+  float top_p = 1.0f;
+  int top_k = 0;             // 0 or -1 = off
+  float min_p = 0.0f;
+  std::optional<uint64_t> seed;  // per-request: same seed, same output, alone or batched
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  float repetition_penalty = 1.0f;
+  int max_tokens = 16;
+  int min_tokens = 0;
+  std::vector<std::string> stop;
+  std::vector<int32_t> stop_token_ids;
+  bool include_stop_str_in_output = false;
+  bool ignore_eos = false;
+  int logprobs = -1;         // top-K per generated token (plus the chosen one); -1 = none
+  int prompt_logprobs = -1;  // top-K per prompt position (plus the actual one); -1 = none
+  bool skip_special_tokens = true;
+
+  // Range checks with messages naming the field (400-style errors).
+  Status validate(int64_t vocab_size) const;
+};
+
+}  // namespace quiver

@@ -1,0 +1,91 @@
+#include "model/llama.h"
+
+#include <cmath>
+
+namespace quiver {
+
+Workspace::Workspace(Backend* b, const ModelConfig& c, int max_tokens_, int max_lora_rank)
+    : max_tokens(max_tokens_),
+      hidden(b, sizeof(float) * max_tokens_ * c.hidden_size),
+      residual(b, sizeof(float) * max_tokens_ * c.hidden_size),
+      normed(b, sizeof(float) * max_tokens_ * c.hidden_size),
+      q(b, sizeof(float) * max_tokens_ * c.q_size()),
+      k(b, sizeof(float) * max_tokens_ * c.kv_size()),
+      v(b, sizeof(float) * max_tokens_ * c.kv_size()),
+      attn_out(b, sizeof(float) * max_tokens_ * c.q_size()),
+      gate(b, sizeof(float) * max_tokens_ * c.intermediate_size),
+      up(b, sizeof(float) * max_tokens_ * c.intermediate_size),
+      lora_tmp(b, sizeof(float) * max_tokens_ * std::max(1, max_lora_rank)),
+      selected(b, sizeof(float) * max_tokens_ * c.hidden_size) {}
+
+LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, Backend* backend, int64_t max_positions)
+    : config_(std::move(config)), weights_(std::move(weights)), backend_(backend) {
+  const int64_t hd = config_.head_dim;
+  std::vector<float> table(static_cast<size_t>(max_positions * hd));
+  rope_cos_sin_table(config_, max_positions, table.data());
+  rope_table_ = Buffer(backend_, table.size() * sizeof(float));
+  backend_->copy_from_host(rope_table_.data(), table.data(), table.size() * sizeof(float));
+  cos_sin_ = rope_table_.tensor(DType::kF32, {max_positions, hd});
+}
+
+void LlamaModel::project(Tensor y, Tensor x, Tensor w, Tensor bias, int layer, LoraTarget target,
+                         const StepTensors& step, Workspace& ws, const LoraSlotPool* lora) const {
+  backend_->matmul(y, x, w, bias);
+  if (lora == nullptr || !step.lora_active) return;
+  const int64_t n = x.dim(0);
+  Tensor t = ws.lora_tmp.tensor(DType::kF32, {n, lora->max_rank()});
+  backend_->lora_shrink(t, x, lora->a_stack(layer, target), step.lora);
+  backend_->lora_expand(y, t, lora->b_stack(layer, target), step.lora);
+}
+
+void LlamaModel::forward(const StepTensors& step, Workspace& ws, const KvCacheView& kv,
+                         const LoraSlotPool* lora) const {
+  const ModelConfig& c = config_;
+  const int64_t n = step.num_tokens;
+  check(n > 0 && n <= ws.max_tokens, "forward: token count outside the workspace");
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  Tensor hidden = ws.hidden.tensor(DType::kF32, {n, c.hidden_size});      // the residual stream
+  Tensor normed = ws.normed.tensor(DType::kF32, {n, c.hidden_size});
+  Tensor branch = ws.residual.tensor(DType::kF32, {n, c.hidden_size});    // attention / MLP output
+  Tensor q = ws.q.tensor(DType::kF32, {n, c.q_size()});
+  Tensor k = ws.k.tensor(DType::kF32, {n, c.kv_size()});
+  Tensor v = ws.v.tensor(DType::kF32, {n, c.kv_size()});
+  Tensor attn = ws.attn_out.tensor(DType::kF32, {n, c.q_size()});
+  Tensor gate = ws.gate.tensor(DType::kF32, {n, c.intermediate_size});
+  Tensor up = ws.up.tensor(DType::kF32, {n, c.intermediate_size});
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+
+  backend_->embedding(hidden, weights_.embed, step.token_ids);
+  backend_->rms_norm(normed, hidden, weights_.layers[0].attn_norm, eps);
+  for (int l = 0; l < c.num_layers; ++l) {
+    const LayerWeights& w = weights_.layers[l];
+    project(q, normed, w.wq, w.bq, l, LoraTarget::kQ, step, ws, lora);
+    project(k, normed, w.wk, w.bk, l, LoraTarget::kK, step, ws, lora);
+    project(v, normed, w.wv, w.bv, l, LoraTarget::kV, step, ws, lora);
+    Tensor q3 = q.view({n, c.num_heads, c.head_dim});
+    Tensor k3 = k.view({n, c.num_kv_heads, c.head_dim});
+    Tensor v3 = v.view({n, c.num_kv_heads, c.head_dim});
+    backend_->rope(q3, k3, step.positions, cos_sin_);
+    backend_->kv_write(kv.k[l], kv.v[l], k3, v3, step.slot_mapping);
+    backend_->attention(attn.view({n, c.num_heads, c.head_dim}), q3, kv.k[l], kv.v[l], step.attn, scale);
+    project(branch, attn, w.wo, Tensor(), l, LoraTarget::kO, step, ws, lora);
+    backend_->add_rms_norm(normed, hidden, branch, w.mlp_norm, eps);
+    project(gate, normed, w.w_gate, Tensor(), l, LoraTarget::kGate, step, ws, lora);
+    project(up, normed, w.w_up, Tensor(), l, LoraTarget::kUp, step, ws, lora);
+    backend_->silu_mul(gate, gate, up);
+    project(branch, gate, w.w_down, Tensor(), l, LoraTarget::kDown, step, ws, lora);
+    const Tensor& next_norm = l + 1 < c.num_layers ? weights_.layers[l + 1].attn_norm : weights_.final_norm;
+    backend_->add_rms_norm(normed, hidden, branch, next_norm, eps);
+  }
+  if (step.num_logit_rows > 0) {
+    Tensor sel = ws.selected.tensor(DType::kF32, {step.num_logit_rows, c.hidden_size});
+    backend_->gather_rows(sel, normed, step.logit_rows);
+  }
+}
+
+void LlamaModel::lm_head(Tensor logits, const Workspace& ws, int row_begin, int rows) const {
+  Tensor sel = ws.selected.tensor(DType::kF32, {row_begin + rows, config_.hidden_size}).rows(row_begin, rows);
+  backend_->matmul(logits, sel, weights_.lm_head, Tensor());
+}
+
+}  // namespace quiver

@@ -1,0 +1,155 @@
+#include "model/llama_weights.h"
+
+#include <cmath>
+#include <string>
+
+#include "core/thread_pool.h"
+
+namespace quiver {
+
+namespace {
+
+std::string layer_prefix(int64_t l) { return "model.layers." + std::to_string(l) + "."; }
+
+class Loader {
+ public:
+  Loader(const Checkpoint& ckpt, Backend* backend) : ckpt_(ckpt), backend_(backend) {}
+  Result<Tensor> get(const std::string& name, std::vector<int64_t> shape) {
+    auto t = ckpt_.get(name, shape);
+    if (!t.is_ok()) return t.status();
+    return backend_->import_weight(t.value());
+  }
+
+ private:
+  const Checkpoint& ckpt_;
+  Backend* backend_;
+};
+
+}  // namespace
+
+size_t LlamaWeights::weight_bytes() const {
+  size_t total = embed.bytes() + final_norm.bytes();
+  if (lm_head.data != embed.data) total += lm_head.bytes();
+  for (const auto& l : layers) {
+    for (const Tensor* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq, &l.bk, &l.bv, &l.mlp_norm, &l.w_gate,
+                            &l.w_up, &l.w_down})
+      if (!t->empty()) total += t->bytes();
+  }
+  return total;
+}
+
+Result<LlamaWeights> load_llama_weights(const ModelConfig& c, std::shared_ptr<Checkpoint> checkpoint,
+                                        Backend* backend) {
+  LlamaWeights w;
+  Loader ld(*checkpoint, backend);
+  const int64_t h = c.hidden_size, q = c.q_size(), kv = c.kv_size(), f = c.intermediate_size;
+  QV_ASSIGN_OR_RETURN(w.embed, ld.get("model.embed_tokens.weight", {c.vocab_size, h}));
+  QV_ASSIGN_OR_RETURN(w.final_norm, ld.get("model.norm.weight", {h}));
+  if (c.tie_word_embeddings) {
+    w.lm_head = w.embed;
+  } else {
+    QV_ASSIGN_OR_RETURN(w.lm_head, ld.get("lm_head.weight", {c.vocab_size, h}));
+  }
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const std::string p = layer_prefix(l);
+    LayerWeights lw;
+    QV_ASSIGN_OR_RETURN(lw.attn_norm, ld.get(p + "input_layernorm.weight", {h}));
+    QV_ASSIGN_OR_RETURN(lw.wq, ld.get(p + "self_attn.q_proj.weight", {q, h}));
+    QV_ASSIGN_OR_RETURN(lw.wk, ld.get(p + "self_attn.k_proj.weight", {kv, h}));
+    QV_ASSIGN_OR_RETURN(lw.wv, ld.get(p + "self_attn.v_proj.weight", {kv, h}));
+    QV_ASSIGN_OR_RETURN(lw.wo, ld.get(p + "self_attn.o_proj.weight", {h, q}));
+    if (c.attention_bias) {
+      QV_ASSIGN_OR_RETURN(lw.bq, ld.get(p + "self_attn.q_proj.bias", {q}));
+      QV_ASSIGN_OR_RETURN(lw.bk, ld.get(p + "self_attn.k_proj.bias", {kv}));
+      QV_ASSIGN_OR_RETURN(lw.bv, ld.get(p + "self_attn.v_proj.bias", {kv}));
+    }
+    QV_ASSIGN_OR_RETURN(lw.mlp_norm, ld.get(p + "post_attention_layernorm.weight", {h}));
+    QV_ASSIGN_OR_RETURN(lw.w_gate, ld.get(p + "mlp.gate_proj.weight", {f, h}));
+    QV_ASSIGN_OR_RETURN(lw.w_up, ld.get(p + "mlp.up_proj.weight", {f, h}));
+    QV_ASSIGN_OR_RETURN(lw.w_down, ld.get(p + "mlp.down_proj.weight", {h, f}));
+    w.layers.push_back(lw);
+  }
+  w.checkpoint = std::move(checkpoint);
+  return w;
+}
+
+namespace {
+
+// splitmix64: a fast, seedable generator; each tensor gets its own stream.
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+void fill_uniform(void* data, DType t, int64_t n, float center, float scale, uint64_t seed, ThreadPool& pool) {
+  pool.parallel_for(n, [&](int64_t b, int64_t e, int) {
+    for (int64_t i = b; i < e; ++i) {
+      float u = static_cast<float>(mix(seed ^ static_cast<uint64_t>(i)) >> 40) * (1.0f / 16777216.0f);  // [0,1)
+      float v = center + scale * (2.0f * u - 1.0f);
+      switch (t) {
+        case DType::kF32: static_cast<float*>(data)[i] = v; break;
+        case DType::kF16: static_cast<uint16_t*>(data)[i] = f32_to_f16(v); break;
+        case DType::kBF16: static_cast<uint16_t*>(data)[i] = f32_to_bf16(v); break;
+        case DType::kI32: break;
+      }
+    }
+  }, 4096);
+}
+
+}  // namespace
+
+LlamaWeights dummy_llama_weights(const ModelConfig& c, DType dtype, Backend* backend, uint64_t seed) {
+  LlamaWeights w;
+  ThreadPool pool(0);
+  uint64_t stream = mix(seed);
+  // Host staging is used once per tensor, then imported (a no-op on host backends,
+  // an upload on devices); the owned buffers keep host-backend views alive.
+  Backend* host = backend;
+  auto make = [&](std::initializer_list<int64_t> shape, float center, float scale) {
+    Tensor probe(nullptr, dtype, shape);
+    std::vector<uint8_t> staging;
+    void* data;
+    Buffer buf;
+    if (host->device() == Device::kCpu) {
+      buf = Buffer(host, probe.bytes());
+      data = buf.data();
+    } else {
+      staging.resize(probe.bytes());
+      data = staging.data();
+    }
+    stream = mix(stream);
+    fill_uniform(data, dtype, probe.numel(), center, scale, stream, pool);
+    Tensor t(data, dtype, shape);
+    Tensor dev = backend->import_weight(t);
+    if (host->device() == Device::kCpu) w.owned.push_back(std::move(buf));
+    return dev;
+  };
+  const int64_t h = c.hidden_size, q = c.q_size(), kv = c.kv_size(), f = c.intermediate_size;
+  const float s_in = 1.0f / std::sqrt(static_cast<float>(h)), s_f = 1.0f / std::sqrt(static_cast<float>(f));
+  w.embed = make({c.vocab_size, h}, 0.f, 1.0f);
+  w.final_norm = make({h}, 1.f, 0.1f);
+  w.lm_head = c.tie_word_embeddings ? w.embed : make({c.vocab_size, h}, 0.f, s_in);
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    LayerWeights lw;
+    lw.attn_norm = make({h}, 1.f, 0.1f);
+    lw.wq = make({q, h}, 0.f, s_in);
+    lw.wk = make({kv, h}, 0.f, s_in);
+    lw.wv = make({kv, h}, 0.f, s_in);
+    lw.wo = make({h, q}, 0.f, s_in);
+    if (c.attention_bias) {
+      lw.bq = make({q}, 0.f, 0.1f);
+      lw.bk = make({kv}, 0.f, 0.1f);
+      lw.bv = make({kv}, 0.f, 0.1f);
+    }
+    lw.mlp_norm = make({h}, 1.f, 0.1f);
+    lw.w_gate = make({f, h}, 0.f, s_in);
+    lw.w_up = make({f, h}, 0.f, s_in);
+    lw.w_down = make({h, f}, 0.f, s_f);
+    w.layers.push_back(lw);
+  }
+  return w;
+}
+
+}  // namespace quiver

@@ -1,0 +1,47 @@
+// LlamaWeights: the tensors of a Llama-family checkpoint (Llama, Mistral, Qwen2), as
+// views the backend can use. Loaded from safetensors (validated names and shapes) or
+// generated at random for `--load-format dummy` benchmarks.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/status.h"
+#include "io/model_config.h"
+#include "io/safetensors.h"
+
+namespace quiver {
+
+struct LayerWeights {
+  Tensor attn_norm;            // [hidden]
+  Tensor wq, wk, wv, wo;       // [q_size, hidden], [kv_size, hidden] x2, [hidden, q_size]
+  Tensor bq, bk, bv;           // [q_size], [kv_size] x2 (Qwen2 / attention_bias), else empty
+  Tensor mlp_norm;             // [hidden]
+  Tensor w_gate, w_up, w_down; // [inter, hidden] x2, [hidden, inter]
+};
+
+struct LlamaWeights {
+  Tensor embed;       // [vocab, hidden]
+  Tensor final_norm;  // [hidden]
+  Tensor lm_head;     // [vocab, hidden] (== embed when tied)
+  std::vector<LayerWeights> layers;
+
+  // Keeps the memory behind the views alive: the mmap'd checkpoint and/or owned buffers.
+  std::shared_ptr<Checkpoint> checkpoint;
+  std::vector<Buffer> owned;
+
+  // Total bytes of the weights a forward pass reads (lm_head counted once when tied).
+  size_t weight_bytes() const;
+};
+
+// Every tensor the config implies must be present with the right shape.
+Result<LlamaWeights> load_llama_weights(const ModelConfig& config, std::shared_ptr<Checkpoint> checkpoint,
+                                        Backend* backend);
+
+// Random weights in `dtype` (uniform, small scale; norms near 1) for benchmarks of
+// shapes without files; deterministic for a seed.
+LlamaWeights dummy_llama_weights(const ModelConfig& config, DType dtype, Backend* backend, uint64_t seed);
+
+}  // namespace quiver
