@@ -39,9 +39,17 @@ struct ModelConfig {
   DType dtype = DType::kF32;    // `dtype` / `torch_dtype`: what the weights are stored in
   int64_t bos_token_id = -1;    // -1: none
   std::vector<int64_t> eos_token_ids;  // config.json and generation_config.json, merged
+  // Sliding-window attention is not implemented, so a window is only accepted when it can
+  // never take effect (>= max_position_embeddings); 0: no window.
+  int64_t sliding_window = 0;
 
   int64_t q_size() const { return num_heads * head_dim; }
   int64_t kv_size() const { return num_kv_heads * head_dim; }
+  // Longest sequence the config allows: max_position_embeddings, clamped to the sliding
+  // window when there is one, so that the window never applies.
+  int64_t max_model_len() const {
+    return sliding_window > 0 && sliding_window < max_position_embeddings ? sliding_window : max_position_embeddings;
+  }
 };
 
 // Parses config.json text (and, when non-empty, generation_config.json text).
@@ -49,5 +57,16 @@ Result<ModelConfig> parse_model_config(const std::string& config_json, const std
 
 // Reads DIR/config.json and, if present, DIR/generation_config.json.
 Result<ModelConfig> load_model_config(const std::string& model_dir);
+
+// RoPE inverse frequencies f_i, i < head_dim / 2, computed the way Hugging Face does for
+// config.rope.type (default: 1 / theta^(2i/d); linear: divided by factor; llama3: the
+// wavelength-based smoothing of Llama 3.1). The arithmetic is float32, as HF's is, so the
+// values are float32 numbers held in doubles.
+std::vector<double> rope_inv_freq(const ModelConfig& config);
+
+// Fills out: [max_positions, head_dim]; row p holds cos(p * f_i) for i < head_dim/2 in its
+// first half and sin(p * f_i) in its second half. The angle p * f_i is rounded to float32
+// (HF multiplies in float32); cos/sin of that angle are evaluated in double and rounded.
+void rope_cos_sin_table(const ModelConfig& config, int64_t max_positions, float* out);
 
 }  // namespace quiver

@@ -17,8 +17,13 @@ namespace quiver {
 struct TensorInfo {
   DType dtype = DType::kF32;
   std::vector<int64_t> shape;
-  const void* data = nullptr;  // inside the mapping
+  const void* data = nullptr;  // inside the mapping; read-only (the file is mapped PROT_READ)
   size_t bytes = 0;
+  // The dtype string as written in the header ("F32", "I64", ...). Files may hold dtypes
+  // quiver has no DType for (I64, U8, BOOL, F64, ...): then dtype_known is false, `dtype`
+  // is meaningless, and Checkpoint::get refuses the tensor.
+  std::string file_dtype;
+  bool dtype_known = true;
 };
 
 // One mmap'd .safetensors file. Validation at open: file at least 8 bytes, header length
@@ -56,10 +61,15 @@ class Checkpoint {
   bool has(const std::string& name) const;
   // A view of tensor `name` whose shape must equal `shape`; errors name the tensor, the
   // file, and expected vs actual shape. Only F32/F16/BF16 are accepted.
+  // The view points into a read-only mapping (Tensor::data is void* for all uses, but
+  // writing through it faults): weights are read-only. Views live as long as this object
+  // or a copy of it (copies share the mappings).
   Result<Tensor> get(const std::string& name, const std::vector<int64_t>& shape) const;
   std::vector<std::string> names() const;
+  const std::string& path() const { return path_; }
 
  private:
+  std::string path_;  // what open() was given: a folder or a .safetensors file
   std::vector<std::shared_ptr<SafetensorsFile>> files_;
   std::map<std::string, std::pair<const SafetensorsFile*, const TensorInfo*>> index_;
 };

@@ -1,0 +1,52 @@
+// Strict JSON field access for the files quiver reads (config.json, safetensors headers,
+// index files, adapter_config.json): every accessor says which field was wrong and what
+// it held, so a bad file gives an error a user can act on. Integers are never coerced from
+// floats, strings or bools ("32000.0" and "32000" are errors, not 32000).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+
+namespace quiver {
+
+using Json = nlohmann::json;
+
+// The whole file as bytes; the error names the path and the OS reason.
+Result<std::string> read_text_file(const std::string& path);
+
+// Parses `text`, which must hold a JSON object. `what` (e.g. a file name) prefixes errors.
+Result<Json> parse_json_object(const std::string& text, const std::string& what);
+
+// A short description of a value for messages: `32000.0 (a float)`, `"bf16" (a string)`.
+std::string json_describe(const Json& v);
+
+// True when `obj` (an object) has `key` with a non-null value. JSON null means "not given"
+// everywhere in HF configs (e.g. "head_dim": null), so every *_or accessor treats it so.
+bool json_has(const Json& obj, std::string_view key);
+
+// Converts a value already taken out of an object; `field` names it in messages.
+Result<int64_t> json_as_int(const Json& v, std::string_view field);
+Result<double> json_as_number(const Json& v, std::string_view field);  // int or float
+
+// Required fields: a missing or null field is an error "missing required field 'key'".
+Result<int64_t> json_int(const Json& obj, std::string_view key);
+Result<double> json_number(const Json& obj, std::string_view key);
+Result<std::string> json_string(const Json& obj, std::string_view key);
+
+// Optional fields: missing or null gives `fallback`; a present value of the wrong type is
+// an error naming the field.
+Result<int64_t> json_int_or(const Json& obj, std::string_view key, int64_t fallback);
+Result<double> json_number_or(const Json& obj, std::string_view key, double fallback);
+Result<bool> json_bool_or(const Json& obj, std::string_view key, bool fallback);
+Result<std::string> json_string_or(const Json& obj, std::string_view key, const std::string& fallback);
+
+// An int, a list of ints, or null/missing (empty result): the shape of HF token-id fields
+// such as eos_token_id. Negative ids are errors.
+Result<std::vector<int64_t>> json_int_or_int_list(const Json& obj, std::string_view key);
+
+}  // namespace quiver
