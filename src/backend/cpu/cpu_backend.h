@@ -1,22 +1,91 @@
-// CpuBackend: SIMD (AVX-512 / AVX2, picked at run time) and multi-threaded ops.
-// Ops not yet specialised fall back to the scalar RefBackend.
+// CpuBackend: SIMD (AVX-512 / AVX2 / portable scalar, picked once at run time) and
+// multi-threaded ops. Kernels live in per-ISA tables (cpu_kernels.h); this class owns the
+// thread pool and decides how work is split. Tested op by op against RefBackend.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <string_view>
+#include <vector>
 
-#include "backend/ref/ref_backend.h"
+#include "backend/cpu/cpu_kernels.h"
+#include "backend/host_memory.h"
 #include "core/thread_pool.h"
 
 namespace quiver {
 
-class CpuBackend : public RefBackend {
+enum class CpuIsa : uint8_t { kAuto, kScalar, kAvx2, kAvx512 };
+
+std::string_view cpu_isa_name(CpuIsa isa);
+// The widest kernel set this CPU (and OS) supports.
+CpuIsa best_cpu_isa();
+
+class CpuBackend : public HostMemoryBackend {
  public:
-  explicit CpuBackend(int num_threads) : pool_(std::make_unique<ThreadPool>(num_threads)) {}
+  // num_threads <= 0: one per hardware thread. isa = kAuto picks best_cpu_isa(); a
+  // forced ISA the CPU lacks falls back to the best supported one below it, so tests can
+  // run the AVX2 and scalar paths on an AVX-512 machine.
+  explicit CpuBackend(int num_threads, CpuIsa isa = CpuIsa::kAuto);
+
   std::string name() const override { return "cpu"; }
+  CpuIsa isa() const { return isa_; }
   ThreadPool& pool() { return *pool_; }
 
+  void embedding(Tensor out, Tensor table, Tensor ids) override;
+  void rms_norm(Tensor out, Tensor x, Tensor w, float eps) override;
+  void add_rms_norm(Tensor out, Tensor residual, Tensor x, Tensor w, float eps) override;
+  void matmul(Tensor y, Tensor x, Tensor w, Tensor bias) override;
+  void rope(Tensor q, Tensor k, Tensor positions, Tensor cos_sin) override;
+  void kv_write(Tensor k_cache, Tensor v_cache, Tensor k, Tensor v, Tensor slot_mapping) override;
+  void attention(Tensor out, Tensor q, Tensor k_cache, Tensor v_cache, const AttentionMeta& meta,
+                 float scale) override;
+  void silu_mul(Tensor out, Tensor gate, Tensor up) override;
+  void add(Tensor y, Tensor x) override;
+  void gather_rows(Tensor out, Tensor x, Tensor rows) override;
+  void lora_shrink(Tensor t, Tensor x, Tensor a_stack, const LoraMeta& meta) override;
+  void lora_expand(Tensor y, Tensor t, Tensor b_stack, const LoraMeta& meta) override;
+
  private:
+  // A run of consecutive tokens sharing one adapter slot (>= 0).
+  struct LoraSegment {
+    int64_t start, len;
+    int32_t slot;
+  };
+
+  // fn(begin, end, thread) over [0, n); inline when n * cost_per_item is too small to be
+  // worth waking the pool.
+  template <class F>
+  void parallel(int64_t n, int64_t cost_per_item, int64_t grain, const F& fn);
+  // Splits a matmul over threads (rows, or tokens when there are too few rows).
+  void run_matmul(cpu::MatmulFn fn, const cpu::MatmulArgs& a, int64_t rows, int64_t tokens);
+  // Runs fn for every LoRA segment with a weight slice per slot, split over threads.
+  void run_lora(cpu::MatmulFn fn, const cpu::MatmulArgs& base, size_t slot_bytes, int64_t rows,
+                int64_t num_slots, const LoraMeta& meta, int64_t num_tokens);
+  // f32 view of a small per-feature vector (norm weight, bias): converted into scratch
+  // unless it already is f32.
+  const float* as_f32(const Tensor& t, int64_t n, std::vector<float>* scratch);
+
+  CpuIsa isa_;
+  const cpu::CpuKernels* k_;
   std::unique_ptr<ThreadPool> pool_;
+  std::vector<float> weight_scratch_;
+  std::vector<float> attn_scratch_;
+  std::vector<LoraSegment> segments_;
 };
+
+// Kernel-table index of a floating dtype (checks it is one).
+int cpu_elem_type(DType t);
+
+template <class F>
+void CpuBackend::parallel(int64_t n, int64_t cost_per_item, int64_t grain, const F& fn) {
+  // Below ~32k element-ops a pool round trip (about a microsecond) costs more than it saves.
+  constexpr int64_t kMinParallelWork = 32 * 1024;
+  if (n <= 0) return;
+  if (pool_->num_threads() == 1 || n * cost_per_item < kMinParallelWork || n <= grain) {
+    fn(int64_t{0}, n, 0);
+    return;
+  }
+  pool_->parallel_for(n, fn, grain);
+}
 
 }  // namespace quiver

@@ -1,0 +1,198 @@
+// CpuBackend: kernel-set dispatch and the row-wise ops (embedding, norms, RoPE, KV
+// writes, activations). Matmul/LoRA live in cpu_matmul.cc, attention in cpu_attention.cc.
+#include "backend/cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace quiver {
+
+namespace {
+
+bool cpu_has(CpuIsa isa) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  switch (isa) {
+    case CpuIsa::kAvx512:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+             __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2");
+    case CpuIsa::kAvx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    default:
+      return true;
+  }
+#else
+  return isa == CpuIsa::kScalar || isa == CpuIsa::kAuto;
+#endif
+}
+
+const cpu::CpuKernels& kernels_for(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kAvx512: return cpu::avx512_kernels();
+    case CpuIsa::kAvx2: return cpu::avx2_kernels();
+    default: return cpu::scalar_kernels();
+  }
+}
+
+void check_rows(const Tensor& t, int64_t n, int64_t d, const char* what) {
+  check(t.dtype == DType::kF32 && t.ndim == 2 && t.dim(0) == n && t.dim(1) == d, what);
+}
+
+}  // namespace
+
+std::string_view cpu_isa_name(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kAuto: return "auto";
+    case CpuIsa::kScalar: return "scalar";
+    case CpuIsa::kAvx2: return "avx2";
+    case CpuIsa::kAvx512: return "avx512";
+  }
+  return "?";
+}
+
+CpuIsa best_cpu_isa() {
+  if (cpu_has(CpuIsa::kAvx512)) return CpuIsa::kAvx512;
+  if (cpu_has(CpuIsa::kAvx2)) return CpuIsa::kAvx2;
+  return CpuIsa::kScalar;
+}
+
+int cpu_elem_type(DType t) {
+  switch (t) {
+    case DType::kF32: return cpu::kElemF32;
+    case DType::kF16: return cpu::kElemF16;
+    case DType::kBF16: return cpu::kElemBF16;
+    case DType::kI32: break;
+  }
+  check(false, "cpu backend: expected a floating dtype (F32, F16 or BF16)");
+  return 0;
+}
+
+CpuBackend::CpuBackend(int num_threads, CpuIsa isa) : pool_(std::make_unique<ThreadPool>(num_threads)) {
+  const CpuIsa best = best_cpu_isa();
+  if (isa == CpuIsa::kAuto || static_cast<int>(isa) > static_cast<int>(best)) isa = best;
+  isa_ = isa;
+  k_ = &kernels_for(isa_);
+}
+
+const float* CpuBackend::as_f32(const Tensor& t, int64_t n, std::vector<float>* scratch) {
+  check(t.numel() == n, "cpu backend: per-feature vector has the wrong length");
+  if (t.dtype == DType::kF32) return t.ptr<float>();
+  scratch->resize(static_cast<size_t>(n));
+  k_->to_f32[cpu_elem_type(t.dtype)](scratch->data(), t.data, n);
+  return scratch->data();
+}
+
+void CpuBackend::embedding(Tensor out, Tensor table, Tensor ids) {
+  const int64_t n = out.dim(0), d = out.dim(1);
+  check_rows(out, n, d, "embedding: out must be [n, d] f32");
+  check(table.ndim == 2 && table.dim(1) == d && ids.numel() == n, "embedding: shape mismatch");
+  const auto convert = k_->to_f32[cpu_elem_type(table.dtype)];
+  const size_t row_bytes = static_cast<size_t>(d) * dtype_size(table.dtype);
+  const int32_t* id = ids.ptr<int32_t>();
+  for (int64_t i = 0; i < n; ++i) check(id[i] >= 0 && id[i] < table.dim(0), "embedding: id out of range");
+  parallel(n, d, 1, [&](int64_t b, int64_t e, int) {
+    for (int64_t i = b; i < e; ++i)
+      convert(out.ptr<float>() + i * d, static_cast<const char*>(table.data) + id[i] * row_bytes, d);
+  });
+}
+
+void CpuBackend::rms_norm(Tensor out, Tensor x, Tensor w, float eps) {
+  const int64_t n = x.dim(0), d = x.dim(1);
+  check_rows(x, n, d, "rms_norm: x must be [n, d] f32");
+  check_rows(out, n, d, "rms_norm: out must match x");
+  const float* wf = as_f32(w, d, &weight_scratch_);
+  parallel(n, d, 1, [&](int64_t b, int64_t e, int) {
+    for (int64_t i = b; i < e; ++i) {
+      const float* xr = x.ptr<float>() + i * d;
+      // As the reference (HF): x * rsqrt(mean(x^2) + eps) in f32, then weight * that.
+      const float inv = 1.0f / std::sqrt(static_cast<float>(k_->sum_squares(xr, d) / d) + eps);
+      k_->scale_mul(out.ptr<float>() + i * d, xr, inv, wf, d);
+    }
+  });
+}
+
+void CpuBackend::add_rms_norm(Tensor out, Tensor residual, Tensor x, Tensor w, float eps) {
+  const int64_t n = x.dim(0), d = x.dim(1);
+  check_rows(x, n, d, "add_rms_norm: x must be [n, d] f32");
+  check_rows(residual, n, d, "add_rms_norm: residual must match x");
+  check_rows(out, n, d, "add_rms_norm: out must match x");
+  const float* wf = as_f32(w, d, &weight_scratch_);
+  parallel(n, d, 1, [&](int64_t b, int64_t e, int) {
+    for (int64_t i = b; i < e; ++i) {
+      float* rr = residual.ptr<float>() + i * d;
+      k_->add(rr, x.ptr<float>() + i * d, d);  // the row is still in L1 for the norm
+      const float inv = 1.0f / std::sqrt(static_cast<float>(k_->sum_squares(rr, d) / d) + eps);
+      k_->scale_mul(out.ptr<float>() + i * d, rr, inv, wf, d);
+    }
+  });
+}
+
+void CpuBackend::rope(Tensor q, Tensor k, Tensor positions, Tensor cos_sin) {
+  const int64_t n = q.dim(0), hd = q.dim(2), half = hd / 2;
+  check(q.dtype == DType::kF32 && k.dtype == DType::kF32 && k.dim(0) == n && k.dim(2) == hd && hd % 2 == 0,
+        "rope: q, k must be [n, heads, head_dim] f32");
+  check(cos_sin.dtype == DType::kF32 && cos_sin.dim(1) == hd && positions.numel() == n, "rope: bad table or positions");
+  const int32_t* pos = positions.ptr<int32_t>();
+  for (int64_t i = 0; i < n; ++i) check(pos[i] >= 0 && pos[i] < cos_sin.dim(0), "rope: position beyond the table");
+  const int64_t qh = q.dim(1), kh = k.dim(1);
+  parallel(n, (qh + kh) * hd, 1, [&](int64_t b, int64_t e, int) {
+    for (int64_t i = b; i < e; ++i) {
+      const float* cs = cos_sin.ptr<float>() + pos[i] * hd;
+      for (int64_t h = 0; h < qh; ++h) k_->rope(q.ptr<float>() + (i * qh + h) * hd, cs, cs + half, half);
+      for (int64_t h = 0; h < kh; ++h) k_->rope(k.ptr<float>() + (i * kh + h) * hd, cs, cs + half, half);
+    }
+  });
+}
+
+void CpuBackend::kv_write(Tensor k_cache, Tensor v_cache, Tensor k, Tensor v, Tensor slot_mapping) {
+  const int64_t n = k.dim(0), row = k.dim(1) * k.dim(2);
+  check(k.dtype == DType::kF32 && v.dtype == DType::kF32 && v.numel() == k.numel(), "kv_write: k, v must be f32");
+  check(k_cache.dtype == v_cache.dtype && k_cache.numel() == v_cache.numel(), "kv_write: k/v caches differ");
+  check(k_cache.dim(2) * k_cache.dim(3) == row && slot_mapping.numel() == n, "kv_write: shape mismatch");
+  const int64_t num_slots = k_cache.dim(0) * k_cache.dim(1);
+  const int32_t* slots = slot_mapping.ptr<int32_t>();
+  for (int64_t i = 0; i < n; ++i) check(slots[i] < num_slots, "kv_write: slot out of range");
+  const auto store = k_->from_f32[cpu_elem_type(k_cache.dtype)];
+  const size_t row_bytes = static_cast<size_t>(row) * dtype_size(k_cache.dtype);
+  parallel(n, 2 * row, 1, [&](int64_t b, int64_t e, int) {
+    for (int64_t i = b; i < e; ++i) {
+      if (slots[i] < 0) continue;  // padding token
+      store(static_cast<char*>(k_cache.data) + slots[i] * row_bytes, k.ptr<float>() + i * row, row);
+      store(static_cast<char*>(v_cache.data) + slots[i] * row_bytes, v.ptr<float>() + i * row, row);
+    }
+  });
+}
+
+void CpuBackend::silu_mul(Tensor out, Tensor gate, Tensor up) {
+  const int64_t n = out.numel();
+  check(gate.numel() == n && up.numel() == n, "silu_mul: size mismatch");
+  constexpr int64_t kChunk = 1024;  // elements per parallel unit (a multiple of every vector width)
+  parallel((n + kChunk - 1) / kChunk, kChunk, 1, [&](int64_t b, int64_t e, int) {
+    const int64_t lo = b * kChunk, hi = std::min(n, e * kChunk);
+    k_->silu_mul(out.ptr<float>() + lo, gate.ptr<float>() + lo, up.ptr<float>() + lo, hi - lo);
+  });
+}
+
+void CpuBackend::add(Tensor y, Tensor x) {
+  const int64_t n = y.numel();
+  check(x.numel() == n, "add: size mismatch");
+  constexpr int64_t kChunk = 1024;
+  parallel((n + kChunk - 1) / kChunk, kChunk, 1, [&](int64_t b, int64_t e, int) {
+    const int64_t lo = b * kChunk, hi = std::min(n, e * kChunk);
+    k_->add(y.ptr<float>() + lo, x.ptr<float>() + lo, hi - lo);
+  });
+}
+
+void CpuBackend::gather_rows(Tensor out, Tensor x, Tensor rows) {
+  const int64_t m = out.dim(0), d = x.dim(1);
+  check(out.dim(1) == d && rows.numel() == m, "gather_rows: shape mismatch");
+  const int32_t* r = rows.ptr<int32_t>();
+  for (int64_t i = 0; i < m; ++i) {
+    check(r[i] >= 0 && r[i] < x.dim(0), "gather_rows: row out of range");
+    std::memcpy(out.ptr<float>() + i * d, x.ptr<float>() + r[i] * d, static_cast<size_t>(d) * sizeof(float));
+  }
+}
+
+}  // namespace quiver

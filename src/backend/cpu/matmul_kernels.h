@@ -1,0 +1,145 @@
+// Matmul kernels, written once over a Simd vocabulary (simd_*.h) and instantiated per
+// instruction set by the cpu_kernels_*.cc files. Included only by those files.
+//
+// Layout: y[t, r] = x[t, :] . w[r, :] — both operands are contiguous along k, so each
+// output is a dot product. A micro-tile keeps R weight rows x T tokens of vector
+// accumulators in registers: each weight vector is loaded and converted to f32 once and
+// used T times, each activation vector is loaded once and used R times. Accumulation
+// is f32 throughout (activations are never rounded to 16 bits).
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "backend/cpu/cpu_kernels.h"
+
+namespace quiver::cpu {
+namespace {
+
+template <int E>
+using WElem = std::conditional_t<E == kElemF32, float, uint16_t>;
+
+inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+// GEMV weight prefetch distance, in elements ahead of the current position in each row.
+constexpr int64_t kGemvPrefetch = 1024;
+
+// Computes R rows x T tokens starting at (r0, t0); U vectors per row in flight per step.
+template <class S, int E, int R, int T, int U>
+inline void mm_tile(const MatmulArgs& a, int64_t r0, int64_t t0) {
+  using V = typename S::V;
+  using W = WElem<E>;
+  constexpr int L = S::kW;
+  const int64_t k = a.k;
+  const W* w[R];
+  const float* x[T];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) w[r] = static_cast<const W*>(a.w) + (r0 + r) * a.ldw;
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) x[t] = a.x + (t0 + t) * a.ldx;
+
+  V acc[R][T][U];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t)
+#pragma GCC unroll 8
+      for (int u = 0; u < U; ++u) acc[r][t][u] = S::zero();
+
+  int64_t i = 0;
+  for (; i + U * L <= k; i += U * L) {
+    if constexpr (T == 1) {
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) S::prefetch(w[r] + i + kGemvPrefetch);
+    }
+#pragma GCC unroll 8
+    for (int u = 0; u < U; ++u) {
+      V xv[T];
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) xv[t] = S::load(x[t] + i + u * L);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        V wv = S::template load_w<E>(w[r] + i + u * L);
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) acc[r][t][u] = S::fma(wv, xv[t], acc[r][t][u]);
+      }
+    }
+  }
+  if constexpr (U > 1) {
+    for (; i + L <= k; i += L) {
+      V xv[T];
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) xv[t] = S::load(x[t] + i);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        V wv = S::template load_w<E>(w[r] + i);
+#pragma GCC unroll 8
+        for (int t = 0; t < T; ++t) acc[r][t][0] = S::fma(wv, xv[t], acc[r][t][0]);
+      }
+    }
+  }
+  if (i < k) {  // masked tail
+    const int n = static_cast<int>(k - i);
+    V xv[T];
+#pragma GCC unroll 8
+    for (int t = 0; t < T; ++t) xv[t] = S::load_n(x[t] + i, n);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      V wv = S::template load_w_n<E>(w[r] + i, n);
+#pragma GCC unroll 8
+      for (int t = 0; t < T; ++t) acc[r][t][0] = S::fma(wv, xv[t], acc[r][t][0]);
+    }
+  }
+
+#pragma GCC unroll 8
+  for (int t = 0; t < T; ++t) {
+    float* yr = a.y + (t0 + t) * a.ldy + r0;
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      V s = acc[r][t][0];
+#pragma GCC unroll 8
+      for (int u = 1; u < U; ++u) s = S::add(s, acc[r][t][u]);
+      float v = S::reduce_add(s);
+      if (a.bias) v += a.bias[r0 + r];
+      yr[r] = a.accumulate ? yr[r] + v : v;
+    }
+  }
+}
+
+// n tokens (1 <= n <= TT) with a tile of exactly n tokens, so no work is wasted on tails.
+template <class S, int E, int R, int TT>
+inline void mm_tokens(const MatmulArgs& a, int64_t r0, int64_t t0, int64_t n) {
+  if constexpr (TT == 1) {
+    mm_tile<S, E, R, 1, 1>(a, r0, t0);
+  } else {
+    if (n == TT) mm_tile<S, E, R, TT, 1>(a, r0, t0);
+    else mm_tokens<S, E, R, TT - 1>(a, r0, t0, n);
+  }
+}
+
+template <class S, int E>
+void matmul_kernel(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+  if (t1 - t0 == 1) {  // GEMV: bandwidth bound, several rows streamed at once
+    constexpr int R = S::kGemvR, U = S::kGemvU;
+    int64_t r = r0;
+    for (; r + R <= r1; r += R) mm_tile<S, E, R, 1, U>(a, r, t0);
+    for (; r < r1; ++r) mm_tile<S, E, 1, 1, U>(a, r, t0);
+    return;
+  }
+  constexpr int R = S::kTileR, T = S::kTileT;
+  // Token blocks whose activations stay in L2 while this thread's weight rows stream past.
+  int64_t block = (256 * 1024) / (a.k * 4 + 1);
+  block = max64(T, block / T * T);
+  for (int64_t tb = t0; tb < t1; tb += block) {
+    const int64_t te = min64(t1, tb + block);
+    int64_t r = r0;
+    for (; r + R <= r1; r += R)
+      for (int64_t t = tb; t < te; t += T) mm_tokens<S, E, R, T>(a, r, t, min64(T, te - t));
+    for (; r < r1; ++r)
+      for (int64_t t = tb; t < te; t += T) mm_tokens<S, E, 1, T>(a, r, t, min64(T, te - t));
+  }
+}
+
+}  // namespace
+}  // namespace quiver::cpu

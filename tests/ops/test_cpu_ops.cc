@@ -1,0 +1,498 @@
+// link: qv_backend
+// CpuBackend vs the scalar oracle RefBackend, op by op, on awkward shapes, for every
+// kernel set this machine can run (scalar, AVX2, AVX-512) with 1 and 2 threads.
+// Outputs are poisoned with NaN before each CpuBackend call so unwritten elements show.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/ref/ref_backend.h"
+
+namespace quiver {
+namespace {
+
+// Host storage for one tensor of any dtype.
+struct Buf {
+  std::vector<uint8_t> bytes;
+  Tensor t;
+  Buf() = default;
+  Buf(DType dt, std::initializer_list<int64_t> dims) {
+    Tensor shape(nullptr, dt, dims);
+    bytes.assign(shape.bytes() + 64, 0);
+    t = Tensor(bytes.data(), dt, dims);
+  }
+  Buf(const Buf& o) : bytes(o.bytes), t(o.t) { t.data = bytes.data(); }
+  Buf& operator=(const Buf&) = delete;
+  Buf(Buf&&) = default;  // vector moves keep their storage, so t.data stays valid
+  Buf& operator=(Buf&&) = default;
+  float at(int64_t i) const { return load_as_f32(t.data, t.dtype, static_cast<size_t>(i)); }
+  void set(int64_t i, float v) {
+    switch (t.dtype) {
+      case DType::kF32: t.ptr<float>()[i] = v; break;
+      case DType::kF16: t.ptr<uint16_t>()[i] = f32_to_f16(v); break;
+      case DType::kBF16: t.ptr<uint16_t>()[i] = f32_to_bf16(v); break;
+      case DType::kI32: t.ptr<int32_t>()[i] = static_cast<int32_t>(v); break;
+    }
+  }
+  int32_t* ints() { return t.ptr<int32_t>(); }
+  float* f() { return t.ptr<float>(); }
+};
+
+Buf random_buf(std::mt19937& rng, DType dt, std::initializer_list<int64_t> dims, float lo = -1.f, float hi = 1.f) {
+  Buf b(dt, dims);
+  std::uniform_real_distribution<float> u(lo, hi);
+  for (int64_t i = 0; i < b.t.numel(); ++i) b.set(i, u(rng));
+  return b;
+}
+Buf ints_buf(const std::vector<int32_t>& v) {
+  Buf b(DType::kI32, {static_cast<int64_t>(v.size())});
+  if (!v.empty()) std::memcpy(b.t.data, v.data(), v.size() * 4);
+  return b;
+}
+void poison(Buf& b) {
+  for (int64_t i = 0; i < b.t.numel(); ++i) b.f()[i] = NAN;
+}
+
+// |got - want| <= atol + rtol * |want| elementwise (NaN in got always fails).
+void expect_close(const Buf& got, const Buf& want, double atol, double rtol, const std::string& what) {
+  ASSERT_EQ(got.t.numel(), want.t.numel()) << what;
+  int bad = 0;
+  for (int64_t i = 0; i < got.t.numel() && bad < 5; ++i) {
+    const double g = got.at(i), w = want.at(i);
+    if (!(std::fabs(g - w) <= atol + rtol * std::fabs(w))) {
+      ADD_FAILURE() << what << ": element " << i << " got " << g << " want " << w;
+      ++bad;
+    }
+  }
+}
+
+struct Param {
+  CpuIsa isa;
+  int threads;
+};
+
+void PrintTo(const Param& p, std::ostream* os) { *os << cpu_isa_name(p.isa) << " x" << p.threads; }
+
+class CpuOps : public ::testing::TestWithParam<Param> {
+ protected:
+  void SetUp() override {
+    cpu_ = std::make_unique<CpuBackend>(GetParam().threads, GetParam().isa);
+    if (cpu_->isa() != GetParam().isa) GTEST_SKIP() << "this CPU lacks " << cpu_isa_name(GetParam().isa);
+  }
+  std::unique_ptr<CpuBackend> cpu_;
+  RefBackend ref_;
+  std::mt19937 rng_{1234};
+};
+
+std::string param_name(const ::testing::TestParamInfo<Param>& info) {
+  return std::string(cpu_isa_name(info.param.isa)) + "_t" + std::to_string(info.param.threads);
+}
+
+INSTANTIATE_TEST_SUITE_P(Isa, CpuOps,
+                         ::testing::Values(Param{CpuIsa::kScalar, 1}, Param{CpuIsa::kScalar, 2}, Param{CpuIsa::kAvx2, 1},
+                                           Param{CpuIsa::kAvx2, 2}, Param{CpuIsa::kAvx512, 1},
+                                           Param{CpuIsa::kAvx512, 2}),
+                         param_name);
+
+const DType kFloatTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
+
+// Tolerance for a dot-product output: relative to the sum of |terms|, as f32 accumulation
+// of k terms may differ from the reference's double accumulation by a few ulps of that.
+Buf dot_tolerance(const Buf& x, const Buf& w, int64_t n, int64_t in, int64_t out) {
+  Buf tol(DType::kF32, {n, out});
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t o = 0; o < out; ++o) {
+      double s = 0;
+      for (int64_t k = 0; k < in; ++k) s += std::fabs(x.at(i * in + k) * w.at(o * in + k));
+      tol.f()[i * out + o] = static_cast<float>(2e-6 * s + 1e-6);
+    }
+  return tol;
+}
+
+void expect_within(const Buf& got, const Buf& want, const Buf& tol, const std::string& what) {
+  int bad = 0;
+  for (int64_t i = 0; i < got.t.numel() && bad < 5; ++i) {
+    const double g = got.at(i), w = want.at(i);
+    if (!(std::fabs(g - w) <= tol.at(i) + 1e-6 * std::fabs(w))) {
+      ADD_FAILURE() << what << ": element " << i << " got " << g << " want " << w << " tol " << tol.at(i);
+      ++bad;
+    }
+  }
+}
+
+TEST_P(CpuOps, Matmul) {
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 1},   {17, 97},  {130, 17}, {97, 130},
+                                                {64, 64}, {256, 48}, {512, 300}, {2048, 33}};
+  for (DType wt : kFloatTypes) {
+    for (int64_t n : {1, 3, 17, 97}) {
+      for (auto [in, out] : shapes) {
+        if (n * in * out > 4'000'000) continue;
+        for (int bias_kind = 0; bias_kind < 3; ++bias_kind) {
+          Buf x = random_buf(rng_, DType::kF32, {n, in});
+          Buf w = random_buf(rng_, wt, {out, in});
+          Buf bias = bias_kind == 0 ? Buf() : random_buf(rng_, bias_kind == 1 ? DType::kF32 : DType::kBF16, {out});
+          Buf want(DType::kF32, {n, out}), got(DType::kF32, {n, out});
+          ref_.matmul(want.t, x.t, w.t, bias.t);
+          poison(got);
+          cpu_->matmul(got.t, x.t, w.t, bias.t);
+          expect_within(got, want, dot_tolerance(x, w, n, in, out),
+                        "matmul " + std::string(dtype_name(wt)) + " n=" + std::to_string(n) + " in=" +
+                            std::to_string(in) + " out=" + std::to_string(out) + " bias=" + std::to_string(bias_kind));
+        }
+      }
+    }
+  }
+}
+
+TEST_P(CpuOps, RmsNormAndAddRmsNorm) {
+  for (DType wt : {DType::kF32, DType::kBF16}) {
+    for (int64_t n : {1, 3, 17, 97}) {
+      for (int64_t d : {1, 17, 130, 2048}) {
+        Buf x = random_buf(rng_, DType::kF32, {n, d}, -3.f, 3.f);
+        Buf w = random_buf(rng_, wt, {d}, 0.5f, 1.5f);
+        Buf want(DType::kF32, {n, d}), got(DType::kF32, {n, d});
+        ref_.rms_norm(want.t, x.t, w.t, 1e-5f);
+        poison(got);
+        cpu_->rms_norm(got.t, x.t, w.t, 1e-5f);
+        expect_close(got, want, 1e-6, 2e-6, "rms_norm d=" + std::to_string(d));
+
+        Buf res = random_buf(rng_, DType::kF32, {n, d}, -3.f, 3.f);
+        Buf res_ref(res), res_cpu(res);
+        ref_.add_rms_norm(want.t, res_ref.t, x.t, w.t, 1e-6f);
+        poison(got);
+        cpu_->add_rms_norm(got.t, res_cpu.t, x.t, w.t, 1e-6f);
+        expect_close(res_cpu, res_ref, 0, 0, "add_rms_norm residual");
+        expect_close(got, want, 1e-6, 2e-6, "add_rms_norm d=" + std::to_string(d));
+      }
+    }
+  }
+}
+
+TEST_P(CpuOps, Embedding) {
+  for (DType tt : kFloatTypes) {
+    for (int64_t d : {1, 17, 130, 256}) {
+      const int64_t vocab = 50;
+      Buf table = random_buf(rng_, tt, {vocab, d});
+      std::vector<int32_t> idv;
+      for (int i = 0; i < 97; ++i) idv.push_back(static_cast<int32_t>((i * 37) % vocab));
+      idv[0] = 0;
+      idv[1] = static_cast<int32_t>(vocab - 1);
+      Buf ids = ints_buf(idv);
+      Buf want(DType::kF32, {97, d}), got(DType::kF32, {97, d});
+      ref_.embedding(want.t, table.t, ids.t);
+      poison(got);
+      cpu_->embedding(got.t, table.t, ids.t);
+      expect_close(got, want, 0, 0, "embedding " + std::string(dtype_name(tt)));
+    }
+  }
+}
+
+TEST_P(CpuOps, Rope) {
+  for (int64_t hd : {2, 18, 64, 128}) {
+    for (int64_t n : {1, 3, 17, 97}) {
+      const int64_t max_pos = 300, half = hd / 2;
+      Buf cs(DType::kF32, {max_pos, hd});
+      for (int64_t p = 0; p < max_pos; ++p)
+        for (int64_t j = 0; j < half; ++j) {
+          const double f = std::pow(10000.0, -2.0 * static_cast<double>(j) / static_cast<double>(hd));
+          cs.f()[p * hd + j] = static_cast<float>(std::cos(p * f));
+          cs.f()[p * hd + half + j] = static_cast<float>(std::sin(p * f));
+        }
+      std::vector<int32_t> pv;
+      for (int64_t i = 0; i < n; ++i) pv.push_back(static_cast<int32_t>((i * 53 + 7) % max_pos));
+      Buf pos = ints_buf(pv);
+      Buf q = random_buf(rng_, DType::kF32, {n, 4, hd}), k = random_buf(rng_, DType::kF32, {n, 2, hd});
+      Buf q_ref(q), k_ref(k);
+      ref_.rope(q_ref.t, k_ref.t, pos.t, cs.t);
+      cpu_->rope(q.t, k.t, pos.t, cs.t);
+      expect_close(q, q_ref, 1e-6, 1e-6, "rope q hd=" + std::to_string(hd));
+      expect_close(k, k_ref, 1e-6, 1e-6, "rope k hd=" + std::to_string(hd));
+    }
+  }
+}
+
+TEST_P(CpuOps, KvWrite) {
+  for (DType ct : kFloatTypes) {
+    for (int64_t hd : {17, 64}) {
+      const int64_t blocks = 6, bs = 4, kvh = 3, n = 17;
+      Buf kc = random_buf(rng_, ct, {blocks, bs, kvh, hd}), vc = random_buf(rng_, ct, {blocks, bs, kvh, hd});
+      Buf kc_ref(kc), vc_ref(vc);
+      Buf k = random_buf(rng_, DType::kF32, {n, kvh, hd}, -5.f, 5.f), v = random_buf(rng_, DType::kF32, {n, kvh, hd});
+      std::vector<int32_t> sv(n);
+      std::iota(sv.begin(), sv.end(), 2);
+      sv[3] = -1;
+      sv[n - 1] = -1;
+      sv[5] = static_cast<int32_t>(blocks * bs - 1);
+      Buf slots = ints_buf(sv);
+      ref_.kv_write(kc_ref.t, vc_ref.t, k.t, v.t, slots.t);
+      cpu_->kv_write(kc.t, vc.t, k.t, v.t, slots.t);
+      EXPECT_EQ(kc.bytes, kc_ref.bytes) << "k cache " << dtype_name(ct);
+      EXPECT_EQ(vc.bytes, vc_ref.bytes) << "v cache " << dtype_name(ct);
+    }
+  }
+}
+
+TEST_P(CpuOps, SiluMulAddGather) {
+  for (int64_t n : {1, 17, 97 * 130, 100003}) {
+    Buf g = random_buf(rng_, DType::kF32, {n}, -12.f, 12.f), u = random_buf(rng_, DType::kF32, {n});
+    Buf want(DType::kF32, {n}), got(DType::kF32, {n});
+    ref_.silu_mul(want.t, g.t, u.t);
+    poison(got);
+    cpu_->silu_mul(got.t, g.t, u.t);
+    expect_close(got, want, 1e-7, 1e-6, "silu_mul n=" + std::to_string(n));
+
+    Buf y = random_buf(rng_, DType::kF32, {n}), y_ref(y);
+    ref_.add(y_ref.t, u.t);
+    cpu_->add(y.t, u.t);
+    expect_close(y, y_ref, 0, 0, "add n=" + std::to_string(n));
+  }
+  Buf x = random_buf(rng_, DType::kF32, {97, 130});
+  Buf rows = ints_buf({96, 0, 5, 5, 17});
+  Buf want(DType::kF32, {5, 130}), got(DType::kF32, {5, 130});
+  ref_.gather_rows(want.t, x.t, rows.t);
+  poison(got);
+  cpu_->gather_rows(got.t, x.t, rows.t);
+  expect_close(got, want, 0, 0, "gather_rows");
+}
+
+// ---- attention -------------------------------------------------------------------------
+
+struct SeqSpec {
+  int q_len;
+  int len;
+};
+
+struct AttentionCase {
+  DType cache_type;
+  int block_size, num_kv, group, head_dim;
+  std::vector<SeqSpec> seqs;
+};
+
+// Runs one batch through `backend` (out poisoned first) with caches and tables built from
+// a fixed seed, so every backend sees the same inputs.
+Buf run_attention(Backend& backend, const AttentionCase& c) {
+  std::mt19937 rng(99);
+  const int64_t bs = c.block_size, heads = c.num_kv * c.group, hd = c.head_dim;
+  int64_t n = 0, max_blocks = 1, num_blocks = 2;
+  for (const auto& s : c.seqs) {
+    n += s.q_len;
+    max_blocks = std::max<int64_t>(max_blocks, (s.len + bs - 1) / bs);
+    num_blocks += (s.len + bs - 1) / bs;
+  }
+  Buf kc = random_buf(rng, c.cache_type, {num_blocks, bs, c.num_kv, hd});
+  Buf vc = random_buf(rng, c.cache_type, {num_blocks, bs, c.num_kv, hd});
+  std::vector<int32_t> phys(static_cast<size_t>(num_blocks));
+  std::iota(phys.begin(), phys.end(), 0);
+  std::shuffle(phys.begin(), phys.end(), rng);  // blocks of a sequence are scattered
+  const int64_t num_seqs = static_cast<int64_t>(c.seqs.size());
+  Buf tables(DType::kI32, {num_seqs, max_blocks});
+  std::vector<int32_t> qs{0}, lens;
+  size_t next = 0;
+  for (int64_t s = 0; s < num_seqs; ++s) {
+    const SeqSpec& sp = c.seqs[static_cast<size_t>(s)];
+    for (int64_t b = 0; b < (sp.len + bs - 1) / bs; ++b) tables.ints()[s * max_blocks + b] = phys[next++];
+    qs.push_back(qs.back() + sp.q_len);
+    lens.push_back(sp.len);
+  }
+  Buf q = random_buf(rng, DType::kF32, {n, heads, hd}, -3.f, 3.f);
+  Buf qsb = ints_buf(qs), lensb = ints_buf(lens);
+  AttentionMeta meta;
+  meta.query_start = qsb.t;
+  meta.seq_lens = lensb.t;
+  meta.block_tables = tables.t;
+  meta.num_seqs = static_cast<int>(num_seqs);
+  for (const auto& s : c.seqs) {
+    meta.max_query_len = std::max(meta.max_query_len, s.q_len);
+    meta.max_seq_len = std::max(meta.max_seq_len, s.len);
+  }
+  Buf out(DType::kF32, {n, heads, hd});
+  poison(out);
+  backend.attention(out.t, q.t, kc.t, vc.t, meta, 1.0f / std::sqrt(static_cast<float>(hd)));
+  return out;
+}
+
+std::string describe(const AttentionCase& c) {
+  std::string s = std::string(dtype_name(c.cache_type)) + " bs=" + std::to_string(c.block_size) +
+                  " kv=" + std::to_string(c.num_kv) + " group=" + std::to_string(c.group) +
+                  " hd=" + std::to_string(c.head_dim) + " seqs=";
+  for (const auto& q : c.seqs) {
+    s += '(';
+    s += std::to_string(q.q_len);
+    s += '/';
+    s += std::to_string(q.len);
+    s += ')';
+  }
+  return s;
+}
+
+// Decodes, a prefill chunk starting mid-sequence, a whole prefill, a length-1 sequence
+// and a chunk longer than one 16-row tile, all in one batch.
+const std::vector<SeqSpec> kMixedSeqs = {{1, 37}, {17, 50}, {20, 20}, {1, 1}, {40, 61}, {5, 21}};
+
+TEST_P(CpuOps, AttentionMixedBatch) {
+  for (DType ct : kFloatTypes)
+    for (int bs : {1, 4, 16})
+      for (int group : {1, 2, 4}) {
+        AttentionCase c{ct, bs, 2, group, 64, kMixedSeqs};
+        expect_close(run_attention(*cpu_, c), run_attention(ref_, c), 2e-5, 1e-4, describe(c));
+      }
+}
+
+TEST_P(CpuOps, AttentionHeadDims) {
+  for (int hd : {8, 40, 72, 130})
+    for (int bs : {1, 16}) {
+      AttentionCase c{DType::kBF16, bs, 3, 2, hd, kMixedSeqs};
+      expect_close(run_attention(*cpu_, c), run_attention(ref_, c), 2e-5, 1e-4, describe(c));
+    }
+}
+
+TEST_P(CpuOps, AttentionLongContextSplit) {
+  // Few items over long contexts: with 2 threads the KV axis is split and merged.
+  for (DType ct : {DType::kF32, DType::kF16}) {
+    AttentionCase c{ct, 16, 1, 4, 64, {{1, 1000}, {3, 700}}};
+    expect_close(run_attention(*cpu_, c), run_attention(ref_, c), 2e-5, 1e-4, describe(c));
+    AttentionCase d{ct, 4, 1, 8, 64, {{1, 1500}}};
+    expect_close(run_attention(*cpu_, d), run_attention(ref_, d), 2e-5, 1e-4, describe(d));
+  }
+}
+
+// ---- LoRA --------------------------------------------------------------------------------
+
+struct LoraCase {
+  int64_t n, in, out, max_rank;
+  std::vector<int32_t> slots;  // per token, -1 = base model
+  bool with_segments;
+};
+
+LoraMeta lora_meta(const std::vector<int32_t>& slots, bool with_segments, Buf* token_slot, Buf* seg_start, Buf* seg_slot) {
+  *token_slot = ints_buf(slots);
+  std::vector<int32_t> starts{0}, ss;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (i + 1 == slots.size() || slots[i + 1] != slots[i]) {
+      ss.push_back(slots[i]);
+      starts.push_back(static_cast<int32_t>(i + 1));
+    }
+  }
+  *seg_start = ints_buf(starts);
+  *seg_slot = ints_buf(ss);
+  LoraMeta meta;
+  meta.token_slot = token_slot->t;
+  if (with_segments) {
+    meta.seg_start = seg_start->t;
+    meta.seg_slot = seg_slot->t;
+    meta.num_segments = static_cast<int>(ss.size());
+  }
+  return meta;
+}
+
+void run_lora_case(CpuBackend& cpu, RefBackend& ref, std::mt19937& rng, const LoraCase& c) {
+  const int64_t num_slots = 3, n = c.n, r = c.max_rank;
+  const std::string what = "lora n=" + std::to_string(n) + " in=" + std::to_string(c.in) + " out=" +
+                           std::to_string(c.out) + " rank=" + std::to_string(r) + " seg=" + std::to_string(c.with_segments);
+  Buf x = random_buf(rng, DType::kF32, {n, c.in});
+  Buf a = random_buf(rng, DType::kF32, {num_slots, r, c.in});
+  Buf b = random_buf(rng, DType::kF32, {num_slots, c.out, r});
+  // Slot 1 holds a lower-rank adapter: rank-padding rows/columns are zero.
+  for (int64_t j = r / 2 + 1; j < r; ++j) {
+    for (int64_t k = 0; k < c.in; ++k) a.f()[(1 * r + j) * c.in + k] = 0;
+    for (int64_t o = 0; o < c.out; ++o) b.f()[(1 * c.out + o) * r + j] = 0;
+  }
+  Buf ts, ss, sl;
+  LoraMeta meta = lora_meta(c.slots, c.with_segments, &ts, &ss, &sl);
+
+  // Rows with slot -1 hold a sentinel that must survive; the others are poisoned.
+  Buf t_cpu(DType::kF32, {n, r});
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < r; ++j) t_cpu.f()[i * r + j] = c.slots[static_cast<size_t>(i)] < 0 ? 7.0f : NAN;
+  Buf t_ref(t_cpu);
+  ref.lora_shrink(t_ref.t, x.t, a.t, meta);
+  cpu.lora_shrink(t_cpu.t, x.t, a.t, meta);
+
+  Buf y0 = random_buf(rng, DType::kF32, {n, c.out});
+  Buf y_cpu(y0), y_ref(y0);
+  ref.lora_expand(y_ref.t, t_ref.t, b.t, meta);
+  cpu.lora_expand(y_cpu.t, t_ref.t, b.t, meta);
+
+  int bad = 0;
+  for (int64_t i = 0; i < n && bad < 5; ++i) {
+    const int32_t s = c.slots[static_cast<size_t>(i)];
+    for (int64_t j = 0; j < r; ++j) {
+      const float g = t_cpu.f()[i * r + j], w = t_ref.f()[i * r + j];
+      double tol = 1e-6;
+      if (s >= 0)
+        for (int64_t k = 0; k < c.in; ++k) tol += 2e-6 * std::fabs(x.f()[i * c.in + k] * a.f()[(s * r + j) * c.in + k]);
+      const bool ok = s < 0 ? g == 7.0f : std::fabs(g - w) <= tol;
+      if (!ok && bad++ < 5) ADD_FAILURE() << what << " shrink row " << i << " slot " << s << " col " << j << ": " << g << " vs " << w;
+    }
+    for (int64_t o = 0; o < c.out; ++o) {
+      const float g = y_cpu.f()[i * c.out + o], w = y_ref.f()[i * c.out + o];
+      double tol = 1e-6 * (1 + std::fabs(w));
+      if (s >= 0)
+        for (int64_t j = 0; j < r; ++j) tol += 2e-6 * std::fabs(t_ref.f()[i * r + j] * b.f()[(s * c.out + o) * r + j]);
+      const bool ok = s < 0 ? g == y0.f()[i * c.out + o] : std::fabs(g - w) <= tol;
+      if (!ok && bad++ < 5) ADD_FAILURE() << what << " expand row " << i << " slot " << s << " out " << o << ": " << g << " vs " << w;
+    }
+  }
+}
+
+TEST_P(CpuOps, LoraShrinkExpand) {
+  const std::pair<int64_t, int64_t> dims[] = {{17, 130}, {64, 97}, {2048, 256}, {130, 2048}};
+  for (int64_t n : {1, 3, 17, 97}) {
+    std::vector<std::vector<int32_t>> patterns;
+    patterns.push_back(std::vector<int32_t>(static_cast<size_t>(n), -1));
+    patterns.push_back(std::vector<int32_t>(static_cast<size_t>(n), 2));
+    std::vector<int32_t> mixed, random;
+    const int32_t cycle[] = {0, 0, -1, 2, 2, 2, 1, -1, -1, 0, 1};
+    for (int64_t i = 0; i < n; ++i) {
+      mixed.push_back(cycle[i % 11]);
+      random.push_back(static_cast<int32_t>(std::uniform_int_distribution<int>(-1, 2)(rng_)));
+    }
+    patterns.push_back(mixed);
+    patterns.push_back(random);
+    for (auto [in, out] : dims)
+      for (int64_t rank : {1, 16})
+        for (const auto& p : patterns)
+          for (bool seg : {true, false}) {
+            if (n * in * 16 > 2'000'000 && !seg) continue;
+            run_lora_case(*cpu_, ref_, rng_, {n, in, out, rank, p, seg});
+          }
+  }
+}
+
+// The SIMD paths agree with the portable path on the same inputs (so the AVX2 path is
+// exercised even on an AVX-512 machine).
+TEST(CpuIsaDispatch, ForcedPathsAgree) {
+  std::vector<std::unique_ptr<CpuBackend>> backends;
+  for (CpuIsa isa : {CpuIsa::kScalar, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    auto b = std::make_unique<CpuBackend>(2, isa);
+    if (b->isa() == isa) backends.push_back(std::move(b));
+  }
+  ASSERT_FALSE(backends.empty());
+  EXPECT_EQ(backends.front()->isa(), CpuIsa::kScalar);
+  std::mt19937 rng(5);
+  Buf x = random_buf(rng, DType::kF32, {5, 300});
+  Buf w = random_buf(rng, DType::kBF16, {77, 300});
+  Buf bias = random_buf(rng, DType::kF32, {77});
+  Buf base(DType::kF32, {5, 77});
+  backends[0]->matmul(base.t, x.t, w.t, bias.t);
+  AttentionCase c{DType::kBF16, 4, 2, 2, 64, kMixedSeqs};
+  Buf att0 = run_attention(*backends[0], c);
+  for (size_t i = 1; i < backends.size(); ++i) {
+    Buf y(DType::kF32, {5, 77});
+    poison(y);
+    backends[i]->matmul(y.t, x.t, w.t, bias.t);
+    expect_close(y, base, 1e-4, 1e-5, std::string("matmul ") + std::string(cpu_isa_name(backends[i]->isa())));
+    expect_close(run_attention(*backends[i], c), att0, 2e-5, 1e-4,
+                 std::string("attention ") + std::string(cpu_isa_name(backends[i]->isa())));
+  }
+}
+
+}  // namespace
+}  // namespace quiver
