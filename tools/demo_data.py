@@ -80,6 +80,11 @@ DOUBLE = ["What is the {s} when the {w} is {v} and the {w2} is {v2}?",
 DOUBLE_COUNT = ["How many {s} have a {w} of {v} and a {w2} of {v2}?"]
 
 
+# Words the question templates use; as values or columns they would make questions ambiguous.
+QUESTION_WORDS = {w for t in SINGLE + COUNT + DOUBLE + DOUBLE_COUNT
+                  for w in t.lower().replace("?", "").split() if not w.startswith("{")}
+
+
 class SqlSplit:
     """The words, acronyms and table numbers one side (train or test) may use."""
 
@@ -93,7 +98,7 @@ def make_sql_splits(words, seed, test_fraction=0.15):
     rng = random.Random(seed)
     lower = {w for w in words if re.fullmatch(r"[a-z]{3,9}", w)}
     proper = {w.lower() for w in words if re.fullmatch(r"[A-Z][a-z]{2,9}", w)}
-    pool = sorted((lower | proper) - set(ACRONYMS))
+    pool = sorted((lower | proper) - set(ACRONYMS) - QUESTION_WORDS)
     rng.shuffle(pool)
     forced = set(CANONICAL["columns"]) | {CANONICAL["value"]}
     n_test = int(len(pool) * test_fraction)
