@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Trains the demo model on the GPU machine and packs everything into one file, $OUT/demo.tgz,
-# laid out like the repository (models/demo/..., tests/fixtures/demo_sql_*.jsonl):
-#   tar xzf demo.tgz -C /work/main
+# Trains the demo model on the GPU machine and packs everything into one gzipped tar laid out
+# like the repository (models/demo/..., tests/fixtures/demo_sql_*.jsonl), cut into pieces of
+# 15 MiB ($OUT/demo.tgz.00, .01, ...) because the device tool returns files of at most 16 MiB:
+#   cat demo.tgz.* | tar xzf - -C /work/main
 # Needs .demo_data/corpus carried from the dev machine (tools/prepare_demo_data.sh makes it).
 # Extra arguments go to tools/train_demo.py (e.g. --pretrain-seconds 120).
 set -uo pipefail
@@ -16,7 +17,8 @@ python3 tools/train_demo.py --data .demo_data/corpus --out "$work" "$@" 2>&1 \
   | tee "$work/models/demo/train_log.txt"
 rc=${PIPESTATUS[0]}
 # Pack whatever was written, also on failure, so the log and partial results come back.
-tar czf "$OUT/demo.tgz" -C "$work" . && rm -rf "$work"
+tar czf "$OUT/demo.tgz" -C "$work" . && rm -rf "$work" &&
+  split -b 15m -d -a 2 "$OUT/demo.tgz" "$OUT/demo.tgz." && rm "$OUT/demo.tgz"
 ls -la "$OUT"
 echo "train_demo.py exit status: $rc"
 exit "$rc"
