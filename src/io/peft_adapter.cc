@@ -1,0 +1,498 @@
+// PEFT LoRA adapter loading. adapter_config.json is interpreted the way PEFT's LoraModel
+// does (target_modules as list / regex / "all-linear", rank_pattern, alpha_pattern,
+// layers_to_transform + layers_pattern, exclude_modules), every feature quiver cannot run
+// is refused by name, and the tensors are checked against both the config and the base
+// model before they are converted to float32 with the scale folded into B.
+#include "io/peft_adapter.h"
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <sys/stat.h>
+
+#include "io/safetensors.h"
+
+namespace quiver {
+
+const char* lora_target_name(LoraTarget t) {
+  static constexpr const char* kNames[kNumLoraTargets] = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                                          "gate_proj", "up_proj", "down_proj"};
+  return kNames[static_cast<int>(t)];
+}
+
+int64_t lora_target_in(const ModelConfig& c, LoraTarget t) {
+  switch (t) {
+    case LoraTarget::kO: return c.q_size();
+    case LoraTarget::kDown: return c.intermediate_size;
+    default: return c.hidden_size;
+  }
+}
+
+int64_t lora_target_out(const ModelConfig& c, LoraTarget t) {
+  switch (t) {
+    case LoraTarget::kQ: return c.q_size();
+    case LoraTarget::kK:
+    case LoraTarget::kV: return c.kv_size();
+    case LoraTarget::kO:
+    case LoraTarget::kDown: return c.hidden_size;
+    case LoraTarget::kGate:
+    case LoraTarget::kUp: return c.intermediate_size;
+  }
+  return 0;
+}
+
+size_t LoraAdapter::host_bytes() const {
+  size_t n = 0;
+  for (const auto& layer : layers)
+    for (const auto& m : layer)
+      if (m) n += (m->a.size() + m->b.size()) * sizeof(float);
+  return n;
+}
+
+namespace {
+
+// Key order matters (rank_pattern / alpha_pattern: first matching key wins, as in Python).
+using OJson = nlohmann::ordered_json;
+
+std::string target_parent(LoraTarget t) { return t <= LoraTarget::kO ? "self_attn" : "mlp"; }
+
+// The module's name inside the HF model, which is what PEFT matches patterns against.
+std::string module_name(int64_t layer, LoraTarget t) {
+  return "model.layers." + std::to_string(layer) + "." + target_parent(t) + "." + lora_target_name(t);
+}
+
+std::optional<LoraTarget> target_from_name(const std::string& s) {
+  for (int i = 0; i < kNumLoraTargets; ++i)
+    if (s == lora_target_name(static_cast<LoraTarget>(i))) return static_cast<LoraTarget>(i);
+  return std::nullopt;
+}
+
+std::string supported_targets() {
+  std::string s;
+  for (int i = 0; i < kNumLoraTargets; ++i) s += (i ? ", " : "") + std::string(lora_target_name(static_cast<LoraTarget>(i)));
+  return s;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool is_embedding_name(const std::string& s) {
+  return s.find("embed_tokens") != std::string::npos || s.find("lm_head") != std::string::npos;
+}
+
+bool file_exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+Result<std::string> read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::error("cannot read " + path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+Result<std::regex> compile(const std::string& pattern, const std::string& field) {
+  try {
+    return std::regex(pattern, std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    return Status::error(field + ": invalid regular expression '" + pattern + "': " + e.what());
+  }
+}
+
+// adapter_config.json, reduced to what decides which modules get which rank and scale.
+struct LoraSpec {
+  enum class Mode { kList, kRegex, kAllLinear };
+  int r = 8;
+  double alpha = 8;
+  bool rslora = false;
+  Mode mode = Mode::kList;
+  std::vector<std::string> targets;  // kList
+  std::regex target_regex;           // kRegex
+  std::vector<std::pair<std::string, std::regex>> rank_keys;
+  std::vector<int> rank_values;
+  std::vector<std::pair<std::string, std::regex>> alpha_keys;
+  std::vector<double> alpha_values;
+  bool use_layer_indexes = false;
+  std::set<int64_t> layers;  // layers_to_transform
+  std::vector<std::regex> layers_patterns;
+  bool exclude_is_regex = false;
+  std::regex exclude_regex;
+  std::vector<std::string> exclude_list;
+};
+
+bool is_null_or_empty(const OJson& j) {
+  return j.is_null() || ((j.is_array() || j.is_object() || j.is_string()) && j.empty());
+}
+
+// An optional scalar field: absent or null gives `fallback`; a value of another type is an
+// error naming the field (PEFT writes every field, often as null).
+template <typename T>
+Result<T> field_or(const OJson& c, const char* key, T fallback) {
+  if (!c.contains(key) || c[key].is_null()) return fallback;
+  const OJson& v = c[key];
+  bool ok;
+  const char* want;
+  if constexpr (std::is_same_v<T, bool>) {
+    ok = v.is_boolean(), want = "true or false";
+  } else if constexpr (std::is_integral_v<T>) {
+    ok = v.is_number_integer(), want = "an integer";
+  } else if constexpr (std::is_floating_point_v<T>) {
+    ok = v.is_number(), want = "a number";
+  } else {
+    ok = v.is_string(), want = "a string";
+  }
+  if (!ok) return Status::error(std::string(key) + " must be " + want + ", not " + v.dump());
+  return v.get<T>();
+}
+
+// Fields naming PEFT features whose forward quiver does not implement.
+Status refuse_unsupported(const OJson& c) {
+  QV_ASSIGN_OR_RETURN(std::string bias, field_or<std::string>(c, "bias", "none"));
+  if (bias != "none")
+    return Status::error("bias=\"" + bias + "\" is not supported (LoRA bias terms change the base layers); only \"none\"");
+  QV_ASSIGN_OR_RETURN(bool dora, field_or(c, "use_dora", false));
+  if (dora) return Status::error("use_dora=true (DoRA) is not supported");
+  if (c.contains("modules_to_save") && !is_null_or_empty(c["modules_to_save"]))
+    return Status::error("modules_to_save " + c["modules_to_save"].dump() +
+                         " is not supported (the adapter replaces whole base modules)");
+  for (const char* field : {"lora_bias", "use_qalora"}) {
+    QV_ASSIGN_OR_RETURN(bool on, field_or(c, field, false));
+    if (on) return Status::error(std::string(field) + "=true is not supported");
+  }
+  for (const char* field : {"layer_replication", "target_parameters", "trainable_token_indices",
+                            "alora_invocation_tokens"}) {
+    if (c.contains(field) && !is_null_or_empty(c[field]))
+      return Status::error(std::string(field) + " is not supported");
+  }
+  return Status::ok();
+}
+
+Status check_list_entry(const std::string& entry, const std::string& field) {
+  std::string last = entry.substr(entry.rfind('.') == std::string::npos ? 0 : entry.rfind('.') + 1);
+  if (target_from_name(last)) return Status::ok();
+  if (is_embedding_name(last))
+    return Status::error(field + " contains '" + entry +
+                         "': LoRA on embed_tokens / lm_head is not supported (supported: " + supported_targets() + ")");
+  return Status::error(field + " contains unknown module '" + entry + "' (supported: " + supported_targets() + ")");
+}
+
+Result<std::vector<std::pair<std::string, std::regex>>> pattern_keys(const OJson& obj, const std::string& field) {
+  std::vector<std::pair<std::string, std::regex>> keys;
+  // PEFT's get_pattern_key: key K matches module M when re.match(r"(.*\.)?(K)$", M).
+  for (const auto& [k, v] : obj.items()) {
+    QV_ASSIGN_OR_RETURN(std::regex re, compile("(.*\\.)?(" + k + ")", field));
+    keys.emplace_back(k, std::move(re));
+  }
+  return keys;
+}
+
+Result<LoraSpec> parse_spec(const OJson& c) {
+  LoraSpec s;
+  if (!c.is_object()) return Status::error("top level is not a JSON object");
+  if (!c.contains("peft_type")) return Status::error("peft_type is missing (expected \"LORA\")");
+  QV_ASSIGN_OR_RETURN(std::string type, field_or<std::string>(c, "peft_type", ""));
+  if (type != "LORA") return Status::error("peft_type is \"" + type + "\"; only \"LORA\" adapters are supported");
+  QV_RETURN_IF_ERROR(refuse_unsupported(c));
+
+  // PEFT's defaults: r=8, lora_alpha=8.
+  QV_ASSIGN_OR_RETURN(s.r, field_or(c, "r", 8));
+  if (s.r <= 0) return Status::error("r=" + std::to_string(s.r) + " must be positive");
+  QV_ASSIGN_OR_RETURN(s.alpha, field_or(c, "lora_alpha", 8.0));
+  QV_ASSIGN_OR_RETURN(s.rslora, field_or(c, "use_rslora", false));
+  // fan_in_fan_out only applies to GPT-2 style Conv1D; PEFT resets it to false (with a
+  // warning) for nn.Linear, which every target here is, so the stored A/B are normal.
+
+  const OJson tm = c.contains("target_modules") ? c["target_modules"] : OJson();
+  if (tm.is_null()) {
+    // PEFT's default for llama / mistral / qwen2 when target_modules is left out.
+    s.targets = {"q_proj", "v_proj"};
+  } else if (tm.is_string()) {
+    std::string t = tm.get<std::string>();
+    std::string lower = t;
+    for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (lower == "all-linear") {
+      s.mode = LoraSpec::Mode::kAllLinear;
+    } else {
+      s.mode = LoraSpec::Mode::kRegex;
+      QV_ASSIGN_OR_RETURN(s.target_regex, compile(t, "target_modules"));
+      for (const char* emb : {"model.embed_tokens", "lm_head"})
+        if (std::regex_match(emb, s.target_regex))
+          return Status::error("target_modules regex '" + t + "' matches " + emb +
+                               ": LoRA on embed_tokens / lm_head is not supported");
+    }
+  } else {
+    for (const auto& e : tm) {
+      s.targets.push_back(e.get<std::string>());
+      QV_RETURN_IF_ERROR(check_list_entry(s.targets.back(), "target_modules"));
+    }
+  }
+
+  if (c.contains("rank_pattern") && c["rank_pattern"].is_object()) {
+    QV_ASSIGN_OR_RETURN(s.rank_keys, pattern_keys(c["rank_pattern"], "rank_pattern"));
+    for (const auto& [k, v] : c["rank_pattern"].items()) {
+      s.rank_values.push_back(v.get<int>());
+      if (s.rank_values.back() <= 0) return Status::error("rank_pattern['" + k + "'] must be positive");
+    }
+  }
+  if (c.contains("alpha_pattern") && c["alpha_pattern"].is_object()) {
+    QV_ASSIGN_OR_RETURN(s.alpha_keys, pattern_keys(c["alpha_pattern"], "alpha_pattern"));
+    for (const auto& [k, v] : c["alpha_pattern"].items()) s.alpha_values.push_back(v.get<double>());
+  }
+
+  const OJson lt = c.contains("layers_to_transform") ? c["layers_to_transform"] : OJson();
+  if (lt.is_number_integer()) {
+    s.use_layer_indexes = true;
+    s.layers.insert(lt.get<int64_t>());
+  } else if (lt.is_array() && !lt.empty()) {
+    s.use_layer_indexes = true;
+    for (const auto& l : lt) s.layers.insert(l.get<int64_t>());
+  }
+  const OJson lp = c.contains("layers_pattern") ? c["layers_pattern"] : OJson();
+  std::vector<std::string> patterns;
+  if (lp.is_string() && !lp.get<std::string>().empty()) patterns.push_back(lp.get<std::string>());
+  if (lp.is_array())
+    for (const auto& p : lp) patterns.push_back(p.get<std::string>());
+  // PEFT takes the first numbered segment after the pattern (lazy prefix) as the layer index.
+  if (patterns.empty()) patterns.push_back("[^.]*");
+  for (const auto& p : patterns) {
+    QV_ASSIGN_OR_RETURN(std::regex re, compile(".*?\\." + p + "\\.(\\d+)\\.", "layers_pattern"));
+    s.layers_patterns.push_back(std::move(re));
+  }
+
+  const OJson ex = c.contains("exclude_modules") ? c["exclude_modules"] : OJson();
+  if (ex.is_string() && !ex.get<std::string>().empty()) {
+    s.exclude_is_regex = true;
+    QV_ASSIGN_OR_RETURN(s.exclude_regex, compile(ex.get<std::string>(), "exclude_modules"));
+  } else if (ex.is_array()) {
+    for (const auto& e : ex) s.exclude_list.push_back(e.get<std::string>());
+  }
+  return s;
+}
+
+bool layer_selected(const LoraSpec& s, const std::string& key) {
+  for (const auto& re : s.layers_patterns) {
+    std::smatch m;
+    if (std::regex_search(key, m, re, std::regex_constants::match_continuous))
+      return s.layers.count(std::stoll(m[1].str())) > 0;
+  }
+  return false;
+}
+
+// PEFT's check_target_module_exists for one module name.
+bool is_targeted(const LoraSpec& s, const std::string& key) {
+  if (s.exclude_is_regex && std::regex_match(key, s.exclude_regex)) return false;
+  for (const auto& e : s.exclude_list)
+    if (key == e || ends_with(key, "." + e)) return false;
+  switch (s.mode) {
+    case LoraSpec::Mode::kRegex: return std::regex_match(key, s.target_regex);  // no layer filter, as PEFT
+    case LoraSpec::Mode::kAllLinear: return !s.use_layer_indexes || layer_selected(s, key);
+    case LoraSpec::Mode::kList: break;
+  }
+  bool found = false;
+  for (const auto& t : s.targets) {
+    if (key == t) return true;  // named exactly: PEFT skips the layer filter
+    found = found || ends_with(key, "." + t);
+  }
+  if (found && s.use_layer_indexes) return layer_selected(s, key);
+  return found;
+}
+
+struct RankScale {
+  int rank;
+  double alpha;
+  std::string rank_from;  // for messages: "r" or "rank_pattern['k']"
+};
+
+RankScale rank_and_alpha(const LoraSpec& s, const std::string& key) {
+  RankScale rs{s.r, s.alpha, "r"};
+  for (size_t i = 0; i < s.rank_keys.size(); ++i)
+    if (std::regex_match(key, s.rank_keys[i].second)) {
+      rs.rank = s.rank_values[i];
+      rs.rank_from = "rank_pattern['" + s.rank_keys[i].first + "']";
+      break;
+    }
+  for (size_t i = 0; i < s.alpha_keys.size(); ++i)
+    if (std::regex_match(key, s.alpha_keys[i].second)) {
+      rs.alpha = s.alpha_values[i];
+      break;
+    }
+  return rs;
+}
+
+// A tensor name "base_model.model.<module>.lora_<A|B>[.default].weight", resolved to its module.
+struct TensorKey {
+  int64_t layer = 0;
+  LoraTarget target = LoraTarget::kQ;
+  bool is_a = true;
+};
+
+Result<TensorKey> parse_tensor_name(const std::string& tname, int64_t num_layers) {
+  static const std::regex kName(
+      R"(base_model\.model\.model\.layers\.(\d+)\.(self_attn|mlp)\.([a-z_]+)\.lora_(A|B)\.(?:default\.)?weight)");
+  std::smatch m;
+  if (std::regex_match(tname, m, kName)) {
+    std::optional<LoraTarget> t = target_from_name(m[3].str());
+    if (!t) return Status::error("tensor " + tname + " is for unknown module '" + m[3].str() + "' (supported: " + supported_targets() + ")");
+    if (target_parent(*t) != m[2].str()) return Status::error("tensor " + tname + " has " + m[3].str() + " under " + m[2].str());
+    TensorKey k;
+    k.layer = std::stoll(m[1].str());
+    k.target = *t;
+    k.is_a = m[4].str() == "A";
+    if (k.layer >= num_layers)
+      return Status::error("tensor " + tname + " is for layer " + m[1].str() + " but the base model has " +
+                           std::to_string(num_layers) + " layers (adapter made for another model?)");
+    return k;
+  }
+  if (is_embedding_name(tname))
+    return Status::error("tensor " + tname + ": LoRA on embed_tokens / lm_head is not supported");
+  return Status::error("unexpected tensor " + tname + " (expected base_model.model.model.layers.N.<self_attn|mlp>.<proj>.lora_A.weight / lora_B.weight)");
+}
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+// expected = {d0, d1}; rank_dim says which of them is the LoRA rank (A: 0, B: 1).
+Status check_shape(const std::string& tname, const TensorInfo& info, std::vector<int64_t> expected, int rank_dim,
+                   const RankScale& rs) {
+  if (!info.dtype_known || (info.dtype != DType::kF32 && info.dtype != DType::kF16 && info.dtype != DType::kBF16))
+    return Status::error("tensor " + tname + " has dtype " + info.file_dtype +
+                         "; only F32, F16 and BF16 are supported");
+  if (info.shape == expected) return Status::ok();
+  bool model_dims_fit = info.shape.size() == 2 && info.shape[1 - rank_dim] == expected[1 - rank_dim];
+  if (!model_dims_fit)
+    return Status::error("tensor " + tname + " has shape " + shape_str(info.shape) + ", expected " +
+                         shape_str(expected) + " for this base model (adapter made for another model?)");
+  return Status::error("tensor " + tname + " has shape " + shape_str(info.shape) + ", expected " + shape_str(expected) +
+                       ": adapter_config.json gives this module rank " + std::to_string(rs.rank) + " (" +
+                       rs.rank_from + ")");
+}
+
+std::vector<float> to_f32(const TensorInfo& info, double scale) {
+  size_t n = 1;
+  for (int64_t d : info.shape) n *= static_cast<size_t>(d);
+  std::vector<float> out(n);
+  for (size_t i = 0; i < n; ++i)
+    out[i] = scale == 1.0 ? load_as_f32(info.data, info.dtype, i)
+                          : static_cast<float>(static_cast<double>(load_as_f32(info.data, info.dtype, i)) * scale);
+  return out;
+}
+
+Result<LoraAdapter> load_impl(const std::string& dir, const std::string& name, const ModelConfig& base,
+                              int max_lora_rank) {
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return Status::error("not a directory");
+  const std::string config_path = dir + "/adapter_config.json";
+  const std::string weights_path = dir + "/adapter_model.safetensors";
+  if (!file_exists(config_path)) return Status::error("adapter_config.json not found");
+  if (!file_exists(weights_path)) {
+    if (file_exists(dir + "/adapter_model.bin"))
+      return Status::error("only adapter_model.bin (PyTorch pickle) found; convert it to safetensors "
+                           "(load it with PEFT and save_pretrained(..., safe_serialization=True))");
+    return Status::error("adapter_model.safetensors not found");
+  }
+
+  QV_ASSIGN_OR_RETURN(std::string text, read_text(config_path));
+  OJson config;
+  try {
+    config = OJson::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    return Status::error("adapter_config.json is not valid JSON: " + std::string(e.what()));
+  }
+  Result<LoraSpec> parsed = Status::error("unparsed");
+  try {
+    parsed = parse_spec(config);
+  } catch (const nlohmann::json::exception& e) {
+    return Status::error("adapter_config.json: " + std::string(e.what()));
+  }
+  if (!parsed) return parsed.status().with_context("adapter_config.json");
+  const LoraSpec& spec = parsed.value();
+
+  // Refuse before reading weights: the slot stacks are sized by --max-lora-rank.
+  auto too_big = [&](int rank, const std::string& from) {
+    return Status::error("rank " + std::to_string(rank) + " (" + from + ") is above --max-lora-rank " +
+                         std::to_string(max_lora_rank) + "; restart with --max-lora-rank " + std::to_string(rank) +
+                         " or more");
+  };
+  if (spec.r > max_lora_rank) return too_big(spec.r, "r");
+  for (size_t i = 0; i < spec.rank_values.size(); ++i)
+    if (spec.rank_values[i] > max_lora_rank)
+      return too_big(spec.rank_values[i], "rank_pattern['" + spec.rank_keys[i].first + "']");
+
+  QV_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file, SafetensorsFile::open(weights_path));
+  struct Pair {
+    const TensorInfo* a = nullptr;
+    const TensorInfo* b = nullptr;
+    std::string a_name, b_name;
+  };
+  const int64_t num_layers = base.num_layers;
+  std::vector<std::array<Pair, kNumLoraTargets>> found(static_cast<size_t>(num_layers));
+  for (const auto& [tname, info] : file->tensors()) {
+    QV_ASSIGN_OR_RETURN(TensorKey k, parse_tensor_name(tname, num_layers));
+    Pair& p = found[k.layer][static_cast<int>(k.target)];
+    const TensorInfo*& slot = k.is_a ? p.a : p.b;
+    std::string& slot_name = k.is_a ? p.a_name : p.b_name;
+    if (slot) return Status::error("tensors " + slot_name + " and " + tname + " are the same weight");
+    slot = &info;
+    slot_name = tname;
+  }
+
+  LoraAdapter adapter;
+  adapter.name = name;
+  adapter.path = dir;
+  adapter.layers.resize(static_cast<size_t>(num_layers));
+  int num_modules = 0;
+  for (int64_t l = 0; l < num_layers; ++l) {
+    for (int t = 0; t < kNumLoraTargets; ++t) {
+      const auto target = static_cast<LoraTarget>(t);
+      const std::string key = module_name(l, target);
+      const Pair& p = found[l][t];
+      if (!is_targeted(spec, key)) {
+        if (p.a || p.b)
+          return Status::error("tensor " + (p.a ? p.a_name : p.b_name) + " is for " + key +
+                               ", which adapter_config.json does not target");
+        continue;
+      }
+      for (const char* ab : {"A", "B"})
+        if (!(ab[0] == 'A' ? p.a : p.b))
+          return Status::error("missing tensor base_model.model." + key + ".lora_" + ab +
+                               ".weight (adapter_config.json targets " + key + ")");
+      const RankScale rs = rank_and_alpha(spec, key);
+      const int64_t in = lora_target_in(base, target), out = lora_target_out(base, target);
+      QV_RETURN_IF_ERROR(check_shape(p.a_name, *p.a, {rs.rank, in}, 0, rs));
+      QV_RETURN_IF_ERROR(check_shape(p.b_name, *p.b, {out, rs.rank}, 1, rs));
+      const double scale = spec.rslora ? rs.alpha / std::sqrt(static_cast<double>(rs.rank)) : rs.alpha / rs.rank;
+      LoraModule m;
+      m.rank = rs.rank;
+      m.a = to_f32(*p.a, 1.0);    // [rank, in]
+      m.b = to_f32(*p.b, scale);  // [out, rank]
+      adapter.max_rank = std::max(adapter.max_rank, m.rank);
+      adapter.layers[l][t] = std::move(m);
+      ++num_modules;
+    }
+  }
+  if (num_modules == 0)
+    return Status::error("adapter_config.json targets no module of this base model (target_modules " +
+                         (config.contains("target_modules") ? config["target_modules"].dump() : std::string("null")) + ")");
+  return adapter;
+}
+
+}  // namespace
+
+Result<LoraAdapter> load_peft_adapter(const std::string& dir, const std::string& name, const ModelConfig& base,
+                                      int max_lora_rank) {
+  Result<LoraAdapter> r = load_impl(dir, name, base, max_lora_rank);
+  if (!r) return r.status().with_context("LoRA adapter '" + name + "' (" + dir + ")");
+  return r;
+}
+
+}  // namespace quiver
