@@ -43,6 +43,7 @@ class AdapterRegistry {
 
   int max_lora_rank() const { return max_lora_rank_; }
   int num_cached() const;  // adapters currently held in host memory by the LRU
+  int64_t loads() const;   // adapters read from disk so far (add + reloads after eviction)
 
  private:
   ModelConfig base_;
@@ -50,6 +51,7 @@ class AdapterRegistry {
   int max_cpu_loras_;
   mutable std::mutex mu_;
   uint64_t next_uid_ = 1;
+  int64_t loads_ = 0;
   std::vector<AdapterInfo> registered_;
   std::list<std::pair<uint64_t, std::shared_ptr<const LoraAdapter>>> lru_;  // front = most recent
 };
