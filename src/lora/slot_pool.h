@@ -41,6 +41,9 @@ class LoraSlotPool {
   int64_t loads() const { return loads_; }  // adapters copied into slots so far
 
  private:
+  // Zeroes every stack's region of `slot`, then copies the adapter's modules rank-padded.
+  void load_into(int slot, const LoraAdapter& adapter);
+
   struct Slot {
     uint64_t uid = 0;
     int pins = 0;
