@@ -39,6 +39,19 @@ class Tokenizer {
   virtual const ChatTemplate* chat_template() const = 0;
   // Renders messages with the chat template and the tokenizer's special tokens.
   Result<std::string> apply_chat_template(const nlohmann::json& messages, bool add_generation_prompt) const;
+  // Same, with more template variables (tools, enable_thinking, ...); bos_token and
+  // eos_token are set unless `extra_variables` sets them.
+  Result<std::string> apply_chat_template(const nlohmann::json& messages, bool add_generation_prompt,
+                                          const nlohmann::json& extra_variables) const;
+
+  // Vocabulary lookups (added tokens included); nullopt when absent.
+  virtual std::optional<int32_t> token_to_id(std::string_view token) const { return std::nullopt; }
+  virtual std::optional<std::string> id_to_token(int32_t id) const { return std::nullopt; }
+
+ protected:
+  // Why chat_template() is null although the files name a template (e.g. it failed to
+  // parse); ok when there simply is none.
+  virtual Status chat_template_status() const { return Status::ok(); }
 };
 
 // Streaming decode for one sequence: feed ids one at a time; each call returns the text

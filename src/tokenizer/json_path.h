@@ -1,0 +1,39 @@
+// Small helpers for reading tokenizer.json / tokenizer_config.json fields with errors that
+// name the file and JSON path of the offending field (e.g. "pre_tokenizer.pretokenizers[1]").
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+
+namespace quiver::json_path {
+
+using nlohmann::json;
+
+inline std::string child(const std::string& path, const std::string& key) {
+  return path.empty() ? key : path + "." + key;
+}
+inline std::string index(const std::string& path, size_t i) {
+  return path + "[" + std::to_string(i) + "]";
+}
+
+inline Status error(const std::string& path, const std::string& message) {
+  return Status::error(path + ": " + message);
+}
+
+// The "type" string of a component object.
+Result<std::string> type_of(const json& j, const std::string& path);
+
+// Optional typed fields: absent or null gives `fallback`; a wrong type is an error.
+Result<bool> get_bool(const json& j, const std::string& key, const std::string& path, bool fallback);
+Result<std::string> get_string(const json& j, const std::string& key, const std::string& path,
+                               const std::string& fallback);
+Result<int64_t> get_int(const json& j, const std::string& key, const std::string& path, int64_t fallback);
+// Required fields.
+Result<std::string> require_string(const json& j, const std::string& key, const std::string& path);
+Result<const json*> require(const json& j, const std::string& key, const std::string& path);
+
+}  // namespace quiver::json_path
