@@ -35,6 +35,10 @@ class BlockPool {
 
   int64_t hits() const { return hits_; }  // blocks served from the cache so far
 
+  // Debug views for tests and invariant checks.
+  int ref_count(int block) const { return ref_[block]; }
+  uint64_t published_hash(int block) const { return hash_of_[block]; }  // 0 = not in the prefix cache
+
  private:
   int num_blocks_;
   int block_size_;
