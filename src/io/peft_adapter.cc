@@ -259,6 +259,16 @@ Result<LoraSpec> parse_spec(const OJson& c) {
   if (lp.is_string() && !lp.get<std::string>().empty()) patterns.push_back(lp.get<std::string>());
   if (lp.is_array())
     for (const auto& p : lp) patterns.push_back(p.get<std::string>());
+
+  // LoraConfig.__post_init__ rejects these combinations, so PEFT itself cannot load them.
+  if (tm.is_string()) {
+    for (const char* field : {"layers_to_transform", "layers_pattern"})
+      if (c.contains(field) && !c[field].is_null())
+        return Status::error(std::string(field) + " cannot be used when target_modules is a string (" + tm.dump() +
+                             "); PEFT refuses this config too");
+  }
+  if (!patterns.empty() && !s.use_layer_indexes)
+    return Status::error("layers_pattern is set but layers_to_transform is not; PEFT refuses this config too");
   // PEFT takes the first numbered segment after the pattern (lazy prefix) as the layer index.
   if (patterns.empty()) patterns.push_back("[^.]*");
   for (const auto& p : patterns) {
@@ -292,7 +302,7 @@ bool is_targeted(const LoraSpec& s, const std::string& key) {
     if (key == e || ends_with(key, "." + e)) return false;
   switch (s.mode) {
     case LoraSpec::Mode::kRegex: return std::regex_match(key, s.target_regex);  // no layer filter, as PEFT
-    case LoraSpec::Mode::kAllLinear: return !s.use_layer_indexes || layer_selected(s, key);
+    case LoraSpec::Mode::kAllLinear: return true;  // every projection, never lm_head
     case LoraSpec::Mode::kList: break;
   }
   bool found = false;

@@ -197,6 +197,21 @@ TEST_F(PeftAdapterTest, LayersPatternThatMatchesNothingSelectsNoLayer) {
   expect_error(write_and_load(c, {}), {"targets no module"});
 }
 
+TEST_F(PeftAdapterTest, RefusesLayersToTransformWithStringTargets) {
+  // LoraConfig.__post_init__ raises for this, for a regex and for "all-linear" alike.
+  OJson c = lora_config(2, 2, "all-linear");
+  c["layers_to_transform"] = {0};
+  expect_error(write_and_load(c, adapter_tensors(base_, kAll, 2, 1, {0})),
+               {"layers_to_transform cannot be used when target_modules is a string"});
+}
+
+TEST_F(PeftAdapterTest, RefusesLayersPatternWithoutLayersToTransform) {
+  OJson c = lora_config(2, 2, {"q_proj"});
+  c["layers_pattern"] = "layers";
+  expect_error(write_and_load(c, adapter_tensors(base_, {LoraTarget::kQ}, 2, 1)),
+               {"layers_pattern is set but layers_to_transform is not"});
+}
+
 TEST_F(PeftAdapterTest, ExcludeModules) {
   OJson c = lora_config(2, 2, {"q_proj", "v_proj"});
   c["exclude_modules"] = {"model.layers.0.self_attn.v_proj"};
