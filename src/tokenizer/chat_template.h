@@ -20,8 +20,14 @@ class ChatTemplate {
   // messages: [{"role": ..., "content": ...}, ...]. `variables` holds the rest of the
   // context: bos_token, eos_token, and anything else the template reads (tools, ...).
   // raise_exception(...) in the template becomes an error Status with its message.
+  // Like transformers, `tools` and `documents` are defined (as none) even when absent.
   Result<std::string> render(const nlohmann::json& messages, bool add_generation_prompt,
                              const nlohmann::json& variables) const;
+  // The same with object key order preserved: nlohmann::json sorts keys, but Python
+  // dicts keep insertion order and `tojson` prints them in it, so renders that dump
+  // tools or tool-call arguments need this overload to match byte for byte.
+  Result<std::string> render_ordered(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                                     const nlohmann::ordered_json& variables) const;
 
   ChatTemplate(ChatTemplate&&) noexcept;
   ChatTemplate& operator=(ChatTemplate&&) noexcept;
