@@ -217,6 +217,65 @@ TEST(Jinja, RendersLikeJinja2) {
   }
 }
 
+// ---- real templates, expected output derived by hand ----
+
+// Qwen2-Instruct's ChatML template (tests/fixtures/chat_templates/qwen2.jinja). The '\n'
+// are escapes inside Jinja string literals; there is no whitespace outside tags.
+const char* kQwen2 =
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}{% endif %}"
+    "{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+TEST(Jinja, Qwen2ChatMLByHand) {
+  // No system message: the template inserts the default one on the first iteration.
+  auto a = render(kQwen2, R"({"messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": true})");
+  ASSERT_TRUE(a.is_ok()) << a.message();
+  EXPECT_EQ(*a,
+            "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+            "<|im_start|>user\nHi<|im_end|>\n"
+            "<|im_start|>assistant\n");
+  // With a system message, no default; without add_generation_prompt, no open turn.
+  auto b = render(kQwen2, R"({"messages": [{"role": "system", "content": "Be terse."},
+                                           {"role": "user", "content": "Hi"},
+                                           {"role": "assistant", "content": "Hello."}]})");
+  ASSERT_TRUE(b.is_ok()) << b.message();
+  EXPECT_EQ(*b,
+            "<|im_start|>system\nBe terse.<|im_end|>\n"
+            "<|im_start|>user\nHi<|im_end|>\n"
+            "<|im_start|>assistant\nHello.<|im_end|>\n");
+}
+
+// HuggingFaceH4/zephyr-7b-beta (tests/fixtures/chat_templates/zephyr.jinja): every tag sits
+// on its own line. trim_blocks eats the newline after each {% %}, but the newline after
+// each {{ }} stays, so every message ends in eos + "\n"; the '<|user|>\n' literals hold a
+// real newline character.
+const char* kZephyr =
+    "{% for message in messages %}\n"
+    "{% if message['role'] == 'user' %}\n"
+    "{{ '<|user|>\n' + message['content'] + eos_token }}\n"
+    "{% elif message['role'] == 'system' %}\n"
+    "{{ '<|system|>\n' + message['content'] + eos_token }}\n"
+    "{% elif message['role'] == 'assistant' %}\n"
+    "{{ '<|assistant|>\n'  + message['content'] + eos_token }}\n"
+    "{% endif %}\n"
+    "{% if loop.last and add_generation_prompt %}\n"
+    "{{ '<|assistant|>' }}\n"
+    "{% endif %}\n"
+    "{% endfor %}";
+
+TEST(Jinja, ZephyrByHand) {
+  auto a = render(kZephyr, R"({"messages": [{"role": "system", "content": "Pirate."},
+                                            {"role": "user", "content": "Hello"}],
+                               "add_generation_prompt": true, "eos_token": "</s>"})");
+  ASSERT_TRUE(a.is_ok()) << a.message();
+  EXPECT_EQ(*a, "<|system|>\nPirate.</s>\n<|user|>\nHello</s>\n<|assistant|>\n");
+  auto b = render(kZephyr, R"({"messages": [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "A"}],
+                               "eos_token": "</s>"})");
+  ASSERT_TRUE(b.is_ok()) << b.message();
+  EXPECT_EQ(*b, "<|user|>\nQ</s>\n<|assistant|>\nA</s>\n");
+}
+
 // ---- errors ----
 
 TEST(Jinja, ParseErrorsNameTheConstructAndLine) {
