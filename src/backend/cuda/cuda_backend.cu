@@ -1,17 +1,144 @@
-#include <cuda_runtime.h>
+// CudaBackend lifetime (stream, cuBLAS handle and workspace), memory and copies, weight
+// upload, and make_cuda_backend(). The ops live in the other .cu files of this folder.
+#include "backend/cuda/cuda_backend.h"
 
-#include "backend/cuda/cuda_backend_factory.h"
+#include <algorithm>
+
+#include "backend/cuda/cuda_common.h"
 
 namespace quiver {
 
+using cuda::cublas_check;
+using cuda::cuda_check;
+
+CudaBackend::CudaBackend(const CudaBackendOptions& options) : options_(options) {
+  check(options_.gemv_max_n >= 0 && options_.gemv_max_n <= cuda::kGemvMaxTokens,
+        "CudaBackendOptions::gemv_max_n must be in [0, 16]");
+  cuda_check(cudaSetDevice(options_.device));
+  cuda_check(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, options_.device));
+  // Non-blocking: the legacy default stream must never serialise with (or break capture of)
+  // this stream's work.
+  cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  cublas_check(cublasCreate(&cublas_));
+  // cublasSetStream resets the workspace to cuBLAS's own pool, so the workspace comes after.
+  cublas_check(cublasSetStream(cublas_, stream_));
+  cuda_check(cudaMalloc(&cublas_workspace_, options_.cublas_workspace_bytes));
+  cublas_check(cublasSetWorkspace(cublas_, cublas_workspace_, options_.cublas_workspace_bytes));
+  // No TF32 anywhere: f32 weights must match the reference to 1e-4.
+  cublas_check(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
+  cuda::configure_attention_kernels();
+}
+
+CudaBackend::~CudaBackend() {
+  // Best effort: a destructor has no one to report to, and the device may already be gone.
+  cudaStreamSynchronize(stream_);
+  for (void* p : weights_) cudaFree(p);
+  cudaFree(matmul_scratch_.ptr);
+  cudaFree(attention_scratch_.ptr);
+  cublasDestroy(cublas_);
+  cudaFree(cublas_workspace_);
+  cudaStreamDestroy(stream_);
+}
+
+void* CudaBackend::alloc(size_t bytes) {
+  void* p = nullptr;
+  // cudaMalloc returns 256-byte aligned memory (the interface promises 64).
+  cudaError_t e = cudaMalloc(&p, std::max<size_t>(bytes, 256));
+  if (e != cudaSuccess) {
+    check(false, "cudaMalloc of " + std::to_string(bytes) + " bytes failed: " + cudaGetErrorString(e));
+  }
+  return p;
+}
+
+void CudaBackend::free(void* ptr) {
+  // cudaFree waits for the device, so work still reading ptr finishes first.
+  if (ptr) cuda_check(cudaFree(ptr));
+}
+
+void CudaBackend::copy_from_host(void* dst, const void* src, size_t bytes) {
+  // From pageable memory (every caller's std::vector / mmap) CUDA stages the source before
+  // returning, so the caller may reuse `src` at once; the copy is ordered on the stream.
+  if (bytes == 0) return;
+  cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+}
+
+void CudaBackend::copy_to_host(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+  cuda_check(cudaStreamSynchronize(stream_));  // the host reads dst next
+}
+
+void CudaBackend::copy(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+}
+
+void CudaBackend::fill_zero(void* dst, size_t bytes) {
+  if (bytes == 0) return;
+  cuda_check(cudaMemsetAsync(dst, 0, bytes, stream_));
+}
+
+void CudaBackend::synchronize() { cuda_check(cudaStreamSynchronize(stream_)); }
+
+Tensor CudaBackend::import_weight(const Tensor& host) {
+  check(host.device == Device::kCpu, "import_weight: expects a host tensor");
+  Tensor t = host;
+  t.device = Device::kCuda;
+  t.data = alloc(host.bytes());
+  weights_.push_back(t.data);
+  if (host.bytes() > 0) {
+    cuda_check(cudaMemcpyAsync(t.data, host.data, host.bytes(), cudaMemcpyHostToDevice, stream_));
+    // The host side may be an mmap that the caller unmaps right after.
+    cuda_check(cudaStreamSynchronize(stream_));
+  }
+  return t;
+}
+
+bool CudaBackend::capturing() const {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  cuda_check(cudaStreamIsCapturing(stream_, &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
+void* CudaBackend::scratch(Scratch& s, size_t bytes, const char* what) {
+  if (bytes <= s.bytes) return s.ptr;
+  check(!capturing(), std::string(what) +
+                          " scratch must grow, but the stream is capturing a graph: reserve it (reserve_*) "
+                          "or run the largest shape eagerly before capture");
+  if (s.ptr) cuda_check(cudaFree(s.ptr));  // waits for kernels still using it
+  const size_t rounded = (bytes + (size_t{1} << 21) - 1) & ~((size_t{1} << 21) - 1);
+  s.ptr = nullptr;
+  s.bytes = 0;
+  cuda_check(cudaMalloc(&s.ptr, rounded));
+  s.bytes = rounded;
+  return s.ptr;
+}
+
 std::unique_ptr<Backend> make_cuda_backend(int device, std::string* error) {
+  CudaBackendOptions options;
+  options.device = device;
+  return make_cuda_backend(options, error);
+}
+
+std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& options, std::string* error) {
   int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count <= device) {
-    *error = "no CUDA device available";
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    *error = std::string("no CUDA device available (") + cudaGetErrorString(e) + ")";
+    cudaGetLastError();  // not sticky, but leave no error behind for later checks
     return nullptr;
   }
-  *error = "CUDA backend under construction";
-  return nullptr;
+  if (options.device < 0 || options.device >= count) {
+    *error = "CUDA device " + std::to_string(options.device) + " requested, " + std::to_string(count) + " present";
+    return nullptr;
+  }
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, options.device) != cudaSuccess || prop.major < 8) {
+    *error = "CUDA device " + std::to_string(options.device) + " (" + prop.name +
+             ") is older than compute capability 8.0, which quiver needs";
+    return nullptr;
+  }
+  return std::make_unique<CudaBackend>(options);
 }
 
 }  // namespace quiver

@@ -1,6 +1,7 @@
 // Entry point to the CUDA backend that CUDA-free code may include (no CUDA headers here).
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <string>
 
@@ -8,7 +9,26 @@
 
 namespace quiver {
 
+// Knobs of the CUDA backend; the defaults are what the engine runs with. Tests and
+// benchmarks move the thresholds to reach every kernel path at every size.
+struct CudaBackendOptions {
+  int device = 0;
+  // matmul with n <= gemv_max_n tokens runs the memory-bound GEMV kernel (f32 activations,
+  // each weight read once per call); larger n converts x to the weight's 16-bit type and
+  // calls cuBLAS. At most 16; 0 sends every matmul to cuBLAS.
+  int gemv_max_n = 8;
+  // When true, the cuBLAS path splits x = hi + lo (two 16-bit GEMMs, twice the math) so
+  // bf16/f16-weight matmuls keep ~f32 accuracy (rel. error ~1e-5 instead of ~3e-3).
+  bool gemm_split_activations = false;
+  // LoRA shrink/expand with n >= lora_tiled_min_n tokens use the tiled kernels (adapter
+  // tiles shared by 16 tokens); fewer tokens use the per-token gather kernels (BGMV).
+  int lora_tiled_min_n = 65;
+  // Fixed cuBLAS workspace, so cuBLAS never allocates while a graph is being captured.
+  size_t cublas_workspace_bytes = size_t{32} << 20;
+};
+
 // nullptr and *error set when no usable GPU is present.
 std::unique_ptr<Backend> make_cuda_backend(int device, std::string* error);
+std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& options, std::string* error);
 
 }  // namespace quiver

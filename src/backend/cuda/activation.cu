@@ -1,0 +1,108 @@
+// CUDA element-wise ops: silu_mul (SwiGLU), add (residual), gather_rows (pick the rows
+// whose logits are needed). Grids are sized from the element count only.
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_common.h"
+
+namespace quiver {
+namespace {
+
+constexpr int kThreads = 256;
+
+// Grid for a grid-stride loop over `work` items: enough blocks to fill the GPU, no more.
+unsigned grid_for(int64_t work, int num_sms) {
+  return static_cast<unsigned>(std::clamp<int64_t>(cuda::ceil_div(work, kThreads), 1, int64_t{num_sms} * 16));
+}
+
+__device__ __forceinline__ float silu_mul1(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
+// out = silu(gate) * up over `count` elements; vec: float4 over count / 4 groups.
+__global__ void silu_mul_kernel(float* out, const float* gate, const float* up, int64_t count, bool vec) {
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  const int64_t start = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (vec) {
+    for (int64_t i = start; i < count / 4; i += stride) {
+      const float4 g = reinterpret_cast<const float4*>(gate)[i];
+      const float4 u = reinterpret_cast<const float4*>(up)[i];
+      reinterpret_cast<float4*>(out)[i] =
+          make_float4(silu_mul1(g.x, u.x), silu_mul1(g.y, u.y), silu_mul1(g.z, u.z), silu_mul1(g.w, u.w));
+    }
+  } else {
+    for (int64_t i = start; i < count; i += stride) out[i] = silu_mul1(gate[i], up[i]);
+  }
+}
+
+// y += x over `count` elements.
+__global__ void add_kernel(float* y, const float* x, int64_t count, bool vec) {
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  const int64_t start = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (vec) {
+    for (int64_t i = start; i < count / 4; i += stride) {
+      float4 a = reinterpret_cast<float4*>(y)[i];
+      const float4 b = reinterpret_cast<const float4*>(x)[i];
+      reinterpret_cast<float4*>(y)[i] = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+    }
+  } else {
+    for (int64_t i = start; i < count; i += stride) y[i] += x[i];
+  }
+}
+
+// out[i, :] = x[rows[i], :]; a row index outside x becomes a NaN row (it cannot be
+// reported from the device).
+__global__ void gather_rows_kernel(float* __restrict__ out, const float* __restrict__ x,
+                                   const int32_t* __restrict__ rows, int64_t num_rows, int64_t d) {
+  const int64_t i = blockIdx.x;
+  const int64_t r = rows[i];
+  float* o = out + i * d;
+  if (r < 0 || r >= num_rows) {
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) o[j] = NAN;
+    return;
+  }
+  const float* src = x + r * d;
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) o[j] = src[j];
+}
+
+}  // namespace
+
+void CudaBackend::silu_mul(Tensor out, Tensor gate, Tensor up) {
+  cuda::check_f32(out, "silu_mul: out must be f32 on the GPU");
+  cuda::check_f32(gate, "silu_mul: gate must be f32 on the GPU");
+  cuda::check_f32(up, "silu_mul: up must be f32 on the GPU");
+  const int64_t count = out.numel();
+  check(gate.numel() == count && up.numel() == count, "silu_mul: shape mismatch");
+  if (count == 0) return;
+  const bool vec = count % 4 == 0 && cuda::aligned16(out.data) && cuda::aligned16(gate.data) &&
+                   cuda::aligned16(up.data);
+  silu_mul_kernel<<<grid_for(vec ? count / 4 : count, num_sms_), kThreads, 0, stream_>>>(
+      out.ptr<float>(), gate.ptr<float>(), up.ptr<float>(), count, vec);
+  cuda::launch_check();
+}
+
+void CudaBackend::add(Tensor y, Tensor x) {
+  cuda::check_f32(y, "add: y must be f32 on the GPU");
+  cuda::check_f32(x, "add: x must be f32 on the GPU");
+  const int64_t count = y.numel();
+  check(x.numel() == count, "add: shape mismatch");
+  if (count == 0) return;
+  const bool vec = count % 4 == 0 && cuda::aligned16(y.data) && cuda::aligned16(x.data);
+  add_kernel<<<grid_for(vec ? count / 4 : count, num_sms_), kThreads, 0, stream_>>>(y.ptr<float>(), x.ptr<float>(),
+                                                                                     count, vec);
+  cuda::launch_check();
+}
+
+void CudaBackend::gather_rows(Tensor out, Tensor x, Tensor rows) {
+  cuda::check_f32(out, "gather_rows: out must be f32 on the GPU");
+  cuda::check_f32(x, "gather_rows: x must be f32 on the GPU");
+  check(rows.dtype == DType::kI32 && x.ndim == 2 && out.ndim == 2, "gather_rows: bad operand types");
+  const int64_t m = out.dim(0), d = x.dim(1);
+  check(out.dim(1) == d && rows.numel() == m, "gather_rows: shape mismatch");
+  if (m == 0 || d == 0) return;
+  const int threads = static_cast<int>(std::clamp<int64_t>((d + 31) / 32 * 32, 32, 512));
+  gather_rows_kernel<<<static_cast<unsigned>(m), threads, 0, stream_>>>(out.ptr<float>(), x.ptr<float>(),
+                                                                          rows.ptr<int32_t>(), x.dim(0), d);
+  cuda::launch_check();
+}
+
+}  // namespace quiver

@@ -1,0 +1,275 @@
+// CUDA paged attention, entry point and decode path. A step whose every sequence brings
+// one query (max_query_len == 1) runs the decode kernel below; any other step runs the
+// variable-length prefill kernel (attention_prefill.cu), which handles one-query
+// sequences mixed into the same batch as well.
+//
+// Decode: flash-decoding split-K. Each block owns one sequence, `gc` query heads that
+// share one KV head (the GQA group, or a divisor of it <= 8) and one partition of
+// kPart keys. K rows are read once per block and used by all gc heads:
+//   1. scores: one thread per key computes its gc dot products (K row in 16-byte vectors,
+//      q broadcast from shared memory) into shared memory;
+//   2. softmax of the partition per head (max, exp, sum) by one warp per head;
+//   3. P V: threads split each V row into 16-byte vectors and the keys among themselves,
+//      accumulating gc heads in registers, then reduce over keys in shared memory.
+// With one partition the block writes the output; otherwise it writes (o, max, sum) and
+// a combine kernel merges the partitions. The grid is (max splits, heads / gc, seqs),
+// from meta.max_seq_len (a host upper bound); blocks past their sequence's end exit.
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cuda/attention.h"
+#include "backend/cuda/cuda_backend.h"
+
+namespace quiver {
+namespace {
+
+using cuda::AttentionParams;
+
+constexpr int kPart = 256;     // keys per split-K partition
+constexpr int kThreads = 128;  // decode block
+
+template <typename T, int HD, int GMAX>
+struct DecodeShape {
+  static constexpr int E = cuda::Vec16<T>::E;  // elements per 16-byte vector
+  static constexpr int NV = HD / E;             // vectors per K/V row
+  static constexpr int KL = kThreads / NV;      // keys in flight in the P V phase
+  // Shared memory (floats): q [GMAX][HD] and scores [GMAX][kPart] during phases 1-2,
+  // reused as the P V reduction [KL][GMAX][HD] in phase 3; then max/sum [GMAX][2].
+  static constexpr int kPhase12 = GMAX * HD + GMAX * kPart;
+  static constexpr int kPhase3 = KL * GMAX * HD;
+  static constexpr int kFloats = (kPhase12 > kPhase3 ? kPhase12 : kPhase3) + 2 * GMAX;
+  static_assert(HD % E == 0 && NV <= kThreads, "head_dim not a whole number of 16-byte vectors");
+};
+
+// part: [num_seqs, num_heads, max_splits, HD + 2] f32 (o unnormalised, max, sum), used
+// when max_splits > 1.
+template <typename T, int HD, int GMAX>
+__global__ void __launch_bounds__(kThreads)
+decode_kernel(AttentionParams p, float* __restrict__ part, int gc, int max_splits) {
+  using S = DecodeShape<T, HD, GMAX>;
+  constexpr int E = S::E, NV = S::NV, KL = S::KL;
+  __shared__ __align__(16) float smem[S::kFloats];
+  float* q_s = smem;                        // [GMAX][HD]
+  float* sc = smem + GMAX * HD;             // [GMAX][kPart]
+  float* red = smem;                        // [KL][GMAX][HD] (phase 3)
+  float* ml = smem + S::kFloats - 2 * GMAX;  // [GMAX][2]
+
+  const int s = blockIdx.z, split = blockIdx.x, h0 = blockIdx.y * gc, kvh = h0 / p.group;
+  const int row = p.query_start[s];
+  if (p.query_start[s + 1] - row <= 0) return;
+  const int len = p.seq_lens[s];
+  const int start = split * kPart;
+  if (start >= len) return;
+  const int nk = min(len - start, kPart);
+  const T* k_cache = static_cast<const T*>(p.k_cache);
+  const T* v_cache = static_cast<const T*>(p.v_cache);
+
+  // q, pre-scaled, for the block's heads.
+  for (int i = threadIdx.x; i < gc * HD; i += kThreads) {
+    const int g = i / HD, e = i % HD;
+    q_s[g * HD + e] = p.q[(static_cast<int64_t>(row) * p.num_heads + h0 + g) * HD + e] * p.scale;
+  }
+  __syncthreads();
+
+  // 1. scores: thread per key.
+  for (int tl = threadIdx.x; tl < nk; tl += kThreads) {
+    const T* krow = cuda::kv_row(k_cache, p, s, start + tl, kvh, HD);
+    float acc[GMAX];
+#pragma unroll
+    for (int g = 0; g < GMAX; ++g) acc[g] = 0.f;
+#pragma unroll 4
+    for (int v = 0; v < NV; ++v) {
+      float kf[E];
+      cuda::Vec16<T>::unpack(cuda::load16(krow + v * E), kf);
+#pragma unroll
+      for (int g = 0; g < GMAX; ++g) {
+        if (g >= gc) break;
+        const float4* qv = reinterpret_cast<const float4*>(q_s + g * HD + v * E);
+#pragma unroll
+        for (int e4 = 0; e4 < E / 4; ++e4) {
+          const float4 qq = qv[e4];
+          acc[g] = fmaf(qq.x, kf[4 * e4], acc[g]);
+          acc[g] = fmaf(qq.y, kf[4 * e4 + 1], acc[g]);
+          acc[g] = fmaf(qq.z, kf[4 * e4 + 2], acc[g]);
+          acc[g] = fmaf(qq.w, kf[4 * e4 + 3], acc[g]);
+        }
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < GMAX; ++g)
+      if (g < gc) sc[g * kPart + tl] = acc[g];
+  }
+  __syncthreads();
+
+  // 2. softmax over the partition, one warp per head.
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int g = warp; g < gc; g += kThreads / 32) {
+    float mx = -INFINITY;
+    for (int tl = lane; tl < nk; tl += 32) mx = fmaxf(mx, sc[g * kPart + tl]);
+    mx = cuda::warp_max(mx);
+    float sum = 0.f;
+    for (int tl = lane; tl < nk; tl += 32) {
+      const float e = expf(sc[g * kPart + tl] - mx);
+      sc[g * kPart + tl] = e;
+      sum += e;
+    }
+    sum = cuda::warp_sum(sum);
+    if (lane == 0) {
+      ml[2 * g] = mx;
+      ml[2 * g + 1] = sum;
+    }
+  }
+  __syncthreads();
+
+  // 3. P V: thread (kl, ev) takes vector ev of the V rows of keys kl, kl + KL, ...
+  const int kl = threadIdx.x / NV, ev = threadIdx.x % NV;
+  float acc[GMAX][E];
+#pragma unroll
+  for (int g = 0; g < GMAX; ++g)
+#pragma unroll
+    for (int e = 0; e < E; ++e) acc[g][e] = 0.f;
+  if (kl < KL) {
+    for (int tl = kl; tl < nk; tl += KL) {
+      float vf[E];
+      cuda::Vec16<T>::unpack(cuda::load16(cuda::kv_row(v_cache, p, s, start + tl, kvh, HD) + ev * E), vf);
+#pragma unroll
+      for (int g = 0; g < GMAX; ++g) {
+        if (g >= gc) break;
+        const float pr = sc[g * kPart + tl];
+#pragma unroll
+        for (int e = 0; e < E; ++e) acc[g][e] = fmaf(pr, vf[e], acc[g][e]);
+      }
+    }
+  }
+  __syncthreads();  // sc is dead from here on; red overlays it
+  if (kl < KL) {
+#pragma unroll
+    for (int g = 0; g < GMAX; ++g) {
+      if (g >= gc) break;
+#pragma unroll
+      for (int e = 0; e < E; ++e) red[(kl * GMAX + g) * HD + ev * E + e] = acc[g][e];
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < gc * HD; i += kThreads) {
+    const int g = i / HD, e = i % HD;
+    float o = 0.f;
+    for (int k = 0; k < KL; ++k) o += red[(k * GMAX + g) * HD + e];
+    const int h = h0 + g;
+    if (max_splits == 1) {
+      p.out[(static_cast<int64_t>(row) * p.num_heads + h) * HD + e] = o / ml[2 * g + 1];
+    } else {
+      float* dst = part + ((static_cast<int64_t>(s) * p.num_heads + h) * max_splits + split) * (HD + 2);
+      dst[e] = o;
+      if (e == 0) {
+        dst[HD] = ml[2 * g];
+        dst[HD + 1] = ml[2 * g + 1];
+      }
+    }
+  }
+}
+
+// Merges the partitions of each (sequence, head): grid (num_heads, num_seqs), HD threads.
+__global__ void combine_kernel(AttentionParams p, const float* __restrict__ part, int hd, int max_splits) {
+  const int h = blockIdx.x, s = blockIdx.y, e = threadIdx.x;
+  const int row = p.query_start[s];
+  if (p.query_start[s + 1] - row <= 0 || e >= hd) return;
+  const int splits = min(max_splits, (p.seq_lens[s] + kPart - 1) / kPart);
+  const float* base = part + (static_cast<int64_t>(s) * p.num_heads + h) * max_splits * (hd + 2);
+  float mx = -INFINITY;
+  for (int i = 0; i < splits; ++i) mx = fmaxf(mx, base[i * (hd + 2) + hd]);
+  float sum = 0.f, o = 0.f;
+  for (int i = 0; i < splits; ++i) {
+    const float* pi = base + i * (hd + 2);
+    const float w = expf(pi[hd] - mx);
+    sum += pi[hd + 1] * w;
+    o += pi[e] * w;
+  }
+  p.out[(static_cast<int64_t>(row) * p.num_heads + h) * hd + e] = o / sum;
+}
+
+// Heads per decode block: the largest divisor of the GQA group that is at most 8.
+int heads_per_block(int group) {
+  for (int g = std::min(group, 8); g > 1; --g)
+    if (group % g == 0) return g;
+  return 1;
+}
+
+size_t partials_bytes(int64_t num_seqs, int64_t num_heads, int64_t hd, int64_t max_splits) {
+  return static_cast<size_t>(num_seqs * num_heads * max_splits * (hd + 2)) * sizeof(float);
+}
+
+}  // namespace
+
+void CudaBackend::attention(Tensor out, Tensor q, Tensor k_cache, Tensor v_cache, const AttentionMeta& meta,
+                            float scale) {
+  cuda::check_f32(out, "attention: out must be f32 on the GPU");
+  cuda::check_f32(q, "attention: q must be f32 on the GPU");
+  check(q.ndim == 3 && out.numel() == q.numel(), "attention: q and out must be [n, num_heads, head_dim]");
+  check(k_cache.ndim == 4 && v_cache.ndim == 4 && k_cache.dtype == v_cache.dtype &&
+            k_cache.numel() == v_cache.numel(),
+        "attention: k_cache and v_cache must be [num_blocks, block_size, num_kv_heads, head_dim], same dtype");
+  const int64_t num_heads = q.dim(1), hd = q.dim(2), num_kv = k_cache.dim(2);
+  check(k_cache.dim(3) == hd && num_kv > 0 && num_heads % num_kv == 0, "attention: head shapes do not match");
+  check(meta.query_start.dtype == DType::kI32 && meta.seq_lens.dtype == DType::kI32 &&
+            meta.block_tables.dtype == DType::kI32 && meta.block_tables.ndim == 2,
+        "attention: meta tensors must be i32, block_tables [num_seqs, max_blocks]");
+  if (meta.num_seqs == 0 || meta.max_query_len == 0 || q.dim(0) == 0) return;
+  check(meta.num_seqs <= 65535 && num_heads <= 65535, "attention: more than 65535 sequences or heads");
+
+  AttentionParams p;
+  p.out = out.ptr<float>();
+  p.q = q.ptr<float>();
+  p.k_cache = k_cache.data;
+  p.v_cache = v_cache.data;
+  p.query_start = meta.query_start.ptr<int32_t>();
+  p.seq_lens = meta.seq_lens.ptr<int32_t>();
+  p.block_tables = meta.block_tables.ptr<int32_t>();
+  p.max_blocks_per_seq = static_cast<int>(meta.block_tables.dim(1));
+  p.block_size = static_cast<int>(k_cache.dim(1));
+  p.num_heads = static_cast<int>(num_heads);
+  p.num_kv_heads = static_cast<int>(num_kv);
+  p.group = static_cast<int>(num_heads / num_kv);
+  p.num_seqs = meta.num_seqs;
+  p.scale = scale;
+
+  if (meta.max_query_len > 1) {
+    cuda::attention_prefill(p, k_cache.dtype, static_cast<int>(hd), meta.max_query_len, stream_);
+    return;
+  }
+  check(meta.max_seq_len >= 1, "attention: meta.max_seq_len must bound the sequence lengths");
+  const int gc = heads_per_block(p.group);
+  const int max_splits = static_cast<int>(cuda::ceil_div(meta.max_seq_len, kPart));
+  float* part = nullptr;
+  if (max_splits > 1) {
+    part = static_cast<float*>(
+        scratch(attention_scratch_, partials_bytes(meta.num_seqs, num_heads, hd, max_splits), "attention"));
+  }
+  const dim3 grid(static_cast<unsigned>(max_splits), static_cast<unsigned>(num_heads / gc),
+                  static_cast<unsigned>(meta.num_seqs));
+  cuda::dispatch_float(k_cache.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    cuda::dispatch_head_dim(hd, [&](auto hd_c) {
+      constexpr int HD = decltype(hd_c)::value;
+      if (gc == 1) decode_kernel<T, HD, 1><<<grid, kThreads, 0, stream_>>>(p, part, gc, max_splits);
+      else if (gc == 2) decode_kernel<T, HD, 2><<<grid, kThreads, 0, stream_>>>(p, part, gc, max_splits);
+      else if (gc <= 4) decode_kernel<T, HD, 4><<<grid, kThreads, 0, stream_>>>(p, part, gc, max_splits);
+      else decode_kernel<T, HD, 8><<<grid, kThreads, 0, stream_>>>(p, part, gc, max_splits);
+      cuda::launch_check();
+    });
+  }, "attention: cache must be F32, F16 or BF16");
+  if (max_splits > 1) {
+    const int threads = static_cast<int>((hd + 31) / 32 * 32);
+    combine_kernel<<<dim3(static_cast<unsigned>(num_heads), static_cast<unsigned>(meta.num_seqs)), threads, 0,
+                     stream_>>>(p, part, static_cast<int>(hd), max_splits);
+    cuda::launch_check();
+  }
+}
+
+void CudaBackend::reserve_attention_scratch(int64_t max_seqs, int64_t num_heads, int64_t head_dim,
+                                            int64_t max_seq_len) {
+  const int64_t max_splits = cuda::ceil_div(max_seq_len, kPart);
+  if (max_splits > 1) scratch(attention_scratch_, partials_bytes(max_seqs, num_heads, head_dim, max_splits), "attention");
+}
+
+}  // namespace quiver

@@ -1,0 +1,60 @@
+// Shared by the paged-attention kernels (attention.cu: decode, split-K; attention_prefill.cu:
+// variable-length causal prefill): the parameter block, KV addressing, and the dispatch
+// from runtime (kv dtype, head_dim) to template instances. Included only from .cu files.
+#pragma once
+
+#include <type_traits>
+
+#include "backend/cuda/cuda_common.h"
+
+namespace quiver::cuda {
+
+// One step's attention, as every kernel sees it. Layouts:
+//   out, q: [n, num_heads, head_dim] f32
+//   k_cache, v_cache: [num_blocks, block_size, num_kv_heads, head_dim] T
+//   query_start: [num_seqs + 1]; seq_lens: [num_seqs]; block_tables: [num_seqs, max_blocks_per_seq]
+struct AttentionParams {
+  float* out = nullptr;
+  const float* q = nullptr;
+  const void* k_cache = nullptr;
+  const void* v_cache = nullptr;
+  const int32_t* query_start = nullptr;
+  const int32_t* seq_lens = nullptr;
+  const int32_t* block_tables = nullptr;
+  int max_blocks_per_seq = 0;
+  int block_size = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int group = 0;  // num_heads / num_kv_heads
+  int num_seqs = 0;
+  float scale = 1.f;
+};
+
+// Start of the K (or V) row of head kvh at position t of sequence s.
+template <typename T>
+__device__ __forceinline__ const T* kv_row(const T* cache, const AttentionParams& p, int s, int t, int kvh, int hd) {
+  const int32_t block = p.block_tables[static_cast<int64_t>(s) * p.max_blocks_per_seq + t / p.block_size];
+  const int64_t slot = static_cast<int64_t>(block) * p.block_size + t % p.block_size;
+  return cache + (slot * p.num_kv_heads + kvh) * hd;
+}
+
+// Calls fn(std::integral_constant<int, HD>{}) for the supported head sizes.
+template <typename Fn>
+void dispatch_head_dim(int64_t hd, Fn&& fn) {
+  switch (hd) {
+    case 32: fn(std::integral_constant<int, 32>{}); return;
+    case 64: fn(std::integral_constant<int, 64>{}); return;
+    case 80: fn(std::integral_constant<int, 80>{}); return;
+    case 96: fn(std::integral_constant<int, 96>{}); return;
+    case 128: fn(std::integral_constant<int, 128>{}); return;
+    case 256: fn(std::integral_constant<int, 256>{}); return;
+    default: check(false, "attention: head_dim must be 32, 64, 80, 96, 128 or 256");
+  }
+}
+
+// Variable-length causal attention for steps with a sequence of more than one query
+// (attention_prefill.cu). Grid from max_query_len, a host upper bound of q_len.
+void attention_prefill(const AttentionParams& p, DType kv_type, int head_dim, int max_query_len,
+                       cudaStream_t stream);
+
+}  // namespace quiver::cuda

@@ -1,0 +1,94 @@
+// CudaBackend: the Backend ops on one NVIDIA GPU. Each op family lives in its own .cu
+// file in this folder (embedding, norm, rope, kv_cache, attention, activation, lora, gemm).
+//
+// Execution model: the backend owns exactly one stream; every op and every device-side
+// copy is enqueued on it and returns at once. copy_to_host() and synchronize() wait.
+// Nothing an op does allocates, synchronizes or depends on device data read back to the
+// host, so a sequence of ops can be captured into a CUDA graph on stream() — with one
+// exception: the scratch buffers (matmul activations in 16-bit, attention split-K partials)
+// grow on first use, and growing during capture is a bug that check() reports. The graph
+// runner reserves them (reserve_*) or runs the largest shapes eagerly once before capture.
+//
+// The GPU of `options.device` is made current on the constructing thread; ops must be
+// called from threads where it is current (the engine uses one GPU per process).
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_backend_factory.h"
+
+namespace quiver {
+
+class CudaBackend : public Backend {
+ public:
+  explicit CudaBackend(const CudaBackendOptions& options);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  Device device() const override { return Device::kCuda; }
+  std::string name() const override { return "cuda"; }
+
+  // ---- memory (cuda_backend.cu) ----
+  void* alloc(size_t bytes) override;
+  void free(void* ptr) override;
+  void copy_from_host(void* dst, const void* src, size_t bytes) override;
+  void copy_to_host(void* dst, const void* src, size_t bytes) override;
+  void copy(void* dst, const void* src, size_t bytes) override;
+  void fill_zero(void* dst, size_t bytes) override;
+  void synchronize() override;
+  Tensor import_weight(const Tensor& host) override;
+
+  // ---- ops (one .cu file per family) ----
+  void embedding(Tensor out, Tensor table, Tensor ids) override;
+  void rms_norm(Tensor out, Tensor x, Tensor w, float eps) override;
+  void add_rms_norm(Tensor out, Tensor residual, Tensor x, Tensor w, float eps) override;
+  void matmul(Tensor y, Tensor x, Tensor w, Tensor bias) override;
+  void rope(Tensor q, Tensor k, Tensor positions, Tensor cos_sin) override;
+  void kv_write(Tensor k_cache, Tensor v_cache, Tensor k, Tensor v, Tensor slot_mapping) override;
+  void attention(Tensor out, Tensor q, Tensor k_cache, Tensor v_cache, const AttentionMeta& meta,
+                 float scale) override;
+  void silu_mul(Tensor out, Tensor gate, Tensor up) override;
+  void add(Tensor y, Tensor x) override;
+  void gather_rows(Tensor out, Tensor x, Tensor rows) override;
+  void lora_shrink(Tensor t, Tensor x, Tensor a_stack, const LoraMeta& meta) override;
+  void lora_expand(Tensor y, Tensor t, Tensor b_stack, const LoraMeta& meta) override;
+
+  // ---- for the CUDA graph runner ----
+  cudaStream_t stream() const { return stream_; }
+  const CudaBackendOptions& options() const { return options_; }
+  int num_sms() const { return num_sms_; }
+  // Grow the scratch buffers ahead of graph capture for the largest step to be captured.
+  void reserve_matmul_scratch(int64_t max_tokens, int64_t max_in);
+  void reserve_attention_scratch(int64_t max_seqs, int64_t num_heads, int64_t head_dim, int64_t max_seq_len);
+
+ private:
+  // A device buffer that only ever grows, and never while stream_ is capturing.
+  struct Scratch {
+    void* ptr = nullptr;
+    size_t bytes = 0;
+  };
+  void* scratch(Scratch& s, size_t bytes, const char* what);
+  bool capturing() const;
+
+  // cuBLAS path of matmul (gemm.cu); the GEMV path is gemv.cu.
+  void matmul_cublas(Tensor y, Tensor x, Tensor w, Tensor bias);
+  void gemv(Tensor y, Tensor x, Tensor w, Tensor bias);
+  void add_bias(Tensor y, Tensor bias);
+
+  CudaBackendOptions options_;
+  int num_sms_ = 0;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  void* cublas_workspace_ = nullptr;
+  Scratch matmul_scratch_;     // x converted to 16 bits: [n, in] (twice that when split)
+  Scratch attention_scratch_;  // split-K partials: [num_seqs, num_heads, max_splits, head_dim + 2] f32
+  std::vector<void*> weights_;  // import_weight uploads, freed at destruction
+};
+
+}  // namespace quiver

@@ -1,0 +1,171 @@
+// Helpers shared by the CUDA op files (included only from src/backend/cuda/*.cu):
+// error checks for CUDA and cuBLAS calls, element conversions, 16-byte vector loads,
+// warp reductions and the dtype dispatch that turns a runtime DType into a C++ type.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <source_location>
+#include <string>
+
+#include "core/check.h"
+#include "core/tensor.h"
+
+namespace quiver::cuda {
+
+// ---- error checks (host) -----------------------------------------------------------------
+// Every CUDA call in the backend goes through these: a failure is a programmer bug (bad
+// pointer, launch configuration) or a dead device, never something a user caused.
+inline void cuda_check(cudaError_t e, const std::source_location where = std::source_location::current()) {
+  if (e != cudaSuccess) [[unlikely]]
+    check_failed(std::string("CUDA error: ") + cudaGetErrorName(e) + ": " + cudaGetErrorString(e), where);
+}
+
+inline void cublas_check(cublasStatus_t s, const std::source_location where = std::source_location::current()) {
+  if (s != CUBLAS_STATUS_SUCCESS) [[unlikely]]
+    check_failed(std::string("cuBLAS error: ") + cublasGetStatusName(s) + ": " + cublasGetStatusString(s), where);
+}
+
+// After each <<<>>> launch: reports bad launch configurations at the call that made them.
+inline void launch_check(const std::source_location where = std::source_location::current()) {
+  cuda_check(cudaGetLastError(), where);
+}
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// Checks that a tensor is a float32 tensor on the GPU (activations).
+inline void check_f32(const Tensor& t, const char* what,
+                      const std::source_location where = std::source_location::current()) {
+  check(t.dtype == DType::kF32 && t.device == Device::kCuda, what, where);
+}
+
+// ---- element conversions (device) --------------------------------------------------------
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T>
+__device__ __forceinline__ T from_f32(float v);
+template <>
+__device__ __forceinline__ float from_f32<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __half from_f32<__half>(float v) { return __float2half_rn(v); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+// A 16-byte vector of T, unpacked to floats. E = elements per vector.
+template <typename T>
+struct Vec16 {
+  static constexpr int E = 16 / static_cast<int>(sizeof(T));
+  __device__ __forceinline__ static void unpack(const uint4& raw, float (&f)[E]);
+};
+template <>
+__device__ __forceinline__ void Vec16<float>::unpack(const uint4& raw, float (&f)[4]) {
+  f[0] = __uint_as_float(raw.x);
+  f[1] = __uint_as_float(raw.y);
+  f[2] = __uint_as_float(raw.z);
+  f[3] = __uint_as_float(raw.w);
+}
+template <>
+__device__ __forceinline__ void Vec16<__nv_bfloat16>::unpack(const uint4& raw, float (&f)[8]) {
+  // bf16 -> f32 is a 16-bit shift: cheaper than the intrinsic conversions.
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(w[i] << 16);
+    f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+  }
+}
+template <>
+__device__ __forceinline__ void Vec16<__half>::unpack(const uint4& raw, float (&f)[8]) {
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    __half2 h = *reinterpret_cast<const __half2*>(&w[i]);
+    float2 v = __half22float2(h);
+    f[2 * i] = v.x;
+    f[2 * i + 1] = v.y;
+  }
+}
+
+// Read-only 16-byte load that is cached in L1 (data re-read by neighbours: x, KV rows).
+__device__ __forceinline__ uint4 load16(const void* p) { return __ldg(static_cast<const uint4*>(p)); }
+
+// Streaming 16-byte load that skips L1 (weights read once per call), keeping L1 for x.
+__device__ __forceinline__ uint4 load16_stream(const void* p) {
+  uint4 r;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p));
+  return r;
+}
+
+// Element i of a float buffer whose dtype is only known at run time (bias, norm weight
+// reads that happen once per row, where a switch costs nothing).
+__device__ __forceinline__ float load_any(const void* p, DType t, int64_t i) {
+  switch (t) {
+    case DType::kF32: return static_cast<const float*>(p)[i];
+    case DType::kF16: return __half2float(static_cast<const __half*>(p)[i]);
+    case DType::kBF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    default: return 0.f;
+  }
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum over the block; every thread gets the result. `scratch` holds >= 32 floats and
+// may be reused after the call returns.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, num_warps = (blockDim.x + 31) >> 5;
+  v = warp_sum(v);
+  __syncthreads();  // scratch may still be read from a previous call
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float total = 0.f;
+  for (int w = 0; w < num_warps; ++w) total += scratch[w];
+  return total;
+}
+
+// ---- dtype dispatch (host) ---------------------------------------------------------------
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+
+// Calls fn(TypeTag<T>{}) with T = float, __half or __nv_bfloat16 for a floating DType.
+template <typename Fn>
+void dispatch_float(DType t, Fn&& fn, const char* what,
+                    const std::source_location where = std::source_location::current()) {
+  switch (t) {
+    case DType::kF32: fn(TypeTag<float>{}); return;
+    case DType::kF16: fn(TypeTag<__half>{}); return;
+    case DType::kBF16: fn(TypeTag<__nv_bfloat16>{}); return;
+    default: check(false, what, where);
+  }
+}
+
+// ---- shared between the op files ---------------------------------------------------------
+// Largest token count the GEMV kernel handles in one pass over the weights (gemv.cu).
+inline constexpr int kGemvMaxTokens = 16;
+
+// Raises the dynamic shared-memory limit of the attention kernels that need more than
+// 48 KB (attention_prefill.cu). Called once per backend, outside any graph capture.
+void configure_attention_kernels();
+
+}  // namespace quiver::cuda

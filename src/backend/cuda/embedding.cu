@@ -1,0 +1,44 @@
+// CUDA embedding lookup: one block per token row, converting the table's dtype to f32.
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_common.h"
+
+namespace quiver {
+namespace {
+
+// out: [n, d] f32; table: [vocab, d] T; ids: [n] i32. An id outside the table cannot be
+// reported from the device, so its row becomes NaN, which every later check notices.
+template <typename T>
+__global__ void embedding_kernel(float* __restrict__ out, const T* __restrict__ table,
+                                 const int32_t* __restrict__ ids, int64_t vocab, int64_t d) {
+  const int64_t i = blockIdx.x;
+  const int32_t id = ids[i];
+  float* o = out + i * d;
+  if (id < 0 || id >= vocab) {
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) o[j] = NAN;
+    return;
+  }
+  const T* row = table + static_cast<int64_t>(id) * d;
+  for (int64_t j = threadIdx.x; j < d; j += blockDim.x) o[j] = cuda::to_f32(row[j]);
+}
+
+}  // namespace
+
+void CudaBackend::embedding(Tensor out, Tensor table, Tensor ids) {
+  cuda::check_f32(out, "embedding: out must be f32 on the GPU");
+  check(ids.dtype == DType::kI32 && table.ndim == 2 && out.ndim == 2, "embedding: bad operand types");
+  const int64_t n = out.dim(0), d = out.dim(1);
+  check(ids.numel() == n && table.dim(1) == d, "embedding: shape mismatch");
+  if (n == 0 || d == 0) return;
+  cuda::dispatch_float(table.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const int threads = static_cast<int>(std::min<int64_t>(256, (d + 31) / 32 * 32));
+    embedding_kernel<T><<<static_cast<unsigned>(n), threads, 0, stream_>>>(
+        out.ptr<float>(), table.ptr<T>(), ids.ptr<int32_t>(), table.dim(0), d);
+    cuda::launch_check();
+  }, "embedding: table must be F32, F16 or BF16");
+}
+
+}  // namespace quiver

@@ -1,0 +1,115 @@
+// CUDA matmul: y[n, out] = x[n, in] @ w[out, in]^T (+ bias). Few tokens (decode) go to the
+// GEMV kernel (gemv.cu), which keeps x in f32; more tokens go to cuBLAS:
+// - f32 weights: f32 GEMM with the pedantic compute type (no TF32), so f32 models match
+//   the reference to ~1e-6;
+// - bf16/f16 weights: x is converted to the weight's type in a backend-owned scratch
+//   buffer and multiplied on the tensor cores with f32 accumulation and f32 output. The
+//   rounding of x costs ~2^-9 relative (bf16); with gemm_split_activations, x = hi + lo
+//   is multiplied in two GEMMs (the second accumulates, beta = 1), which restores ~2^-17.
+// cuBLAS is row-major-agnostic: row-major y^T = w x^T is column-major y = op_T(w) x with
+// every leading dimension equal to the row length.
+#include <algorithm>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_common.h"
+
+namespace quiver {
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned grid_for(int64_t work, int num_sms) {
+  return static_cast<unsigned>(std::clamp<int64_t>(cuda::ceil_div(work, kThreads), 1, int64_t{num_sms} * 16));
+}
+
+// hi[i] = T(x[i]); with lo: lo[i] = T(x[i] - hi[i]) (the rounding error, itself rounded).
+template <typename T>
+__global__ void convert_kernel(T* __restrict__ hi, T* __restrict__ lo, const float* __restrict__ x, int64_t count) {
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < count; i += stride) {
+    const float v = x[i];
+    const T h = cuda::from_f32<T>(v);
+    hi[i] = h;
+    if (lo != nullptr) lo[i] = cuda::from_f32<T>(v - cuda::to_f32(h));
+  }
+}
+
+// y[i, o] += bias[o]     y: [n, out] f32; bias: [out] of any float dtype
+__global__ void add_bias_kernel(float* __restrict__ y, const void* __restrict__ bias, DType bias_type, int64_t out,
+                                int64_t count) {
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < count; i += stride)
+    y[i] += cuda::load_any(bias, bias_type, i % out);
+}
+
+size_t matmul_scratch_bytes(int64_t n, int64_t in, bool split) {
+  return static_cast<size_t>(n) * static_cast<size_t>(in) * 2 * (split ? 2 : 1);
+}
+
+}  // namespace
+
+void CudaBackend::matmul(Tensor y, Tensor x, Tensor w, Tensor bias) {
+  cuda::check_f32(y, "matmul: y must be f32 on the GPU");
+  cuda::check_f32(x, "matmul: x must be f32 on the GPU");
+  check(x.ndim == 2 && w.ndim == 2 && y.ndim == 2, "matmul: x, w and y must be 2-d");
+  const int64_t n = x.dim(0), in = x.dim(1), out = w.dim(0);
+  check(w.dim(1) == in && y.dim(0) == n && y.dim(1) == out, "matmul: shape mismatch");
+  check(bias.empty() || (bias.numel() == out && bias.dtype != DType::kI32), "matmul: bias must be [out] float");
+  if (n == 0 || out == 0) return;
+  if (in == 0) {  // an empty sum: y = bias
+    fill_zero(y.data, y.bytes());
+    if (!bias.empty()) add_bias(y, bias);
+    return;
+  }
+  if (n <= options_.gemv_max_n) {
+    gemv(y, x, w, bias);
+  } else {
+    matmul_cublas(y, x, w, bias);
+  }
+}
+
+void CudaBackend::matmul_cublas(Tensor y, Tensor x, Tensor w, Tensor bias) {
+  const int64_t n = x.dim(0), in = x.dim(1), out = w.dim(0);
+  check(n < (int64_t{1} << 31) && in < (int64_t{1} << 31) && out < (int64_t{1} << 31),
+        "matmul: dimension above 2^31");
+  const int m_ = static_cast<int>(out), n_ = static_cast<int>(n), k_ = static_cast<int>(in);
+  const float one = 1.f, zero = 0.f;
+  if (w.dtype == DType::kF32) {
+    cuda::cublas_check(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, m_, n_, k_, &one, w.data, CUDA_R_32F, k_,
+                                    x.data, CUDA_R_32F, k_, &zero, y.data, CUDA_R_32F, m_,
+                                    CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT));
+  } else {
+    check(w.dtype == DType::kBF16 || w.dtype == DType::kF16, "matmul: weight must be F32, F16 or BF16");
+    const bool split = options_.gemm_split_activations;
+    const cudaDataType_t type = w.dtype == DType::kBF16 ? CUDA_R_16BF : CUDA_R_16F;
+    char* xs = static_cast<char*>(scratch(matmul_scratch_, matmul_scratch_bytes(n, in, split), "matmul"));
+    char* lo = split ? xs + static_cast<size_t>(n * in) * 2 : nullptr;
+    cuda::dispatch_float(w.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      convert_kernel<T><<<grid_for(n * in, num_sms_), kThreads, 0, stream_>>>(
+          reinterpret_cast<T*>(xs), reinterpret_cast<T*>(lo), x.ptr<float>(), n * in);
+      cuda::launch_check();
+    }, "matmul: weight must be F32, F16 or BF16");
+    cuda::cublas_check(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, m_, n_, k_, &one, w.data, type, k_, xs, type,
+                                    k_, &zero, y.data, CUDA_R_32F, m_, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    if (split) {
+      cuda::cublas_check(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, m_, n_, k_, &one, w.data, type, k_, lo,
+                                      type, k_, &one, y.data, CUDA_R_32F, m_, CUBLAS_COMPUTE_32F,
+                                      CUBLAS_GEMM_DEFAULT));
+    }
+  }
+  if (!bias.empty()) add_bias(y, bias);
+}
+
+void CudaBackend::add_bias(Tensor y, Tensor bias) {
+  const int64_t count = y.numel();
+  add_bias_kernel<<<grid_for(count, num_sms_), kThreads, 0, stream_>>>(y.ptr<float>(), bias.data, bias.dtype,
+                                                                          y.dim(1), count);
+  cuda::launch_check();
+}
+
+void CudaBackend::reserve_matmul_scratch(int64_t max_tokens, int64_t max_in) {
+  scratch(matmul_scratch_, matmul_scratch_bytes(max_tokens, max_in, options_.gemm_split_activations), "matmul");
+}
+
+}  // namespace quiver

@@ -1,0 +1,157 @@
+// CUDA GEMV / skinny GEMM for decode: y[n, out] = x[n, in] @ w[out, in]^T (+ bias) for
+// n <= 16 tokens, with f32 activations and f32 accumulation. Memory-bound by design: every
+// weight element is read from HBM exactly once per call, with 16-byte streaming loads, and
+// used against all n tokens while in registers.
+//
+// Work split: a block of kWarps warps owns ROWS consecutive output rows; its warps split
+// the `in` dimension into chunks of 32 lanes x one 16-byte vector, so that one block's rows
+// are read by all of its warps at once and every lane keeps ROWS x U vectors in flight.
+// x is re-read from L1/L2 (it is small and shared by every block). Partial sums are reduced
+// across lanes with shuffles and across warps through shared memory.
+#include <type_traits>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_common.h"
+
+namespace quiver {
+namespace {
+
+constexpr int kWarps = 4;
+
+// VEC: in % E == 0 and w, x 16-byte aligned, so each lane loads one 16-byte vector of w
+// (E elements) per chunk; otherwise one element per lane per chunk (awkward shapes).
+template <typename W, int NT, int ROWS, int U, bool VEC>
+__global__ void __launch_bounds__(kWarps * 32)
+gemv_kernel(float* __restrict__ y, const float* __restrict__ x, const W* __restrict__ w, const void* bias,
+            DType bias_type, int n, int out, int in) {
+  constexpr int E = VEC ? cuda::Vec16<W>::E : 1;
+  constexpr int kChunk = 32 * E;
+  using Raw = std::conditional_t<VEC, uint4, W>;
+  __shared__ float red[kWarps][ROWS * NT];
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int row0 = blockIdx.x * ROWS;
+  const int num_chunks = (in + kChunk - 1) / kChunk;
+  const W* wrow[ROWS];
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) wrow[r] = w + static_cast<int64_t>(min(row0 + r, out - 1)) * in;
+
+  float acc[ROWS][NT];
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[r][t] = 0.f;
+
+  for (int c0 = warp; c0 < num_chunks; c0 += kWarps * U) {
+    // All weight loads of this round first: ROWS * U independent 16-byte loads in flight.
+    Raw raw[U][ROWS];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int k = (c0 + u * kWarps) * kChunk + lane * E;
+      if (k < in) {
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+          if constexpr (VEC) raw[u][r] = cuda::load16_stream(wrow[r] + k);
+          else raw[u][r] = wrow[r][k];
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int k = (c0 + u * kWarps) * kChunk + lane * E;
+      if (k >= in) continue;
+      float wf[ROWS][E];
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) {
+        if constexpr (VEC) cuda::Vec16<W>::unpack(raw[u][r], wf[r]);
+        else wf[r][0] = cuda::to_f32(raw[u][r]);
+      }
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        if (t >= n) break;
+        float xf[E];
+        const float* xp = x + static_cast<int64_t>(t) * in + k;
+        if constexpr (VEC) {
+#pragma unroll
+          for (int e = 0; e < E; e += 4) {
+            const float4 v = __ldg(reinterpret_cast<const float4*>(xp + e));
+            xf[e] = v.x;
+            xf[e + 1] = v.y;
+            xf[e + 2] = v.z;
+            xf[e + 3] = v.w;
+          }
+        } else {
+          xf[0] = __ldg(xp);
+        }
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+          for (int e = 0; e < E; ++e) acc[r][t] = fmaf(wf[r][e], xf[e], acc[r][t]);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      if (t >= n) break;  // n is uniform: no divergence around the shuffles
+      const float v = cuda::warp_sum(acc[r][t]);
+      if (lane == 0) red[warp][r * NT + t] = v;
+    }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < ROWS * NT; idx += blockDim.x) {
+    const int r = idx / NT, t = idx % NT, row = row0 + r;
+    if (row >= out || t >= n) continue;
+    float s = 0.f;
+#pragma unroll
+    for (int wi = 0; wi < kWarps; ++wi) s += red[wi][idx];
+    if (bias != nullptr) s += cuda::load_any(bias, bias_type, row);
+    y[static_cast<int64_t>(t) * out + row] = s;
+  }
+}
+
+// Rows per block and rounds of loads in flight per token bucket: more rows reuse each x
+// load more often, more rounds keep more bytes in flight; registers bound both.
+template <typename W, int NT, bool VEC>
+void launch(cudaStream_t stream, float* y, const float* x, const W* w, const void* bias, DType bias_type, int n,
+            int out, int in) {
+  constexpr int kRows = 4;
+  constexpr int kRounds = NT <= 2 ? 4 : NT <= 8 ? 2 : 1;
+  const unsigned blocks = static_cast<unsigned>(cuda::ceil_div(out, kRows));
+  gemv_kernel<W, NT, kRows, kRounds, VEC><<<blocks, kWarps * 32, 0, stream>>>(y, x, w, bias, bias_type, n, out, in);
+  cuda::launch_check();
+}
+
+template <typename W, bool VEC>
+void launch_tokens(cudaStream_t stream, float* y, const float* x, const W* w, const void* bias, DType bias_type,
+                   int n, int out, int in) {
+  if (n == 1) launch<W, 1, VEC>(stream, y, x, w, bias, bias_type, n, out, in);
+  else if (n == 2) launch<W, 2, VEC>(stream, y, x, w, bias, bias_type, n, out, in);
+  else if (n <= 4) launch<W, 4, VEC>(stream, y, x, w, bias, bias_type, n, out, in);
+  else if (n <= 8) launch<W, 8, VEC>(stream, y, x, w, bias, bias_type, n, out, in);
+  else launch<W, 16, VEC>(stream, y, x, w, bias, bias_type, n, out, in);
+}
+
+}  // namespace
+
+void CudaBackend::gemv(Tensor y, Tensor x, Tensor w, Tensor bias) {
+  const int64_t n = x.dim(0), in = x.dim(1), out = w.dim(0);
+  check(n >= 1 && n <= cuda::kGemvMaxTokens, "gemv: 1..16 tokens");
+  check(in < (int64_t{1} << 31) && out < (int64_t{1} << 31), "gemv: dimension above 2^31");
+  cuda::dispatch_float(w.dtype, [&](auto tag) {
+    using W = typename decltype(tag)::type;
+    constexpr int E = cuda::Vec16<W>::E;
+    const bool vec = in % E == 0 && cuda::aligned16(w.data) && cuda::aligned16(x.data);
+    const void* b = bias.empty() ? nullptr : bias.data;
+    if (vec) {
+      launch_tokens<W, true>(stream_, y.ptr<float>(), x.ptr<float>(), w.ptr<W>(), b, bias.dtype, static_cast<int>(n),
+                             static_cast<int>(out), static_cast<int>(in));
+    } else {
+      launch_tokens<W, false>(stream_, y.ptr<float>(), x.ptr<float>(), w.ptr<W>(), b, bias.dtype,
+                              static_cast<int>(n), static_cast<int>(out), static_cast<int>(in));
+    }
+  }, "matmul: weight must be F32, F16 or BF16");
+}
+
+}  // namespace quiver

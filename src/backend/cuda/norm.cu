@@ -1,0 +1,96 @@
+// CUDA RMSNorm and the fused residual-add + RMSNorm: one block per row, sum of squares in
+// f32, then the scaled row. Same expression order as the reference: w * (x * inv_rms).
+#include <algorithm>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_common.h"
+
+namespace quiver {
+namespace {
+
+// out: [n, d] f32; x: [n, d] f32; w: [d] W. ADD: residual[n, d] += x first, and the norm
+// is taken of the updated residual. Each thread reads back only elements it wrote itself
+// (same index mapping in both passes), so no barrier is needed between write and read.
+// vec: d % 4 == 0 and every row pointer 16-byte aligned (float4 path).
+template <typename W, bool ADD>
+__global__ void rms_norm_kernel(float* __restrict__ out, float* residual, const float* x,
+                                const W* __restrict__ w, int64_t d, float eps, bool vec) {
+  __shared__ float red[32];
+  const int64_t row = blockIdx.x;
+  const float* xr = x + row * d;
+  float* rr = ADD ? residual + row * d : nullptr;
+  const float* src = ADD ? rr : xr;
+  float* o = out + row * d;
+  float ss = 0.f;
+  if (vec) {
+    const int64_t d4 = d / 4;
+    for (int64_t j = threadIdx.x; j < d4; j += blockDim.x) {
+      float4 a = reinterpret_cast<const float4*>(xr)[j];
+      if constexpr (ADD) {
+        float4 r = reinterpret_cast<float4*>(rr)[j];
+        a = make_float4(r.x + a.x, r.y + a.y, r.z + a.z, r.w + a.w);
+        reinterpret_cast<float4*>(rr)[j] = a;
+      }
+      ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
+    }
+  } else {
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+      float a = xr[j];
+      if constexpr (ADD) {
+        a = rr[j] + a;
+        rr[j] = a;
+      }
+      ss += a * a;
+    }
+  }
+  const float total = cuda::block_sum(ss, red);
+  const float inv = 1.0f / sqrtf(total / static_cast<float>(d) + eps);
+  if (vec) {
+    const int64_t d4 = d / 4;
+    for (int64_t j = threadIdx.x; j < d4; j += blockDim.x) {
+      float4 a = reinterpret_cast<const float4*>(src)[j];
+      const int64_t e = 4 * j;
+      float4 r = make_float4(cuda::to_f32(w[e]) * (a.x * inv), cuda::to_f32(w[e + 1]) * (a.y * inv),
+                             cuda::to_f32(w[e + 2]) * (a.z * inv), cuda::to_f32(w[e + 3]) * (a.w * inv));
+      reinterpret_cast<float4*>(o)[j] = r;
+    }
+  } else {
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) o[j] = cuda::to_f32(w[j]) * (src[j] * inv);
+  }
+}
+
+template <bool ADD>
+void launch_rms_norm(cudaStream_t stream, Tensor out, Tensor residual, Tensor x, Tensor w, float eps) {
+  cuda::check_f32(out, "rms_norm: out must be f32 on the GPU");
+  cuda::check_f32(x, "rms_norm: x must be f32 on the GPU");
+  check(x.ndim == 2 && out.ndim == 2, "rms_norm: x and out must be [n, d]");
+  const int64_t n = x.dim(0), d = x.dim(1);
+  check(out.dim(0) == n && out.dim(1) == d && w.numel() == d, "rms_norm: shape mismatch");
+  if constexpr (ADD) {
+    cuda::check_f32(residual, "add_rms_norm: residual must be f32 on the GPU");
+    check(residual.numel() == n * d, "add_rms_norm: residual shape mismatch");
+  }
+  if (n == 0 || d == 0) return;
+  const bool vec = d % 4 == 0 && cuda::aligned16(out.data) && cuda::aligned16(x.data) &&
+                   (!ADD || cuda::aligned16(residual.data));
+  const int64_t work = vec ? d / 4 : d;
+  const int threads = static_cast<int>(std::clamp<int64_t>((work + 31) / 32 * 32, 32, 512));
+  cuda::dispatch_float(w.dtype, [&](auto tag) {
+    using W = typename decltype(tag)::type;
+    rms_norm_kernel<W, ADD><<<static_cast<unsigned>(n), threads, 0, stream>>>(
+        out.ptr<float>(), ADD ? residual.ptr<float>() : nullptr, x.ptr<float>(), w.ptr<W>(), d, eps, vec);
+    cuda::launch_check();
+  }, "rms_norm: weight must be F32, F16 or BF16");
+}
+
+}  // namespace
+
+void CudaBackend::rms_norm(Tensor out, Tensor x, Tensor w, float eps) {
+  launch_rms_norm<false>(stream_, out, Tensor(), x, w, eps);
+}
+
+void CudaBackend::add_rms_norm(Tensor out, Tensor residual, Tensor x, Tensor w, float eps) {
+  launch_rms_norm<true>(stream_, out, residual, x, w, eps);
+}
+
+}  // namespace quiver

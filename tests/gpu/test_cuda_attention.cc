@@ -1,0 +1,133 @@
+// link: qv_backend
+// CUDA paged attention vs the reference: decode steps (split-K over 256-key partitions,
+// 1..5 partitions, loose max_seq_len bounds) and mixed prefill/decode steps (variable
+// q_len, chunked prefill with cached context), for every kv dtype, block sizes 1/4/16,
+// GQA groups 1..16 and head_dim 32..256. Tolerance 1e-4 of max |ref| (f32 math against a
+// double reference; both read the same cache values). Skips without a GPU.
+#include <algorithm>
+#include <numeric>
+
+#include "gpu/cuda_test_util.h"
+
+namespace quiver::test {
+namespace {
+
+struct SeqSpec {
+  int q_len;
+  int seq_len;
+};
+
+struct AttnCase {
+  DType kv_type;
+  int64_t block_size, num_heads, num_kv, head_dim;
+  std::vector<SeqSpec> seqs;
+  int query_bound_extra = 0;  // meta.max_query_len = max q_len + this
+  int seq_bound_extra = 0;    // meta.max_seq_len = max seq_len + this
+};
+
+class CudaAttention : public CudaTest {
+ protected:
+  void run(const AttnCase& c, const std::string& label) {
+    std::vector<int32_t> query_start{0}, seq_lens;
+    int max_q = 0, max_len = 0, max_blocks = 1;
+    int64_t total_blocks = 0;
+    for (const SeqSpec& s : c.seqs) {
+      query_start.push_back(query_start.back() + s.q_len);
+      seq_lens.push_back(s.seq_len);
+      max_q = std::max(max_q, s.q_len);
+      max_len = std::max(max_len, s.seq_len);
+      const int blocks = static_cast<int>((s.seq_len + c.block_size - 1) / c.block_size);
+      max_blocks = std::max(max_blocks, blocks);
+      total_blocks += blocks;
+    }
+    const int64_t n = query_start.back(), num_seqs = static_cast<int64_t>(c.seqs.size());
+    const int64_t num_blocks = total_blocks + 3;  // spare blocks nobody reads
+    // Block tables: a random permutation of the physical blocks, padded with 0.
+    std::vector<int32_t> perm(static_cast<size_t>(num_blocks));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng_);
+    std::vector<int32_t> tables(static_cast<size_t>(num_seqs * max_blocks), 0);
+    size_t next = 0;
+    for (int64_t s = 0; s < num_seqs; ++s) {
+      const int64_t blocks = (seq_lens[static_cast<size_t>(s)] + c.block_size - 1) / c.block_size;
+      for (int64_t b = 0; b < blocks; ++b) tables[static_cast<size_t>(s * max_blocks + b)] = perm[next++];
+    }
+    const std::vector<int64_t> cache_shape{num_blocks, c.block_size, c.num_kv, c.head_dim};
+    HostTensor kc = random_tensor(rng_, c.kv_type, cache_shape), vc = random_tensor(rng_, c.kv_type, cache_shape);
+    HostTensor q = random_tensor(rng_, DType::kF32, {n, c.num_heads, c.head_dim}, 2.f);
+    HostTensor out = random_tensor(rng_, DType::kF32, {n, c.num_heads, c.head_dim});
+    HostTensor hqs = host_i32({num_seqs + 1}, query_start), hlens = host_i32({num_seqs}, seq_lens);
+    HostTensor htables = host_i32({num_seqs, max_blocks}, tables);
+    const float scale = 1.f / std::sqrt(static_cast<float>(c.head_dim));
+
+    AttentionMeta hmeta{hqs.view(), hlens.view(), htables.view(), static_cast<int>(num_seqs),
+                        max_q + c.query_bound_extra, max_len + c.seq_bound_extra};
+    ref_.attention(out.view(), q.view(), kc.view(), vc.view(), hmeta, scale);
+
+    DeviceTensor gkc = upload(gpu_.get(), kc), gvc = upload(gpu_.get(), vc), gq = upload(gpu_.get(), q);
+    DeviceTensor go = upload(gpu_.get(), out), gqs = upload(gpu_.get(), hqs), glens = upload(gpu_.get(), hlens);
+    DeviceTensor gtables = upload(gpu_.get(), htables);
+    AttentionMeta gmeta{gqs.t, glens.t, gtables.t, hmeta.num_seqs, hmeta.max_query_len, hmeta.max_seq_len};
+    poison(gpu_.get(), go.t);
+    gpu_->attention(go.t, gq.t, gkc.t, gvc.t, gmeta, scale);
+
+    char tag[200];
+    std::snprintf(tag, sizeof tag, "attention[%s] %s bs=%lld heads=%lld/%lld hd=%lld n=%lld seqs=%lld", label.c_str(),
+                  name_of(c.kv_type), static_cast<long long>(c.block_size), static_cast<long long>(c.num_heads),
+                  static_cast<long long>(c.num_kv), static_cast<long long>(c.head_dim), static_cast<long long>(n),
+                  static_cast<long long>(num_seqs));
+    expect_close(tag, download(gpu_.get(), go.t), out.as_f32(), 1e-4);
+  }
+};
+
+// q_len 1 everywhere: the split-K decode kernel. 256 and 257 straddle a partition edge.
+const std::vector<SeqSpec> kDecodeSeqs = {{1, 1}, {1, 17}, {1, 256}, {1, 257}, {1, 600}, {1, 1100}};
+// Mixed step: decode sequences, whole prompts and chunks with cached context.
+const std::vector<SeqSpec> kMixedSeqs = {{1, 1}, {1, 17}, {13, 13}, {5, 40}, {33, 97}, {64, 300}, {2, 2}};
+
+const std::pair<int64_t, int64_t> kGqa[] = {{4, 4}, {4, 2}, {8, 2}, {12, 4}, {7, 1}, {16, 2}, {32, 2}};
+
+TEST_F(CudaAttention, DecodeDtypesAndBlockSizes) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16})
+    for (int64_t bs : {1, 4, 16}) run({t, bs, 8, 2, 64, kDecodeSeqs}, "decode");
+}
+
+TEST_F(CudaAttention, DecodeHeadDims) {
+  for (int64_t hd : {32, 64, 80, 96, 128, 256}) run({DType::kBF16, 16, 4, 2, hd, kDecodeSeqs}, "decode");
+  for (int64_t hd : {32, 80, 256}) run({DType::kF32, 4, 4, 4, hd, kDecodeSeqs}, "decode");
+}
+
+TEST_F(CudaAttention, DecodeGqaGroups) {
+  for (auto [h, kv] : kGqa) run({DType::kF16, 16, h, kv, 128, kDecodeSeqs}, "decode");
+}
+
+TEST_F(CudaAttention, DecodeLooseBoundsAndBatchOne) {
+  // Bounds far above the actual lengths: the extra partitions must exit cleanly.
+  run({DType::kBF16, 16, 8, 2, 128, kDecodeSeqs, 0, 3000}, "decode loose");
+  run({DType::kBF16, 16, 32, 32, 128, {{1, 2000}}}, "decode batch1");
+  run({DType::kF32, 1, 4, 1, 64, {{1, 1}}, 0, 7}, "decode single");
+}
+
+TEST_F(CudaAttention, PrefillDtypesAndBlockSizes) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16})
+    for (int64_t bs : {1, 4, 16}) run({t, bs, 8, 2, 64, kMixedSeqs}, "mixed");
+}
+
+TEST_F(CudaAttention, PrefillHeadDims) {
+  for (int64_t hd : {32, 64, 80, 96, 128, 256}) run({DType::kBF16, 16, 4, 2, hd, kMixedSeqs}, "mixed");
+  for (int64_t hd : {32, 80, 256}) run({DType::kF32, 4, 4, 4, hd, kMixedSeqs}, "mixed");
+}
+
+TEST_F(CudaAttention, PrefillGqaGroups) {
+  for (auto [h, kv] : kGqa) run({DType::kF16, 16, h, kv, 128, kMixedSeqs}, "mixed");
+}
+
+TEST_F(CudaAttention, PrefillLooseBoundsAndSingles) {
+  run({DType::kBF16, 16, 8, 2, 128, kMixedSeqs, 70, 500}, "mixed loose");
+  run({DType::kF32, 16, 4, 2, 64, {{97, 97}}}, "prefill one prompt");
+  run({DType::kF32, 4, 4, 2, 64, {{2, 2}}}, "prefill two tokens");
+  run({DType::kBF16, 16, 4, 2, 128, {{31, 1000}, {33, 33}}}, "chunk after long context");
+}
+
+}  // namespace
+}  // namespace quiver::test

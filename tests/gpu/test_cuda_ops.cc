@@ -1,0 +1,241 @@
+// link: qv_backend
+// CUDA backend vs the scalar reference, op by op, on awkward shapes: memory and copies,
+// embedding, rms_norm / add_rms_norm, rope, kv_write, silu_mul / add / gather_rows and
+// matmul on every path (GEMV, cuBLAS, cuBLAS with split activations). Attention and LoRA
+// have their own files. Every case prints its error; skips without a GPU.
+#include <algorithm>
+#include <numeric>
+
+#include "gpu/cuda_test_util.h"
+
+namespace quiver::test {
+namespace {
+
+const DType kFloatTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
+
+class CudaOps : public CudaTest {};
+
+TEST_F(CudaOps, MemoryRoundTrip) {
+  const size_t count = 1000;
+  std::vector<float> src(count), back(count, 0.f);
+  std::iota(src.begin(), src.end(), 1.f);
+  Buffer a(gpu_.get(), count * 4), b(gpu_.get(), count * 4);
+  gpu_->copy_from_host(a.data(), src.data(), count * 4);
+  gpu_->copy(b.data(), a.data(), count * 4);
+  gpu_->copy_to_host(back.data(), b.data(), count * 4);
+  EXPECT_EQ(back, src);
+  gpu_->fill_zero(b.data(), count * 4);
+  gpu_->copy_to_host(back.data(), b.data(), count * 4);
+  EXPECT_EQ(back, std::vector<float>(count, 0.f));
+  HostTensor w = random_tensor(rng_, DType::kBF16, {7, 9});
+  Tensor dw = gpu_->import_weight(w.view());
+  EXPECT_EQ(dw.device, Device::kCuda);
+  expect_close("import_weight bf16 [7, 9]", download(gpu_.get(), dw), w.as_f32(), 0);
+}
+
+TEST_F(CudaOps, Embedding) {
+  const int64_t vocab = 61;
+  for (DType t : kFloatTypes)
+    for (int64_t d : {1, 17, 130, 512})
+      for (int64_t n : {1, 13, 97}) {
+        HostTensor table = random_tensor(rng_, t, {vocab, d});
+        std::vector<int32_t> ids(static_cast<size_t>(n));
+        for (auto& id : ids) id = static_cast<int32_t>(rng_() % vocab);
+        HostTensor hid = host_i32({n}, ids), out = random_tensor(rng_, DType::kF32, {n, d});
+        ref_.embedding(out.view(), table.view(), hid.view());
+        DeviceTensor gt = upload(gpu_.get(), table), gi = upload(gpu_.get(), hid), go = upload(gpu_.get(), out);
+        poison(gpu_.get(), go.t);
+        gpu_->embedding(go.t, gt.t, gi.t);
+        expect_close("embedding " + std::string(name_of(t)) + " d=" + std::to_string(d) + " n=" + std::to_string(n),
+                     download(gpu_.get(), go.t), out.as_f32(), 0);
+      }
+}
+
+TEST_F(CudaOps, RmsNormAndAddRmsNorm) {
+  for (DType t : kFloatTypes)
+    for (int64_t d : {1, 17, 97, 130, 4096})
+      for (int64_t n : {1, 3, 33}) {
+        const std::string tag = std::string(name_of(t)) + " n=" + std::to_string(n) + " d=" + std::to_string(d);
+        HostTensor x = random_tensor(rng_, DType::kF32, {n, d}, 3.f), w = random_tensor(rng_, t, {d});
+        HostTensor res = random_tensor(rng_, DType::kF32, {n, d}, 2.f), out = random_tensor(rng_, DType::kF32, {n, d});
+        DeviceTensor gx = upload(gpu_.get(), x), gw = upload(gpu_.get(), w), gr = upload(gpu_.get(), res);
+        DeviceTensor go = upload(gpu_.get(), out);
+
+        ref_.rms_norm(out.view(), x.view(), w.view(), 1e-5f);
+        poison(gpu_.get(), go.t);
+        gpu_->rms_norm(go.t, gx.t, gw.t, 1e-5f);
+        expect_close("rms_norm " + tag, download(gpu_.get(), go.t), out.as_f32(), 1e-5);
+
+        ref_.add_rms_norm(out.view(), res.view(), x.view(), w.view(), 1e-6f);
+        poison(gpu_.get(), go.t);
+        gpu_->add_rms_norm(go.t, gr.t, gx.t, gw.t, 1e-6f);
+        expect_close("add_rms_norm out " + tag, download(gpu_.get(), go.t), out.as_f32(), 1e-5);
+        expect_close("add_rms_norm residual " + tag, download(gpu_.get(), gr.t), res.as_f32(), 0);
+      }
+}
+
+TEST_F(CudaOps, Rope) {
+  const int64_t max_pos = 512;
+  for (int64_t hd : {32, 64, 80, 128, 256}) {
+    // HF default RoPE table: row p = cos(p f_j), sin(p f_j), f_j = 10000^(-2j/hd)
+    std::vector<float> cs(static_cast<size_t>(max_pos * hd));
+    for (int64_t p = 0; p < max_pos; ++p)
+      for (int64_t j = 0; j < hd / 2; ++j) {
+        const double f = std::pow(10000.0, -2.0 * static_cast<double>(j) / static_cast<double>(hd));
+        cs[static_cast<size_t>(p * hd + j)] = static_cast<float>(std::cos(static_cast<double>(p) * f));
+        cs[static_cast<size_t>(p * hd + hd / 2 + j)] = static_cast<float>(std::sin(static_cast<double>(p) * f));
+      }
+    HostTensor table = host_f32({max_pos, hd}, cs);
+    DeviceTensor gtable = upload(gpu_.get(), table);
+    for (auto [h, kv] : {std::pair<int64_t, int64_t>{4, 4}, {8, 2}, {6, 1}})
+      for (int64_t n : {1, 13, 40}) {
+        std::vector<int32_t> pos(static_cast<size_t>(n));
+        for (auto& p : pos) p = static_cast<int32_t>(rng_() % max_pos);
+        HostTensor hp = host_i32({n}, pos);
+        HostTensor q = random_tensor(rng_, DType::kF32, {n, h, hd}, 2.f), k = random_tensor(rng_, DType::kF32, {n, kv, hd});
+        DeviceTensor gq = upload(gpu_.get(), q), gk = upload(gpu_.get(), k), gp = upload(gpu_.get(), hp);
+        ref_.rope(q.view(), k.view(), hp.view(), table.view());
+        gpu_->rope(gq.t, gk.t, gp.t, gtable.t);
+        const std::string tag = "hd=" + std::to_string(hd) + " heads=" + std::to_string(h) + "/" +
+                                std::to_string(kv) + " n=" + std::to_string(n);
+        expect_close("rope q " + tag, download(gpu_.get(), gq.t), q.as_f32(), 1e-5);
+        expect_close("rope k " + tag, download(gpu_.get(), gk.t), k.as_f32(), 1e-5);
+      }
+  }
+}
+
+TEST_F(CudaOps, KvWrite) {
+  for (DType t : kFloatTypes)
+    for (int64_t bs : {1, 4, 16})
+      for (int64_t kv : {1, 2})
+        for (int64_t hd : {32, 80, 128})
+          for (int64_t n : {1, 13, 40}) {
+            const int64_t num_blocks = (n + bs - 1) / bs + 3, num_slots = num_blocks * bs;
+            std::vector<int32_t> slots(static_cast<size_t>(num_slots));
+            std::iota(slots.begin(), slots.end(), 0);
+            std::shuffle(slots.begin(), slots.end(), rng_);
+            slots.resize(static_cast<size_t>(n));
+            for (size_t i = 0; i < slots.size(); i += 5) slots[i] = -1;  // padding tokens
+            HostTensor hs = host_i32({n}, slots);
+            HostTensor kc = random_tensor(rng_, t, {num_blocks, bs, kv, hd}), vc = random_tensor(rng_, t, {num_blocks, bs, kv, hd});
+            HostTensor k = random_tensor(rng_, DType::kF32, {n, kv, hd}), v = random_tensor(rng_, DType::kF32, {n, kv, hd});
+            DeviceTensor gkc = upload(gpu_.get(), kc), gvc = upload(gpu_.get(), vc), gk = upload(gpu_.get(), k);
+            DeviceTensor gv = upload(gpu_.get(), v), gs = upload(gpu_.get(), hs);
+            ref_.kv_write(kc.view(), vc.view(), k.view(), v.view(), hs.view());
+            gpu_->kv_write(gkc.t, gvc.t, gk.t, gv.t, gs.t);
+            const std::string tag = std::string(name_of(t)) + " bs=" + std::to_string(bs) + " kv=" +
+                                    std::to_string(kv) + " hd=" + std::to_string(hd) + " n=" + std::to_string(n);
+            expect_close("kv_write k " + tag, download(gpu_.get(), gkc.t), kc.as_f32(), 0);
+            expect_close("kv_write v " + tag, download(gpu_.get(), gvc.t), vc.as_f32(), 0);
+          }
+}
+
+TEST_F(CudaOps, ElementWise) {
+  for (int64_t n : {1, 3, 97})
+    for (int64_t d : {1, 17, 130, 4096}) {
+      const std::string tag = "n=" + std::to_string(n) + " d=" + std::to_string(d);
+      HostTensor g = random_tensor(rng_, DType::kF32, {n, d}, 6.f), u = random_tensor(rng_, DType::kF32, {n, d}, 2.f);
+      HostTensor out = random_tensor(rng_, DType::kF32, {n, d});
+      DeviceTensor gg = upload(gpu_.get(), g), gu = upload(gpu_.get(), u), go = upload(gpu_.get(), out);
+      ref_.silu_mul(out.view(), g.view(), u.view());
+      poison(gpu_.get(), go.t);
+      gpu_->silu_mul(go.t, gg.t, gu.t);
+      expect_close("silu_mul " + tag, download(gpu_.get(), go.t), out.as_f32(), 1e-6);
+
+      ref_.add(u.view(), g.view());
+      gpu_->add(gu.t, gg.t);
+      expect_close("add " + tag, download(gpu_.get(), gu.t), u.as_f32(), 0);
+
+      for (int64_t m : {1, 5, 40}) {
+        std::vector<int32_t> rows(static_cast<size_t>(m));
+        for (auto& r : rows) r = static_cast<int32_t>(rng_() % n);
+        HostTensor hr = host_i32({m}, rows), hout = random_tensor(rng_, DType::kF32, {m, d});
+        DeviceTensor gr = upload(gpu_.get(), hr), ghout = upload(gpu_.get(), hout);
+        ref_.gather_rows(hout.view(), g.view(), hr.view());
+        poison(gpu_.get(), ghout.t);
+        gpu_->gather_rows(ghout.t, gg.t, gr.t);
+        expect_close("gather_rows m=" + std::to_string(m) + " " + tag, download(gpu_.get(), ghout.t), hout.as_f32(), 0);
+      }
+    }
+}
+
+// One matmul case on `gpu` vs the reference. misalign: the weight starts one element past
+// a 16-byte boundary (forces the element-wise GEMV path at any `in`).
+void check_matmul(Backend* gpu, RefBackend& ref, std::mt19937& rng, const std::string& path, int64_t n, int64_t in,
+                  int64_t out, DType wt, bool with_bias, bool misalign, double tol) {
+  HostTensor x = random_tensor(rng, DType::kF32, {n, in}, 1.f), w = random_tensor(rng, wt, {out, in}, 0.5f);
+  HostTensor bias = random_tensor(rng, wt, {out}), y = random_tensor(rng, DType::kF32, {n, out});
+  ref.matmul(y.view(), x.view(), w.view(), with_bias ? bias.view() : Tensor());
+  HostTensor w_shifted = w;
+  if (misalign) {  // one leading element, then the weight
+    w_shifted.shape = {out * in + 1};
+    w_shifted.bytes.insert(w_shifted.bytes.begin(), dtype_size(wt), 0);
+  }
+  DeviceTensor gx = upload(gpu, x), gw = upload(gpu, w_shifted), gb = upload(gpu, bias), gy = upload(gpu, y);
+  Tensor wt_view = make_view(static_cast<char*>(gw.t.data) + (misalign ? dtype_size(wt) : 0), wt, {out, in},
+                             Device::kCuda);
+  poison(gpu, gy.t);
+  gpu->matmul(gy.t, gx.t, wt_view, with_bias ? gb.t : Tensor());
+  char tag[160];
+  std::snprintf(tag, sizeof tag, "matmul[%s] %s n=%lld in=%lld out=%lld%s%s", path.c_str(), name_of(wt),
+                static_cast<long long>(n), static_cast<long long>(in), static_cast<long long>(out),
+                with_bias ? " bias" : "", misalign ? " misaligned" : "");
+  expect_close(tag, download(gpu, gy.t), y.as_f32(), tol);
+}
+
+const std::pair<int64_t, int64_t> kMatmulShapes[] = {{1, 1}, {17, 97}, {97, 17}, {130, 33}, {256, 384}, {1024, 256}};
+
+// Default thresholds: n <= 8 on the GEMV (f32 activations: 1e-4 for every weight type),
+// larger n on cuBLAS (f32 weights: pedantic f32, 1e-4; 16-bit weights: x rounded to 16 bits,
+// bound 1e-2, expected ~2e-3).
+TEST_F(CudaOps, MatmulDefaultPaths) {
+  for (DType wt : kFloatTypes)
+    for (auto [in, out] : kMatmulShapes)
+      for (int64_t n : {1, 3, 13, 17, 33, 97})
+        for (bool bias : {false, true}) {
+          const bool gemv = n <= CudaBackendOptions{}.gemv_max_n;
+          const double tol = (gemv || wt == DType::kF32) ? 1e-4 : 1e-2;
+          check_matmul(gpu_.get(), ref_, rng_, gemv ? "gemv" : "cublas", n, in, out, wt, bias, false, tol);
+        }
+  // Long reductions (decode shapes scaled down), both paths.
+  for (DType wt : kFloatTypes)
+    for (auto [in, out] : {std::pair<int64_t, int64_t>{4096, 1000}, {11008, 64}})
+      for (int64_t n : {1, 5, 8, 40}) {
+        const bool gemv = n <= CudaBackendOptions{}.gemv_max_n;
+        check_matmul(gpu_.get(), ref_, rng_, gemv ? "gemv" : "cublas", n, in, out, wt, true, false,
+                     (gemv || wt == DType::kF32) ? 1e-4 : 1e-2);
+      }
+}
+
+// Every token bucket of the GEMV kernel (1, 2, 4, 8, 16), vector and element-wise paths.
+TEST_F(CudaOps, MatmulGemvAllTokenCounts) {
+  CudaBackendOptions o;
+  o.gemv_max_n = 16;
+  auto gemv = variant(o);
+  ASSERT_NE(gemv, nullptr);
+  for (DType wt : kFloatTypes)
+    for (auto [in, out] : {std::pair<int64_t, int64_t>{17, 97}, {256, 130}, {1024, 33}, {2056, 40}})
+      for (int64_t n : {1, 2, 3, 4, 5, 8, 9, 12, 16})
+        for (bool misalign : {false, true})
+          check_matmul(gemv.get(), ref_, rng_, "gemv16", n, in, out, wt, n % 2 == 1, misalign, 1e-4);
+}
+
+// cuBLAS at every n (also tiny ones), plain and with split activations (~f32 accuracy).
+TEST_F(CudaOps, MatmulCublasPaths) {
+  CudaBackendOptions o;
+  o.gemv_max_n = 0;
+  auto cublas = variant(o);
+  o.gemm_split_activations = true;
+  auto split = variant(o);
+  ASSERT_NE(cublas, nullptr);
+  ASSERT_NE(split, nullptr);
+  for (DType wt : kFloatTypes)
+    for (auto [in, out] : kMatmulShapes)
+      for (int64_t n : {1, 3, 17, 97}) {
+        check_matmul(cublas.get(), ref_, rng_, "cublas", n, in, out, wt, n == 3, false, wt == DType::kF32 ? 1e-4 : 1e-2);
+        check_matmul(split.get(), ref_, rng_, "cublas-split", n, in, out, wt, n == 3, false, 1e-4);
+      }
+}
+
+}  // namespace
+}  // namespace quiver::test
