@@ -160,6 +160,18 @@ void Interpreter::exec_for(const Stmt& s, std::shared_ptr<Frame>& frame, std::st
     return args.positional[static_cast<size_t>(*cycle) % args.positional.size()];
   };
   Value cycle_value = Value::callable(cycle_fn);
+  // loop.changed(*values): true on the first call and whenever the values differ from
+  // the previous call's.
+  auto last_changed = std::make_shared<std::optional<Value>>();
+  auto changed_fn = std::make_shared<Callable>();
+  changed_fn->name = "changed";
+  changed_fn->fn = [last_changed](Interpreter&, const CallArgs& args) -> Value {
+    Value now = Value::list(args.positional, true);
+    bool changed = !*last_changed || !values_equal(**last_changed, now);
+    *last_changed = now;
+    return Value::boolean(changed);
+  };
+  Value changed_value = Value::callable(changed_fn);
   for (int64_t i = 0; i < n; ++i) {
     *cycle = i;
     Dict loop;
@@ -175,6 +187,7 @@ void Interpreter::exec_for(const Stmt& s, std::shared_ptr<Frame>& frame, std::st
     if (i > 0) loop.set("previtem", items[static_cast<size_t>(i - 1)]);
     if (i + 1 < n) loop.set("nextitem", items[static_cast<size_t>(i + 1)]);
     loop.set("cycle", cycle_value);
+    loop.set("changed", changed_value);
     auto child = std::make_shared<Frame>();
     child->parent = frame;
     child->vars["loop"] = Value::dict(std::move(loop));
@@ -213,7 +226,7 @@ Value Interpreter::make_macro(const Stmt& s, std::shared_ptr<Frame> frame, const
       local->vars[name] = def ? interp.eval(*def, local)
                               : Value::undefined("parameter '" + name + "' was not provided");
     }
-    local->vars["varargs"] = Value::list(std::move(varargs));
+    local->vars["varargs"] = Value::list(std::move(varargs), /*is_tuple=*/true);
     local->vars["kwargs"] = Value::dict(std::move(kwargs));
     std::string out;
     interp.exec_body(caller_body ? *caller_body : stmt->body, local, out);
@@ -425,6 +438,7 @@ Value Interpreter::eval_binary(const std::string& op, const Value& a, const Valu
     if (!numeric) throw type_error();
     return use_float ? Value::number(a.as_double() * b.as_double()) : Value::integer(a.as_int() * b.as_int());
   }
+  if (op == "%" && a.is_string()) return Value::string(percent_format(a.as_string(), b.is_tuple() ? b.as_list() : List{b}));
   if (!numeric) throw type_error();
   if (op == "-") return use_float ? Value::number(a.as_double() - b.as_double()) : Value::integer(a.as_int() - b.as_int());
   if (op == "/") {

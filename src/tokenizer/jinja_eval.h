@@ -61,6 +61,9 @@ bool call_test(Interpreter& interp, const std::string& name, const Value& operan
 std::optional<Value> bound_method(const Value& obj, const std::string& name);
 // range, dict, namespace, raise_exception, strftime_now, cycler/joiner helpers.
 void install_globals(Frame& frame);
+// Python's printf-style `fmt % args` (%s, %r, %d, %i, %%), for `%` on strings and the
+// `format` filter.
+std::string percent_format(const std::string& fmt, const List& args);
 // Python slicing obj[start:stop:step] of a list or string.
 Value slice_value(const Value& obj, const Value& start, const Value& stop, const Value& step);
 

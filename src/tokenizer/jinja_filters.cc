@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <set>
+#include <utility>
 
 #include "tokenizer/jinja_eval.h"
 #include "tokenizer/jinja_text.h"
@@ -155,26 +156,7 @@ Value f_int(Interpreter&, const Value& v, const CallArgs& a) {
 }
 
 Value f_format(Interpreter&, const Value& v, const CallArgs& a) {
-  std::string fmt = v.str(), out;
-  size_t next_arg = 0;
-  for (size_t i = 0; i < fmt.size(); ++i) {
-    if (fmt[i] != '%' || i + 1 >= fmt.size()) {
-      out.push_back(fmt[i]);
-      continue;
-    }
-    char spec = fmt[++i];
-    if (spec == '%') {
-      out.push_back('%');
-      continue;
-    }
-    if (next_arg >= a.positional.size()) throw JinjaError("not enough arguments for format string");
-    const Value& x = a.positional[next_arg++];
-    if (spec == 's') out += x.str();
-    else if (spec == 'r') out += x.repr();
-    else if ((spec == 'd' || spec == 'i') && x.is_number()) out += std::to_string(static_cast<int64_t>(std::trunc(x.as_double())));
-    else throw JinjaError(std::string("unsupported format character '") + spec + "'");
-  }
-  return Value::string(out);
+  return Value::string(percent_format(v.str(), a.positional));
 }
 
 std::vector<std::string> splitlines(const std::string& s) {
@@ -407,6 +389,73 @@ Value f_tojson(Interpreter&, const Value& v, const CallArgs& a) {
   return Value::string(to_json(v, o));
 }
 
+Value f_dictsort(Interpreter&, const Value& v, const CallArgs& a) {
+  if (!v.is_dict()) throw JinjaError("dictsort requires a mapping");
+  bool case_sensitive = arg_bool(a, "case_sensitive", 0, false);
+  std::string by = arg_str(a, "by", 1).value_or("key");
+  bool reverse = arg_bool(a, "reverse", 2, false);
+  List items;
+  for (const auto& [k, x] : v.as_dict().items()) items.push_back(Value::list({Value::string(k), x}, true));
+  size_t pos = by == "value" ? 1 : 0;
+  auto key = [&](const Value& item) {
+    const Value& x = item.as_list()[pos];
+    return !case_sensitive && x.is_string() ? Value::string(py_lower(x.as_string())) : x;
+  };
+  std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) {
+    return reverse ? compare_values(key(y), key(x)) < 0 : compare_values(key(x), key(y)) < 0;
+  });
+  return Value::list(std::move(items));
+}
+
+Value f_batch(Interpreter& in, const Value& v, const CallArgs& a) {
+  const Value* count = arg(a, "linecount", 0);
+  if (!count || count->as_int() <= 0) throw JinjaError("batch requires a positive line count");
+  const Value* fill = arg(a, "fill_with", 1);
+  List out, current;
+  for (const Value& item : in.iterate(v)) {
+    current.push_back(item);
+    if (static_cast<int64_t>(current.size()) == count->as_int()) out.push_back(Value::list(std::exchange(current, {})));
+  }
+  if (!current.empty()) {
+    if (fill && !fill->is_none())
+      while (static_cast<int64_t>(current.size()) < count->as_int()) current.push_back(*fill);
+    out.push_back(Value::list(std::move(current)));
+  }
+  return Value::list(std::move(out));
+}
+
+Value f_center(Interpreter&, const Value& v, const CallArgs& a) {
+  const Value* w = arg(a, "width", 0);
+  int64_t width = w ? w->as_int() : 80;
+  std::string s = v.str();
+  int64_t len = static_cast<int64_t>(utf8_length(s));
+  if (width <= len) return Value::string(s);
+  int64_t margin = width - len;
+  int64_t left = margin / 2 + (margin & width & 1);  // CPython's str.center
+  return Value::string(std::string(static_cast<size_t>(left), ' ') + s + std::string(static_cast<size_t>(margin - left), ' '));
+}
+
+Value f_truncate(Interpreter&, const Value& v, const CallArgs& a) {
+  const Value* l = arg(a, "length", 0);
+  int64_t length = l ? l->as_int() : 255;
+  bool killwords = arg_bool(a, "killwords", 1, false);
+  std::string end = arg_str(a, "end", 2).value_or("...");
+  const Value* lw = arg(a, "leeway", 3);
+  int64_t leeway = lw && !lw->is_none() ? lw->as_int() : 5;
+  std::u32string s = utf8_decode(v.str());
+  int64_t n = static_cast<int64_t>(s.size());
+  if (n <= length + leeway) return Value::string(v.str());
+  int64_t keep = std::max<int64_t>(0, length - static_cast<int64_t>(utf8_length(end)));
+  std::u32string head = s.substr(0, static_cast<size_t>(keep));
+  if (!killwords) {
+    size_t space = head.rfind(U' ');
+    if (space != std::u32string::npos) head = head.substr(0, space);
+  }
+  return Value::string(utf8_encode(head) + end);
+}
+
+Value f_pprint(Interpreter&, const Value& v, const CallArgs&) { return Value::string(v.repr()); }
+
 Value f_wordcount(Interpreter&, const Value& v, const CallArgs&) {
   return Value::integer(static_cast<int64_t>(py_split(v.str(), std::nullopt, -1).size()));
 }
@@ -422,12 +471,37 @@ const std::unordered_map<std::string, FilterFn>& filters() {
       {"replace", f_replace}, {"reverse", f_reverse},   {"round", f_round},           {"safe", f_safe},
       {"select", f_select},   {"selectattr", f_selectattr}, {"sort", f_sort},         {"string", f_string},
       {"sum", f_sum},         {"title", f_title},       {"tojson", f_tojson},         {"trim", f_trim},
-      {"unique", f_unique},   {"upper", f_upper},       {"wordcount", f_wordcount},
+      {"unique", f_unique},   {"upper", f_upper},       {"wordcount", f_wordcount},   {"dictsort", f_dictsort},
+      {"batch", f_batch},     {"center", f_center},     {"truncate", f_truncate},     {"pprint", f_pprint},
   };
   return kFilters;
 }
 
 }  // namespace
+
+std::string percent_format(const std::string& fmt, const List& args) {
+  std::string out;
+  size_t next_arg = 0;
+  for (size_t i = 0; i < fmt.size(); ++i) {
+    if (fmt[i] != '%' || i + 1 >= fmt.size()) {
+      out.push_back(fmt[i]);
+      continue;
+    }
+    char spec = fmt[++i];
+    if (spec == '%') {
+      out.push_back('%');
+      continue;
+    }
+    if (next_arg >= args.size()) throw JinjaError("not enough arguments for format string");
+    const Value& x = args[next_arg++];
+    if (spec == 's') out += x.str();
+    else if (spec == 'r') out += x.repr();
+    else if ((spec == 'd' || spec == 'i') && x.is_number()) out += std::to_string(static_cast<int64_t>(std::trunc(x.as_double())));
+    else throw JinjaError(std::string("unsupported format character '") + spec + "'");
+  }
+  if (next_arg < args.size()) throw JinjaError("not all arguments converted during string formatting");
+  return out;
+}
 
 bool is_known_filter(const std::string& name) { return filters().count(name) != 0; }
 

@@ -122,7 +122,14 @@ std::string map_chars(std::string_view s, F f) {
 
 }  // namespace
 
-std::string py_upper(std::string_view s) { return map_chars(s, to_upper); }
+std::string py_upper(std::string_view s) {
+  std::string out;
+  for (char32_t c : utf8_decode(s)) {
+    if (c == 0xDF) out += "SS";  // the one common multi-character upper-casing
+    else utf8_append(out, to_upper(c));
+  }
+  return out;
+}
 std::string py_lower(std::string_view s) { return map_chars(s, to_lower); }
 
 std::string py_capitalize(std::string_view s) {

@@ -173,6 +173,13 @@ const Case kCases[] = {
     {"filter_indent", R"J({{ 'a\nb\n\nc'|indent(2) }}|{{ 'a\nb'|indent(2, true) }})J", R"J({})J", "a\n  b\n\n  c|  a\n  b"},
     {"filter_safe_escape_format", R"J({{ '<a>'|safe }} {{ '<a href="x">&'|escape }} {{ '%s=%d'|format('n', 3) }})J", R"J({})J",
      R"J(<a> &lt;a href=&#34;x&#34;&gt;&amp; n=3)J"},
+    {"filter_misc", R"J({{ d|dictsort }} {{ [1, 2, 3]|batch(2)|list }} [{{ 'ab'|center(6) }}] {{ 'hello world'|truncate(5) }} {{ 'ß'|upper }})J",
+     R"J({"d": {"b": 1, "a": 2}})J", R"J([('a', 2), ('b', 1)] [[1, 2], [3]] [  ab  ] he... SS)J"},
+    {"percent_operator", R"J({{ 'Hello %s, %d!' % ('x', 3) }} {{ '%s' % 'y' }})J", R"J({})J", R"J(Hello x, 3! y)J"},
+    {"loop_changed", R"J({% for x in [1, 1, 2, 2, 1] %}{{ loop.changed(x) }} {% endfor %})J", R"J({})J",
+     R"J(True False True False True )J"},
+    {"macro_varargs_kwargs", R"J({% macro f(x) %}{{ x }}{{ varargs }}{{ kwargs }}{% endmacro %}{{ f(1, 2, y=3) }})J", R"J({})J",
+     R"J(1(2,){'y': 3})J"},
     {"filter_block", R"J({% filter upper %}abc{{ 'd' }}{% endfilter %})J", R"J({})J", R"J(ABCD)J"},
 
     // ---- tojson (transformers' json.dumps override) ----
