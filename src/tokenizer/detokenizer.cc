@@ -14,6 +14,8 @@ namespace {
 
 // Prompt tokens kept as left context for the first generated token.
 constexpr size_t kInitialContext = 5;
+// How much further back the context may reach to start on a character boundary.
+constexpr size_t kMaxContextBacktrack = 16;
 
 bool ends_with_replacement(const std::string& s) {
   return s.size() >= utf8::kReplacementUtf8.size() &&
@@ -35,6 +37,15 @@ IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer* tokenizer, std::
   check(tokenizer_ != nullptr, "IncrementalDetokenizer needs a tokenizer");
   read_offset_ = ids_.size();
   prefix_offset_ = ids_.size() > kInitialContext ? ids_.size() - kInitialContext : 0;
+  // The context must not start inside a multi-token character: ByteFallback turns a whole
+  // byte run into U+FFFDs when any of it is invalid, so orphan bytes at the window's start
+  // would spoil the new text too. Move back until the context decodes cleanly.
+  for (size_t steps = 0; prefix_offset_ > 0 && steps < kMaxContextBacktrack; ++steps) {
+    std::span<const int32_t> window(ids_.data() + prefix_offset_, read_offset_ - prefix_offset_);
+    auto text = tokenizer_->decode(window, skip_special_);
+    if (!text.is_ok() || text.value().compare(0, utf8::kReplacementUtf8.size(), utf8::kReplacementUtf8) != 0) break;
+    --prefix_offset_;
+  }
 }
 
 Result<std::string> IncrementalDetokenizer::push(int32_t id) {
