@@ -1,0 +1,192 @@
+// link: qv_backend
+// CudaBackend decode hot spots on Llama-2-7B shapes (hidden 4096, intermediate 11008,
+// vocab 32000), bf16 weights:
+// - matmul at n = 1 / 8 / 16 tokens on the GEMV kernel and on cuBLAS (x rounded to bf16),
+//   reporting weight GB/s and the fraction of the H200's measured copy ceiling (4.26 TB/s,
+//   DESIGN.md section 5); one prefill-sized product reports TFLOP/s;
+// - LoRA shrink + expand, rank 16, in = out = 4096, n = 1 / 8 / 32 / 64 tokens over 4
+//   adapters, on the gather (BGMV) and the tiled kernels.
+//
+// Every benchmark cycles through enough copies of its weights (>= 512 MiB) that they cannot
+// sit in the 60 MB L2, so GB/s is HBM bandwidth. Timing: kCallsPerRound calls enqueued
+// back to back, then one synchronize, host clock around both; so per-call times include
+// the launch gaps a CUDA graph would remove (~1-2 us per kernel), which matters for the
+// small LoRA kernels, not for the large GEMVs.
+// Run:  build/bench_cuda_ops --benchmark_out=bench_cuda_ops.json --benchmark_out_format=json
+//       (the JSON context records date and host; add the commit by hand).
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#if defined(QUIVER_HAS_CUDA)
+#include "backend/cuda/cuda_backend_factory.h"
+#endif
+
+namespace quiver {
+namespace {
+
+#if defined(QUIVER_HAS_CUDA)
+
+constexpr size_t kMinWorkingSetBytes = size_t{512} << 20;
+constexpr int kCallsPerRound = 50;
+constexpr double kCeilingBytesPerSecond = 4.26e12;
+
+// One backend per option set, created once (cuBLAS start-up is slow). nullptr: no GPU.
+Backend* backend(int gemv_max_n, int lora_tiled_min_n) {
+  static std::map<std::pair<int, int>, std::unique_ptr<Backend>> cache;
+  auto key = std::make_pair(gemv_max_n, lora_tiled_min_n);
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    CudaBackendOptions o;
+    o.gemv_max_n = gemv_max_n;
+    o.lora_tiled_min_n = lora_tiled_min_n;
+    std::string err;
+    it = cache.emplace(key, make_cuda_backend(o, &err)).first;
+  }
+  return it->second.get();
+}
+
+// Device buffer filled with random values of dtype t (uniform in [-scale, scale]).
+Buffer random_buffer(Backend* gpu, DType t, size_t count, float scale, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-scale, scale);
+  Buffer b(gpu, count * dtype_size(t));
+  if (t == DType::kF32) {
+    std::vector<float> v(count);
+    for (auto& x : v) x = u(rng);
+    gpu->copy_from_host(b.data(), v.data(), count * 4);
+  } else {
+    std::vector<uint16_t> v(count);
+    for (auto& x : v) x = t == DType::kBF16 ? f32_to_bf16(u(rng)) : f32_to_f16(u(rng));
+    gpu->copy_from_host(b.data(), v.data(), count * 2);
+  }
+  return b;
+}
+
+// `copies` device copies of one random buffer (all distinct allocations).
+std::vector<Buffer> rotating_copies(Backend* gpu, DType t, size_t count, float scale) {
+  const size_t bytes = count * dtype_size(t);
+  const size_t copies = std::max<size_t>(2, kMinWorkingSetBytes / bytes + 1);
+  std::vector<Buffer> out;
+  out.push_back(random_buffer(gpu, t, count, scale, 1));
+  for (size_t i = 1; i < copies; ++i) {
+    out.emplace_back(gpu, bytes);
+    gpu->copy(out.back().data(), out.front().data(), bytes);
+  }
+  gpu->synchronize();
+  return out;
+}
+
+// Runs `call(i)` kCallsPerRound times per benchmark iteration and reports the mean time
+// of one call as the iteration time.
+template <typename Fn>
+double timed_rounds(benchmark::State& state, Backend* gpu, Fn&& call) {
+  for (int i = 0; i < kCallsPerRound; ++i) call(i);  // warm-up (module load, cuBLAS heuristics)
+  gpu->synchronize();
+  double total = 0;
+  size_t k = 0;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < kCallsPerRound; ++i) call(k++);
+    gpu->synchronize();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    state.SetIterationTime(s / kCallsPerRound);
+    total += s;
+  }
+  return total / (static_cast<double>(state.iterations()) * kCallsPerRound);  // seconds per call
+}
+
+// Args: out, in, n, path (0: GEMV kernel, 1: cuBLAS with bf16 activations)
+void BM_CudaMatmulBf16(benchmark::State& state) {
+  const int64_t out = state.range(0), in = state.range(1), n = state.range(2);
+  const bool cublas = state.range(3) == 1;
+  Backend* gpu = backend(cublas ? 0 : 16, 65);
+  if (gpu == nullptr) {
+    state.SkipWithError("no CUDA device");
+    return;
+  }
+  std::vector<Buffer> w = rotating_copies(gpu, DType::kBF16, static_cast<size_t>(out * in), 0.05f);
+  Buffer x = random_buffer(gpu, DType::kF32, static_cast<size_t>(n * in), 1.f, 2);
+  Buffer y(gpu, static_cast<size_t>(n * out) * 4);
+  Tensor xt = x.tensor(DType::kF32, {n, in}), yt = y.tensor(DType::kF32, {n, out});
+  const double s = timed_rounds(state, gpu, [&](size_t i) {
+    gpu->matmul(yt, xt, w[i % w.size()].tensor(DType::kBF16, {out, in}), Tensor());
+  });
+  const double weight_bytes = static_cast<double>(out * in) * 2;
+  const double bytes = weight_bytes + static_cast<double>(n * (in + out)) * 4;
+  state.counters["us"] = s * 1e6;
+  state.counters["GB/s"] = bytes / s / 1e9;
+  state.counters["frac_of_4.26TB/s"] = bytes / s / kCeilingBytesPerSecond;
+  state.counters["TFLOP/s"] = 2.0 * static_cast<double>(n * in * out) / s / 1e12;
+  state.SetLabel(cublas ? "cublas" : "gemv");
+}
+
+const int64_t kShapes[][2] = {{4096, 4096}, {11008, 4096}, {4096, 11008}, {32000, 4096}};
+
+void matmul_args(benchmark::internal::Benchmark* b) {
+  for (const auto& s : kShapes) {
+    for (int64_t n : {1, 8, 16}) b->Args({s[0], s[1], n, 0});
+    for (int64_t n : {8, 16, 32}) b->Args({s[0], s[1], n, 1});
+  }
+  b->Args({4096, 4096, 2048, 1});  // prefill-sized: tensor-core rate, not bandwidth
+}
+BENCHMARK(BM_CudaMatmulBf16)->Apply(matmul_args)->UseManualTime()->Unit(benchmark::kMicrosecond)
+    ->ArgNames({"out", "in", "n", "path"});
+
+// Args: n, path (0: gather/BGMV kernels, 1: tiled kernels). Rank 16, f32 stacks of 4 slots,
+// token i uses slot i % 4; shrink then expand, as one LoRA-augmented projection does.
+void BM_CudaLoraShrinkExpand(benchmark::State& state) {
+  const int64_t n = state.range(0), in = 4096, out = 4096, rank = 16, slots = 4;
+  const bool tiled = state.range(1) == 1;
+  Backend* gpu = backend(8, tiled ? 0 : 1 << 30);
+  if (gpu == nullptr) {
+    state.SkipWithError("no CUDA device");
+    return;
+  }
+  std::vector<Buffer> a = rotating_copies(gpu, DType::kF32, static_cast<size_t>(slots * rank * in), 0.05f);
+  std::vector<Buffer> b = rotating_copies(gpu, DType::kF32, static_cast<size_t>(slots * out * rank), 0.05f);
+  Buffer x = random_buffer(gpu, DType::kF32, static_cast<size_t>(n * in), 1.f, 3);
+  Buffer t(gpu, static_cast<size_t>(n * rank) * 4), y = random_buffer(gpu, DType::kF32, static_cast<size_t>(n * out), 1.f, 4);
+  std::vector<int32_t> token_slot(static_cast<size_t>(n)), seg_start{0}, seg_slot;
+  for (int64_t i = 0; i < n; ++i) {
+    token_slot[static_cast<size_t>(i)] = static_cast<int32_t>(i % slots);
+    seg_slot.push_back(static_cast<int32_t>(i % slots));
+    seg_start.push_back(static_cast<int32_t>(i + 1));
+  }
+  Buffer ts(gpu, token_slot.size() * 4), ss(gpu, seg_start.size() * 4), sl(gpu, seg_slot.size() * 4);
+  gpu->copy_from_host(ts.data(), token_slot.data(), token_slot.size() * 4);
+  gpu->copy_from_host(ss.data(), seg_start.data(), seg_start.size() * 4);
+  gpu->copy_from_host(sl.data(), seg_slot.data(), seg_slot.size() * 4);
+  LoraMeta meta{ts.tensor(DType::kI32, {n}), ss.tensor(DType::kI32, {n + 1}), sl.tensor(DType::kI32, {n}),
+                static_cast<int>(n)};
+  Tensor xt = x.tensor(DType::kF32, {n, in}), tt = t.tensor(DType::kF32, {n, rank}), yt = y.tensor(DType::kF32, {n, out});
+  const size_t copies = std::min(a.size(), b.size());
+  const double s = timed_rounds(state, gpu, [&](size_t i) {
+    gpu->lora_shrink(tt, xt, a[i % copies].tensor(DType::kF32, {slots, rank, in}), meta);
+    gpu->lora_expand(yt, tt, b[i % copies].tensor(DType::kF32, {slots, out, rank}), meta);
+  });
+  const double adapter_bytes = static_cast<double>(std::min<int64_t>(n, slots) * rank * (in + out)) * 4;
+  state.counters["us"] = s * 1e6;
+  state.counters["adapter GB/s"] = adapter_bytes / s / 1e9;
+  state.SetLabel(tiled ? "tiled" : "bgmv");
+}
+
+void lora_args(benchmark::internal::Benchmark* b) {
+  for (int64_t path : {0, 1})
+    for (int64_t n : {1, 8, 32, 64}) b->Args({n, path});
+}
+BENCHMARK(BM_CudaLoraShrinkExpand)->Apply(lora_args)->UseManualTime()->Unit(benchmark::kMicrosecond)
+    ->ArgNames({"n", "path"});
+
+#endif  // QUIVER_HAS_CUDA
+
+}  // namespace
+}  // namespace quiver
+
+BENCHMARK_MAIN();
