@@ -23,13 +23,13 @@ void CpuBackend::run_matmul(cpu::MatmulFn fn, const cpu::MatmulArgs& a, int64_t 
   }
   // Split output rows so each thread streams its own slice of the weights exactly once.
   // Grain 16 keeps each thread's outputs on their own cache lines; with few rows (LoRA
-  // shrink) fall back to 4-row tiles, or split the tokens when there are enough of them.
+  // shrink) fall back to 8-row tiles, or split the tokens when there are enough of them.
   if (rows >= 16 * threads) {
     pool_->parallel_for(rows, [&](int64_t b, int64_t e, int) { fn(a, b, e, 0, tokens); }, 16);
   } else if (tokens >= 4 * threads) {
     pool_->parallel_for(tokens, [&](int64_t b, int64_t e, int) { fn(a, 0, rows, b, e); }, 1);
   } else {
-    pool_->parallel_for(rows, [&](int64_t b, int64_t e, int) { fn(a, b, e, 0, tokens); }, 4);
+    pool_->parallel_for(rows, [&](int64_t b, int64_t e, int) { fn(a, b, e, 0, tokens); }, 8);
   }
 }
 
@@ -70,7 +70,8 @@ void CpuBackend::run_lora(cpu::MatmulFn fn, const cpu::MatmulArgs& base, size_t 
   // Work units are (segment, block of rows): a segment is a small GEMM against its own
   // adapter slice, and several units per segment keep both threads busy at batch 1.
   const int threads = pool_->num_threads();
-  const int64_t unit_rows = std::max<int64_t>(4, round_up((rows + 2 * threads - 1) / (2 * threads), 4));
+  // Units are multiples of 8 rows, the widest micro-tile.
+  const int64_t unit_rows = std::max<int64_t>(8, round_up((rows + 2 * threads - 1) / (2 * threads), 8));
   const int64_t units_per_seg = (rows + unit_rows - 1) / unit_rows;
   const int64_t units = units_per_seg * static_cast<int64_t>(segments_.size());
   int64_t tokens = 0;

@@ -22,9 +22,6 @@ using WElem = std::conditional_t<E == kElemF32, float, uint16_t>;
 inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
-// GEMV weight prefetch distance, in elements ahead of the current position in each row.
-constexpr int64_t kGemvPrefetch = 1024;
-
 // Computes R rows x T tokens starting at (r0, t0); U vectors per row in flight per step.
 template <class S, int E, int R, int T, int U>
 inline void mm_tile(const MatmulArgs& a, int64_t r0, int64_t t0) {
@@ -49,10 +46,6 @@ inline void mm_tile(const MatmulArgs& a, int64_t r0, int64_t t0) {
 
   int64_t i = 0;
   for (; i + U * L <= k; i += U * L) {
-    if constexpr (T == 1) {
-#pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) S::prefetch(w[r] + i + kGemvPrefetch);
-    }
 #pragma GCC unroll 8
     for (int u = 0; u < U; ++u) {
       V xv[T];
@@ -124,6 +117,8 @@ void matmul_kernel(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int6
     constexpr int R = S::kGemvR, U = S::kGemvU;
     int64_t r = r0;
     for (; r + R <= r1; r += R) mm_tile<S, E, R, 1, U>(a, r, t0);
+    if constexpr (R > 4)
+      for (; r + 4 <= r1; r += 4) mm_tile<S, E, 4, 1, U>(a, r, t0);
     for (; r < r1; ++r) mm_tile<S, E, 1, 1, U>(a, r, t0);
     return;
   }
@@ -136,6 +131,9 @@ void matmul_kernel(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int6
     int64_t r = r0;
     for (; r + R <= r1; r += R)
       for (int64_t t = tb; t < te; t += T) mm_tokens<S, E, R, T>(a, r, t, min64(T, te - t));
+    if constexpr (R > 4)
+      for (; r + 4 <= r1; r += 4)
+        for (int64_t t = tb; t < te; t += T) mm_tokens<S, E, 4, T>(a, r, t, min64(T, te - t));
     for (; r < r1; ++r)
       for (int64_t t = tb; t < te; t += T) mm_tokens<S, E, 1, T>(a, r, t, min64(T, te - t));
   }

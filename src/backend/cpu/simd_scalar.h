@@ -39,7 +39,6 @@ struct Simd {
   static void store_n(float* p, V v, int n) {
     for (int i = 0; i < n; ++i) p[i] = v.v[i];
   }
-  static void prefetch(const void*) {}
 
   template <class F>
   static V map2(V a, V b, F f) {
