@@ -1,0 +1,118 @@
+// link: qv_backend
+// CpuBackend matmul on TinyLlama-1.1B shapes with bf16 weights: GEMV (n=1) and batched
+// decode (n=8) report weight GB/s, prefill (n=128) reports GFLOP/s. Also LoRA shrink+
+// expand at decode (rank 16) next to the base GEMV it rides on.
+//
+// Each benchmark cycles through enough copies of the weight that they cannot sit in the
+// last-level cache, so GB/s is memory bandwidth, not L3 bandwidth.
+// Run:  build/bench_cpu_matmul --benchmark_out=bench_cpu_matmul.json --benchmark_out_format=json
+//       (the JSON context records date, host and CPU; add the commit by hand).
+#include <benchmark/benchmark.h>
+
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+
+namespace quiver {
+namespace {
+
+constexpr size_t kMinWorkingSetBytes = size_t{512} << 20;  // well past any L3
+
+struct Weights {
+  std::vector<std::vector<uint16_t>> copies;
+  int64_t out, in;
+  Tensor get(size_t i) { return Tensor(copies[i % copies.size()].data(), DType::kBF16, {out, in}); }
+  size_t bytes() const { return static_cast<size_t>(out * in) * 2; }
+};
+
+Weights make_weights(int64_t out, int64_t in) {
+  Weights w{{}, out, in};
+  const size_t one = static_cast<size_t>(out * in);
+  const size_t n = std::max<size_t>(2, kMinWorkingSetBytes / (one * 2) + 1);
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(-0.05f, 0.05f);
+  std::vector<uint16_t> base(one);
+  for (auto& v : base) v = f32_to_bf16(u(rng));
+  for (size_t i = 0; i < n; ++i) w.copies.push_back(base);
+  return w;
+}
+
+std::vector<float> random_vec(size_t n) {
+  std::mt19937 rng(2);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = u(rng);
+  return v;
+}
+
+CpuBackend& backend(int threads) {
+  static std::unique_ptr<CpuBackend> b;  // one pool per thread count, reused across runs
+  static int b_threads = -1;
+  if (b_threads != threads) {
+    b = std::make_unique<CpuBackend>(threads);
+    b_threads = threads;
+  }
+  return *b;
+}
+
+// Args: out, in, n (tokens), threads
+void BM_MatmulBf16(benchmark::State& state) {
+  const int64_t out = state.range(0), in = state.range(1), n = state.range(2);
+  CpuBackend& cpu = backend(static_cast<int>(state.range(3)));
+  Weights w = make_weights(out, in);
+  std::vector<float> x = random_vec(static_cast<size_t>(n * in)), y(static_cast<size_t>(n * out));
+  Tensor xt(x.data(), DType::kF32, {n, in}), yt(y.data(), DType::kF32, {n, out});
+  size_t i = 0;
+  for (auto _ : state) {
+    cpu.matmul(yt, xt, w.get(i++), Tensor());
+    benchmark::DoNotOptimize(y.data());
+  }
+  const double iters = static_cast<double>(state.iterations());
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(w.bytes()) * iters / 1e9, benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * static_cast<double>(n * in * out) * iters / 1e9, benchmark::Counter::kIsRate);
+  state.SetLabel(std::string(cpu_isa_name(cpu.isa())));
+}
+
+const int64_t kShapes[][2] = {{2048, 2048}, {256, 2048}, {5632, 2048}, {2048, 5632}, {32000, 2048}};
+
+void matmul_args(benchmark::internal::Benchmark* b) {
+  for (int64_t n : {1, 8, 128})
+    for (const auto& s : kShapes) b->Args({s[0], s[1], n, 0});
+  for (const auto& s : kShapes) b->Args({s[0], s[1], 1, 1});  // single-thread GEMV
+}
+BENCHMARK(BM_MatmulBf16)->Apply(matmul_args)->UseRealTime()->Unit(benchmark::kMicrosecond)
+    ->ArgNames({"out", "in", "n", "threads"});
+
+// LoRA at decode: shrink [rank x in] then expand [out x rank] for one token, f32 stacks
+// (2 slots). Compare with BM_MatmulBf16/out:2048/in:2048/n:1.
+void BM_LoraDecode(benchmark::State& state) {
+  const int64_t in = 2048, out = 2048, rank = state.range(0), slots = 2;
+  CpuBackend& cpu = backend(0);
+  std::vector<float> a = random_vec(static_cast<size_t>(slots * rank * in));
+  std::vector<float> b = random_vec(static_cast<size_t>(slots * out * rank));
+  std::vector<float> x = random_vec(static_cast<size_t>(in)), t(static_cast<size_t>(rank)), y(static_cast<size_t>(out));
+  int32_t slot = 1, seg_start[2] = {0, 1};
+  LoraMeta meta;
+  meta.token_slot = Tensor(&slot, DType::kI32, {1});
+  meta.seg_start = Tensor(seg_start, DType::kI32, {2});
+  meta.seg_slot = Tensor(&slot, DType::kI32, {1});
+  meta.num_segments = 1;
+  Tensor at(a.data(), DType::kF32, {slots, rank, in}), bt(b.data(), DType::kF32, {slots, out, rank});
+  Tensor xt(x.data(), DType::kF32, {1, in}), tt(t.data(), DType::kF32, {1, rank}), yt(y.data(), DType::kF32, {1, out});
+  for (auto _ : state) {
+    cpu.lora_shrink(tt, xt, at, meta);
+    cpu.lora_expand(yt, tt, bt, meta);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetLabel(std::string(cpu_isa_name(cpu.isa())));
+}
+BENCHMARK(BM_LoraDecode)->Arg(16)->Arg(64)->UseRealTime()->Unit(benchmark::kMicrosecond)->ArgNames({"rank"});
+
+}  // namespace
+}  // namespace quiver
+
+BENCHMARK_MAIN();
