@@ -67,7 +67,6 @@ std::vector<int> BlockPool::match_prefix(std::span<const int32_t> tokens, uint64
       in_free_[b] = false;
     }
     ++ref_[b];
-    ++hits_;
     out.push_back(b);
   }
   return out;

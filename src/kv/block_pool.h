@@ -33,6 +33,9 @@ class BlockPool {
   // Publishes a full block under its hash (no-op if caching is off or already published).
   void publish(int block, uint64_t hash);
 
+  // Cache hits are counted by the caller once matched blocks are actually used: a match
+  // may be handed back (admission rolled back, last block recomputed) and retried.
+  void record_hits(int num_blocks) { hits_ += num_blocks; }
   int64_t hits() const { return hits_; }  // blocks served from the cache so far
 
   // Debug views for tests and invariant checks.

@@ -121,6 +121,7 @@ ScheduledBatch Scheduler::schedule() {
         seq->lora_slot = slot.value();
         loras.insert(seq->lora_uid);
       }
+      blocks_->record_hits(static_cast<int>(cached.size()));
       seq->block_table.assign(cached.begin(), cached.end());
       seq->block_hashes.clear();
       uint64_t h = 0;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -119,7 +120,8 @@ class Harness {
                 Status* status = nullptr);
   // One engine step: schedule, check the batch, "run" it on the shadow KV store, sample,
   // commit, finish sequences that reached max_tokens, check the invariants.
-  StepRecord step();
+  // `before_commit` runs where the engine samples and may finish sequences (stop, abort).
+  StepRecord step(const std::function<void(const ScheduledBatch&)>& before_commit = nullptr);
   // Steps until nothing is left; fails the test if the scheduler stalls or max_steps pass.
   int run(int max_steps = 10000);
   // The middle of step(), for tests that act between schedule() and commit(): checks the
@@ -142,6 +144,8 @@ class Harness {
   int num_steps() const { return num_steps_; }
   int64_t num_preempted_seen() const { return preempted_seen_; }
   int max_running_seen() const { return max_running_; }
+  // Prefix-cache blocks actually used by admitted sequences (what BlockPool::hits() should count).
+  int64_t admitted_hit_blocks() const { return admitted_hit_blocks_; }
 
  private:
   void check_batch(const ScheduledBatch& b, const std::vector<int>& begin);
@@ -158,6 +162,7 @@ class Harness {
   int num_steps_ = 0;
   int64_t preempted_seen_ = 0;
   int max_running_ = 0;
+  int64_t admitted_hit_blocks_ = 0;
 };
 
 // ---- implementation (header-only: every test file is its own binary) -------------------
@@ -188,10 +193,15 @@ inline void Harness::abort(Sequence* seq) {
   EXPECT_EQ(seq->lora_slot, -1);
 }
 
-inline StepRecord Harness::step() {
+inline StepRecord Harness::step(const std::function<void(const ScheduledBatch&)>& before_commit) {
   StepRecord r;
+  std::set<const Sequence*> was_waiting;
+  for (const auto& s : seqs_)
+    if (s->status == SeqStatus::kWaiting) was_waiting.insert(s.get());
   r.batch = sched_.schedule();
   const ScheduledBatch& b = r.batch;
+  for (const ScheduledSeq& ss : b.seqs)
+    if (was_waiting.count(ss.seq)) admitted_hit_blocks_ += ss.seq->num_cached_prompt_tokens / config_.block_size;
   for (Sequence* p : b.preempted) {
     EXPECT_EQ(p->status, SeqStatus::kWaiting);
     EXPECT_TRUE(p->block_table.empty());
@@ -206,9 +216,11 @@ inline StepRecord Harness::step() {
   }
   check_batch(b, r.begin);
   run_batch(b);
+  if (before_commit) before_commit(b);
   sched_.commit(b);
   for (size_t i = 0; i < b.seqs.size(); ++i) {
     Sequence* seq = b.seqs[i].seq;
+    if (seq->status == SeqStatus::kFinished) continue;  // finished before commit
     EXPECT_EQ(seq->num_computed_tokens, r.begin[i] + b.seqs[i].num_tokens);
     if (b.seqs[i].samples && seq->num_generated() >= seq->max_tokens) sched_.finish(seq);
   }
@@ -406,6 +418,7 @@ inline void Harness::check_invariants() {
     }
   }
   EXPECT_EQ(pool_.num_free(), nb - used);
+  EXPECT_EQ(pool_.hits(), admitted_hit_blocks_) << "prefix-cache hits counted for blocks never used";
   for (int s = 0; s < lora_.num_slots(); ++s) EXPECT_EQ(lora_.pins(s), pins[s]) << "LoRA slot " << s;
 }
 

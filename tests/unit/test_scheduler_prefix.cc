@@ -99,6 +99,7 @@ TEST(SchedulerPrefix, FullyCachedBlockAlignedPromptStillComputesATokenToSample) 
   EXPECT_EQ(r.batch.batch.logit_rows.size(), 1u);
   EXPECT_EQ(b->num_cached_prompt_tokens, r.begin[0]);
   EXPECT_GT(b->num_cached_prompt_tokens, 0);
+  EXPECT_EQ(h.pool().hits(), b->num_cached_prompt_tokens / 4);  // the recomputed block is no hit
   h.run();
   expect_all_done(h);
 }
@@ -129,6 +130,32 @@ TEST(SchedulerPrefix, PartlyEvictedChainServesOnlyItsSurvivingHead) {
   Sequence* again = h.add(toks(16, 7), 3);
   h.step();
   EXPECT_EQ(again->num_cached_prompt_tokens, 12);
+  h.run();
+  expect_all_done(h);
+}
+
+TEST(SchedulerPrefix, HitsCountOnlyBlocksOfAdmittedSequences) {
+  // A waiting sequence matches cached blocks in every step but cannot be admitted until
+  // the pool has room; its failed attempts must not count as cache hits.
+  Harness h(cfg(/*num_blocks=*/8, /*budget=*/64));
+  h.add(toks(8, 12), 1);  // publishes 2 blocks
+  h.run();
+  Sequence* hog = h.add(toks(20, 13), 8);  // grows to 7 blocks
+  for (int i = 0; i < 4; ++i) h.step();
+  ASSERT_EQ(hog->status, SeqStatus::kRunning);
+  std::vector<int32_t> prompt = toks(8, 12);
+  for (int i = 0; i < 8; ++i) prompt.push_back(500 + i);
+  Sequence* again = h.add(prompt, 2);
+  int waited = 0;
+  while (again->status == SeqStatus::kWaiting) {
+    h.step();
+    ++waited;
+    ASSERT_LT(waited, 100);
+  }
+  EXPECT_GE(waited, 3);
+  EXPECT_EQ(again->num_preemptions, 0);
+  EXPECT_EQ(again->num_cached_prompt_tokens, 4);  // the hog evicted the chain's tail block
+  EXPECT_EQ(h.pool().hits(), 1);
   h.run();
   expect_all_done(h);
 }
