@@ -8,6 +8,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   int exit_code = 0;
   quiver::register_generate(app, &exit_code);
+  quiver::register_tokenize(app, &exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }
