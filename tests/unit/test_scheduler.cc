@@ -160,7 +160,7 @@ TEST(Scheduler, MaxNumSeqsAndTokenBudgetRespected) {
 TEST(Scheduler, MoreAdaptersThanMaxLorasAllFinish) {
   HarnessConfig c = small_config(64, false);
   c.sched.max_loras = 2;
-  c.num_lora_slots = 2;
+  c.num_lora_slots = 4;  // more slots than max_loras: the scheduler's limit is what holds
   Harness h(c);
   for (int i = 0; i < 15; ++i) h.add(toks(4 + i % 5, i), 2 + i % 6, static_cast<uint64_t>(i % 6));  // adapters 1..5 + base
   std::set<uint64_t> seen;
@@ -216,6 +216,12 @@ TEST(Scheduler, AddRejectsWhatCanNeverRun) {
   EXPECT_NE(st.message().find("maximum context length"), std::string::npos) << st.message();
   EXPECT_NE(h2.add(toks(60, 1), 4, 0, false, &st), nullptr);
   EXPECT_EQ(h2.sched().num_waiting(), 1);
+
+  HarnessConfig no_lora = small_config(64, false);
+  no_lora.sched.max_loras = 0;
+  Harness h3(no_lora);
+  EXPECT_EQ(h3.add(toks(4, 1), 4, /*lora_uid=*/7, false, &st), nullptr);
+  EXPECT_NE(st.message().find("LoRA"), std::string::npos) << st.message();
 
   EXPECT_EQ(h.sched().num_waiting(), 1);
   h.run();
