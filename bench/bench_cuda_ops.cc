@@ -1,7 +1,8 @@
 // link: qv_backend
 // CudaBackend decode hot spots on Llama-2-7B shapes (hidden 4096, intermediate 11008,
 // vocab 32000), bf16 weights:
-// - matmul at n = 1 / 8 / 16 tokens on the GEMV kernel and on cuBLAS (x rounded to bf16),
+// - matmul at n = 1 / 8 / 16 tokens on the GEMV kernel (its three launch shapes) and on
+//   cuBLAS at n = 8 / 16 / 32 (x rounded to bf16),
 //   reporting weight GB/s and the fraction of the H200's measured copy ceiling (4.26 TB/s,
 //   DESIGN.md section 5); one prefill-sized product reports TFLOP/s;
 // - LoRA shrink + expand, rank 16, in = out = 4096, n = 1 / 8 / 32 / 64 tokens over 4
@@ -21,6 +22,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/backend.h"
@@ -38,14 +40,15 @@ constexpr int kCallsPerRound = 50;
 constexpr double kCeilingBytesPerSecond = 4.26e12;
 
 // One backend per option set, created once (cuBLAS start-up is slow). nullptr: no GPU.
-Backend* backend(int gemv_max_n, int lora_tiled_min_n) {
-  static std::map<std::pair<int, int>, std::unique_ptr<Backend>> cache;
-  auto key = std::make_pair(gemv_max_n, lora_tiled_min_n);
+Backend* backend(int gemv_max_n, int lora_tiled_min_n, int gemv_variant = 0) {
+  static std::map<std::tuple<int, int, int>, std::unique_ptr<Backend>> cache;
+  auto key = std::make_tuple(gemv_max_n, lora_tiled_min_n, gemv_variant);
   auto it = cache.find(key);
   if (it == cache.end()) {
     CudaBackendOptions o;
     o.gemv_max_n = gemv_max_n;
     o.lora_tiled_min_n = lora_tiled_min_n;
+    o.gemv_variant = gemv_variant;
     std::string err;
     it = cache.emplace(key, make_cuda_backend(o, &err)).first;
   }
@@ -102,11 +105,13 @@ double timed_rounds(benchmark::State& state, Backend* gpu, Fn&& call) {
   return total / (static_cast<double>(state.iterations()) * kCallsPerRound);  // seconds per call
 }
 
-// Args: out, in, n, path (0: GEMV kernel, 1: cuBLAS with bf16 activations)
+// Args: out, in, n, path (0, 1, 2: GEMV kernel launch-shape variant; 3: cuBLAS with bf16
+// activations)
 void BM_CudaMatmulBf16(benchmark::State& state) {
   const int64_t out = state.range(0), in = state.range(1), n = state.range(2);
-  const bool cublas = state.range(3) == 1;
-  Backend* gpu = backend(cublas ? 0 : 16, 65);
+  const bool cublas = state.range(3) == 3;
+  const int variant = cublas ? 0 : static_cast<int>(state.range(3));
+  Backend* gpu = backend(cublas ? 0 : 16, 65, variant);
   if (gpu == nullptr) {
     state.SkipWithError("no CUDA device");
     return;
@@ -124,17 +129,18 @@ void BM_CudaMatmulBf16(benchmark::State& state) {
   state.counters["GB/s"] = bytes / s / 1e9;
   state.counters["frac_of_4.26TB/s"] = bytes / s / kCeilingBytesPerSecond;
   state.counters["TFLOP/s"] = 2.0 * static_cast<double>(n * in * out) / s / 1e12;
-  state.SetLabel(cublas ? "cublas" : "gemv");
+  state.SetLabel(cublas ? "cublas" : "gemv v" + std::to_string(variant));
 }
 
 const int64_t kShapes[][2] = {{4096, 4096}, {11008, 4096}, {4096, 11008}, {32000, 4096}};
 
 void matmul_args(benchmark::internal::Benchmark* b) {
   for (const auto& s : kShapes) {
-    for (int64_t n : {1, 8, 16}) b->Args({s[0], s[1], n, 0});
-    for (int64_t n : {8, 16, 32}) b->Args({s[0], s[1], n, 1});
+    for (int64_t n : {1, 8, 16})
+      for (int64_t variant : {0, 1, 2}) b->Args({s[0], s[1], n, variant});
+    for (int64_t n : {8, 16, 32}) b->Args({s[0], s[1], n, 3});
   }
-  b->Args({4096, 4096, 2048, 1});  // prefill-sized: tensor-core rate, not bandwidth
+  b->Args({4096, 4096, 2048, 3});  // prefill-sized: tensor-core rate, not bandwidth
 }
 BENCHMARK(BM_CudaMatmulBf16)->Apply(matmul_args)->UseManualTime()->Unit(benchmark::kMicrosecond)
     ->ArgNames({"out", "in", "n", "path"});

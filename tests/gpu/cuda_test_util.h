@@ -182,7 +182,7 @@ class CudaTest : public ::testing::Test {
   }
 
   // A second backend with other thresholds (GEMV / cuBLAS / LoRA paths).
-  std::unique_ptr<Backend> variant(const CudaBackendOptions& options) {
+  std::unique_ptr<Backend> variant_backend(const CudaBackendOptions& options) {
     std::string err;
     auto b = make_gpu(options, &err);
     EXPECT_NE(b, nullptr) << err;

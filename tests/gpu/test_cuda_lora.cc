@@ -85,7 +85,7 @@ class CudaLora : public CudaTest {
 TEST_F(CudaLora, GatherKernel) {
   CudaBackendOptions o;
   o.lora_tiled_min_n = 1 << 30;
-  auto gpu = variant(o);
+  auto gpu = variant_backend(o);
   ASSERT_NE(gpu, nullptr);
   sweep(gpu.get(), "bgmv");
 }
@@ -93,7 +93,7 @@ TEST_F(CudaLora, GatherKernel) {
 TEST_F(CudaLora, TiledKernel) {
   CudaBackendOptions o;
   o.lora_tiled_min_n = 0;
-  auto gpu = variant(o);
+  auto gpu = variant_backend(o);
   ASSERT_NE(gpu, nullptr);
   sweep(gpu.get(), "tiled");
 }

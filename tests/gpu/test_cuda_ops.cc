@@ -207,26 +207,31 @@ TEST_F(CudaOps, MatmulDefaultPaths) {
       }
 }
 
-// Every token bucket of the GEMV kernel (1, 2, 4, 8, 16), vector and element-wise paths.
+// Every token bucket of the GEMV kernel (1, 2, 4, 8, 16), vector and element-wise paths,
+// every launch-shape variant.
 TEST_F(CudaOps, MatmulGemvAllTokenCounts) {
-  CudaBackendOptions o;
-  o.gemv_max_n = 16;
-  auto gemv = variant(o);
-  ASSERT_NE(gemv, nullptr);
-  for (DType wt : kFloatTypes)
-    for (auto [in, out] : {std::pair<int64_t, int64_t>{17, 97}, {256, 130}, {1024, 33}, {2056, 40}})
-      for (int64_t n : {1, 2, 3, 4, 5, 8, 9, 12, 16})
-        for (bool misalign : {false, true})
-          check_matmul(gemv.get(), ref_, rng_, "gemv16", n, in, out, wt, n % 2 == 1, misalign, 1e-4);
+  for (int variant : {0, 1, 2}) {
+    CudaBackendOptions o;
+    o.gemv_max_n = 16;
+    o.gemv_variant = variant;
+    auto gemv = variant_backend(o);
+    ASSERT_NE(gemv, nullptr);
+    const std::string path = "gemv16 v" + std::to_string(variant);
+    for (DType wt : kFloatTypes)
+      for (auto [in, out] : {std::pair<int64_t, int64_t>{17, 97}, {256, 130}, {1024, 33}, {2056, 40}})
+        for (int64_t n : {1, 2, 3, 4, 5, 8, 9, 12, 16})
+          for (bool misalign : {false, true})
+            check_matmul(gemv.get(), ref_, rng_, path, n, in, out, wt, n % 2 == 1, misalign, 1e-4);
+  }
 }
 
 // cuBLAS at every n (also tiny ones), plain and with split activations (~f32 accuracy).
 TEST_F(CudaOps, MatmulCublasPaths) {
   CudaBackendOptions o;
   o.gemv_max_n = 0;
-  auto cublas = variant(o);
+  auto cublas = variant_backend(o);
   o.gemm_split_activations = true;
-  auto split = variant(o);
+  auto split = variant_backend(o);
   ASSERT_NE(cublas, nullptr);
   ASSERT_NE(split, nullptr);
   for (DType wt : kFloatTypes)

@@ -211,6 +211,7 @@ void CudaBackend::attention(Tensor out, Tensor q, Tensor k_cache, Tensor v_cache
         "attention: k_cache and v_cache must be [num_blocks, block_size, num_kv_heads, head_dim], same dtype");
   const int64_t num_heads = q.dim(1), hd = q.dim(2), num_kv = k_cache.dim(2);
   check(k_cache.dim(3) == hd && num_kv > 0 && num_heads % num_kv == 0, "attention: head shapes do not match");
+  check(cuda::aligned16(k_cache.data) && cuda::aligned16(v_cache.data), "attention: caches must be 16-byte aligned");
   check(meta.query_start.dtype == DType::kI32 && meta.seq_lens.dtype == DType::kI32 &&
             meta.block_tables.dtype == DType::kI32 && meta.block_tables.ndim == 2,
         "attention: meta tensors must be i32, block_tables [num_seqs, max_blocks]");

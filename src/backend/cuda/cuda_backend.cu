@@ -14,6 +14,7 @@ using cuda::cuda_check;
 CudaBackend::CudaBackend(const CudaBackendOptions& options) : options_(options) {
   check(options_.gemv_max_n >= 0 && options_.gemv_max_n <= cuda::kGemvMaxTokens,
         "CudaBackendOptions::gemv_max_n must be in [0, 16]");
+  check(options_.gemv_variant >= 0 && options_.gemv_variant <= 2, "CudaBackendOptions::gemv_variant must be 0, 1 or 2");
   cuda_check(cudaSetDevice(options_.device));
   cuda_check(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, options_.device));
   // Non-blocking: the legacy default stream must never serialise with (or break capture of)

@@ -17,6 +17,9 @@ struct CudaBackendOptions {
   // each weight read once per call); larger n converts x to the weight's 16-bit type and
   // calls cuBLAS. At most 16; 0 sends every matmul to cuBLAS.
   int gemv_max_n = 8;
+  // GEMV launch shape for 16-bit weights: 0 = 4 rows per block (default), 1 = 2 rows and
+  // deeper load pipelining, 2 = 8 rows. A tuning knob for bench_cuda_ops, not for users.
+  int gemv_variant = 0;
   // When true, the cuBLAS path splits x = hi + lo (two 16-bit GEMMs, twice the math) so
   // bf16/f16-weight matmuls keep ~f32 accuracy (rel. error ~1e-5 instead of ~3e-3).
   bool gemm_split_activations = false;

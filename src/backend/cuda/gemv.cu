@@ -111,26 +111,42 @@ gemv_kernel(float* __restrict__ y, const float* __restrict__ x, const W* __restr
   }
 }
 
-// Rows per block and rounds of loads in flight per token bucket: more rows reuse each x
-// load more often, more rounds keep more bytes in flight; registers bound both.
-template <typename W, int NT, bool VEC>
-void launch(cudaStream_t stream, float* y, const float* x, const W* w, const void* bias, DType bias_type, int n,
-            int out, int in) {
-  constexpr int kRows = 4;
-  constexpr int kRounds = NT <= 2 ? 4 : NT <= 8 ? 2 : 1;
-  const unsigned blocks = static_cast<unsigned>(cuda::ceil_div(out, kRows));
-  gemv_kernel<W, NT, kRows, kRounds, VEC><<<blocks, kWarps * 32, 0, stream>>>(y, x, w, bias, bias_type, n, out, in);
+template <typename W, int NT, int ROWS, int U, bool VEC>
+void launch_config(cudaStream_t stream, float* y, const float* x, const W* w, const void* bias, DType bias_type, int n,
+                   int out, int in) {
+  const unsigned blocks = static_cast<unsigned>(cuda::ceil_div(out, ROWS));
+  gemv_kernel<W, NT, ROWS, U, VEC><<<blocks, kWarps * 32, 0, stream>>>(y, x, w, bias, bias_type, n, out, in);
   cuda::launch_check();
 }
 
+// Rows per block (ROWS) and rounds of loads in flight (U) per token bucket: more rows reuse
+// each x load more often, more rounds keep more bytes in flight; registers bound both.
+// Variants 1 and 2 (16-bit weights, vector path only) are tuning experiments that
+// CudaBackendOptions::gemv_variant selects; 0 is the default everywhere.
+template <typename W, int NT, bool VEC>
+void launch(cudaStream_t stream, int variant, float* y, const float* x, const W* w, const void* bias, DType bias_type,
+            int n, int out, int in) {
+  if constexpr (VEC && sizeof(W) == 2) {
+    if (variant == 1) {  // 2 rows, deeper pipelining: more, smaller blocks
+      launch_config<W, NT, 2, (NT <= 2 ? 8 : NT <= 8 ? 4 : 2), VEC>(stream, y, x, w, bias, bias_type, n, out, in);
+      return;
+    }
+    if (variant == 2) {  // 8 rows: x loads reused by 8 rows
+      launch_config<W, NT, 8, (NT <= 2 ? 2 : 1), VEC>(stream, y, x, w, bias, bias_type, n, out, in);
+      return;
+    }
+  }
+  launch_config<W, NT, 4, (NT <= 2 ? 4 : NT <= 8 ? 2 : 1), VEC>(stream, y, x, w, bias, bias_type, n, out, in);
+}
+
 template <typename W, bool VEC>
-void launch_tokens(cudaStream_t stream, float* y, const float* x, const W* w, const void* bias, DType bias_type,
-                   int n, int out, int in) {
-  if (n == 1) launch<W, 1, VEC>(stream, y, x, w, bias, bias_type, n, out, in);
-  else if (n == 2) launch<W, 2, VEC>(stream, y, x, w, bias, bias_type, n, out, in);
-  else if (n <= 4) launch<W, 4, VEC>(stream, y, x, w, bias, bias_type, n, out, in);
-  else if (n <= 8) launch<W, 8, VEC>(stream, y, x, w, bias, bias_type, n, out, in);
-  else launch<W, 16, VEC>(stream, y, x, w, bias, bias_type, n, out, in);
+void launch_tokens(cudaStream_t stream, int variant, float* y, const float* x, const W* w, const void* bias,
+                   DType bias_type, int n, int out, int in) {
+  if (n == 1) launch<W, 1, VEC>(stream, variant, y, x, w, bias, bias_type, n, out, in);
+  else if (n == 2) launch<W, 2, VEC>(stream, variant, y, x, w, bias, bias_type, n, out, in);
+  else if (n <= 4) launch<W, 4, VEC>(stream, variant, y, x, w, bias, bias_type, n, out, in);
+  else if (n <= 8) launch<W, 8, VEC>(stream, variant, y, x, w, bias, bias_type, n, out, in);
+  else launch<W, 16, VEC>(stream, variant, y, x, w, bias, bias_type, n, out, in);
 }
 
 }  // namespace
@@ -145,11 +161,11 @@ void CudaBackend::gemv(Tensor y, Tensor x, Tensor w, Tensor bias) {
     const bool vec = in % E == 0 && cuda::aligned16(w.data) && cuda::aligned16(x.data);
     const void* b = bias.empty() ? nullptr : bias.data;
     if (vec) {
-      launch_tokens<W, true>(stream_, y.ptr<float>(), x.ptr<float>(), w.ptr<W>(), b, bias.dtype, static_cast<int>(n),
-                             static_cast<int>(out), static_cast<int>(in));
+      launch_tokens<W, true>(stream_, options_.gemv_variant, y.ptr<float>(), x.ptr<float>(), w.ptr<W>(), b, bias.dtype,
+                             static_cast<int>(n), static_cast<int>(out), static_cast<int>(in));
     } else {
-      launch_tokens<W, false>(stream_, y.ptr<float>(), x.ptr<float>(), w.ptr<W>(), b, bias.dtype,
-                              static_cast<int>(n), static_cast<int>(out), static_cast<int>(in));
+      launch_tokens<W, false>(stream_, options_.gemv_variant, y.ptr<float>(), x.ptr<float>(), w.ptr<W>(), b,
+                              bias.dtype, static_cast<int>(n), static_cast<int>(out), static_cast<int>(in));
     }
   }, "matmul: weight must be F32, F16 or BF16");
 }
