@@ -1,3 +1,4 @@
+// link: qv_tokenizer
 // Tokenizer encode throughput on one core: the corpus lines (tests/fixtures/
 // tokenizer_corpus.jsonl) repeated in order until >= 1 MiB, each encoded without special
 // tokens. tools/make_tokenizer_fixtures.py times HF tokenizers on the same input, so both
