@@ -3,10 +3,10 @@
 single-thread encode benchmark to compare with bench/bench_tokenizer.cc.
 
 Runs offline (e.g. on the GPU machine: python3 with tokenizers and transformers):
-    python3 tools/make_tokenizer_fixtures.py [TOKENIZER_ROOT ...]
+    python3 tools/make_tokenizer_fixtures.py [--out DIR] [TOKENIZER_ROOT ...]
 Each TOKENIZER_ROOT holds one folder per tokenizer (tokenizer.json [+ tokenizer_config.json]);
 default: tests/fixtures/tokenizers and tests/tokenizer_data/npm (see tools/fetch_tokenizers.sh).
-Writes tests/fixtures/tokenizer_expected/<name>.jsonl: for each line of
+Writes tests/fixtures/tokenizer_expected/<name>.jsonl (or DIR/<name>.jsonl): for each line of
 tests/fixtures/tokenizer_corpus.jsonl, {"text", "ids" (add_special_tokens=True),
 "ids_no_special" (False), "decoded" (decode(ids), skip_special_tokens=False),
 "decoded_skip_special" (True)}.
@@ -58,7 +58,12 @@ def transformers_mismatches(folder, texts, expected):
 
 
 def main():
-    roots = sys.argv[1:] or [os.path.join(ROOT, "tests", "fixtures", "tokenizers"),
+    global OUT_DIR
+    args = sys.argv[1:]
+    if args[:1] == ["--out"]:
+        OUT_DIR = os.path.abspath(args[1])
+        args = args[2:]
+    roots = args or [os.path.join(ROOT, "tests", "fixtures", "tokenizers"),
                              os.path.join(ROOT, "tests", "tokenizer_data", "npm")]
     with open(CORPUS, encoding="utf-8") as f:
         texts = [json.loads(l)["text"] for l in f if l.strip()]
