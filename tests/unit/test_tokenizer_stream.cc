@@ -4,6 +4,8 @@
 // and skip_special_tokens), and StopChecker across token boundaries.
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "tokenizer/stop_checker.h"
 #include "tokenizer/utf8.h"
 #include "unit/tokenizer_test_util.h"
@@ -84,6 +86,28 @@ INSTANTIATE_TEST_SUITE_P(Real, DetokenizerOnCorpus, ::testing::ValuesIn(testing:
                              if (c == '-') c = '_';
                            return n;
                          });
+
+TEST(TokenizerThreads, ConcurrentEncodeMatchesSerial) {
+  // encode() is const and shares the word cache between threads.
+  auto t = Tokenizer::load(testing::real_tokenizer_dir("gpt2"));
+  ASSERT_TRUE(t.is_ok()) << t.message();
+  std::vector<std::string> texts = testing::corpus_texts();
+  std::vector<std::vector<int32_t>> serial;
+  for (const auto& text : texts) serial.push_back(t.value()->encode(text, true).value());
+  std::vector<int> mismatches(4, 0);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 4; ++w) {
+    threads.emplace_back([&, w] {
+      for (int round = 0; round < 5; ++round)
+        for (size_t i = w; i < texts.size() + w; ++i) {
+          size_t k = i % texts.size();
+          if (t.value()->encode(texts[k], true).value() != serial[k]) ++mismatches[w];
+        }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int m : mismatches) EXPECT_EQ(m, 0);
+}
 
 // Runs the stop checker over pieces; returns (emitted text, stop found).
 std::pair<std::string, std::optional<std::string>> run_stops(const std::vector<std::string>& stops,
