@@ -9,6 +9,9 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   quiver::register_generate(app, &exit_code);
   quiver::register_tokenize(app, &exit_code);
+#if defined(QUIVER_HAS_SERVER)
+  quiver::register_serve(app, &exit_code);
+#endif
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }

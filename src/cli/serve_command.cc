@@ -1,0 +1,140 @@
+// `quiver serve`: the OpenAI-compatible HTTP server (vLLM's `vllm serve`).
+//
+// Shutdown: SIGTERM/SIGINT are blocked in every thread and taken by a watcher thread with
+// sigtimedwait, so no signal handler runs at all (and nothing async-signal-unsafe can
+// happen in one). The watcher stops accepting connections, lets in-flight requests finish
+// for --shutdown-timeout seconds (a second signal cuts that short), aborts the rest, and
+// the command returns 0 once every handler is done.
+#if defined(QUIVER_HAS_SERVER)
+#include <csignal>
+#include <iostream>
+#include <memory>
+#include <thread>
+
+#include "cli/commands.h"
+#include "cli/engine_flags.h"
+#include "server/engine_loop.h"
+#include "server/http_server.h"
+
+namespace quiver {
+
+namespace {
+
+struct ServeOptions {
+  EngineFlags engine;
+  ServerOptions server;
+};
+
+sigset_t shutdown_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  return set;
+}
+
+// Waits up to `seconds` for a shutdown signal; the signal number, or 0 on timeout.
+int wait_signal(double seconds) {
+  const sigset_t set = shutdown_signals();
+  timespec ts{static_cast<time_t>(seconds), static_cast<long>((seconds - static_cast<time_t>(seconds)) * 1e9)};
+  const int sig = sigtimedwait(&set, nullptr, &ts);
+  return sig > 0 ? sig : 0;
+}
+
+void watch_for_shutdown(const std::atomic<bool>& serving_done, HttpServer& server, EngineLoop& loop,
+                        double grace_s) {
+  while (!serving_done.load()) {
+    const int sig = wait_signal(0.2);
+    if (sig == 0) continue;
+    std::cerr << "quiver serve: " << (sig == SIGTERM ? "SIGTERM" : "SIGINT") << ", shutting down ("
+              << loop.num_in_flight() << " requests in flight)\n";
+    loop.begin_drain();
+    server.stop();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(grace_s);
+    while (loop.num_in_flight() > 0 && std::chrono::steady_clock::now() < deadline) {
+      if (wait_signal(0.05) != 0) break;  // asked twice: stop waiting
+    }
+    if (loop.num_in_flight() > 0) {
+      std::cerr << "quiver serve: aborting " << loop.num_in_flight() << " unfinished requests\n";
+      loop.abort_all();
+    }
+    return;
+  }
+}
+
+int run_serve(ServeOptions& o) {
+  // Before any thread exists, so every thread inherits the mask (see the file comment).
+  const sigset_t set = shutdown_signals();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  // A client that vanishes mid-write must be a failed write, not a dead server.
+  std::signal(SIGPIPE, SIG_IGN);
+
+  if (o.server.allow_runtime_lora_updating) o.engine.args.enable_lora = true;
+  Status s = finalize_engine_flags(&o.engine);
+  if (!s.is_ok()) {
+    std::cerr << "quiver serve: " << s.message() << "\n";
+    return 2;
+  }
+  if (o.server.port < 0 || o.server.port > 65535) {
+    std::cerr << "quiver serve: --port must be in [0, 65535]\n";
+    return 2;
+  }
+  for (const auto& [name, path] : o.engine.args.lora_modules) {
+    if (name == (o.server.served_model_name.empty() ? o.engine.args.model : o.server.served_model_name)) {
+      std::cerr << "quiver serve: adapter name '" << name << "' is the base model's name\n";
+      return 2;
+    }
+  }
+  auto created = LLMEngine::create(o.engine.args);
+  if (!created.is_ok()) {
+    std::cerr << "quiver serve: " << created.message() << "\n";
+    return 1;
+  }
+  const std::string model_name = o.server.served_model_name.empty() ? o.engine.args.model : o.server.served_model_name;
+  ServerMetrics metrics(model_name);
+  EngineLoop loop(std::move(created).value(), &metrics, o.server.max_pending_requests);
+  HttpServer server(o.server, &loop, &metrics, model_name, o.engine.args.model);
+  Status bound = server.bind();
+  if (!bound.is_ok()) {
+    std::cerr << "quiver serve: " << bound.message() << "\n";
+    return 1;
+  }
+  loop.start();
+  std::cerr << "quiver serve: model '" << model_name << "' on http://" << o.server.host << ":" << server.port()
+            << (o.server.api_key.empty() ? "" : " (API key required)") << "\n";
+
+  std::atomic<bool> serving_done{false};
+  std::thread watcher([&] { watch_for_shutdown(serving_done, server, loop, o.server.shutdown_timeout_s); });
+  server.run();
+  serving_done = true;
+  watcher.join();
+  loop.stop();
+  std::cerr << "quiver serve: stopped\n";
+  return 0;
+}
+
+}  // namespace
+
+void register_serve(CLI::App& app, int* exit_code) {
+  auto opts = std::make_shared<ServeOptions>();
+  CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (completions, chat, LoRA adapters)");
+  add_engine_flags(cmd, &opts->engine, "--lora-modules");
+  ServerOptions& s = opts->server;
+  cmd->add_option("--host", s.host, "address to listen on (default 127.0.0.1: this machine only)");
+  cmd->add_option("--port", s.port, "port to listen on (0 = any free port)");
+  cmd->add_option("--served-model-name", s.served_model_name, "the base model's name in the API (default: --model)");
+  cmd->add_option("--api-key", s.api_key, "require 'Authorization: Bearer KEY' on /v1/*");
+  cmd->add_flag("--allow-runtime-lora-updating", s.allow_runtime_lora_updating,
+                "enable /v1/load_lora_adapter and /v1/unload_lora_adapter");
+  cmd->add_option("--lora-path-allowlist", s.lora_path_allowlist,
+                  "folders runtime adapters may be loaded from (repeatable)");
+  cmd->add_option("--max-body-bytes", s.max_body_bytes, "largest request body accepted (413 beyond)");
+  cmd->add_option("--http-threads", s.http_threads, "HTTP worker threads (each open stream holds one)");
+  cmd->add_option("--max-pending-requests", s.max_pending_requests, "requests queued or running before 503");
+  cmd->add_option("--shutdown-timeout", s.shutdown_timeout_s, "seconds in-flight requests may finish on SIGTERM");
+  cmd->callback([opts, exit_code] { *exit_code = run_serve(*opts); });
+}
+
+}  // namespace quiver
+
+#endif  // QUIVER_HAS_SERVER

@@ -1,0 +1,174 @@
+// Submitting a prepared generation and answering it. Waits are short (kPoll) so the HTTP
+// thread can notice its client leaving: then the request is cancelled, which aborts it
+// in the engine and frees its KV blocks. A streaming response is produced by a chunked
+// content provider that httplib calls repeatedly on this connection's thread.
+#include "server/generation_handler.h"
+
+#include <chrono>
+#include <memory>
+
+#include "server/connection_probe.h"
+#include "server/generation_prepare.h"
+#include "server/http_reply.h"
+#include "server/output_assembler.h"
+
+namespace quiver {
+
+namespace {
+
+using nlohmann::json;
+constexpr auto kPoll = std::chrono::milliseconds(50);
+
+ModelView model_view(const ServerContext& ctx) {
+  return ModelView{ctx.model_name, ctx.loop->max_model_len(), ctx.loop->tokenizer(), ctx.loop};
+}
+
+// Everything a response needs after the handler returned (streaming outlives it).
+struct Generation {
+  ServerContext* ctx = nullptr;
+  PreparedGeneration prep;
+  std::shared_ptr<ResponseChannel> channel;
+  std::unique_ptr<OutputAssembler> assembler;
+  TokenText token_text;
+  int fd = -1;                       // this client's socket, for disconnect checks; -1 unknown
+  std::vector<size_t> text_offsets;  // per choice: text already streamed (completion logprobs)
+  bool preamble_sent = false;
+  bool done = false;
+
+  void cancel() { ctx->loop->cancel(channel); }
+
+  json choice_json(const ChoicePiece& p, bool streaming) {
+    if (!prep.chat) {
+      size_t& offset = text_offsets[static_cast<size_t>(p.index)];
+      json c = completion_choice_json(p, prep.logprobs, token_text, streaming ? offset : 0, prep.return_token_ids);
+      offset += p.text.size();
+      return c;
+    }
+    return streaming ? chat_delta_choice_json(p, false, prep.logprobs, token_text, prep.return_token_ids)
+                     : chat_choice_json(p, prep.logprobs, token_text, prep.return_token_ids);
+  }
+  std::string chunk(const json& choice) const {
+    json choices = json::array({choice});
+    return sse_event(prep.chat ? chat_chunk_json(prep.meta, std::move(choices))
+                               : completion_chunk_json(prep.meta, std::move(choices)));
+  }
+};
+
+// Waits until the engine admitted every job. False (and `res` answered or abandoned)
+// when it did not.
+bool await_admission(Generation& g, httplib::Response& res) {
+  for (;;) {
+    bool timed_out = false;
+    if (auto error = g.channel->wait_admitted(kPoll, &timed_out)) {
+      send_error(res, *error);
+      return false;
+    }
+    if (!timed_out) return true;
+    if (peer_closed(g.fd)) {
+      g.cancel();
+      res.status = 499;  // nobody reads it; nginx's "client closed request"
+      return false;
+    }
+  }
+}
+
+void respond_whole(Generation& g, httplib::Response& res) {
+  for (;;) {
+    const bool finished = g.channel->all_finished();
+    for (auto& [job, out] : g.channel->take(finished ? std::chrono::milliseconds(0) : kPoll)) g.assembler->add(job, out);
+    if (auto error = g.channel->error()) return send_error(res, *error);
+    if (finished) break;
+    if (peer_closed(g.fd)) {
+      g.cancel();
+      res.status = 499;
+      return;
+    }
+  }
+  if (g.assembler->error()) return send_error(res, ApiError{500, *g.assembler->error(), ""});
+  json choices = json::array();
+  for (const ChoicePiece& p : g.assembler->final_choices()) choices.push_back(g.choice_json(p, false));
+  const Usage usage = g.assembler->usage();
+  send_json(res, 200,
+            g.prep.chat ? chat_response_json(g.prep.meta, std::move(choices), usage)
+                        : completion_response_json(g.prep.meta, std::move(choices), usage));
+}
+
+// One call of the chunked content provider: send what arrived, end the stream when done.
+// Returning false tells httplib to drop the connection.
+bool stream_step(Generation& g, httplib::DataSink& sink) {
+  auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
+  if (!g.preamble_sent) {
+    g.preamble_sent = true;
+    if (g.prep.chat) {  // vLLM's first chat chunk: the role, for every choice
+      for (int i = 0; i < g.prep.assembler.n; ++i) {
+        ChoicePiece role;
+        role.index = i;
+        if (!write(g.chunk(chat_delta_choice_json(role, true, false, g.token_text, false)))) return false;
+      }
+    }
+  }
+  const bool finished = g.channel->all_finished();
+  for (auto& [job, out] : g.channel->take(finished ? std::chrono::milliseconds(0) : kPoll))
+    for (const ChoicePiece& p : g.assembler->add(job, out))
+      if (!write(g.chunk(g.choice_json(p, true)))) return false;
+  std::optional<ApiError> error = g.channel->error();
+  if (!error && g.assembler->error()) error = ApiError{500, *g.assembler->error(), ""};
+  if (error || finished) {
+    if (error) {
+      if (!write(sse_event(api_error_json(*error)))) return false;
+    } else if (g.prep.include_usage) {
+      const char* object = g.prep.chat ? "chat.completion.chunk" : "text_completion";
+      if (!write(sse_event(usage_chunk_json(g.prep.meta, object, g.assembler->usage())))) return false;
+    }
+    if (!write(kSseDone)) return false;
+    g.done = true;
+    sink.done();
+    return true;
+  }
+  return !peer_closed(g.fd);
+}
+
+void run_generation(ServerContext& ctx, const httplib::Request& req, httplib::Response& res,
+                    ApiResult<PreparedGeneration> prepared) {
+  if (!prepared.is_ok()) return send_error(res, prepared.error());
+  auto g = std::make_shared<Generation>();
+  g->ctx = &ctx;
+  g->prep = std::move(prepared.value());
+  g->prep.meta.id = ctx.new_id(g->prep.chat ? "chatcmpl-" : "cmpl-");
+  g->prep.meta.created = static_cast<int64_t>(std::time(nullptr));
+  g->channel = std::make_shared<ResponseChannel>(static_cast<int>(g->prep.jobs.size()));
+  g->assembler = std::make_unique<OutputAssembler>(g->prep.assembler);
+  g->token_text = make_token_text(ctx.loop->tokenizer());
+  g->text_offsets.assign(g->prep.jobs.size() * static_cast<size_t>(g->prep.assembler.n), 0);
+  g->fd = find_connection_socket(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+
+  if (auto busy = ctx.loop->submit(std::move(g->prep.jobs), g->channel)) return send_error(res, *busy);
+  if (!await_admission(*g, res)) return;
+  if (!g->prep.stream) return respond_whole(*g, res);
+
+  res.status = 200;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream", [g](size_t, httplib::DataSink& sink) { return stream_step(*g, sink); },
+      // Any way the stream ends early (write failure, provider false, server stop)
+      // lands here: abort what is still generating.
+      [g](bool) {
+        if (!g->done) g->cancel();
+      });
+}
+
+}  // namespace
+
+void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  auto parsed = parse_completion_request(req.body);
+  if (!parsed.is_ok()) return send_error(res, parsed.error());
+  run_generation(ctx, req, res, prepare_completion(model_view(ctx), std::move(parsed.value())));
+}
+
+void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  auto parsed = parse_chat_request(req.body);
+  if (!parsed.is_ok()) return send_error(res, parsed.error());
+  run_generation(ctx, req, res, prepare_chat(model_view(ctx), std::move(parsed.value())));
+}
+
+}  // namespace quiver

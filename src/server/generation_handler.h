@@ -1,0 +1,15 @@
+// The two generation routes, /v1/completions and /v1/chat/completions: parse, pick the
+// model or adapter, tokenize, check the context, submit to the engine loop, then answer
+// with one JSON object or a Server-Sent Events stream.
+#pragma once
+
+#include <httplib.h>
+
+#include "server/server_context.h"
+
+namespace quiver {
+
+void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib::Response& res);
+void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, httplib::Response& res);
+
+}  // namespace quiver

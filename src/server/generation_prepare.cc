@@ -1,0 +1,128 @@
+// Request -> engine jobs. Tokenizing here, on the HTTP thread, keeps that work off the
+// engine thread (the tokenizer is const and guards its cache) and lets a too-long prompt
+// be answered with a 400 before anything is queued. Context messages follow vLLM's.
+#include "server/generation_prepare.h"
+
+#include "tokenizer/tokenizer.h"
+
+namespace quiver {
+
+namespace {
+
+// Sets params.max_tokens; `requested` absent means `fallback` tokens, or the rest of the
+// context when fallback < 0.
+std::optional<ApiError> fit_context(size_t prompt_len, std::optional<int> requested, int fallback, int max_model_len,
+                                    const char* prompt_param, SamplingParams* params) {
+  const int64_t len = static_cast<int64_t>(prompt_len);
+  if (len >= max_model_len)
+    return ApiError::bad_request("This model's maximum context length is " + std::to_string(max_model_len) +
+                                     " tokens. However, your request has " + std::to_string(len) +
+                                     " input tokens. Please reduce the length of the input.",
+                                 prompt_param);
+  int64_t max_tokens = requested.has_value() ? *requested : fallback >= 0 ? fallback : max_model_len - len;
+  if (len + max_tokens > max_model_len)
+    return ApiError::bad_request("This model's maximum context length is " + std::to_string(max_model_len) +
+                                     " tokens. However, you requested " + std::to_string(len + max_tokens) +
+                                     " tokens (" + std::to_string(len) + " in the input, " +
+                                     std::to_string(max_tokens) + " in the completion). Please reduce the length of "
+                                     "the input or the completion.",
+                                 requested.has_value() ? "max_tokens" : prompt_param);
+  params->max_tokens = static_cast<int>(max_tokens);
+  if (params->min_tokens > params->max_tokens)
+    return ApiError::bad_request("min_tokens must not exceed max_tokens", "min_tokens");
+  return std::nullopt;
+}
+
+PreparedGeneration common_part(const ModelView& view, const CommonRequest& r) {
+  PreparedGeneration g;
+  g.meta.model = r.model.empty() ? view.base_name : r.model;
+  g.stream = r.stream;
+  g.include_usage = r.include_usage;
+  g.return_token_ids = r.return_token_ids;
+  g.assembler.n = r.params.n;
+  g.assembler.return_token_ids = r.return_token_ids;
+  return g;
+}
+
+}  // namespace
+
+ApiResult<std::string> resolve_model(const ModelView& view, const std::string& model) {
+  if (model.empty() || model == view.base_name) return std::string();
+  if (view.loop != nullptr && view.loop->has_adapter(model)) return model;
+  return ApiError::not_found("The model `" + model + "` does not exist.", "model");
+}
+
+ApiResult<PreparedGeneration> prepare_completion(const ModelView& view, CompletionRequest r) {
+  auto lora = resolve_model(view, r.model);
+  if (!lora.is_ok()) return lora.error();
+  PreparedGeneration g = common_part(view, r);
+  g.logprobs = r.params.logprobs >= 0;
+  g.assembler.echo = r.echo;
+  // Echo with logprobs shows the prompt's logprobs too (vLLM does the same).
+  if (r.echo && r.params.logprobs >= 0) r.params.prompt_logprobs = r.params.logprobs;
+  for (const PromptSpec& p : r.prompts) {
+    EngineJob job;
+    job.lora = lora.value();
+    job.params = r.params;
+    std::string echo_text;
+    if (p.text.has_value()) {
+      if (view.tokenizer == nullptr)
+        return ApiError::bad_request("this model has no tokenizer: send the prompt as token ids", "prompt");
+      auto ids = view.tokenizer->encode(*p.text, /*add_special_tokens=*/true);
+      if (!ids.is_ok()) return ApiError::bad_request("prompt: " + ids.message(), "prompt");
+      job.prompt_token_ids = std::move(ids.value());
+      echo_text = *p.text;
+    } else {
+      job.prompt_token_ids = p.token_ids;
+      if (r.echo && view.tokenizer != nullptr) {
+        auto text = view.tokenizer->decode(p.token_ids, r.params.skip_special_tokens);
+        if (text.is_ok()) echo_text = text.value();
+      }
+    }
+    if (job.prompt_token_ids.empty()) return ApiError::bad_request("the prompt is empty", "prompt");
+    if (auto e = fit_context(job.prompt_token_ids.size(), r.max_tokens, 16, view.max_model_len, "prompt", &job.params))
+      return *e;
+    g.assembler.prompt_texts.push_back(std::move(echo_text));
+    g.jobs.push_back(std::move(job));
+  }
+  g.assembler.num_jobs = static_cast<int>(g.jobs.size());
+  return g;
+}
+
+ApiResult<PreparedGeneration> prepare_chat(const ModelView& view, ChatRequest r) {
+  auto lora = resolve_model(view, r.model);
+  if (!lora.is_ok()) return lora.error();
+  if (view.tokenizer == nullptr)
+    return ApiError::bad_request("this model has no tokenizer, so it cannot render chat messages; "
+                                 "use /v1/completions with token ids",
+                                 "messages");
+  PreparedGeneration g = common_part(view, r);
+  g.chat = true;
+  g.logprobs = r.logprobs;
+  auto rendered = view.tokenizer->apply_chat_template(r.messages, r.add_generation_prompt, r.template_variables);
+  if (!rendered.is_ok()) return ApiError::bad_request("chat template: " + rendered.message(), "messages");
+  // The template writes the special tokens itself (bos included), so none are added.
+  auto ids = view.tokenizer->encode(rendered.value(), /*add_special_tokens=*/false);
+  if (!ids.is_ok()) return ApiError::bad_request("messages: " + ids.message(), "messages");
+  EngineJob job;
+  job.lora = lora.value();
+  job.params = r.params;
+  job.prompt_token_ids = std::move(ids.value());
+  if (job.prompt_token_ids.empty()) return ApiError::bad_request("the rendered chat prompt is empty", "messages");
+  if (auto e = fit_context(job.prompt_token_ids.size(), r.max_tokens, -1, view.max_model_len, "messages", &job.params))
+    return *e;
+  g.jobs.push_back(std::move(job));
+  g.assembler.num_jobs = 1;
+  return g;
+}
+
+TokenText make_token_text(const Tokenizer* tokenizer) {
+  if (tokenizer == nullptr) return [](int32_t id) { return "token_id:" + std::to_string(id); };
+  return [tokenizer](int32_t id) {
+    const int32_t one[1] = {id};
+    auto text = tokenizer->decode(one, /*skip_special_tokens=*/false);
+    return text.is_ok() ? text.value() : "token_id:" + std::to_string(id);
+  };
+}
+
+}  // namespace quiver

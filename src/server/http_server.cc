@@ -1,0 +1,205 @@
+// Routes of `quiver serve`. Authentication covers /v1/* (as in vLLM); /health, /version
+// and /metrics stay open for probes and scrapers.
+#include "server/http_server.h"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <ctime>
+#include <random>
+
+#include "server/generation_handler.h"
+#include "server/http_reply.h"
+#include "server/lora_paths.h"
+
+namespace quiver {
+
+using nlohmann::json;
+
+namespace {
+
+// Compares without an early exit, so timing does not reveal how much of a key matched.
+bool constant_time_equal(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+bool authorized(const ServerOptions& o, const httplib::Request& req) {
+  if (o.api_key.empty()) return true;
+  const std::string h = req.get_header_value("Authorization");
+  const std::string prefix = "Bearer ";
+  if (h.size() <= prefix.size() || h.compare(0, prefix.size(), prefix) != 0) return false;
+  return constant_time_equal(h.substr(prefix.size()), o.api_key);
+}
+
+std::string status_message(int status) {
+  switch (status) {
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 413: return "Request body too large";
+    case 414: return "Request URI too long";
+    default: return "HTTP " + std::to_string(status);
+  }
+}
+
+json model_card(const std::string& id, const std::string& root, const json& parent, int64_t created,
+                int max_model_len) {
+  return json{{"id", id},
+              {"object", "model"},
+              {"created", created},
+              {"owned_by", "quiver"},
+              {"root", root},
+              {"parent", parent},
+              {"max_model_len", max_model_len},
+              {"permission", json::array()}};
+}
+
+void handle_models(ServerContext& ctx, httplib::Response& res) {
+  json data = json::array();
+  data.push_back(model_card(ctx.model_name, ctx.model_path, nullptr, ctx.started_unix, ctx.loop->max_model_len()));
+  for (const AdapterInfo& a : ctx.loop->adapters())
+    data.push_back(model_card(a.name, a.path, ctx.model_name, ctx.started_unix, ctx.loop->max_model_len()));
+  send_json(res, 200, json{{"object", "list"}, {"data", data}});
+}
+
+void handle_load_lora(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  auto parsed = parse_load_lora_request(req.body);
+  if (!parsed.is_ok()) return send_error(res, parsed.error());
+  const LoadLoraRequest& r = parsed.value();
+  if (r.name == ctx.model_name)
+    return send_error(res, ApiError::bad_request("lora_name must differ from the base model's name", "lora_name"));
+  auto path = resolve_allowed_lora_path(r.path, ctx.options.lora_path_allowlist);
+  if (!path.is_ok()) return send_error(res, ApiError::bad_request(path.message(), "lora_path"));
+  auto loaded = ctx.loop->load_lora(r.name, path.value());
+  if (!loaded.is_ok()) return send_error(res, loaded.error());
+  res.status = 200;
+  res.set_content("Success: LoRA adapter '" + r.name + "' added successfully.", "text/plain");
+}
+
+void handle_unload_lora(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  auto parsed = parse_unload_lora_request(req.body);
+  if (!parsed.is_ok()) return send_error(res, parsed.error());
+  if (auto error = ctx.loop->unload_lora(parsed.value())) return send_error(res, *error);
+  res.status = 200;
+  res.set_content("Success: LoRA adapter '" + parsed.value() + "' removed successfully.", "text/plain");
+}
+
+}  // namespace
+
+std::string ServerContext::new_id(const char* prefix) {
+  uint64_t z = id_seed + 0x9e3779b97f4a7c15ull * next_id.fetch_add(1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(z));
+  return std::string(prefix) + buf;
+}
+
+HttpServer::HttpServer(ServerOptions options, EngineLoop* loop, ServerMetrics* metrics, std::string model_name,
+                       std::string model_path)
+    : metrics_(metrics), server_(std::make_unique<httplib::Server>()) {
+  ctx_.options = std::move(options);
+  ctx_.loop = loop;
+  ctx_.model_name = std::move(model_name);
+  ctx_.model_path = std::move(model_path);
+  ctx_.started_unix = static_cast<int64_t>(std::time(nullptr));
+  std::random_device rd;
+  ctx_.id_seed = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  install_routes();
+}
+
+HttpServer::~HttpServer() = default;
+
+void HttpServer::install_routes() {
+  httplib::Server& s = *server_;
+  const ServerOptions& o = ctx_.options;
+  const size_t threads = static_cast<size_t>(std::max(4, o.http_threads));
+  s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  s.set_payload_max_length(o.max_body_bytes);
+  s.set_keep_alive_max_count(1000);
+  s.set_read_timeout(30);
+  s.set_write_timeout(30);
+  // Refuse an oversized body before the client sends it (curl and most clients send
+  // "Expect: 100-continue" for large bodies); without that header httplib checks the
+  // Content-Length itself and answers 413.
+  s.set_expect_100_continue_handler([max = o.max_body_bytes](const httplib::Request& req, httplib::Response& res) {
+    const std::string len = req.get_header_value("Content-Length");
+    char* end = nullptr;
+    const unsigned long long n = std::strtoull(len.c_str(), &end, 10);
+    if (len.empty() || end == len.c_str() || n <= max) return 100;
+    // httplib writes `res` as it is, so the status must be set here as well.
+    send_error(res, ApiError{413, "Request body too large: " + len + " bytes (limit " + std::to_string(max) + ")", ""});
+    res.set_header("Connection", "close");
+    return 413;
+  });
+  s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (req.path.rfind("/v1/", 0) == 0 && !authorized(ctx_.options, req)) {
+      send_error(res, ApiError{401, "Unauthorized: a valid API key is required (Authorization: Bearer KEY)", ""});
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+  // httplib's own answers (no route, body too large, ...) get the API's error shape.
+  s.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty() || res.content_provider_) return httplib::Server::HandlerResponse::Unhandled;
+    send_error(res, ApiError{res.status, status_message(res.status) + ": " + req.method + " " + req.path, ""});
+    return httplib::Server::HandlerResponse::Handled;
+  }));
+  s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "internal error";
+    try {
+      if (ep) std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    send_error(res, ApiError{500, what, ""});
+  });
+
+  s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    res.status = ctx_.loop->failed() ? 503 : 200;
+  });
+  s.Get("/version", [](const httplib::Request&, httplib::Response& res) {
+    send_json(res, 200, json{{"version", kQuiverVersion}});
+  });
+  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics_->render(), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) { handle_models(ctx_, res); });
+  s.Post("/v1/completions",
+         [this](const httplib::Request& req, httplib::Response& res) { handle_completions(ctx_, req, res); });
+  s.Post("/v1/chat/completions",
+         [this](const httplib::Request& req, httplib::Response& res) { handle_chat_completions(ctx_, req, res); });
+  s.Post("/v1/load_lora_adapter", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!ctx_.options.allow_runtime_lora_updating)
+      return send_error(res, ApiError::not_found("runtime LoRA updating is disabled (--allow-runtime-lora-updating)"));
+    handle_load_lora(ctx_, req, res);
+  });
+  s.Post("/v1/unload_lora_adapter", [this](const httplib::Request& req, httplib::Response& res) {
+    if (!ctx_.options.allow_runtime_lora_updating)
+      return send_error(res, ApiError::not_found("runtime LoRA updating is disabled (--allow-runtime-lora-updating)"));
+    handle_unload_lora(ctx_, req, res);
+  });
+}
+
+Status HttpServer::bind() {
+  if (ctx_.options.port == 0) {
+    port_ = server_->bind_to_any_port(ctx_.options.host);
+    if (port_ <= 0) return Status::error("cannot bind " + ctx_.options.host + " to a free port");
+  } else {
+    if (!server_->bind_to_port(ctx_.options.host, ctx_.options.port))
+      return Status::error("cannot bind " + ctx_.options.host + ":" + std::to_string(ctx_.options.port) +
+                           " (in use, or not a local address)");
+    port_ = ctx_.options.port;
+  }
+  return Status::ok();
+}
+
+void HttpServer::run() { server_->listen_after_bind(); }
+
+void HttpServer::stop() { server_->stop(); }
+
+}  // namespace quiver

@@ -1,0 +1,47 @@
+// HttpServer: the OpenAI-compatible HTTP front end on cpp-httplib. Routes, API-key check,
+// body-size limit, JSON errors for everything httplib answers on its own (404, 413, ...),
+// and a thread pool large enough for long-lived streaming connections.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "server/engine_loop.h"
+#include "server/metrics.h"
+#include "server/server_context.h"
+#include "server/server_options.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace quiver {
+
+class HttpServer {
+ public:
+  HttpServer(ServerOptions options, EngineLoop* loop, ServerMetrics* metrics, std::string model_name,
+             std::string model_path);
+  ~HttpServer();
+
+  // Binds options.host:options.port (port 0 picks a free one).
+  Status bind();
+  int port() const { return port_; }
+  // Serves until stop(); returns once every in-flight handler has finished.
+  void run();
+  // Stops accepting connections (safe from any thread).
+  void stop();
+
+ private:
+  void install_routes();
+
+  ServerContext ctx_;
+  ServerMetrics* metrics_;
+  std::unique_ptr<httplib::Server> server_;
+  int port_ = 0;
+};
+
+// The version /version reports.
+inline constexpr const char* kQuiverVersion = "0.1.0";
+
+}  // namespace quiver

@@ -1,0 +1,71 @@
+// Server metrics in Prometheus text format, under vLLM's names with a `quiver:` prefix:
+// request gauges, KV cache usage, token counters, latency histograms, LoRA info.
+// The engine thread writes (observe/set_engine_state), /metrics reads; one mutex.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace quiver {
+
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> upper_bounds);
+  void observe(double value);
+  // "<name>_bucket{le=...} ... <name>_sum ... <name>_count" lines; `labels` like model_name="x".
+  std::string render(const std::string& name, const std::string& labels) const;
+  int64_t count() const { return count_; }
+
+ private:
+  std::vector<double> bounds_;
+  std::vector<int64_t> counts_;  // per bucket, not cumulative
+  double sum_ = 0;
+  int64_t count_ = 0;
+};
+
+// What the engine loop reports after each step.
+struct EngineGauges {
+  int num_running = 0;
+  int num_waiting = 0;      // in the engine's queue plus accepted by the server, not yet added
+  int kv_blocks_used = 0;
+  int kv_blocks_total = 0;
+  int64_t prompt_tokens = 0;      // cumulative
+  int64_t generation_tokens = 0;  // cumulative
+  int64_t preemptions = 0;        // cumulative
+  std::set<std::string> running_adapters;
+  std::set<std::string> waiting_adapters;
+  int max_loras = 0;
+};
+
+class ServerMetrics {
+ public:
+  explicit ServerMetrics(std::string model_name);
+
+  void set_engine_state(const EngineGauges& gauges);
+  void observe_ttft(double seconds);
+  void observe_inter_token(double seconds);
+  void observe_e2e(double seconds);
+  void count_finished(const std::string& finish_reason);  // stop, length, abort, error
+  void set_engine_failed(bool failed);
+
+  std::string render() const;
+
+ private:
+  std::string model_name_;
+  mutable std::mutex mu_;
+  EngineGauges gauges_;
+  Histogram ttft_;
+  Histogram inter_token_;
+  Histogram e2e_;
+  std::map<std::string, int64_t> finished_;
+  bool engine_failed_ = false;
+};
+
+// Escapes a Prometheus label value (backslash, quote, newline).
+std::string prometheus_label_value(const std::string& s);
+
+}  // namespace quiver

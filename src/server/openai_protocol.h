@@ -1,0 +1,101 @@
+// The OpenAI API's request side: JSON bodies -> typed requests, with 400 errors that
+// name the offending parameter. Every parse function is pure (bytes in, value or error
+// out, no engine, no I/O), so it can be fuzzed on its own.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/sampling_params.h"
+
+namespace quiver {
+
+// An error as the API reports it: {"error": {"message", "type", "param", "code"}}.
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string param;  // empty = null
+
+  static ApiError bad_request(std::string message, std::string param = "") {
+    return {400, std::move(message), std::move(param)};
+  }
+  static ApiError not_found(std::string message, std::string param = "") {
+    return {404, std::move(message), std::move(param)};
+  }
+};
+
+// The error type string for a status, vLLM's names (BadRequestError, NotFoundError, ...).
+std::string api_error_type(int status);
+nlohmann::json api_error_json(const ApiError& error);
+
+template <typename T>
+class ApiResult {
+ public:
+  ApiResult(T value) : v_(std::move(value)) {}      // NOLINT: implicit by design
+  ApiResult(ApiError error) : v_(std::move(error)) {}  // NOLINT
+  bool is_ok() const { return v_.index() == 0; }
+  T& value() { return std::get<0>(v_); }
+  const T& value() const { return std::get<0>(v_); }
+  const ApiError& error() const { return std::get<1>(v_); }
+
+ private:
+  std::variant<T, ApiError> v_;
+};
+
+// One prompt: text (tokenized by the server) or token ids.
+struct PromptSpec {
+  std::optional<std::string> text;
+  std::vector<int32_t> token_ids;
+};
+
+// Fields /v1/completions and /v1/chat/completions share.
+struct CommonRequest {
+  std::string model;  // empty = the base model
+  SamplingParams params;
+  std::optional<int> max_tokens;  // absent: 16 for completions, the rest of the context for chat
+  bool stream = false;
+  bool include_usage = false;     // stream_options.include_usage
+  bool return_token_ids = false;  // vLLM extension: "token_ids" / "prompt_token_ids" in choices
+};
+
+struct CompletionRequest : CommonRequest {
+  std::vector<PromptSpec> prompts;  // each becomes its own engine request with n choices
+  bool echo = false;
+};
+
+struct ChatRequest : CommonRequest {
+  nlohmann::json messages;            // content parts already joined into strings
+  nlohmann::json template_variables;  // tools + chat_template_kwargs
+  bool add_generation_prompt = true;
+  bool logprobs = false;
+  int top_logprobs = 0;
+};
+
+struct LoadLoraRequest {
+  std::string name;
+  std::string path;
+};
+
+// Largest top-K of logprobs a request may ask for (vLLM's default max_logprobs).
+constexpr int kMaxLogprobs = 20;
+// Largest n per request; every choice holds KV blocks of its own.
+constexpr int kMaxChoices = 128;
+// JSON nesting deeper than this is refused before parsing (keeps recursion bounded).
+constexpr int kMaxJsonDepth = 64;
+
+ApiResult<CompletionRequest> parse_completion_request(std::string_view body);
+ApiResult<ChatRequest> parse_chat_request(std::string_view body);
+ApiResult<LoadLoraRequest> parse_load_lora_request(std::string_view body);
+ApiResult<std::string> parse_unload_lora_request(std::string_view body);  // the adapter name
+
+// The body as a JSON object, or a 400 (not JSON, too deeply nested, not an object).
+ApiResult<nlohmann::json> parse_json_object(std::string_view body);
+
+}  // namespace quiver

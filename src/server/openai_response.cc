@@ -1,0 +1,158 @@
+// Response JSON in the shapes the official OpenAI clients parse (and vLLM's extensions:
+// stop_reason, token_ids, prompt_token_ids).
+#include "server/openai_response.h"
+
+#include <cmath>
+
+namespace quiver {
+
+using nlohmann::json;
+
+namespace {
+
+// JSON has no -inf; vLLM reports impossible tokens as -9999.0.
+double clamp_logprob(float lp) { return std::isfinite(lp) ? static_cast<double>(lp) : -9999.0; }
+
+json or_null(const std::string& s) { return s.empty() ? json(nullptr) : json(s); }
+json or_null(const std::optional<std::string>& s) { return s.has_value() ? json(*s) : json(nullptr); }
+
+json utf8_bytes(const std::string& s) {
+  json b = json::array();
+  for (unsigned char c : s) b.push_back(static_cast<int>(c));
+  return b;
+}
+
+// Legacy completions block: tokens, token_logprobs, top_logprobs ({text: logprob}, the
+// top-K plus the chosen token, as vLLM reports them) and text_offset.
+json completion_logprobs_json(const ChoicePiece& p, const TokenText& token_text, size_t text_offset) {
+  json tokens = json::array(), token_lps = json::array(), tops = json::array(), offsets = json::array();
+  size_t offset = text_offset;
+  auto add = [&](int32_t id, const TokenLogprobs* lp) {
+    const std::string text = token_text(id);
+    tokens.push_back(text);
+    offsets.push_back(offset);
+    offset += text.size();
+    if (lp == nullptr) {
+      token_lps.push_back(nullptr);
+      tops.push_back(nullptr);
+      return;
+    }
+    token_lps.push_back(clamp_logprob(lp->logprob));
+    json top = json::object();
+    for (const auto& [tid, tlp] : lp->top) top[token_text(tid)] = clamp_logprob(tlp);
+    top[text] = clamp_logprob(lp->logprob);
+    tops.push_back(std::move(top));
+  };
+  for (size_t i = 0; i < p.echo_token_ids.size(); ++i) {
+    const auto* lp = i < p.echo_logprobs.size() && p.echo_logprobs[i].has_value() ? &*p.echo_logprobs[i] : nullptr;
+    add(p.echo_token_ids[i], lp);
+  }
+  for (size_t i = 0; i < p.token_ids.size(); ++i) add(p.token_ids[i], i < p.logprobs.size() ? &p.logprobs[i] : nullptr);
+  return json{{"tokens", tokens}, {"token_logprobs", token_lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
+// Chat block: {"content": [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}]}.
+json chat_logprobs_json(const ChoicePiece& p, const TokenText& token_text) {
+  json content = json::array();
+  for (size_t i = 0; i < p.token_ids.size() && i < p.logprobs.size(); ++i) {
+    const TokenLogprobs& lp = p.logprobs[i];
+    const std::string text = token_text(p.token_ids[i]);
+    json top = json::array();
+    for (const auto& [tid, tlp] : lp.top) {
+      const std::string t = token_text(tid);
+      top.push_back({{"token", t}, {"logprob", clamp_logprob(tlp)}, {"bytes", utf8_bytes(t)}});
+    }
+    content.push_back(
+        {{"token", text}, {"logprob", clamp_logprob(lp.logprob)}, {"bytes", utf8_bytes(text)}, {"top_logprobs", top}});
+  }
+  return json{{"content", content}};
+}
+
+json envelope(const ResponseMeta& meta, const char* object, json choices) {
+  return json{{"id", meta.id}, {"object", object}, {"created", meta.created}, {"model", meta.model},
+              {"choices", std::move(choices)}};
+}
+
+}  // namespace
+
+json usage_json(const Usage& u) {
+  return json{{"prompt_tokens", u.prompt_tokens},
+              {"completion_tokens", u.completion_tokens},
+              {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+}
+
+json completion_choice_json(const ChoicePiece& p, bool logprobs, const TokenText& token_text, size_t text_offset,
+                            bool return_token_ids) {
+  json c = {{"index", p.index},
+            {"text", p.text},
+            {"logprobs", logprobs ? completion_logprobs_json(p, token_text, text_offset) : json(nullptr)},
+            {"finish_reason", or_null(p.finish_reason)},
+            {"stop_reason", or_null(p.stop_reason)}};
+  if (return_token_ids) {
+    c["token_ids"] = p.token_ids;
+    if (p.prompt_token_ids.has_value()) c["prompt_token_ids"] = *p.prompt_token_ids;
+  }
+  return c;
+}
+
+json completion_response_json(const ResponseMeta& meta, json choices, const Usage& usage) {
+  json r = envelope(meta, "text_completion", std::move(choices));
+  r["usage"] = usage_json(usage);
+  return r;
+}
+
+json completion_chunk_json(const ResponseMeta& meta, json choices) {
+  return envelope(meta, "text_completion", std::move(choices));
+}
+
+json chat_choice_json(const ChoicePiece& p, bool logprobs, const TokenText& token_text, bool return_token_ids) {
+  json c = {{"index", p.index},
+            {"message", {{"role", "assistant"}, {"content", p.text}, {"tool_calls", json::array()}}},
+            {"logprobs", logprobs ? chat_logprobs_json(p, token_text) : json(nullptr)},
+            {"finish_reason", or_null(p.finish_reason)},
+            {"stop_reason", or_null(p.stop_reason)}};
+  if (return_token_ids) {
+    c["token_ids"] = p.token_ids;
+    if (p.prompt_token_ids.has_value()) c["prompt_token_ids"] = *p.prompt_token_ids;
+  }
+  return c;
+}
+
+json chat_delta_choice_json(const ChoicePiece& p, bool with_role, bool logprobs, const TokenText& token_text,
+                            bool return_token_ids) {
+  json delta = json::object();
+  if (with_role) delta["role"] = "assistant";
+  if (with_role || !p.text.empty()) delta["content"] = p.text;
+  json c = {{"index", p.index},
+            {"delta", std::move(delta)},
+            {"logprobs", logprobs && !p.token_ids.empty() ? chat_logprobs_json(p, token_text) : json(nullptr)},
+            {"finish_reason", or_null(p.finish_reason)},
+            {"stop_reason", or_null(p.stop_reason)}};
+  if (return_token_ids) {
+    c["token_ids"] = p.token_ids;
+    if (p.prompt_token_ids.has_value()) c["prompt_token_ids"] = *p.prompt_token_ids;
+  }
+  return c;
+}
+
+json chat_response_json(const ResponseMeta& meta, json choices, const Usage& usage) {
+  json r = envelope(meta, "chat.completion", std::move(choices));
+  r["usage"] = usage_json(usage);
+  return r;
+}
+
+json chat_chunk_json(const ResponseMeta& meta, json choices) {
+  return envelope(meta, "chat.completion.chunk", std::move(choices));
+}
+
+json usage_chunk_json(const ResponseMeta& meta, const char* object, const Usage& usage) {
+  json r = envelope(meta, object, json::array());
+  r["usage"] = usage_json(usage);
+  return r;
+}
+
+std::string safe_dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+std::string sse_event(const json& j) { return "data: " + safe_dump(j) + "\n\n"; }
+
+}  // namespace quiver
