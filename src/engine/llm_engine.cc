@@ -277,12 +277,14 @@ void LLMEngine::process_sample(Request& req, int i, int32_t token, const std::ve
   const int generated = st.seq.num_generated();
   const bool is_eos = std::find(config_.eos_token_ids.begin(), config_.eos_token_ids.end(), token) != config_.eos_token_ids.end();
   const bool is_stop_id = std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) != p.stop_token_ids.end();
+  // Finishing waits until after the scheduler's commit (see step()), so the blocks this
+  // step completed are published to the prefix cache first.
   if (stop_str.has_value() && generated >= p.min_tokens) {
-    finish_seq(req, i, "stop", stop_str, true);
+    pending_finish_.push_back({&req, i, "stop", stop_str, true});
   } else if (generated >= p.min_tokens && ((is_eos && !p.ignore_eos) || is_stop_id)) {
-    finish_seq(req, i, "stop", std::to_string(token));
+    pending_finish_.push_back({&req, i, "stop", std::to_string(token), false});
   } else if (generated >= p.max_tokens || st.seq.num_tokens() >= max_model_len_) {
-    finish_seq(req, i, "length", std::nullopt);
+    pending_finish_.push_back({&req, i, "length", std::nullopt, false});
   }
 }
 
@@ -342,6 +344,8 @@ std::vector<RequestOutput> LLMEngine::step() {
       }
     }
     scheduler_->commit(sb);
+    for (auto& f : pending_finish_) finish_seq(*f.req, f.seq_index, f.reason, f.stop_reason, f.by_stop_string);
+    pending_finish_.clear();
     stats.num_seqs = static_cast<int>(sb.seqs.size());
     stats.adapters.assign(adapters.begin(), adapters.end());
   }

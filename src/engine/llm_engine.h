@@ -98,6 +98,14 @@ class LLMEngine {
 
   std::map<std::string, std::unique_ptr<Request>> requests_;
   std::vector<std::string> aborted_;  // reported by the next step
+  struct PendingFinish {
+    Request* req;
+    int seq_index;
+    std::string reason;
+    std::optional<std::string> stop_reason;
+    bool by_stop_string;
+  };
+  std::vector<PendingFinish> pending_finish_;  // decided while sampling, applied after commit
   int64_t next_seq_id_ = 1;
   uint64_t rng_state_ = 0;
   std::vector<float> logits_;
