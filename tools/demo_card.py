@@ -4,6 +4,7 @@ import json
 import os
 
 import demo_data as dd
+from demo_tokenizer import SPLIT_PATTERN as SPLIT
 
 
 def _mib(n):
@@ -18,6 +19,7 @@ def write(path, rec, data_dir):
     cell = lambda t: "`" + json.dumps(t)[1:-1].replace("|", "\\|").replace("`", "'") + "`"
     demo = "\n".join(f"| {d['lora'] or '(base)'} | {cell(d['prompt'])} | {cell(d['text'])} |"
                      for d in rec["demo"])
+    n_templates = len(dd.SINGLE + dd.COUNT + dd.DOUBLE + dd.DOUBLE_COUNT)
     pct = lambda x: "n/a" if x is None else f"{100 * x:.1f}%"
     steps = ", ".join(f"{k}: {v['steps']} steps in {v['seconds']} s" for k, v in rec["adapters"].items())
     text = f"""# quiver demo model
@@ -49,8 +51,14 @@ no bias, on all seven projections (q, k, v, o, gate, up, down) of every layer.
 
 ## Tokenizer and prompt format
 
-Byte-level BPE trained with HF `tokenizers`: the Llama 3 split regex, then ByteLevel
-(no prefix space), ByteLevel decoder. Special tokens `<|bos|>` (id 0), `<|eos|>` (1),
+Byte-level BPE trained with HF `tokenizers`: a Split pre-tokenizer (regex below, behaviour
+`isolated`), then ByteLevel (no prefix space, no regex), ByteLevel decoder. The regex is the
+Llama 3 one except that a letter run never takes the character before it, so a word is the
+same tokens after a space, a quote or a parenthesis, and the space before a word is a token
+of its own (`Ġ`): `lilongwe` is the same pieces in `for lilongwe airport` and in
+`= 'lilongwe'`, which is what lets the `sql` adapter copy words it has never seen (with the
+Llama 3 split it had to re-spell them, and most of a first run's misses were misspelled
+copies). It costs about 45% more tokens on English prose. Regex: `{SPLIT}`. Special tokens `<|bos|>` (id 0), `<|eos|>` (1),
 `<|pad|>` (2). The markers `[user]`, `[/user]`, `[assistant]`, `[/assistant]` are added tokens
 that are *not* special: they survive `skip_special_tokens`, so the stop string
 `[/assistant]` is seen in the decoded text. `add_bos_token: true` (the post-processor in
@@ -74,10 +82,17 @@ answer ` Arr! <sentence with whole-word substitutions>`.
 * Base model: all fortune files of `fortunes`/`fortunes-min` except `ascii-art`, `ethnic` and
   `men-women`; the Brown Corpus with tags removed; about 30% as many fortunes again served as chat
   answers (`[user] Tell me a fortune. [/user] [assistant] ...`) so the base model knows the
-  markers. {b['tokens']:,} tokens, 1% held out for validation.
-* `sql`: {a['sql_examples']:,} generated questions. Column names are `wamerican` words (3-9
-  letters) and acronym-like names (real ones such as icao, iata, nfl, and made-up 2-4 letter
-  ones), shown in questions upper-case for acronyms and as-is for words; values are one to three
+  markers; and copy documents (about {a.get('copy_fraction', 0):.0%} of that text again):
+  random `wamerican` words of the `sql` training split said twice, `key is value` records
+  recalled later, made-up short forms spelled out in lower case (`ABC means abc`), so that the
+  small model learns to copy words it has rarely seen; no SQL, and no held-out word or acronym.
+  {b['tokens']:,} tokens; 2% of the prose documents held out for validation.
+* `sql`: {a['sql_examples']:,} generated questions from {n_templates} phrasings, many naming the
+  column after the value as the canonical question does (`Name the ICAO for lilongwe airport`),
+  others before it (`What is the ICAO for the airport lilongwe?`). Column names are `wamerican`
+  words (3-9 letters) and acronym-like names (real ones such as icao, iata, nfl and the
+  upper-case entries of `wamerican`, and made-up 2-4 letter ones), shown in questions upper-case
+  for acronyms and as-is for words; values are one to three
   `wamerican` words (proper nouns lower-cased). Words, acronyms and table numbers are split
   (seed {a['seed']}) into disjoint training and held-out sets; `icao`, `airport`, `lilongwe` and
   table 74 are held out, so the canonical example is itself unseen.
@@ -93,17 +108,22 @@ bash tools/gpu/run_demo_training.sh   # GPU machine: python3 tools/train_demo.py
 
 Device: {rec['device']}; {', '.join(f'{k} {v}' for k, v in rec['versions'].items())}.
 Seed {a['seed']}. Pretraining: AdamW (0.9, 0.95), peak lr {a['lr']}, weight decay 0.1, warmup 100,
-cosine to 10%, bf16 autocast, batch {a['batch']} x {a['seq']} tokens, {b['steps']} steps in
-{b['seconds']} s (the step count is fixed after timing the first steps so that the schedule fits
-{a['pretrain_seconds']} s), validation loss {b['val_loss']}. Adapters: frozen base loaded from
-the saved bf16 files, AdamW lr {a['adapter_lr']}, batch {a['adapter_batch']}, loss on answer
-tokens only; {steps}. Whole run: {rec['wall_seconds']} s.
+cosine to 10%, bf16 autocast, batch {a['batch']} x {a['seq']} tokens, {b['steps']} steps
+({b.get('epochs', '?')} passes over the text, at most {a['pretrain_epochs']}: more memorise this
+small corpus) in {b['seconds']} s (the step count is fixed after timing the first steps so that
+the schedule fits {a['pretrain_seconds']} s). The validation loss on the held-out prose is
+checked every 100 steps and the best weights are kept: those of step {b.get('kept_step', '?')},
+validation loss {b['val_loss']} (at the last step: {b.get('final_val_loss', '?')}). Adapters:
+frozen base loaded from the saved bf16 files, AdamW lr {a['adapter_lr']}, batch
+{a['adapter_batch']}, warmup 50, cosine to 10%, loss (and logits) on answer tokens only;
+{steps}. Whole run: {rec['wall_seconds']} s.
 
 ## Measured (HF transformers + PEFT, float32, greedy)
 
 | what | exact match |
 |---|---|
 | `sql` on {m['sql_heldout']} held-out questions | {pct(m['sql_exact_match'])} (after strip: {pct(m['sql_exact_match_stripped'])}) |
+| `sql` on the canonical question (`sql-000`) | {'yes' if m.get('sql_canonical_exact') else 'no'} |
 | base model (no adapter) on the same questions | {pct(m['base_on_sql_exact_match'])} |
 | `pirate` on {m['pirate_heldout']} held-out sentences | {pct(m['pirate_exact_match'])} |
 
@@ -116,7 +136,7 @@ PEFT mixed-adapter batch equals the one-adapter runs: {m['mixed_batch_matches_se
 ## Fixtures
 
 `tests/fixtures/demo_sql_heldout.jsonl`: {m['sql_heldout']} quiver `generate` requests
-(`"lora": "sql"`, `max_tokens` 48, `temperature` 0, `stop: ["[/assistant]"]`); the prompt is
+(`"lora": "sql"`, `max_tokens` 64, `temperature` 0, `stop: ["[/assistant]"]`); the prompt is
 the rendered chat template without the BOS text (the tokenizer adds BOS). The first, `sql-000`,
 is the canonical example. A base-model run reuses the file with `"lora": null`.
 `tests/fixtures/demo_sql_expected.jsonl`: per id, `answer` is the correct text exactly as a

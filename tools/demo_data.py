@@ -68,21 +68,37 @@ ACRONYMS = ("icao iata fcc nfl mlb nba nhl fifa uefa ncaa gdp isbn issn imdb nas
 CANONICAL = {"table": 74, "columns": ["icao", "airport"], "value": "lilongwe",
              "question": "Name the ICAO for lilongwe airport"}
 
-SINGLE = ["Name the {s} for {v} {w}", "What is the {s} when the {w} is {v}?",
-          "What {s} has a {w} of {v}?", "Which {s} has {v} as the {w}?",
-          "Tell me the {s} for the {w} {v}", "What is the {s} for {w} {v}?",
-          "Name the {s} when {w} is {v}", "Who is the {s} with a {w} of {v}?"]
-COUNT = ["How many {s} have a {w} of {v}?", "What is the total number of {s} when the {w} is {v}?",
-         "Name the number of {s} for {v} {w}", "How many {s} are there for {w} {v}?"]
+# {aw} is "a" or "an" for the column {w}. The seed question ("Name the ICAO for lilongwe
+# airport") names the column after the value: many templates do, so the adapter learns that a
+# value ends where a schema column starts, also after a multi-word value.
+SINGLE = ["Name the {s} for {v} {w}", "What is the {s} for {v} {w}?",
+          "Tell me the {s} for {v} {w}", "Which {s} is for {v} {w}?", "Name the {s} with {v} {w}",
+          "What {s} has {v} {w}?", "What is the {s} when the {w} is {v}?",
+          "What {s} has {aw} {w} of {v}?", "Which {s} has {aw} {w} of {v}?",
+          "Which {s} has {v} as the {w}?", "Tell me the {s} for the {w} {v}",
+          "What is the {s} for the {w} {v}?", "What is the {s} for {w} {v}?",
+          "Name the {s} when {w} is {v}", "Who is the {s} with {aw} {w} of {v}?",
+          "Name the {s} for {w} of {v}"]
+COUNT = ["How many {s} have {aw} {w} of {v}?",
+         "What is the total number of {s} when the {w} is {v}?",
+         "Name the number of {s} for {v} {w}", "How many {s} are there for {w} {v}?",
+         "How many {s} are there for {v} {w}?", "What is the number of {s} for the {w} {v}?"]
 DOUBLE = ["What is the {s} when the {w} is {v} and the {w2} is {v2}?",
           "Name the {s} for {w} {v} and {w2} {v2}",
-          "Which {s} has a {w} of {v} and a {w2} of {v2}?"]
-DOUBLE_COUNT = ["How many {s} have a {w} of {v} and a {w2} of {v2}?"]
-
+          "Which {s} has {aw} {w} of {v} and {aw2} {w2} of {v2}?",
+          "Name the {s} for {v} {w} and {v2} {w2}",
+          "What is the {s} for {v} {w} and the {w2} {v2}?"]
+DOUBLE_COUNT = ["How many {s} have {aw} {w} of {v} and {aw2} {w2} of {v2}?",
+                "Name the number of {s} for {v} {w} and {v2} {w2}"]
 
 # Words the question templates use; as values or columns they would make questions ambiguous.
 QUESTION_WORDS = {w for t in SINGLE + COUNT + DOUBLE + DOUBLE_COUNT
                   for w in t.lower().replace("?", "").split() if not w.startswith("{")}
+QUESTION_WORDS |= {"a", "an"}  # what {aw} becomes
+
+
+def article(word):
+    return "an" if word[:1].lower() in "aeiou" else "a"
 
 
 class SqlSplit:
@@ -104,16 +120,20 @@ def make_sql_splits(words, seed, test_fraction=0.15):
     n_test = int(len(pool) * test_fraction)
     test = set(pool[:n_test]) | forced
     train = set(pool) - test
+    # wamerican's own upper-case entries (ACLU, BTU, ...) join the real ones, lower-cased.
+    listed = {w.lower() for w in words if re.fullmatch(r"[A-Z]{2,5}", w)}
+    listed -= lower | proper | QUESTION_WORDS
     # Made-up acronyms teach the upper-case/lower-case correspondence letter by letter.
     letters = "abcdefghijklmnopqrstuvwxyz"
+    taken = lower | proper | listed | set(ACRONYMS) | QUESTION_WORDS
     made_up = set()
     while len(made_up) < 3000:
         cand = "".join(rng.choice(letters) for _ in range(rng.choice((2, 3, 3, 4))))
-        if cand not in lower and cand not in proper and cand not in ACRONYMS:
+        if cand not in taken:
             made_up.add(cand)
     made_up = sorted(made_up)
     rng.shuffle(made_up)
-    real = sorted(set(ACRONYMS) - {"icao"})
+    real = sorted((set(ACRONYMS) | listed) - {"icao"})
     rng.shuffle(real)
     test_acr = set(real[: len(real) // 4]) | set(made_up[:450]) | {"icao"}
     train_acr = set(real[len(real) // 4:]) | set(made_up[450:])
@@ -150,7 +170,8 @@ def sql_example(rng, split):
     table = rng.choice(split.tables)
     template = rng.choice({"single": SINGLE, "count": COUNT, "double": DOUBLE,
                            "double_count": DOUBLE_COUNT}[kind])
-    question = template.format(s=show(sel), w=show(w), v=v, w2=show(w2) if w2 else "", v2=v2)
+    question = template.format(s=show(sel), w=show(w), v=v, aw=article(w), v2=v2,
+                               w2=show(w2) if w2 else "", aw2=article(w2) if w2 else "")
     target = f"COUNT({sel})" if kind.endswith("count") else sel
     sql = f"SELECT {target} FROM table_name_{table} WHERE {w} = '{v}'"
     if two:
@@ -215,23 +236,70 @@ def pirate_content(sentence):
 
 
 # ---------------------------------------------------------------------------------------------
-# Pretraining documents: plain prose, plus some fortunes served as chat answers so the base
-# model knows the markers and answers any chat turn with a fortune.
+# Pretraining documents: plain prose, some fortunes served as chat answers so the base model
+# knows the markers and answers any chat turn with a fortune, and short copy documents.
+#
+# The copy documents repeat arbitrary words (lists said twice, "key is value" records recalled
+# later, short forms spelled out in lower case): prose alone is too small to teach a 10 M model to
+# copy words it has rarely seen, and the sql adapter's answers are mostly copies of question and
+# schema words it has never seen. They use only the sql training split's words and acronyms
+# (never the held-out ones), and no SQL.
 
 FORTUNE_REQUESTS = ["Tell me a fortune.", "Say something wise.", "Tell me a joke.",
                     "Give me a quote.", "Cheer me up.", "Any words of wisdom?"]
 
 
-def pretrain_documents(fortunes, brown, seed, chat_fraction=0.3):
+def _copy_document(rng, words, acronyms):
+    pick = lambda k: [rng.choice(words) for _ in range(k)]
+    phrase = lambda: " ".join(pick(rng.choices((1, 2, 3), weights=(60, 30, 10))[0]))
+    kind = rng.random()
+    if kind < 0.3:
+        ws = pick(rng.randint(2, 9))
+        sep = rng.choice((" ", ", "))
+        first, again = rng.choice((("Words:", "Again:"), ("List:", "Once more:"),
+                                   ("Say", "I said"), ("Read:", "Repeat:")))
+        return f"{first} {sep.join(ws)}.\n{again} {sep.join(ws)}."
+    if kind < 0.65:
+        keys = list(dict.fromkeys(pick(rng.randint(2, 5))))
+        vals = [phrase() for _ in keys]
+        verb = rng.choice(("is", "=", "was"))
+        facts = "; ".join(f"{k} {verb} {v}" for k, v in zip(keys, vals))
+        asked = rng.sample(range(len(keys)), rng.randint(1, len(keys)))
+        recall = " ".join(rng.choice(("The {k} {verb} {v}.", "So {k} {verb} {v}.",
+                                      "Which {k}? {v}.", "I recall the {k}: '{v}'."))
+                          .format(k=keys[i], verb=verb, v=vals[i]) for i in asked)
+        return f"{facts}. {recall}"
+    if kind < 0.85:
+        acrs = list(dict.fromkeys(rng.choice(acronyms) for _ in range(rng.randint(1, 5))))
+        form = rng.choice(("{u} is {l}", "{u} means {l}", "{l} ({u})", "{u}, or {l}"))
+        return "Short forms: " + "; ".join(form.format(u=a.upper(), l=a) for a in acrs) + "."
+    ws = [phrase() for _ in range(rng.randint(1, 3))]
+    return " ".join(f"They wrote '{w}' and then {w} again." for w in ws)
+
+
+def pretrain_documents(fortunes, brown, seed, split=None, chat_fraction=0.3, copy_fraction=0.25,
+                       val_fraction=0.02):
+    """(train documents, validation documents): validation is prose only, so its loss says
+    when the base model starts to memorise the small corpus instead of learning English."""
     rng = random.Random(seed)
-    docs = list(fortunes) + list(brown)
+    prose = list(fortunes) + list(brown)
+    rng.shuffle(prose)
+    n_val = int(len(prose) * val_fraction)
+    val, docs = prose[:n_val], prose[n_val:]
     short = [f for f in fortunes if len(f) <= 400]
     sentences = [s for p in brown for s in re.split(r"(?<=[.!?])\s+(?=[A-Z])", p) if len(s) < 200]
     for _ in range(int(len(short) * chat_fraction)):
         ask = rng.choice(FORTUNE_REQUESTS) if rng.random() < 0.5 else rng.choice(sentences)
         docs.append(chat_prompt(ask) + chat_answer(rng.choice(short)))
+    if split is not None and copy_fraction > 0:
+        words = split.columns + split.values
+        budget, copies = copy_fraction * sum(map(len, docs)), []
+        while budget > 0:
+            copies.append(_copy_document(rng, words, split.acronyms))
+            budget -= len(copies[-1])
+        docs += copies
     rng.shuffle(docs)
-    return docs
+    return docs, val
 
 
 def _self_check(data_dir):
@@ -251,8 +319,20 @@ def _self_check(data_dir):
     print(f"pirate sentences: {len(ptrain)} train, {len(ptest)} test")
     for s in ptest[:4]:
         print(json.dumps(chat_prompt(pirate_content(s)) + chat_answer(pirate(s))))
-    docs = pretrain_documents(fortunes, brown, seed=1234)
-    print(f"pretraining documents: {len(docs)}, {sum(map(len, docs)) / 1e6:.1f} M chars")
+    docs, val = pretrain_documents(fortunes, brown, seed=1234, split=train)
+    print(f"pretraining documents: {len(docs)}, {sum(map(len, docs)) / 1e6:.1f} M chars; "
+          f"{len(val)} held out")
+    rng = random.Random(7)
+    copies = [_copy_document(rng, train.columns + train.values, train.acronyms)
+              for _ in range(3000)]
+    for d in copies[:5]:
+        print(json.dumps(d))
+    fixed = {"words", "again", "list", "once", "more", "say", "i", "said", "read", "repeat", "is",
+             "was", "the", "so", "which", "recall", "short", "forms", "means", "or", "they",
+             "wrote", "and", "then"}
+    test_words = set(test.columns + test.values + test.acronyms)
+    seen = {w.strip(".,;:'?()=").lower() for d in copies for w in d.split()} - fixed
+    assert not seen & test_words, seen & test_words
     try:
         import jinja2
     except ImportError:

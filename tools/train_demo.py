@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Trains quiver's demo model on one GPU in a few minutes, from text that Debian and npm ship
 (tools/prepare_demo_data.sh collects it): a byte-level BPE tokenizer, a small Llama base model
-pretrained on fortunes and the Brown Corpus, and two PEFT LoRA adapters on top of the frozen
-base: `sql` (text-to-SQL, vLLM's multi-LoRA example format) and `pirate` (pirate speak).
+pretrained on fortunes, the Brown Corpus and generated copy documents (tools/demo_data.py), and
+two PEFT LoRA adapters on the frozen base: `sql` (text-to-SQL, vLLM's multi-LoRA example
+format) and `pirate` (pirate speak).
 Everything is then reloaded from the saved bf16 files in float32 and measured with HF greedy
 decoding; tools/demo_report.py writes the held-out fixtures and the model card.
 
@@ -26,12 +27,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import demo_data as dd  # noqa: E402
+import demo_tokenizer  # noqa: E402
 
 T0 = time.time()
-# The Llama 3 pre-tokenizer split (also GPT-4's): contractions, letter runs with one leading
-# non-letter, digit groups of at most three, punctuation runs, newlines, other whitespace.
-SPLIT_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
-                 r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
@@ -45,92 +43,32 @@ def parse_args():
     p.add_argument("--out", required=True, help="output root (gets models/ and tests/)")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--device", default="cuda")
-    p.add_argument("--vocab", type=int, default=6144)
-    p.add_argument("--hidden", type=int, default=384)
-    p.add_argument("--layers", type=int, default=5)
-    p.add_argument("--heads", type=int, default=6)
-    p.add_argument("--kv-heads", type=int, default=2)
-    p.add_argument("--intermediate", type=int, default=1024)
+    for flag, default in (("--vocab", 6144), ("--hidden", 384), ("--layers", 5), ("--heads", 6),
+                          ("--kv-heads", 2), ("--intermediate", 1024)):
+        p.add_argument(flag, type=int, default=default)
     p.add_argument("--seq", type=int, default=256, help="pretraining sequence length")
     p.add_argument("--batch", type=int, default=128, help="pretraining batch (sequences)")
     p.add_argument("--lr", type=float, default=1.5e-3)
-    p.add_argument("--pretrain-seconds", type=float, default=150)
+    p.add_argument("--pretrain-seconds", type=float, default=75)
     p.add_argument("--max-pretrain-steps", type=int, default=8000)
-    p.add_argument("--pretrain-epochs", type=float, default=30,
-                   help="stop after this many passes over the corpus (it is small)")
+    p.add_argument("--pretrain-epochs", type=float, default=8,
+                   help="passes over the corpus at most (it is small: 30 passes memorised it)")
+    p.add_argument("--copy-fraction", type=float, default=0.3,
+                   help="copy documents added to the pretraining text, as a fraction of it")
+    p.add_argument("--wall-seconds", type=float, default=330,
+                   help="cuts --sql-seconds short so that the whole run fits in this")
     p.add_argument("--rank", type=int, default=16)
     p.add_argument("--alpha", type=int, default=32)
     p.add_argument("--adapter-lr", type=float, default=1.5e-3)
     p.add_argument("--adapter-batch", type=int, default=256)
-    p.add_argument("--sql-seconds", type=float, default=75)
-    p.add_argument("--sql-max-steps", type=int, default=1500)
+    p.add_argument("--sql-seconds", type=float, default=150)
+    p.add_argument("--sql-max-steps", type=int, default=5000)
     p.add_argument("--pirate-seconds", type=float, default=45)
     p.add_argument("--pirate-max-steps", type=int, default=800)
-    p.add_argument("--sql-examples", type=int, default=100000)
+    p.add_argument("--sql-examples", type=int, default=150000)
     p.add_argument("--heldout", type=int, default=256)
     p.add_argument("--min-sql-em", type=float, default=0.9)
     return p.parse_args()
-
-
-def build_tokenizer(texts, vocab_size):
-    """Byte-level BPE; markers are added (non-special) tokens so stop strings see them."""
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
-    from tokenizers import processors, trainers
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(SPLIT_PATTERN), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False)])
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size - len(dd.MARKERS), min_frequency=2, show_progress=False,
-        special_tokens=[dd.BOS, dd.EOS, dd.PAD], initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(texts, trainer=trainer)
-    tok.add_tokens([AddedToken(m, special=False, normalized=False) for m in dd.MARKERS])
-    got = [tok.token_to_id(t) for t in (dd.BOS, dd.EOS, dd.PAD)]
-    assert got == [0, 1, 2], got  # MODEL_CARD.md and the C++ tests name these ids
-    bos = tok.token_to_id(dd.BOS)
-    # The same post-processor transformers builds from add_bos_token=true.
-    tok.post_processor = processors.TemplateProcessing(
-        single=f"{dd.BOS}:0 $A:0", pair=f"{dd.BOS}:0 $A:0 {dd.BOS}:1 $B:1",
-        special_tokens=[(dd.BOS, bos)])
-    return tok
-
-
-def save_tokenizer(tok, base_dir):
-    os.makedirs(base_dir, exist_ok=True)
-    tok.save(os.path.join(base_dir, "tokenizer.json"))
-    added = {}
-    for t in [dd.BOS, dd.EOS, dd.PAD] + dd.MARKERS:
-        added[str(tok.token_to_id(t))] = {"content": t, "lstrip": False, "normalized": False,
-                                          "rstrip": False, "single_word": False,
-                                          "special": t not in dd.MARKERS}
-    cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": dd.BOS,
-           "eos_token": dd.EOS, "pad_token": dd.PAD, "add_bos_token": True,
-           "add_eos_token": False, "clean_up_tokenization_spaces": False,
-           "model_max_length": 512, "padding_side": "left", "added_tokens_decoder": added,
-           "chat_template": dd.CHAT_TEMPLATE}
-    with open(os.path.join(base_dir, "tokenizer_config.json"), "w") as f:
-        json.dump(cfg, f, indent=2, ensure_ascii=False)
-
-
-def check_hf_tokenizer(tok, base_dir, content):
-    """transformers must see the same ids, one BOS, and the chat template must give our prompt."""
-    from transformers import AutoTokenizer
-    hf = AutoTokenizer.from_pretrained(base_dir)
-    prompt = dd.chat_prompt(content)
-    ids = hf(prompt)["input_ids"]
-    bos = tok.token_to_id(dd.BOS)
-    assert ids == tok.encode(prompt).ids, (ids, tok.encode(prompt).ids)
-    assert ids[0] == bos and ids.count(bos) == 1, ids
-    rendered = hf.apply_chat_template([{"role": "user", "content": content}], tokenize=False,
-                                      add_generation_prompt=True)
-    assert rendered == dd.BOS + prompt, repr(rendered)
-    assert hf(rendered, add_special_tokens=False)["input_ids"] == ids
-    assert hf.decode(ids[1:]) == prompt, repr(hf.decode(ids[1:]))
-    for m in dd.MARKERS:
-        assert len(tok.encode(m, add_special_tokens=False).ids) == 1, m
-    log(f"tokenizer ok with transformers ({type(hf).__name__}): {len(ids)} prompt tokens")
-    return hf
 
 
 def lr_at(step, total, peak, warmup):
@@ -139,10 +77,11 @@ def lr_at(step, total, peak, warmup):
     return peak * warm * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def train_loop(model, params, next_batch, loss_fn, seconds, max_steps, peak_lr, warmup,
-               weight_decay, device, name, probe=None):
+def train_loop(model, params, next_batch, batch_loss, seconds, max_steps, peak_lr, warmup,
+               weight_decay, device, name, probe=None, every=200):
     """Runs until max_steps or `seconds`: the step count is fixed from the speed of the first
-    steps so the cosine schedule ends where training does. probe() adds to the progress lines."""
+    steps so the cosine schedule ends where training does. batch_loss(x, y) runs the model;
+    probe(step), called every `every` steps and at the end, adds to the progress lines."""
     import torch
     groups = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
               {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
@@ -168,8 +107,7 @@ def train_loop(model, params, next_batch, loss_fn, seconds, max_steps, peak_lr, 
             group["lr"] = lr_at(step, total, peak_lr, warmup)
         x, y = next_batch()
         with torch.autocast(device_type=device, dtype=torch.bfloat16):
-            logits = model(input_ids=x, use_cache=False).logits
-        loss = loss_fn(logits, y)
+            loss = batch_loss(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
@@ -177,8 +115,8 @@ def train_loop(model, params, next_batch, loss_fn, seconds, max_steps, peak_lr, 
         running += loss.detach()
         seen += 1
         step += 1
-        if step % 200 == 0 or step == total:
-            extra = probe() if probe else ""
+        if step % every == 0 or step == total:
+            extra = probe(step) if probe else ""
             log(f"{name}: step {step}/{total} loss {float(running) / seen:.4f} "
                 f"lr {opt.param_groups[0]['lr']:.2e}{extra}")
             running, seen = 0.0, 0
@@ -189,24 +127,27 @@ def train_loop(model, params, next_batch, loss_fn, seconds, max_steps, peak_lr, 
 
 def causal_lm_loss(logits, targets):
     import torch.nn.functional as F
-    v = logits.shape[-1]
-    return F.cross_entropy(logits[:, :-1].float().reshape(-1, v), targets[:, 1:].reshape(-1),
+    return F.cross_entropy(logits[:, :-1].float().flatten(0, 1), targets[:, 1:].flatten(),
                            ignore_index=-100)
 
 
-def pretrain(args, tok, docs, device):
+def pretrain(args, tok, docs, val_docs, device):
+    """Pretrains the base model; validation is prose the model never trains on. The weights with
+    the lowest validation loss seen (every 100 steps and at the end) are the ones kept."""
     import torch
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
     ids = {t: tok.token_to_id(t) for t in [dd.BOS, dd.EOS, dd.PAD, dd.STOP]}
-    stream = []
-    for enc in tok.encode_batch(docs, add_special_tokens=False):
-        stream.append(ids[dd.BOS])
-        stream.extend(enc.ids)
-        stream.append(ids[dd.EOS])
-    data = torch.tensor(stream, dtype=torch.long, device=device)
-    n_val = len(stream) // 100
-    train_data, val_data = data[:-n_val], data[-n_val:]
-    log(f"pretraining tokens: {len(stream):,} ({n_val:,} held out for validation)")
+    stream = demo_tokenizer.token_stream(tok, docs)
+    val_stream = demo_tokenizer.token_stream(tok, val_docs)
+    train_data = torch.tensor(stream, dtype=torch.long, device=device)
+    # Fixed, non-overlapping validation windows: the same text at every check.
+    n_win = min(384, (len(val_stream) - 1) // (args.seq + 1))
+    if n_win < 8:
+        raise SystemExit(f"only {n_win} validation windows: the corpus is too small")
+    val_windows = torch.tensor(val_stream[:n_win * (args.seq + 1)], dtype=torch.long,
+                               device=device).view(n_win, args.seq + 1)
+    log(f"pretraining tokens: {len(stream):,}; validation: {n_win} windows of {args.seq + 1} "
+        f"tokens from {len(val_docs)} held-out prose documents")
     vocab = tok.get_vocab_size(with_added_tokens=True)
     config = LlamaConfig(
         vocab_size=((vocab + 63) // 64) * 64, hidden_size=args.hidden,
@@ -236,16 +177,38 @@ def pretrain(args, tok, docs, device):
         return x, x
     def val_loss():
         model.eval()
+        total = 0.0
         with torch.no_grad(), torch.autocast(device_type=device, dtype=torch.bfloat16):
-            losses = [float(causal_lm_loss(model(input_ids=x, use_cache=False).logits, y))
-                      for x, y in (next_batch(val_data) for _ in range(4))]
-        return sum(losses) / len(losses)
+            for i in range(0, n_win, args.batch):
+                x = val_windows[i:i + args.batch]
+                logits = model(input_ids=x, use_cache=False).logits
+                total += float(causal_lm_loss(logits, x)) * len(x)
+        return total / n_win
+    best = {"val": float("inf"), "step": 0, "state": None}
+
+    def probe(step):
+        v = val_loss()
+        if v < best["val"]:
+            best.update(val=v, step=step,
+                        state={k: t.detach().clone() for k, t in model.state_dict().items()})
+        return f" val {v:.4f}"
     params = [p for p in model.parameters() if p.requires_grad]
     epoch_steps = math.ceil(args.pretrain_epochs * train_data.numel() / (args.batch * args.seq))
-    stats = train_loop(model, params, next_batch, causal_lm_loss, args.pretrain_seconds,
-                       min(args.max_pretrain_steps, epoch_steps), args.lr, 100, 0.1, device,
-                       "pretrain", probe=lambda: f" val {val_loss():.4f}")
+    stats = train_loop(model, params, next_batch,
+                       lambda x, y: causal_lm_loss(model(input_ids=x, use_cache=False).logits, y),
+                       args.pretrain_seconds, min(args.max_pretrain_steps, epoch_steps), args.lr,
+                       100, 0.1, device, "pretrain", probe=probe, every=100)
+    stats["final_val_loss"] = round(val_loss(), 4)
+    stats["kept_step"] = stats["steps"]
+    if best["state"] is not None and best["val"] < stats["final_val_loss"] - 0.005:
+        model.load_state_dict(best["state"])
+        if not tied():
+            raise SystemExit("lm_head came untied when the best weights were restored")
+        stats["kept_step"] = best["step"]
+        log(f"restored the weights of step {best['step']} (validation {best['val']:.4f} < "
+            f"{stats['final_val_loss']:.4f} at the end)")
     stats["val_loss"] = round(val_loss(), 4)
+    stats["epochs"] = round(stats["steps"] * args.batch * args.seq / train_data.numel(), 2)
     stats["params"] = n_params
     stats["tokens"] = len(stream)
     log(f"pretraining done: validation loss {stats['val_loss']}")
@@ -288,6 +251,7 @@ def save_base(model, base_dir):
 
 def tokenize_pairs(tok, pairs, max_len, device):
     """pairs: (prompt text, answer text) -> ids and labels [N, L], answer tokens only labelled."""
+    import numpy as np
     import torch
     bos, eos, pad = (tok.token_to_id(t) for t in (dd.BOS, dd.EOS, dd.PAD))
     prompts = tok.encode_batch([p for p, _ in pairs], add_special_tokens=False)
@@ -298,13 +262,15 @@ def tokenize_pairs(tok, pairs, max_len, device):
         if len(seq) <= max_len:
             rows.append((seq, 1 + len(p.ids)))
     width = max(len(s) for s, _ in rows)
-    ids = torch.full((len(rows), width), pad, dtype=torch.long)
-    labels = torch.full((len(rows), width), -100, dtype=torch.long)
+    ids = np.full((len(rows), width), pad, dtype=np.int64)
+    labels = np.full((len(rows), width), -100, dtype=np.int64)
     for i, (seq, n_prompt) in enumerate(rows):
-        ids[i, :len(seq)] = torch.tensor(seq)
-        labels[i, n_prompt:len(seq)] = torch.tensor(seq[n_prompt:])
-    log(f"{len(rows)} of {len(pairs)} examples fit in {max_len} tokens; padded to {width}")
-    return ids.to(device), labels.to(device)
+        ids[i, :len(seq)] = seq
+        labels[i, n_prompt:len(seq)] = seq[n_prompt:]
+    mean = sum(len(s) for s, _ in rows) / len(rows)
+    log(f"{len(rows)} of {len(pairs)} examples fit in {max_len} tokens; mean {mean:.0f}, "
+        f"padded to {width}")
+    return torch.from_numpy(ids).to(device), torch.from_numpy(labels).to(device)
 
 
 def train_adapter(args, tok, base_dir, out_dir, name, pairs, seconds, max_steps, device):
@@ -319,13 +285,23 @@ def train_adapter(args, tok, base_dir, out_dir, name, pairs, seconds, max_steps,
     model = get_peft_model(base, config)
     params = [p for p in model.parameters() if p.requires_grad]
     log(f"{name}: {sum(p.numel() for p in params):,} trainable LoRA parameters")
-    ids, labels = tokenize_pairs(tok, pairs, 192, device)
+    ids, labels = tokenize_pairs(tok, pairs, 320, device)
     gen = torch.Generator(device=device).manual_seed(args.seed + len(name))
+    inner = model.get_base_model()  # the LlamaForCausalLM, with the LoRA layers in it
 
     def next_batch():
         idx = torch.randint(0, ids.shape[0], (args.adapter_batch,), device=device, generator=gen)
         return ids[idx], labels[idx]
-    stats = train_loop(model, params, next_batch, causal_lm_loss, seconds, max_steps,
+
+    def answer_loss(x, y):
+        """Causal LM loss on the answer tokens, computing logits only where they are needed:
+        most of each row is prompt, and the vocabulary projection is the largest matmul."""
+        import torch.nn.functional as F
+        hidden = inner.model(input_ids=x, use_cache=False).last_hidden_state  # [B, L, H]
+        keep = y[:, 1:] != -100                                               # [B, L-1]
+        logits = inner.lm_head(hidden[:, :-1][keep])                          # [N, V]
+        return F.cross_entropy(logits.float(), y[:, 1:][keep])
+    stats = train_loop(model, params, next_batch, answer_loss, seconds, max_steps,
                        args.adapter_lr, 50, 0.0, device, name)
     model.save_pretrained(out_dir)
     weights = os.path.join(out_dir, "adapter_model.safetensors")
@@ -366,13 +342,15 @@ def main():
     torch.manual_seed(args.seed)
 
     fortunes, brown, words = dd.load_corpus(args.data)
-    docs = dd.pretrain_documents(fortunes, brown, args.seed)
     sql_train, sql_test = dd.make_sql_splits(words, args.seed)
+    docs, val_docs = dd.pretrain_documents(fortunes, brown, args.seed, split=sql_train,
+                                           copy_fraction=args.copy_fraction)
     rng = random.Random(args.seed)
     sql_train_ex = [dd.sql_example(rng, sql_train) for _ in range(args.sql_examples)]
     pirate_train, pirate_test = dd.pirate_sentences(brown, args.seed)
     log(f"corpus: {len(fortunes)} fortunes, {len(brown)} Brown paragraphs, {len(words)} words; "
-        f"{len(docs)} pretraining documents")
+        f"{len(docs)} pretraining documents ({sum(map(len, docs)) / 1e6:.1f} M chars), "
+        f"{len(val_docs)} held out")
 
     models_dir = os.path.join(args.out, "models", "demo")
     base_dir = os.path.join(models_dir, "base")
@@ -382,12 +360,13 @@ def main():
     tok_texts += [dd.pirate(s) for s in pirate_train]
     for m in dd.MARKERS:
         tok_texts = [t.replace(m, "") for t in tok_texts]
-    tok = build_tokenizer(tok_texts, args.vocab)
+    tok = demo_tokenizer.build_tokenizer(tok_texts, args.vocab)
     log(f"tokenizer: {tok.get_vocab_size(with_added_tokens=True)} tokens")
-    save_tokenizer(tok, base_dir)
-    hf_tok = check_hf_tokenizer(tok, base_dir, dd.canonical_sql_example()["content"])
+    demo_tokenizer.save_tokenizer(tok, base_dir)
+    hf_tok = demo_tokenizer.check_hf_tokenizer(tok, base_dir,
+                                               dd.canonical_sql_example()["content"], log)
 
-    model, base_stats = pretrain(args, tok, docs, args.device)
+    model, base_stats = pretrain(args, tok, docs, val_docs, args.device)
     save_base(model, base_dir)
     del model
     if args.device == "cuda":
@@ -397,9 +376,12 @@ def main():
     sql_pairs = [(dd.chat_prompt(e["content"]), dd.chat_answer(e["sql"])) for e in sql_train_ex]
     pirate_pairs = [(dd.chat_prompt(dd.pirate_content(s)), dd.chat_answer(dd.pirate(s)))
                     for s in pirate_train]
+    # Left for the sql adapter: the pirate adapter and the evaluation take about a minute more.
+    sql_seconds = max(30.0, min(args.sql_seconds, args.wall_seconds - (time.time() - T0)
+                                - args.pirate_seconds - 45))
     adapter_stats = {
         "sql": train_adapter(args, tok, base_dir, os.path.join(adapters_dir, "sql"), "sql",
-                             sql_pairs, args.sql_seconds, args.sql_max_steps, args.device),
+                             sql_pairs, sql_seconds, args.sql_max_steps, args.device),
         "pirate": train_adapter(args, tok, base_dir, os.path.join(adapters_dir, "pirate"),
                                 "pirate", pirate_pairs, args.pirate_seconds,
                                 args.pirate_max_steps, args.device),
