@@ -225,6 +225,10 @@ TEST_P(CpuOps, KvWrite) {
       Buf kc = random_buf(rng_, ct, {blocks, bs, kvh, hd}), vc = random_buf(rng_, ct, {blocks, bs, kvh, hd});
       Buf kc_ref(kc), vc_ref(vc);
       Buf k = random_buf(rng_, DType::kF32, {n, kvh, hd}, -5.f, 5.f), v = random_buf(rng_, DType::kF32, {n, kvh, hd});
+      // Rounding edge cases: f16 subnormals, overflow to inf, round-to-even ties.
+      const float specials[] = {1e-6f, -3e-7f, 6.1e-5f, 7e4f, -65519.f, 65520.f, 1.00048828125f, 1.00146484375f,
+                                1.00390625f, 1.01171875f, 0.f, -0.f, 1e30f, -1e-40f, 3.4e38f, 2049.f};
+      for (size_t i = 0; i < std::size(specials); ++i) k.f()[i] = v.f()[i + 20] = specials[i];
       std::vector<int32_t> sv(n);
       std::iota(sv.begin(), sv.end(), 2);
       sv[3] = -1;
