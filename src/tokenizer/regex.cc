@@ -65,6 +65,12 @@ void Regex::find_all(std::string_view text, std::vector<Match>& out) const {
   while (start <= text.size()) {
     // The subject was validated once by the caller; skip PCRE2's per-call UTF check.
     int rc = pcre2_match(r.code, subject, text.size(), start, options | PCRE2_NO_UTF_CHECK, md, nullptr);
+    if (rc < 0 && rc != PCRE2_ERROR_NOMATCH) {
+      // The JIT's fixed stack can run out on huge inputs; the interpreter uses the heap.
+      rc = pcre2_match(r.code, subject, text.size(), start, options | PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md,
+                       nullptr);
+    }
+    if (rc < 0 && rc != PCRE2_ERROR_NOMATCH) break;  // match limit hit: the rest stays one gap
     if (rc == PCRE2_ERROR_NOMATCH) {
       if (options == 0) break;
       // No non-empty match at `start` after an empty one: step one character on.
@@ -73,7 +79,6 @@ void Regex::find_all(std::string_view text, std::vector<Match>& out) const {
       options = 0;
       continue;
     }
-    check(rc >= 0, "pcre2_match failed");
     PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
     out.push_back({ov[0], ov[1]});
     start = ov[1];
