@@ -1,6 +1,8 @@
 // CpuBackend: SIMD (AVX-512 / AVX2 / portable scalar, picked once at run time) and
 // multi-threaded ops. Kernels live in per-ISA tables (cpu_kernels.h); this class owns the
 // thread pool and decides how work is split. Tested op by op against RefBackend.
+// Like the pool it owns, a CpuBackend serves one calling thread at a time (ops reuse
+// member scratch buffers).
 #pragma once
 
 #include <cstdint>

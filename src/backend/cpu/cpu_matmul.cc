@@ -70,7 +70,7 @@ void CpuBackend::run_lora(cpu::MatmulFn fn, const cpu::MatmulArgs& base, size_t 
   // Work units are (segment, block of rows): a segment is a small GEMM against its own
   // adapter slice, and several units per segment keep both threads busy at batch 1.
   const int threads = pool_->num_threads();
-  // Units are multiples of 8 rows, the widest micro-tile.
+  // Units are multiples of 8 rows (the GEMV tile height).
   const int64_t unit_rows = std::max<int64_t>(8, round_up((rows + 2 * threads - 1) / (2 * threads), 8));
   const int64_t units_per_seg = (rows + unit_rows - 1) / unit_rows;
   const int64_t units = units_per_seg * static_cast<int64_t>(segments_.size());

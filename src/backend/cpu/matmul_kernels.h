@@ -23,7 +23,10 @@ inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 // Computes R rows x T tokens starting at (r0, t0); U vectors per row in flight per step.
-template <class S, int E, int R, int T, int U>
+// kPrefetchNext: while streaming these rows, prefetch the next R rows into L2, so their
+// page-by-page DRAM fetch overlaps this tile's compute (the hardware prefetchers stop at
+// each 4 KiB page; measured +6-20% on Zen4 for GEMV and small batches).
+template <class S, int E, int R, int T, int U, bool kPrefetchNext = false>
 inline void mm_tile(const MatmulArgs& a, int64_t r0, int64_t t0) {
   using V = typename S::V;
   using W = WElem<E>;
@@ -46,6 +49,16 @@ inline void mm_tile(const MatmulArgs& a, int64_t r0, int64_t t0) {
 
   int64_t i = 0;
   for (; i + U * L <= k; i += U * L) {
+    if constexpr (kPrefetchNext) {
+      constexpr int kStepBytes = U * L * static_cast<int>(sizeof(W));
+      if (kStepBytes >= 64 || (i * static_cast<int64_t>(sizeof(W))) % 64 == 0) {
+#pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+          const char* next = reinterpret_cast<const char*>(w[r] + R * a.ldw + i);
+          for (int b = 0; b < kStepBytes; b += 64) S::prefetch_l2(next + b);
+        }
+      }
+    }
 #pragma GCC unroll 8
     for (int u = 0; u < U; ++u) {
       V xv[T];
@@ -101,13 +114,13 @@ inline void mm_tile(const MatmulArgs& a, int64_t r0, int64_t t0) {
 }
 
 // n tokens (1 <= n <= TT) with a tile of exactly n tokens, so no work is wasted on tails.
-template <class S, int E, int R, int TT>
+template <class S, int E, int R, int TT, bool kPrefetchNext = false>
 inline void mm_tokens(const MatmulArgs& a, int64_t r0, int64_t t0, int64_t n) {
   if constexpr (TT == 1) {
-    mm_tile<S, E, R, 1, 1>(a, r0, t0);
+    mm_tile<S, E, R, 1, 1, kPrefetchNext>(a, r0, t0);
   } else {
-    if (n == TT) mm_tile<S, E, R, TT, 1>(a, r0, t0);
-    else mm_tokens<S, E, R, TT - 1>(a, r0, t0, n);
+    if (n == TT) mm_tile<S, E, R, TT, 1, kPrefetchNext>(a, r0, t0);
+    else mm_tokens<S, E, R, TT - 1, kPrefetchNext>(a, r0, t0, n);
   }
 }
 
@@ -116,9 +129,11 @@ void matmul_kernel(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int6
   if (t1 - t0 == 1) {  // GEMV: bandwidth bound, several rows streamed at once
     constexpr int R = S::kGemvR, U = S::kGemvU;
     int64_t r = r0;
-    for (; r + R <= r1; r += R) mm_tile<S, E, R, 1, U>(a, r, t0);
+    for (; r + R <= r1; r += R) mm_tile<S, E, R, 1, U, true>(a, r, t0);
     if constexpr (R > 4)
       for (; r + 4 <= r1; r += 4) mm_tile<S, E, 4, 1, U>(a, r, t0);
+    if constexpr (R > 2)
+      for (; r + 2 <= r1; r += 2) mm_tile<S, E, 2, 1, U>(a, r, t0);
     for (; r < r1; ++r) mm_tile<S, E, 1, 1, U>(a, r, t0);
     return;
   }
@@ -129,11 +144,17 @@ void matmul_kernel(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int6
   for (int64_t tb = t0; tb < t1; tb += block) {
     const int64_t te = min64(t1, tb + block);
     int64_t r = r0;
-    for (; r + R <= r1; r += R)
-      for (int64_t t = tb; t < te; t += T) mm_tokens<S, E, R, T>(a, r, t, min64(T, te - t));
+    for (; r + R <= r1; r += R) {
+      // The first token tile streams the rows from memory; later tiles find them in cache.
+      mm_tokens<S, E, R, T, true>(a, r, tb, min64(T, te - tb));
+      for (int64_t t = tb + T; t < te; t += T) mm_tokens<S, E, R, T>(a, r, t, min64(T, te - t));
+    }
     if constexpr (R > 4)
       for (; r + 4 <= r1; r += 4)
         for (int64_t t = tb; t < te; t += T) mm_tokens<S, E, 4, T>(a, r, t, min64(T, te - t));
+    if constexpr (R > 2)
+      for (; r + 2 <= r1; r += 2)
+        for (int64_t t = tb; t < te; t += T) mm_tokens<S, E, 2, T>(a, r, t, min64(T, te - t));
     for (; r < r1; ++r)
       for (int64_t t = tb; t < te; t += T) mm_tokens<S, E, 1, T>(a, r, t, min64(T, te - t));
   }

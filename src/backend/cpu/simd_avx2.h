@@ -15,8 +15,8 @@ struct Simd {
   static constexpr const char* kName = "avx2";
   using V = __m256;
   static constexpr int kW = 8;
-  static constexpr int kTileR = 4;  // 12 accumulators + 3 activations + 1 weight
-  static constexpr int kTileT = 3;
+  static constexpr int kTileR = 3;  // 12 accumulators + 4 activations + 1 weight in flight
+  static constexpr int kTileT = 4;
   static constexpr int kGemvR = 8;
   static constexpr int kGemvU = 1;
 
@@ -30,6 +30,8 @@ struct Simd {
   static V load_n(const float* p, int n) { return _mm256_maskload_ps(p, mask(n)); }
   static void store(float* p, V v) { _mm256_storeu_ps(p, v); }
   static void store_n(float* p, V v, int n) { _mm256_maskstore_ps(p, mask(n), v); }
+
+  static void prefetch_l2(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1); }
 
   static V add(V a, V b) { return _mm256_add_ps(a, b); }
   static V sub(V a, V b) { return _mm256_sub_ps(a, b); }

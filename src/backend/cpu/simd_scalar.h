@@ -40,6 +40,8 @@ struct Simd {
     for (int i = 0; i < n; ++i) p[i] = v.v[i];
   }
 
+  static void prefetch_l2(const void* p) { __builtin_prefetch(p, 0, 2); }
+
   template <class F>
   static V map2(V a, V b, F f) {
     V r;
