@@ -218,6 +218,10 @@ bool LLMEngine::abort_request(const std::string& id) {
 
 bool LLMEngine::has_unfinished_requests() const { return !requests_.empty(); }
 
+size_t LLMEngine::weight_bytes() const { return model_->weights().weight_bytes(); }
+size_t LLMEngine::embedding_bytes() const { return model_->weights().embed.bytes(); }
+DType LLMEngine::kv_cache_dtype() const { return kv_->shape().dtype; }
+
 Result<AdapterInfo> LLMEngine::add_lora(const std::string& name, const std::string& path) {
   if (!adapters_) return Status::error("LoRA is not enabled (--enable-lora)");
   return adapters_->add(name, path);

@@ -72,6 +72,12 @@ class LLMEngine {
   const StepStats& last_step() const { return last_step_; }
   const EngineCounters& counters() const { return counters_; }
   Backend* backend() const { return backend_.get(); }
+  // Bandwidth accounting for `quiver bench`: bytes of all model weights
+  // (LlamaWeights::weight_bytes), of the input embedding table alone (a decode step
+  // gathers only its rows), and the element type the KV cache is stored in.
+  size_t weight_bytes() const;
+  size_t embedding_bytes() const;
+  DType kv_cache_dtype() const;
 
  private:
   LLMEngine() = default;

@@ -1,0 +1,111 @@
+// Internals of `quiver bench`, shared by its files: the options, the synthetic requests,
+// the byte model behind "achieved bandwidth", and the measurements of a run.
+//   bench_command.cc  flags, setup, dispatch
+//   bench_adapters.cc random PEFT adapters written to a temp folder
+//   bench_run.cc      offline passes (batched / adapter by adapter) and the online loop
+//   bench_report.cc   statistics, machine facts, the human table and the JSON record
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/engine_flags.h"
+#include "core/status.h"
+#include "engine/llm_engine.h"
+
+namespace quiver::bench {
+
+struct BenchOptions {
+  EngineFlags engine;
+  int batch_size = 1;          // offline: requests submitted together
+  int input_len = 128;         // prompt tokens per request
+  int output_len = 128;        // generated tokens per request (ignore_eos)
+  int num_adapters = 0;        // synthesized random adapters
+  int lora_rank = 16;
+  std::string lora_targets = "all";  // "all" or a comma list of q_proj, ..., down_proj
+  std::string lora_dtype = "bfloat16";
+  double lora_fraction = 1.0;  // share of requests that carry an adapter (round-robin over them)
+  bool sequential_adapters = false;  // offline: one group per adapter, run one after another
+  int num_requests = 0;        // > 0: online mode
+  std::string request_rate = "inf";  // online: Poisson arrivals per second, or inf
+  int num_iters = 1;           // measured passes (offline)
+  int warmup_steps = 4;        // decode steps of the unmeasured warm-up pass (0: none)
+  double mem_bandwidth_gbs = 0;      // 0: 30 (cpu, ref) or 4260 (cuda)
+  std::string json_output;
+  std::string adapter_dir;     // keep the synthesized adapters here (default: a temp folder, removed)
+};
+
+// One synthetic request: random prompt token ids and its adapter ("" = base model).
+struct BenchRequest {
+  std::string id;
+  std::vector<int32_t> prompt;
+  std::string adapter;
+  double arrival_s = 0;  // online mode: seconds after the start
+};
+
+// n requests with seeded random prompts; a share lora_fraction of them (evenly spread)
+// take adapters round-robin from `adapters`.
+std::vector<BenchRequest> make_requests(int n, int input_len, const std::vector<std::string>& adapters,
+                                        double lora_fraction, int64_t vocab_size, uint64_t seed,
+                                        const std::string& id_prefix);
+
+// Writes `count` random PEFT adapters (adapter_config.json + adapter_model.safetensors)
+// under dir/bench-<i> and returns (name, path) pairs.
+Result<std::vector<std::pair<std::string, std::string>>> synthesize_adapters(const ModelConfig& base,
+                                                                            const BenchOptions& o,
+                                                                            const std::string& dir);
+
+// What one decode step must read from memory.
+struct ByteModel {
+  double weight_bytes = 0;        // every weight but the input embedding table (when untied)
+  double adapter_bytes = 0;       // per distinct adapter in the batch: A and B stacks of 7 targets
+  double kv_bytes_per_position = 0;  // K and V of one context position, all layers
+};
+ByteModel make_byte_model(const LLMEngine& engine);
+
+// Measurements of one pass (offline) or one online run, step by step.
+struct PassStats {
+  int prefill_steps = 0, decode_steps = 0, mixed_steps = 0;
+  int64_t prefill_tokens = 0, decode_tokens = 0, mixed_tokens = 0, output_tokens = 0;
+  double prefill_s = 0, decode_s = 0, mixed_s = 0, total_s = 0;
+  std::vector<double> decode_step_ms;
+  double decode_bytes = 0;          // bytes read by the decode-only steps, summed
+  double decode_adapter_bytes = 0;  // ... of which adapter slices
+  double decode_kv_bytes = 0;       // ... of which K/V
+  int64_t num_preempted = 0;
+};
+
+// engine.step() under a wall clock; classifies the step (prefill / decode / mixed) into
+// `stats` and accounts the bytes of decode-only steps.
+std::vector<RequestOutput> timed_step(LLMEngine& engine, const ByteModel& bytes, PassStats* stats);
+
+// Offline: submits `requests` together (or adapter group by group when sequential) and
+// steps until all finish.
+Result<PassStats> run_offline_pass(LLMEngine& engine, const BenchOptions& o, const ByteModel& bytes,
+                                   const std::vector<BenchRequest>& requests, bool sequential);
+
+struct OnlineStats {
+  PassStats steps;
+  std::vector<double> ttft_ms, itl_ms, e2e_ms;
+  int num_requests = 0;
+  double duration_s = 0;  // first arrival to last finish
+};
+Result<OnlineStats> run_online(LLMEngine& engine, const BenchOptions& o, const ByteModel& bytes,
+                               const std::vector<BenchRequest>& requests);
+
+// Poisson arrival times (seeded) for requests; rate "inf" puts all of them at 0.
+Status assign_arrivals(std::vector<BenchRequest>* requests, const std::string& rate, uint64_t seed);
+
+// ---- report ----------------------------------------------------------------------------
+double percentile(std::vector<double> values, double p);  // linear interpolation; 0 if empty
+
+nlohmann::json machine_json(const LLMEngine& engine);  // date, commit, CPU/GPU, load
+nlohmann::json pass_json(const PassStats& s, const ByteModel& b, double bandwidth_gbs);
+nlohmann::json online_json(const OnlineStats& s);
+void print_pass(const std::string& label, const PassStats& s, const ByteModel& b, double bandwidth_gbs);
+void print_online(const OnlineStats& s);
+
+}  // namespace quiver::bench
