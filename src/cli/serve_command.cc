@@ -2,10 +2,13 @@
 //
 // Shutdown: SIGTERM/SIGINT are blocked in every thread and taken by a watcher thread with
 // sigtimedwait, so no signal handler runs at all (and nothing async-signal-unsafe can
-// happen in one). The watcher stops accepting connections, lets in-flight requests finish
-// for --shutdown-timeout seconds (a second signal cuts that short), aborts the rest, and
-// the command returns 0 once every handler is done.
+// happen in one). The watcher drains: new generation requests get 503, in-flight ones may
+// finish for --shutdown-timeout seconds (a second signal cuts that short), the rest are
+// aborted and their streams end properly; only then does it stop the HTTP server (httplib
+// cuts streams that are still open at stop()). The command then returns 0.
 #if defined(QUIVER_HAS_SERVER)
+#include <atomic>
+#include <chrono>
 #include <csignal>
 #include <iostream>
 #include <memory>
@@ -41,6 +44,17 @@ int wait_signal(double seconds) {
   return sig > 0 ? sig : 0;
 }
 
+// Polls `done` every 50 ms for up to `seconds`; true if it became true. A second signal
+// ends the wait early.
+template <typename Done>
+bool wait_until(Done done, double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= deadline || wait_signal(0.05) != 0) return false;
+  }
+  return true;
+}
+
 void watch_for_shutdown(const std::atomic<bool>& serving_done, HttpServer& server, EngineLoop& loop,
                         double grace_s) {
   while (!serving_done.load()) {
@@ -49,15 +63,13 @@ void watch_for_shutdown(const std::atomic<bool>& serving_done, HttpServer& serve
     std::cerr << "quiver serve: " << (sig == SIGTERM ? "SIGTERM" : "SIGINT") << ", shutting down ("
               << loop.num_in_flight() << " requests in flight)\n";
     loop.begin_drain();
-    server.stop();
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(grace_s);
-    while (loop.num_in_flight() > 0 && std::chrono::steady_clock::now() < deadline) {
-      if (wait_signal(0.05) != 0) break;  // asked twice: stop waiting
-    }
-    if (loop.num_in_flight() > 0) {
+    if (!wait_until([&] { return loop.num_in_flight() == 0; }, grace_s)) {
       std::cerr << "quiver serve: aborting " << loop.num_in_flight() << " unfinished requests\n";
       loop.abort_all();
     }
+    // Aborted requests end within a step; streams then write their last chunk and [DONE].
+    wait_until([&] { return loop.num_in_flight() == 0 && server.open_streams() == 0; }, 10.0);
+    server.stop();
     return;
   }
 }

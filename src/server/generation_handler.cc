@@ -148,12 +148,14 @@ void run_generation(ServerContext& ctx, const httplib::Request& req, httplib::Re
 
   res.status = 200;
   res.set_header("Cache-Control", "no-cache");
+  ++ctx.open_streams;
   res.set_chunked_content_provider(
       "text/event-stream", [g](size_t, httplib::DataSink& sink) { return stream_step(*g, sink); },
-      // Any way the stream ends early (write failure, provider false, server stop)
-      // lands here: abort what is still generating.
+      // Runs once the response is over, however it ended; if early (write failure,
+      // provider false, server stop), abort what is still generating.
       [g](bool) {
         if (!g->done) g->cancel();
+        --g->ctx->open_streams;
       });
 }
 

@@ -120,8 +120,10 @@ void HttpServer::install_routes() {
   s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   s.set_payload_max_length(o.max_body_bytes);
   s.set_keep_alive_max_count(1000);
-  s.set_read_timeout(30);
-  s.set_write_timeout(30);
+  // A client that stops sending (or reading) for this long loses its connection; for a
+  // stream that aborts its request.
+  s.set_read_timeout(5);
+  s.set_write_timeout(10);
   // Refuse an oversized body before the client sends it (curl and most clients send
   // "Expect: 100-continue" for large bodies); without that header httplib checks the
   // Content-Length itself and answers 413.

@@ -29,8 +29,11 @@ class HttpServer {
   int port() const { return port_; }
   // Serves until stop(); returns once every in-flight handler has finished.
   void run();
-  // Stops accepting connections (safe from any thread).
+  // Stops accepting connections (safe from any thread). Streams still being written are
+  // cut off by httplib, so drain first (EngineLoop::begin_drain, open_streams() == 0).
   void stop();
+  // Server-Sent Events responses not yet completely written.
+  int open_streams() const { return ctx_.open_streams.load(); }
 
  private:
   void install_routes();

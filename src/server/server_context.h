@@ -18,6 +18,8 @@ struct ServerContext {
   std::string model_path;  // its folder (the "root" in /v1/models)
   int64_t started_unix = 0;
 
+  std::atomic<int> open_streams{0};  // SSE responses not yet fully written
+
   uint64_t id_seed = 0;  // random per server run, so ids differ across restarts
   std::atomic<uint64_t> next_id{1};
 

@@ -1,0 +1,218 @@
+#!/usr/bin/env bash
+# End-to-end tests of `quiver serve` over loopback (CTest: server_openai).
+#
+#   tests/server/run.sh QUIVER_BINARY [LOAD_TEST_SECONDS]   (default 10; 0 skips the load test)
+#
+# 1. the official OpenAI client (node:test, openai_client.test.mjs) against the llama_gqa
+#    fixture with its 8 adapters and an API key;
+# 2. curl: malformed requests, body limit (413), runtime LoRA load/unload (allow-list,
+#    `..` and symlink escapes, invalid adapters, unloading while a request runs);
+# 3. SIGTERM with streams in flight: every stream ends with [DONE], exit status 0;
+# 4. tools/load_test_server.js for LOAD_TEST_SECONDS, compared with `quiver generate`.
+# Servers run on free ports and are always killed on exit. Exit 77 = skipped (no node/npm).
+set -uo pipefail
+
+QUIVER=$(realpath "${1:?usage: run.sh QUIVER_BINARY [LOAD_TEST_SECONDS]}")
+LOAD_SECONDS=${2:-10}
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+FIXTURE=$ROOT/tests/fixtures/llama_gqa
+KEY=test-key-$$
+
+command -v node >/dev/null || { echo "SKIP: node is not installed"; exit 77; }
+if [ ! -d "$HERE/node_modules/openai" ]; then
+  (cd "$HERE" && npm ci --no-audit --no-fund --loglevel=error) || { echo "SKIP: npm ci failed (offline?)"; exit 77; }
+fi
+
+WORK=$(mktemp -d)
+PIDS=()
+cleanup() {
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+FAILED=0
+pass() { echo "ok   - $*"; }
+fail() { echo "FAIL - $*"; FAILED=1; }
+
+free_port() {
+  node -e 'const s = require("net").createServer(); s.listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close(); });'
+}
+
+ADAPTER_FLAGS=()
+for dir in "$FIXTURE"/adapters/*/; do
+  name=$(basename "$dir")
+  ADAPTER_FLAGS+=(--lora-modules "$name=$FIXTURE/adapters/$name")
+done
+
+# start_server VAR LOG ARGS...: starts `quiver serve ARGS` on a free port; sets VAR_URL and
+# VAR_PID once /health answers 200 (30 s at most).
+start_server() {
+  local var=$1 log=$2
+  shift 2
+  local port
+  port=$(free_port)
+  "$QUIVER" serve --port "$port" "$@" >"$log" 2>&1 &
+  local pid=$!
+  PIDS+=("$pid")
+  for _ in $(seq 300); do
+    if curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1; then
+      printf -v "${var}_URL" '%s' "http://127.0.0.1:$port"
+      printf -v "${var}_PID" '%s' "$pid"
+      return 0
+    fi
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "server failed to start:"; cat "$log"
+  exit 1
+}
+
+# expect STATUS DESCRIPTION CURL_ARGS...: the request answers STATUS (and an error body
+# has the API's error shape).
+expect() {
+  local want=$1 what=$2
+  shift 2
+  local got
+  got=$(curl -s -o "$WORK/body" -w '%{http_code}' "$@")
+  if [ "$got" != "$want" ]; then
+    fail "$what: HTTP $got, expected $want: $(head -c 300 "$WORK/body")"
+  elif [ "$want" -ge 400 ] && ! node -e 'const e = JSON.parse(require("fs").readFileSync(process.argv[1])).error;
+      if (typeof e.message !== "string" || typeof e.type !== "string" || e.code !== Number(process.argv[2]) || !("param" in e)) process.exit(1);' \
+      "$WORK/body" "$want"; then
+    fail "$what: HTTP $got but the body is not {\"error\": {message, type, param, code}}: $(head -c 300 "$WORK/body")"
+  else
+    pass "$what ($got)"
+  fi
+}
+
+# ---- 1. the OpenAI client -----------------------------------------------------------------
+mkdir -p "$WORK/allowed" "$WORK/outside"
+start_server A "$WORK/a.log" --model "$FIXTURE" --max-lora-rank 64 --max-loras 4 "${ADAPTER_FLAGS[@]}" \
+  --api-key "$KEY" --allow-runtime-lora-updating --lora-path-allowlist "$WORK/allowed" --max-body-bytes 1048576
+
+CHAT_ENV=()
+DEMO=$ROOT/models/demo
+if [ -f "$DEMO/tokenizer.json" ] && [ -f "$DEMO/config.json" ]; then
+  DEMO_FLAGS=()
+  for dir in "$DEMO"/adapters/*/; do
+    [ -f "$dir/adapter_config.json" ] && DEMO_FLAGS+=(--lora-modules "$(basename "$dir")=${dir%/}")
+  done
+  start_server D "$WORK/d.log" --model "$DEMO" --api-key "$KEY" --max-loras 2 --max-lora-rank 64 "${DEMO_FLAGS[@]}"
+  CHAT_ENV=(QUIVER_CHAT_URL="$D_URL")
+  [ -d "$DEMO/adapters/sql" ] && CHAT_ENV+=(QUIVER_CHAT_ADAPTER=sql)
+fi
+
+if env QUIVER_URL="$A_URL" QUIVER_API_KEY="$KEY" QUIVER_FIXTURE="$FIXTURE" "${CHAT_ENV[@]}" \
+    node --test --test-reporter=spec "$HERE/openai_client.test.mjs"; then
+  pass "OpenAI client tests"
+else
+  fail "OpenAI client tests"
+fi
+
+# ---- 2. curl: malformed requests and limits ----------------------------------------------
+AUTH=(-H "Authorization: Bearer $KEY")
+expect 400 "bad JSON" "${AUTH[@]}" "$A_URL/v1/completions" -d '{"prompt": [1, 2'
+expect 400 "JSON that is not an object" "${AUTH[@]}" "$A_URL/v1/completions" -d '[1, 2, 3]'
+expect 400 "deeply nested JSON" "${AUTH[@]}" "$A_URL/v1/completions" -d "$(printf '[%.0s' $(seq 5000))"
+expect 400 "prompt of the wrong type" "${AUTH[@]}" "$A_URL/v1/completions" -d '{"prompt": {"a": 1}}'
+expect 400 "mixed token list" "${AUTH[@]}" "$A_URL/v1/completions" -d '{"prompt": [1, "a"]}'
+expect 400 "empty body" "${AUTH[@]}" "$A_URL/v1/completions" -d ''
+expect 400 "POST without Content-Length (after the read timeout)" "${AUTH[@]}" -X POST "$A_URL/v1/completions"
+expect 401 "no API key" "$A_URL/v1/completions" -d '{"prompt": [1]}'
+expect 401 "wrong API key" -H "Authorization: Bearer nope" "$A_URL/v1/models"
+expect 404 "unknown route" "${AUTH[@]}" "$A_URL/v1/nothing"
+head -c 2000000 /dev/zero | tr '\0' ' ' >"$WORK/big.json"
+expect 413 "body over --max-body-bytes (Expect: 100-continue)" "${AUTH[@]}" "$A_URL/v1/completions" \
+  -H 'Content-Type: application/json' --data-binary @"$WORK/big.json"
+expect 413 "body over --max-body-bytes (sent at once)" "${AUTH[@]}" -H 'Expect:' "$A_URL/v1/completions" \
+  -H 'Content-Type: application/json' --data-binary @"$WORK/big.json"
+expect 200 "server still healthy" "$A_URL/health"
+
+# ---- 2b. runtime LoRA adapters -----------------------------------------------------------
+cp -r "$FIXTURE/adapters/r8_all" "$WORK/allowed/dyn"
+cp -r "$FIXTURE/adapters/r4_patterns" "$WORK/outside/secret"
+ln -s "$WORK/outside/secret" "$WORK/allowed/escape_link"
+mkdir -p "$WORK/allowed/broken"
+echo '{"r": "not an adapter"' >"$WORK/allowed/broken/adapter_config.json"
+load() { curl -s -o "$WORK/body" -w '%{http_code}' "${AUTH[@]}" "$A_URL/v1/load_lora_adapter" -d "$1"; }
+
+expect 400 "load: path outside the allow-list" "${AUTH[@]}" "$A_URL/v1/load_lora_adapter" \
+  -d "{\"lora_name\": \"x\", \"lora_path\": \"$WORK/outside/secret\"}"
+expect 400 "load: .. escape" "${AUTH[@]}" "$A_URL/v1/load_lora_adapter" \
+  -d "{\"lora_name\": \"x\", \"lora_path\": \"$WORK/allowed/../outside/secret\"}"
+expect 400 "load: symlink escape" "${AUTH[@]}" "$A_URL/v1/load_lora_adapter" \
+  -d "{\"lora_name\": \"x\", \"lora_path\": \"$WORK/allowed/escape_link\"}"
+expect 400 "load: invalid adapter" "${AUTH[@]}" "$A_URL/v1/load_lora_adapter" \
+  -d "{\"lora_name\": \"broken\", \"lora_path\": \"$WORK/allowed/broken\"}"
+expect 400 "load: missing lora_path" "${AUTH[@]}" "$A_URL/v1/load_lora_adapter" -d '{"lora_name": "x"}'
+expect 200 "load: allowed adapter" "${AUTH[@]}" "$A_URL/v1/load_lora_adapter" \
+  -d "{\"lora_name\": \"dyn\", \"lora_path\": \"$WORK/allowed/dyn\"}"
+expect 400 "load: name already loaded" "${AUTH[@]}" "$A_URL/v1/load_lora_adapter" \
+  -d "{\"lora_name\": \"dyn\", \"lora_path\": \"$WORK/allowed/dyn\"}"
+curl -s "${AUTH[@]}" "$A_URL/v1/models" >"$WORK/models.json"
+if node -e 'const d = JSON.parse(require("fs").readFileSync(process.argv[1])).data;
+    if (d.some((m) => m.id === "broken" || m.id === "x") || !d.some((m) => m.id === "dyn" && m.parent === d[0].id)) process.exit(1);' \
+    "$WORK/models.json"; then pass "models: dyn listed under the base model, rejected adapters absent"
+else fail "models after loads: $(cat "$WORK/models.json")"; fi
+
+# dyn is a copy of r8_all: same tokens.
+completion() {
+  curl -s "${AUTH[@]}" "$A_URL/v1/completions" \
+    -d "{\"model\": \"$1\", \"prompt\": [61, 466, 51], \"max_tokens\": 8, \"temperature\": 0, \"ignore_eos\": true, \"return_token_ids\": true}" |
+    node -e 'let s = ""; process.stdin.on("data", (d) => s += d).on("end", () => console.log(JSON.stringify(JSON.parse(s).choices[0].token_ids)));'
+}
+if [ "$(completion dyn)" = "$(completion r8_all)" ] && [ -n "$(completion dyn)" ]; then pass "runtime adapter dyn generates like r8_all"
+else fail "dyn vs r8_all: $(completion dyn) vs $(completion r8_all)"; fi
+
+# Unload while a request on the adapter is running: the request finishes normally.
+curl -sN "${AUTH[@]}" "$A_URL/v1/completions" \
+  -d '{"model": "dyn", "prompt": [5, 6, 7], "n": 16, "max_tokens": 120, "ignore_eos": true, "stream": true}' \
+  >"$WORK/running.sse" &
+STREAM_PID=$!
+for _ in $(seq 100); do [ -s "$WORK/running.sse" ] && break; sleep 0.02; done
+expect 200 "unload while a request runs" "${AUTH[@]}" "$A_URL/v1/unload_lora_adapter" -d '{"lora_name": "dyn"}'
+kill -0 $STREAM_PID 2>/dev/null && pass "the request was still running at the unload" ||
+  fail "the request finished before the unload (test too fast to check deferred unloading)"
+expect 404 "requests for the unloaded adapter" "${AUTH[@]}" "$A_URL/v1/completions" -d '{"model": "dyn", "prompt": [1]}'
+wait $STREAM_PID
+if tail -n 3 "$WORK/running.sse" | grep -q '^data: \[DONE\]' && grep -q '"finish_reason":"length"' "$WORK/running.sse" &&
+   ! grep -q '"finish_reason":"abort"' "$WORK/running.sse"; then pass "the running request finished after the unload"
+else fail "running request after unload: $(tail -c 400 "$WORK/running.sse")"; fi
+expect 404 "unload: unknown adapter" "${AUTH[@]}" "$A_URL/v1/unload_lora_adapter" -d '{"lora_name": "dyn"}'
+expect 200 "load again after the unload" "${AUTH[@]}" "$A_URL/v1/load_lora_adapter" \
+  -d "{\"lora_name\": \"dyn\", \"lora_path\": \"$WORK/allowed/dyn\"}"
+expect 200 "unload a fixture adapter" "${AUTH[@]}" "$A_URL/v1/unload_lora_adapter" -d '{"lora_name": "r1_qv"}'
+
+# ---- 3. SIGTERM with streams in flight ---------------------------------------------------
+start_server T "$WORK/t.log" --model "$FIXTURE" --shutdown-timeout 0.5
+for i in 1 2 3 4; do
+  curl -sN "$T_URL/v1/completions" \
+    -d '{"prompt": [9, 8, 7], "n": 16, "max_tokens": 250, "ignore_eos": true, "stream": true}' >"$WORK/term$i.sse" &
+  eval "TERM_CURL$i=\$!"
+done
+for _ in $(seq 100); do [ -s "$WORK/term4.sse" ] && break; sleep 0.02; done
+kill -TERM "$T_PID"
+wait "$T_PID"
+rc=$?
+if [ $rc -eq 0 ]; then pass "SIGTERM: exit status 0"; else fail "SIGTERM: exit status $rc: $(cat "$WORK/t.log")"; fi
+for i in 1 2 3 4; do
+  eval "wait \$TERM_CURL$i"
+  if tail -n 2 "$WORK/term$i.sse" | grep -q '^data: \[DONE\]'; then pass "SIGTERM: stream $i ended with [DONE]"
+  else fail "SIGTERM: stream $i: $(tail -c 300 "$WORK/term$i.sse")"; fi
+done
+grep -q 'shutting down' "$WORK/t.log" && pass "SIGTERM: logged" || fail "SIGTERM log: $(cat "$WORK/t.log")"
+
+# ---- 4. load test ------------------------------------------------------------------------
+if [ "$LOAD_SECONDS" != 0 ]; then
+  start_server L "$WORK/l.log" --model "$FIXTURE" --max-lora-rank 64 --max-loras 8 "${ADAPTER_FLAGS[@]}"
+  expect 404 "runtime LoRA endpoints are off without --allow-runtime-lora-updating" "$L_URL/v1/load_lora_adapter" \
+    -d "{\"lora_name\": \"dyn\", \"lora_path\": \"$WORK/allowed/dyn\"}"
+  if node "$ROOT/tools/load_test_server.js" --url "$L_URL" --duration "$LOAD_SECONDS" --clients 64 \
+      --quiver "$QUIVER" --max-lora-rank 64; then pass "load test"; else fail "load test"; fi
+fi
+
+kill -0 "$A_PID" 2>/dev/null && pass "server A survived everything" || fail "server A died: $(tail "$WORK/a.log")"
+if [ $FAILED -ne 0 ]; then echo "server tests FAILED"; exit 1; fi
+echo "server tests passed"
