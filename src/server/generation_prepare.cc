@@ -41,6 +41,7 @@ PreparedGeneration common_part(const ModelView& view, const CommonRequest& r) {
   g.return_token_ids = r.return_token_ids;
   g.assembler.n = r.params.n;
   g.assembler.return_token_ids = r.return_token_ids;
+  g.assembler.stop = r.params.stop;
   return g;
 }
 

@@ -3,6 +3,7 @@
 #include "server/openai_response.h"
 
 #include <cmath>
+#include <cstdlib>
 
 namespace quiver {
 
@@ -14,7 +15,11 @@ namespace {
 double clamp_logprob(float lp) { return std::isfinite(lp) ? static_cast<double>(lp) : -9999.0; }
 
 json or_null(const std::string& s) { return s.empty() ? json(nullptr) : json(s); }
-json or_null(const std::optional<std::string>& s) { return s.has_value() ? json(*s) : json(nullptr); }
+json stop_reason_json(const ChoicePiece& p) {
+  if (!p.stop_reason.has_value()) return nullptr;
+  if (p.stop_reason_is_token) return std::strtoll(p.stop_reason->c_str(), nullptr, 10);
+  return *p.stop_reason;
+}
 
 json utf8_bytes(const std::string& s) {
   json b = json::array();
@@ -87,7 +92,7 @@ json completion_choice_json(const ChoicePiece& p, bool logprobs, const TokenText
             {"text", p.text},
             {"logprobs", logprobs ? completion_logprobs_json(p, token_text, text_offset) : json(nullptr)},
             {"finish_reason", or_null(p.finish_reason)},
-            {"stop_reason", or_null(p.stop_reason)}};
+            {"stop_reason", stop_reason_json(p)}};
   if (return_token_ids) {
     c["token_ids"] = p.token_ids;
     if (p.prompt_token_ids.has_value()) c["prompt_token_ids"] = *p.prompt_token_ids;
@@ -110,7 +115,7 @@ json chat_choice_json(const ChoicePiece& p, bool logprobs, const TokenText& toke
             {"message", {{"role", "assistant"}, {"content", p.text}, {"tool_calls", json::array()}}},
             {"logprobs", logprobs ? chat_logprobs_json(p, token_text) : json(nullptr)},
             {"finish_reason", or_null(p.finish_reason)},
-            {"stop_reason", or_null(p.stop_reason)}};
+            {"stop_reason", stop_reason_json(p)}};
   if (return_token_ids) {
     c["token_ids"] = p.token_ids;
     if (p.prompt_token_ids.has_value()) c["prompt_token_ids"] = *p.prompt_token_ids;
@@ -127,7 +132,7 @@ json chat_delta_choice_json(const ChoicePiece& p, bool with_role, bool logprobs,
             {"delta", std::move(delta)},
             {"logprobs", logprobs && !p.token_ids.empty() ? chat_logprobs_json(p, token_text) : json(nullptr)},
             {"finish_reason", or_null(p.finish_reason)},
-            {"stop_reason", or_null(p.stop_reason)}};
+            {"stop_reason", stop_reason_json(p)}};
   if (return_token_ids) {
     c["token_ids"] = p.token_ids;
     if (p.prompt_token_ids.has_value()) c["prompt_token_ids"] = *p.prompt_token_ids;

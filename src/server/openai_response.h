@@ -26,6 +26,7 @@ struct ChoicePiece {
   std::vector<TokenLogprobs> logprobs;  // one per token in token_ids, when requested
   std::string finish_reason;            // empty while running
   std::optional<std::string> stop_reason;
+  bool stop_reason_is_token = false;  // a stop token id: reported as a number, as vLLM does
   // Completions only: the echoed prompt's tokens and their logprobs (the first is null),
   // prepended to the text / logprob block; and prompt ids for return_token_ids.
   std::vector<int32_t> echo_token_ids;

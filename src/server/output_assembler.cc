@@ -24,6 +24,16 @@ ChoicePiece OutputAssembler::prompt_part(int job, const RequestOutput& out) cons
   return p;
 }
 
+// The engine reports a stop token as its decimal id in stop_reason; anything that is not
+// one of the request's stop strings and names the last token is such an id.
+void OutputAssembler::set_finish(const CompletionOutput& c, ChoicePiece* p) const {
+  p->finish_reason = c.finish_reason;
+  p->stop_reason = c.stop_reason;
+  if (c.stop_reason.has_value() && !c.token_ids.empty() &&
+      std::find(options_.stop.begin(), options_.stop.end(), *c.stop_reason) == options_.stop.end())
+    p->stop_reason_is_token = *c.stop_reason == std::to_string(c.token_ids.back());
+}
+
 std::vector<ChoicePiece> OutputAssembler::add(int job, const RequestOutput& out) {
   if (!out.error.empty() && !error_) error_ = out.error;
   latest_[job] = out;
@@ -39,8 +49,7 @@ std::vector<ChoicePiece> OutputAssembler::add(int job, const RequestOutput& out)
     if (c.logprobs.size() >= fresh)
       p.logprobs.assign(c.logprobs.end() - static_cast<std::ptrdiff_t>(fresh), c.logprobs.end());
     if (c.finished()) {
-      p.finish_reason = c.finish_reason;
-      p.stop_reason = c.stop_reason;
+      set_finish(c, &p);
       finish_sent_[choice] = true;
     }
     const bool first = !started_[choice];
@@ -63,8 +72,7 @@ std::vector<ChoicePiece> OutputAssembler::final_choices() const {
       p.text += c.text;
       p.token_ids = c.token_ids;
       p.logprobs = c.logprobs;
-      p.finish_reason = c.finish_reason;
-      p.stop_reason = c.stop_reason;
+      set_finish(c, &p);
       choices.push_back(std::move(p));
     }
   }

@@ -18,6 +18,7 @@ struct AssemblerOptions {
   bool echo = false;              // completions: prepend the prompt (text, tokens, logprobs)
   bool return_token_ids = false;  // put prompt_token_ids on each choice's first piece
   std::vector<std::string> prompt_texts;  // per job, for echo
+  std::vector<std::string> stop;          // the request's stop strings
 };
 
 class OutputAssembler {
@@ -35,6 +36,7 @@ class OutputAssembler {
 
  private:
   ChoicePiece prompt_part(int job, const RequestOutput& output) const;
+  void set_finish(const CompletionOutput& c, ChoicePiece* piece) const;
 
   AssemblerOptions options_;
   std::vector<std::optional<RequestOutput>> latest_;  // per job

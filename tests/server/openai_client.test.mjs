@@ -132,6 +132,7 @@ test('seeded sampling repeats; stop_token_ids stop', async () => {
   const stopped = await client.completions.create({ ...body, stop_token_ids: [stopAt] });
   assert.equal(stopped.choices[0].finish_reason, 'stop');
   assert.equal(stopped.choices[0].token_ids.at(-1), stopAt);
+  assert.equal(stopped.choices[0].stop_reason, stopAt);
 });
 
 test('errors: 404 unknown model, 400 bad parameters, 401 without the key', async () => {
@@ -188,7 +189,7 @@ test('chat completions need a tokenizer and chat template', async (t) => {
   }
   const chat = new OpenAI({ baseURL: `${chatUrl}/v1`, apiKey, maxRetries: 0 });
   const adapter = process.env.QUIVER_CHAT_ADAPTER;
-  const messages = [{ role: 'system', content: 'You are terse.' }, { role: 'user', content: 'Say hello.' }];
+  const messages = [{ role: 'user', content: 'Say it like a pirate: the ship is ready.' }];
   const res = await chat.chat.completions.create({ messages, max_completion_tokens: 8, temperature: 0,
                                                   logprobs: true, top_logprobs: 2 });
   assert.equal(res.object, 'chat.completion');
@@ -206,10 +207,34 @@ test('chat completions need a tokenizer and chat template', async (t) => {
   assert.equal(first.choices[0].delta.role, 'assistant');
   assert.equal(text, res.choices[0].message.content);
   assert.ok(finish === 'stop' || finish === 'length');
-  const text_completion = await chat.completions.create({ prompt: 'Hello', max_tokens: 4, temperature: 0 });
-  assert.equal(typeof text_completion.choices[0].text, 'string');
-  if (adapter) {
-    const a = await chat.chat.completions.create({ model: adapter, messages, max_tokens: 8, temperature: 0 });
+  // n choices stream: every choice gets its role chunk first.
+  const roles = new Set();
+  for await (const chunk of await chat.chat.completions.create({ messages, max_tokens: 4, n: 2, stream: true,
+                                                                 temperature: 0.8, seed: 7 })) {
+    for (const c of chunk.choices) if (c.delta.role) roles.add(c.index);
+  }
+  assert.deepEqual([...roles].sort(), [0, 1]);
+  // Text prompts and stop strings.
+  const tc = await chat.completions.create({ prompt: 'The secret of life', max_tokens: 12, temperature: 0 });
+  assert.equal(typeof tc.choices[0].text, 'string');
+  assert.ok(tc.usage.prompt_tokens > 1);
+  const word = tc.choices[0].text.trim().split(/\s+/)[1];
+  if (word) {
+    const stopped = await chat.completions.create({ prompt: 'The secret of life', max_tokens: 12, temperature: 0,
+                                                    stop: [word] });
+    assert.equal(stopped.choices[0].finish_reason, 'stop');
+    assert.equal(stopped.choices[0].stop_reason, word);
+    assert.ok(!stopped.choices[0].text.includes(word));
+  }
+  if (adapter === 'sql') {  // the demo's text-to-SQL adapter, chosen by name
+    const q = 'Write a SQL query to answer the question based on the table schema.\n\n context: CREATE TABLE ' +
+              'table_name_1 (name VARCHAR, age VARCHAR)\n\n question: What is the name of the person aged 30?';
+    const a = await chat.chat.completions.create({ model: adapter, messages: [{ role: 'user', content: q }],
+                                                  max_tokens: 40, temperature: 0 });
     assert.equal(a.model, adapter);
+    assert.match(a.choices[0].message.content, /SELECT/);
+    const b = await chat.chat.completions.create({ messages: [{ role: 'user', content: q }], max_tokens: 40,
+                                                  temperature: 0 });
+    assert.notEqual(b.choices[0].message.content, a.choices[0].message.content);
   }
 });
