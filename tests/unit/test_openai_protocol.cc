@@ -1,0 +1,210 @@
+// link: qv_server
+// OpenAI request parsing (shapes, defaults, 400s that name the parameter) and response
+// JSON (choices, logprob blocks, chunks, SSE framing).
+#include <gtest/gtest.h>
+
+#include "server/openai_protocol.h"
+#include "server/openai_response.h"
+
+namespace quiver {
+namespace {
+
+using nlohmann::json;
+
+TEST(OpenAiParse, CompletionPromptShapes) {
+  auto text = parse_completion_request(R"({"prompt": "hi"})");
+  ASSERT_TRUE(text.is_ok());
+  ASSERT_EQ(text.value().prompts.size(), 1u);
+  EXPECT_EQ(*text.value().prompts[0].text, "hi");
+  EXPECT_FALSE(text.value().max_tokens.has_value());  // 16 is applied later
+
+  auto texts = parse_completion_request(R"({"prompt": ["a", "b"]})");
+  ASSERT_TRUE(texts.is_ok());
+  EXPECT_EQ(texts.value().prompts.size(), 2u);
+
+  auto ids = parse_completion_request(R"({"prompt": [1, 2, 3]})");
+  ASSERT_TRUE(ids.is_ok());
+  EXPECT_EQ(ids.value().prompts[0].token_ids, (std::vector<int32_t>{1, 2, 3}));
+
+  auto lists = parse_completion_request(R"({"prompt": [[1], [2, 3]]})");
+  ASSERT_TRUE(lists.is_ok());
+  ASSERT_EQ(lists.value().prompts.size(), 2u);
+  EXPECT_EQ(lists.value().prompts[1].token_ids, (std::vector<int32_t>{2, 3}));
+}
+
+TEST(OpenAiParse, CompletionFields) {
+  auto r = parse_completion_request(
+      R"({"model": "sql", "prompt": [5], "max_tokens": 7, "temperature": 0, "top_p": 0.5, "top_k": 3,
+          "min_p": 0.1, "n": 2, "stop": "x", "seed": -1, "logprobs": 2, "echo": true, "stream": true,
+          "stream_options": {"include_usage": true}, "presence_penalty": 1, "frequency_penalty": -1,
+          "repetition_penalty": 1.5, "return_token_ids": true, "ignore_eos": true, "user": "ignored"})");
+  ASSERT_TRUE(r.is_ok()) << r.error().message;
+  const CompletionRequest& c = r.value();
+  EXPECT_EQ(c.model, "sql");
+  EXPECT_EQ(*c.max_tokens, 7);
+  EXPECT_EQ(c.params.temperature, 0.0f);
+  EXPECT_EQ(c.params.top_k, 3);
+  EXPECT_EQ(c.params.n, 2);
+  EXPECT_EQ(c.params.stop, (std::vector<std::string>{"x"}));
+  EXPECT_EQ(*c.params.seed, static_cast<uint64_t>(-1));
+  EXPECT_EQ(c.params.logprobs, 2);
+  EXPECT_TRUE(c.echo && c.stream && c.include_usage && c.return_token_ids && c.params.ignore_eos);
+  EXPECT_FLOAT_EQ(c.params.repetition_penalty, 1.5f);
+}
+
+TEST(OpenAiParse, ErrorsNameTheParameter) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({})", "prompt"},
+      {R"({"prompt": []})", "prompt"},
+      {R"({"prompt": [1, "a"]})", "prompt"},
+      {R"({"prompt": [-1]})", "prompt"},
+      {R"({"prompt": [[]]})", "prompt"},
+      {R"({"prompt": ""})", "prompt"},
+      {R"({"prompt": [1], "temperature": -0.1})", "temperature"},
+      {R"({"prompt": [1], "temperature": "hot"})", "temperature"},
+      {R"({"prompt": [1], "top_p": 0})", "top_p"},
+      {R"({"prompt": [1], "top_p": 1.01})", "top_p"},
+      {R"({"prompt": [1], "top_k": -2})", "top_k"},
+      {R"({"prompt": [1], "min_p": 2})", "min_p"},
+      {R"({"prompt": [1], "n": 0})", "n"},
+      {R"({"prompt": [1], "n": 1.5})", "n"},
+      {R"({"prompt": [1], "max_tokens": 0})", "max_tokens"},
+      {R"({"prompt": [1], "max_tokens": 1e20})", "max_tokens"},
+      {R"({"prompt": [1], "logprobs": 21})", "logprobs"},
+      {R"({"prompt": [1], "presence_penalty": 2.5})", "presence_penalty"},
+      {R"({"prompt": [1], "repetition_penalty": 0})", "repetition_penalty"},
+      {R"({"prompt": [1], "stop": [1]})", "stop"},
+      {R"({"prompt": [1], "stop": [""]})", "stop"},
+      {R"({"prompt": [1], "stream_options": {"include_usage": true}})", "stream_options"},
+      {R"({"prompt": [1], "stream": "yes"})", "stream"},
+      {R"({"prompt": [1], "best_of": 3})", "best_of"},
+      {R"({"prompt": [1], "logit_bias": {"5": 1}})", "logit_bias"},
+      {R"({"prompt": [1], "suffix": "x"})", "suffix"},
+      {R"({"prompt": [1], "model": 5})", "model"},
+      {R"({"prompt": [1], "min_tokens": 20})", "min_tokens"},
+  };
+  for (const auto& [body, param] : cases) {
+    auto r = parse_completion_request(body);
+    ASSERT_FALSE(r.is_ok()) << body;
+    EXPECT_EQ(r.error().status, 400) << body;
+    EXPECT_EQ(r.error().param, param) << body << ": " << r.error().message;
+  }
+}
+
+TEST(OpenAiParse, MalformedBodies) {
+  for (const char* body : {"", "{", "[1]", "\"x\"", "null", "{\"prompt\": [1]} trailing"}) {
+    auto r = parse_completion_request(body);
+    ASSERT_FALSE(r.is_ok()) << body;
+    EXPECT_EQ(r.error().status, 400);
+  }
+  std::string deep(10000, '[');
+  EXPECT_FALSE(parse_json_object(deep).is_ok());
+  // Brackets inside strings do not count as nesting.
+  std::string brackets_in_string = R"({"prompt": ")";
+  brackets_in_string.append(1000, '[');
+  brackets_in_string.append(R"("})");
+  EXPECT_TRUE(parse_json_object(brackets_in_string).is_ok());
+}
+
+TEST(OpenAiParse, Chat) {
+  auto r = parse_chat_request(
+      R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+                       {"role": "assistant", "content": null}],
+          "max_tokens": 5, "max_completion_tokens": 9, "logprobs": true, "top_logprobs": 3,
+          "tools": [{"type": "function"}], "chat_template_kwargs": {"enable_thinking": false}})");
+  ASSERT_TRUE(r.is_ok()) << r.error().message;
+  const ChatRequest& c = r.value();
+  EXPECT_EQ(c.messages[0]["content"], "a\nb");
+  EXPECT_TRUE(c.messages[1]["content"].is_null());
+  EXPECT_EQ(*c.max_tokens, 9);
+  EXPECT_EQ(c.params.logprobs, 3);
+  EXPECT_EQ(c.template_variables["enable_thinking"], false);
+  EXPECT_TRUE(c.template_variables["tools"].is_array());
+
+  EXPECT_EQ(parse_chat_request(R"({"messages": []})").error().param, "messages");
+  EXPECT_EQ(parse_chat_request(R"({"messages": [{"content": "x"}]})").error().param, "messages");
+  EXPECT_EQ(parse_chat_request(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})").error().param,
+            "messages");
+  EXPECT_EQ(parse_chat_request(R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})").error().param,
+            "top_logprobs");
+  EXPECT_EQ(parse_chat_request(R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": 1}})")
+                .error()
+                .param,
+            "response_format");
+  // No logprobs asked for: none computed.
+  EXPECT_EQ(parse_chat_request(R"({"messages": [{"role": "user", "content": "x"}]})").value().params.logprobs, -1);
+}
+
+TEST(OpenAiParse, LoraBodies) {
+  auto load = parse_load_lora_request(R"({"lora_name": "a", "lora_path": "/p"})");
+  ASSERT_TRUE(load.is_ok());
+  EXPECT_EQ(load.value().path, "/p");
+  EXPECT_EQ(parse_load_lora_request(R"({"lora_name": "a"})").error().param, "lora_path");
+  EXPECT_EQ(parse_unload_lora_request(R"({"lora_name": 3})").error().param, "lora_name");
+  EXPECT_EQ(parse_unload_lora_request(R"({"lora_name": "a"})").value(), "a");
+}
+
+TEST(OpenAiResponse, ErrorShape) {
+  json e = api_error_json(ApiError::not_found("nope", "model"));
+  EXPECT_EQ(e["error"]["code"], 404);
+  EXPECT_EQ(e["error"]["type"], "NotFoundError");
+  EXPECT_EQ(e["error"]["param"], "model");
+  EXPECT_TRUE(api_error_json(ApiError{503, "busy", ""})["error"]["param"].is_null());
+}
+
+TEST(OpenAiResponse, CompletionLogprobsAndEcho) {
+  ChoicePiece p;
+  p.index = 1;
+  p.text = "PROMPT+gen";
+  p.token_ids = {7};
+  TokenLogprobs lp;
+  lp.token = 7;
+  lp.logprob = -0.5f;
+  lp.top = {{7, -0.5f}, {8, -1.0f}};
+  p.logprobs = {lp};
+  p.echo_token_ids = {3, 4};
+  p.echo_logprobs = {std::nullopt, lp};
+  p.finish_reason = "stop";
+  p.stop_reason = "7";
+  p.stop_reason_is_token = true;
+  auto text = [](int32_t id) {
+    std::string s = "t";  // (not "t" + ...: g++ 12 raises a false -Wrestrict on that)
+    return s.append(std::to_string(id));
+  };
+  json c = completion_choice_json(p, true, text, 0, true);
+  EXPECT_EQ(c["index"], 1);
+  EXPECT_EQ(c["stop_reason"], 7);
+  EXPECT_EQ(c["token_ids"], json::array({7}));
+  const json& l = c["logprobs"];
+  EXPECT_EQ(l["tokens"], json::array({"t3", "t4", "t7"}));
+  EXPECT_TRUE(l["token_logprobs"][0].is_null());
+  EXPECT_EQ(l["text_offset"], json::array({0, 2, 4}));
+  EXPECT_EQ(l["top_logprobs"][2].size(), 2u);
+  EXPECT_DOUBLE_EQ(l["top_logprobs"][2]["t8"].get<double>(), -1.0);
+}
+
+TEST(OpenAiResponse, ChatChunksAndSse) {
+  ChoicePiece p;
+  p.token_ids = {1};
+  TokenLogprobs lp;
+  lp.logprob = -std::numeric_limits<float>::infinity();
+  lp.top = {{1, -1.0f}};
+  p.logprobs = {lp};
+  p.text = "\xff";  // not UTF-8 on its own
+  auto text = [](int32_t) { return std::string("\xe2\x82"); };
+  json d = chat_delta_choice_json(p, true, true, text, false);
+  EXPECT_EQ(d["delta"]["role"], "assistant");
+  EXPECT_DOUBLE_EQ(d["logprobs"]["content"][0]["logprob"].get<double>(), -9999.0);
+  EXPECT_EQ(d["logprobs"]["content"][0]["bytes"], json::array({0xe2, 0x82}));
+  ResponseMeta meta{"chatcmpl-1", "m", 5};
+  const std::string event = sse_event(chat_chunk_json(meta, json::array({d})));
+  EXPECT_EQ(event.rfind("data: {", 0), 0u);
+  EXPECT_EQ(event.substr(event.size() - 2), "\n\n");
+  EXPECT_NE(event.find("\xEF\xBF\xBD"), std::string::npos);  // invalid bytes become U+FFFD, no throw
+  json u = usage_chunk_json(meta, "chat.completion.chunk", Usage{3, 4});
+  EXPECT_TRUE(u["choices"].empty());
+  EXPECT_EQ(u["usage"]["total_tokens"], 7);
+}
+
+}  // namespace
+}  // namespace quiver
