@@ -1,4 +1,3 @@
-// link: qv_server
 // OpenAI request parsing (shapes, defaults, 400s that name the parameter) and response
 // JSON (choices, logprob blocks, chunks, SSE framing).
 #include <gtest/gtest.h>

@@ -1,4 +1,3 @@
-// link: qv_server
 // Server pieces without HTTP or an engine: adapter path allow-listing, the output
 // assembler (cumulative engine outputs -> streaming deltas and whole choices), metrics.
 #include <gtest/gtest.h>
