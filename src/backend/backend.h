@@ -102,6 +102,21 @@ class Backend {
   // LoRA expand: y[i, :] += b_stack[slot_i] @ t[i, :]; rows with slot -1 are untouched.
   // y: [n, out] f32; t: [n, max_rank] f32; b_stack: [num_slots, out, max_rank] (scale folded in)
   virtual void lora_expand(Tensor y, Tensor t, Tensor b_stack, const LoraMeta& meta) = 0;
+
+  // ---- graphs (optional; CUDA graphs on the cuda backend) -----------------------------
+  // Between begin_capture() and end_capture() ops are recorded, not run: nothing may
+  // allocate, copy to or from the host, or synchronize. replay() runs the recorded ops
+  // again with the same arguments: the same device addresses and host integers (shapes,
+  // grid bounds), so callers keep every input in persistent buffers, update them in place
+  // before replay, and key graphs by every host value that must change. Graph ids are
+  // owned by the backend; graphs live until it is destroyed.
+  virtual bool supports_graphs() const { return false; }
+  virtual void begin_capture() { check(false, name() + " backend does not support graphs"); }
+  virtual int end_capture() {
+    check(false, name() + " backend does not support graphs");
+    return -1;
+  }
+  virtual void replay(int graph_id) { check(false, name() + " backend does not support graphs"); }
 };
 
 // Owning device allocation; moves, never copies.

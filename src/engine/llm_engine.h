@@ -15,6 +15,7 @@
 #include "backend/backend.h"
 #include "core/status.h"
 #include "engine/engine_args.h"
+#include "engine/graph_runner.h"
 #include "engine/request_output.h"
 #include "engine/sampling_params.h"
 #include "engine/step_stats.h"
@@ -78,6 +79,8 @@ class LLMEngine {
   size_t weight_bytes() const;
   size_t embedding_bytes() const;
   DType kv_cache_dtype() const;
+  // Decode graphs captured at start (num_graphs 0: none, e.g. enforce_eager or no GPU).
+  const GraphCaptureInfo& graph_info() const { return graph_info_; }
 
  private:
   LLMEngine() = default;
@@ -116,6 +119,7 @@ class LLMEngine {
   uint64_t rng_state_ = 0;
   std::vector<float> logits_;
   StepStats last_step_;
+  GraphCaptureInfo graph_info_;
   EngineCounters counters_;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };

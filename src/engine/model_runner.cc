@@ -1,11 +1,46 @@
 #include "engine/model_runner.h"
 
 #include <algorithm>
+#include <chrono>
 
 namespace quiver {
 
 namespace {
-size_t i32_bytes(int64_t n) { return sizeof(int32_t) * static_cast<size_t>(std::max<int64_t>(n, 1)); }
+
+// Offsets, in int32 elements, of one step's inputs inside the packed input buffer. Each
+// region starts 64-byte aligned. The layout depends only on the counts, so every replay
+// of a bucket's graph finds its inputs where the capture saw them.
+struct InputLayout {
+  int64_t token_ids, positions, slot_mapping, token_slot;  // [tokens]
+  int64_t seg_start, seg_slot;                              // [segments + 1], [segments]
+  int64_t query_start, seq_lens;                            // [seqs + 1], [seqs]
+  int64_t logit_rows;                                       // [logit rows]
+  int64_t block_tables;                                     // [seqs, width]
+  int64_t end;
+};
+
+InputLayout input_layout(int64_t tokens, int64_t seqs, int64_t segments, int64_t logit_rows, int64_t width) {
+  int64_t at = 0;
+  auto take = [&at](int64_t count) {
+    const int64_t off = at;
+    at += (std::max<int64_t>(count, 1) + 15) / 16 * 16;
+    return off;
+  };
+  InputLayout l;
+  l.token_ids = take(tokens);
+  l.positions = take(tokens);
+  l.slot_mapping = take(tokens);
+  l.token_slot = take(tokens);
+  l.seg_start = take(segments + 1);
+  l.seg_slot = take(segments);
+  l.query_start = take(seqs + 1);
+  l.seq_lens = take(seqs);
+  l.logit_rows = take(logit_rows);
+  l.block_tables = take(seqs * width);
+  l.end = at;
+  return l;
+}
+
 }  // namespace
 
 ModelRunner::ModelRunner(const LlamaModel* model, KvCache* kv, const LoraSlotPool* lora, RunnerLimits limits)
@@ -14,26 +49,147 @@ ModelRunner::ModelRunner(const LlamaModel* model, KvCache* kv, const LoraSlotPoo
       lora_(lora),
       limits_(limits),
       backend_(model->backend()),
-      ws_(model->backend(), model->config(), limits.max_num_batched_tokens, lora ? lora->max_rank() : 1) {
+      ws_(model->backend(), model->config(), limits.max_num_batched_tokens, lora ? lora->max_rank() : 1),
+      buckets_(decode_buckets(std::min(limits.max_num_seqs, limits.max_num_batched_tokens))) {
   const int64_t t = limits_.max_num_batched_tokens, s = limits_.max_num_seqs;
-  token_ids_ = Buffer(backend_, i32_bytes(t));
-  positions_ = Buffer(backend_, i32_bytes(t));
-  slot_mapping_ = Buffer(backend_, i32_bytes(t));
-  token_slot_ = Buffer(backend_, i32_bytes(t));
-  seg_start_ = Buffer(backend_, i32_bytes(t + 1));
-  seg_slot_ = Buffer(backend_, i32_bytes(t));
-  query_start_ = Buffer(backend_, i32_bytes(s + 1));
-  seq_lens_ = Buffer(backend_, i32_bytes(s));
-  block_tables_ = Buffer(backend_, i32_bytes(s * limits_.max_blocks_per_seq));
-  logit_rows_ = Buffer(backend_, i32_bytes(t));
-  logits_ = Buffer(backend_, sizeof(float) * limits_.max_logit_chunk * model->config().vocab_size);
+  const int64_t max_bucket = buckets_.empty() ? 0 : buckets_.back();
+  const InputLayout cap = input_layout(t, s, t, t, limits_.max_blocks_per_seq);
+  inputs_ = Buffer(backend_, sizeof(int32_t) * static_cast<size_t>(cap.end));
+  const int64_t logit_rows = std::max<int64_t>(limits_.max_logit_chunk, max_bucket);
+  logits_ = Buffer(backend_, sizeof(float) * logit_rows * model->config().vocab_size);
   kv_view_.k = kv_->k_all();
   kv_view_.v = kv_->v_all();
 }
 
-void ModelRunner::upload(const Buffer& dst, const std::vector<int32_t>& src) {
-  check(src.size() * sizeof(int32_t) <= dst.bytes(), "step input larger than its buffer");
-  if (!src.empty()) backend_->copy_from_host(dst.data(), src.data(), src.size() * sizeof(int32_t));
+ModelRunner::~ModelRunner() = default;
+
+StepTensors ModelRunner::prepare(const ForwardBatch& b, bool padded) {
+  const int n = b.num_tokens(), num_seqs = b.num_seqs();
+  // LoRA segments. Graph-capable backends get one per token in padded steps (a fixed
+  // count, rule 4; their kernels read token_slot anyway); otherwise maximal runs of equal
+  // slots, which the CPU backend turns into one GEMM per run.
+  seg_start_.assign(1, 0);
+  seg_slot_.clear();
+  bool any_lora = false;
+  const bool per_token = padded && backend_->supports_graphs();
+  for (int i = 0; i < n; ++i) {
+    any_lora |= b.token_lora_slot[i] >= 0;
+    if (i > 0 && (per_token || b.token_lora_slot[i] != b.token_lora_slot[i - 1])) seg_start_.push_back(i);
+    if (seg_slot_.size() < seg_start_.size()) seg_slot_.push_back(b.token_lora_slot[i]);
+  }
+  seg_start_.push_back(n);
+  const int segments = static_cast<int>(seg_slot_.size());
+  const int rows = static_cast<int>(b.logit_rows.size());
+  const int width = padded ? limits_.max_blocks_per_seq : std::max(1, b.max_blocks_per_seq);
+  check(b.max_blocks_per_seq <= width, "block table wider than the runner's limit");
+
+  const InputLayout l = input_layout(n, num_seqs, segments, rows, width);
+  check(static_cast<size_t>(l.end) * sizeof(int32_t) <= inputs_.bytes(), "step inputs larger than their buffer");
+  staging_.assign(static_cast<size_t>(l.end), 0);
+  auto put = [this](int64_t at, const std::vector<int32_t>& v) { std::copy(v.begin(), v.end(), staging_.begin() + at); };
+  put(l.token_ids, b.token_ids);
+  put(l.positions, b.positions);
+  put(l.slot_mapping, b.slot_mapping);
+  put(l.token_slot, b.token_lora_slot);
+  put(l.seg_start, seg_start_);
+  put(l.seg_slot, seg_slot_);
+  put(l.query_start, b.query_start);
+  put(l.seq_lens, b.seq_lens);
+  put(l.logit_rows, b.logit_rows);
+  if (b.max_blocks_per_seq == width) {
+    put(l.block_tables, b.block_tables);
+  } else {
+    for (int s = 0; s < num_seqs; ++s)
+      std::copy_n(b.block_tables.begin() + static_cast<ptrdiff_t>(s) * b.max_blocks_per_seq, b.max_blocks_per_seq,
+                  staging_.begin() + l.block_tables + static_cast<ptrdiff_t>(s) * width);
+  }
+  backend_->copy_from_host(inputs_.data(), staging_.data(), staging_.size() * sizeof(int32_t));
+
+  int32_t* base = static_cast<int32_t*>(inputs_.data());
+  const Device dev = backend_->device();
+  auto i32 = [&](int64_t at, int64_t count) { return Tensor(base + at, DType::kI32, {count}, dev); };
+  StepTensors st;
+  st.num_tokens = n;
+  st.token_ids = i32(l.token_ids, n);
+  st.positions = i32(l.positions, n);
+  st.slot_mapping = i32(l.slot_mapping, n);
+  st.attn.query_start = i32(l.query_start, num_seqs + 1);
+  st.attn.seq_lens = i32(l.seq_lens, num_seqs);
+  st.attn.block_tables = Tensor(base + l.block_tables, DType::kI32, {num_seqs, width}, dev);
+  st.attn.num_seqs = num_seqs;
+  if (padded) {
+    // Upper bounds, identical at capture and at every replay (rule 4).
+    st.attn.max_query_len = 1;
+    st.attn.max_seq_len = limits_.max_model_len;
+  } else {
+    for (int s = 0; s < num_seqs; ++s) {
+      st.attn.max_query_len = std::max(st.attn.max_query_len, b.query_start[s + 1] - b.query_start[s]);
+      st.attn.max_seq_len = std::max(st.attn.max_seq_len, b.seq_lens[s]);
+    }
+  }
+  st.lora.token_slot = i32(l.token_slot, n);
+  st.lora.num_segments = segments;
+  st.lora.seg_start = i32(l.seg_start, segments + 1);
+  st.lora.seg_slot = i32(l.seg_slot, segments);
+  st.lora_active = any_lora && lora_ != nullptr;
+  st.num_logit_rows = rows;
+  st.logit_rows = i32(l.logit_rows, std::max(rows, 1));
+  return st;
+}
+
+void ModelRunner::run_padded(const StepTensors& st, int bucket) {
+  model_->forward(st, ws_, kv_view_, lora_);
+  model_->lm_head(logits_.tensor(DType::kF32, {bucket, model_->config().vocab_size}), ws_, 0, bucket);
+}
+
+GraphCaptureInfo ModelRunner::capture_graphs() {
+  GraphCaptureInfo info;
+  if (!backend_->supports_graphs() || buckets_.empty() || graphs_) return info;
+  const auto t0 = std::chrono::steady_clock::now();
+  graphs_ = std::make_unique<GraphRunner>(backend_);
+  ForwardBatch none;
+  none.decode_only = true;
+  // Largest first: its warm-up grows the scratch buffers once to their decode maximum,
+  // so every graph records the same scratch addresses.
+  for (auto it = buckets_.rbegin(); it != buckets_.rend(); ++it) {
+    const int bucket = *it;
+    for (bool lora : {false, true}) {
+      if (lora && lora_ == nullptr) continue;
+      // All padding rows: KV slot -1 and LoRA slot -1, so nothing persistent is written.
+      StepTensors st = prepare(pad_decode_batch(none, bucket, limits_.max_blocks_per_seq), true);
+      st.lora_active = lora;
+      run_padded(st, bucket);
+      backend_->synchronize();
+      graphs_->capture(bucket, lora, [&] { run_padded(st, bucket); });
+    }
+  }
+  backend_->synchronize();
+  info.num_graphs = graphs_->num_graphs();
+  info.num_buckets = static_cast<int>(buckets_.size());
+  info.max_bucket = buckets_.back();
+  info.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return info;
+}
+
+StepPath ModelRunner::execute_padded(const ForwardBatch& b, int bucket, std::vector<float>* logits) {
+  const StepTensors st = prepare(pad_decode_batch(b, bucket, limits_.max_blocks_per_seq), true);
+  StepPath path;
+  path.lora_active = st.lora_active;
+  path.bucket = bucket;
+  if (graphs_ && graphs_->has(bucket, st.lora_active)) {
+    graphs_->replay(bucket, st.lora_active);
+    path.graph = true;
+    path.path = "graph bs=" + std::to_string(bucket);
+  } else {
+    run_padded(st, bucket);
+    path.path = "eager bs=" + std::to_string(bucket) + " (padded)";
+  }
+  // Only the real rows come back; padding rows' logits stay on the device.
+  const int64_t vocab = model_->config().vocab_size;
+  const size_t count = static_cast<size_t>(b.num_seqs()) * vocab;
+  logits->resize(count);
+  backend_->copy_to_host(logits->data(), logits_.data(), count * sizeof(float));
+  return path;
 }
 
 StepPath ModelRunner::execute(const ForwardBatch& b, std::vector<float>* logits) {
@@ -41,53 +197,15 @@ StepPath ModelRunner::execute(const ForwardBatch& b, std::vector<float>* logits)
   check(n > 0 && n <= limits_.max_num_batched_tokens, "batch has more tokens than max_num_batched_tokens");
   check(num_seqs <= limits_.max_num_seqs, "batch has more sequences than max_num_seqs");
   check(b.max_blocks_per_seq <= limits_.max_blocks_per_seq, "block table wider than the runner's limit");
-
-  // LoRA segments: maximal runs of equal slots (the prefill kernels' view of token_slot).
-  std::vector<int32_t> seg_start{0}, seg_slot;
-  bool any_lora = false;
-  for (int i = 0; i < n; ++i) {
-    any_lora |= b.token_lora_slot[i] >= 0;
-    if (i > 0 && b.token_lora_slot[i] != b.token_lora_slot[i - 1]) seg_start.push_back(i);
-    if (seg_slot.size() < seg_start.size()) seg_slot.push_back(b.token_lora_slot[i]);
+  if (is_paddable_decode(b)) {
+    const int bucket = pick_bucket(buckets_, num_seqs);
+    if (bucket > 0) return execute_padded(b, bucket, logits);
   }
-  seg_start.push_back(n);
 
-  upload(token_ids_, b.token_ids);
-  upload(positions_, b.positions);
-  upload(slot_mapping_, b.slot_mapping);
-  upload(token_slot_, b.token_lora_slot);
-  upload(seg_start_, seg_start);
-  upload(seg_slot_, seg_slot);
-  upload(query_start_, b.query_start);
-  upload(seq_lens_, b.seq_lens);
-  upload(block_tables_, b.block_tables);
-  upload(logit_rows_, b.logit_rows);
-
-  StepTensors st;
-  st.num_tokens = n;
-  st.token_ids = token_ids_.tensor(DType::kI32, {n});
-  st.positions = positions_.tensor(DType::kI32, {n});
-  st.slot_mapping = slot_mapping_.tensor(DType::kI32, {n});
-  st.attn.query_start = query_start_.tensor(DType::kI32, {num_seqs + 1});
-  st.attn.seq_lens = seq_lens_.tensor(DType::kI32, {num_seqs});
-  st.attn.block_tables = block_tables_.tensor(DType::kI32, {num_seqs, std::max(1, b.max_blocks_per_seq)});
-  st.attn.num_seqs = num_seqs;
-  for (int s = 0; s < num_seqs; ++s) {
-    st.attn.max_query_len = std::max(st.attn.max_query_len, b.query_start[s + 1] - b.query_start[s]);
-    st.attn.max_seq_len = std::max(st.attn.max_seq_len, b.seq_lens[s]);
-  }
-  st.lora.token_slot = token_slot_.tensor(DType::kI32, {n});
-  st.lora.num_segments = static_cast<int>(seg_slot.size());
-  st.lora.seg_start = seg_start_.tensor(DType::kI32, {st.lora.num_segments + 1});
-  st.lora.seg_slot = seg_slot_.tensor(DType::kI32, {st.lora.num_segments});
-  st.lora_active = any_lora && lora_ != nullptr;
-  const int rows = static_cast<int>(b.logit_rows.size());
-  st.num_logit_rows = rows;
-  st.logit_rows = logit_rows_.tensor(DType::kI32, {std::max(rows, 1)});
-
+  const StepTensors st = prepare(b, false);
   model_->forward(st, ws_, kv_view_, lora_);
-
   const int64_t vocab = model_->config().vocab_size;
+  const int rows = st.num_logit_rows;
   logits->resize(static_cast<size_t>(rows) * vocab);
   for (int r = 0; r < rows; r += limits_.max_logit_chunk) {
     const int count = std::min(limits_.max_logit_chunk, rows - r);
@@ -97,6 +215,7 @@ StepPath ModelRunner::execute(const ForwardBatch& b, std::vector<float>* logits)
   }
   StepPath path;
   path.lora_active = st.lora_active;
+  path.path = "eager";
   return path;
 }
 

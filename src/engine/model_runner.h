@@ -1,11 +1,18 @@
 // ModelRunner: turns a ForwardBatch into device inputs, runs the model, and returns the
 // logits the engine asked for. Owns the persistent step buffers (their addresses never
 // change, which is what CUDA graph replay needs) and the activation workspace.
+//
+// Decode-only batches of up to the largest bucket are padded to a bucket (graph_runner.h)
+// and then either replay the captured graph of (bucket, lora_active) or, with
+// enforce-eager or on backends without graphs, run the very same ops eagerly.
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
+#include "engine/graph_runner.h"
 #include "kv/kv_cache.h"
 #include "lora/slot_pool.h"
 #include "model/llama.h"
@@ -16,26 +23,42 @@ namespace quiver {
 struct RunnerLimits {
   int max_num_batched_tokens = 2048;  // rows per step
   int max_num_seqs = 256;
-  int max_blocks_per_seq = 128;
+  int max_blocks_per_seq = 128;       // block-table stride of padded decode steps
+  int max_model_len = 2048;           // attention's sequence-length bound in padded decode steps
   int max_logit_chunk = 256;          // lm_head rows computed (and downloaded) at a time
 };
 
 // Which path ran, for traces and verification.
 struct StepPath {
-  bool lora_active = false;
+  bool lora_active = false;  // LoRA kernels ran (part of the graph key)
+  bool graph = false;        // replayed from a captured graph
+  int bucket = 0;            // padded decode bucket, 0 when not padded
+  std::string path;          // "eager", "eager bs=8 (padded)", "graph bs=8"
 };
 
 class ModelRunner {
  public:
   ModelRunner(const LlamaModel* model, KvCache* kv, const LoraSlotPool* lora, RunnerLimits limits);
+  ~ModelRunner();
+
+  // Captures a graph per (bucket, lora_active) when the backend supports graphs, each after
+  // one eager warm-up run of the same shape (scratch buffers grow, kernels load). A no-op
+  // returning num_graphs 0 otherwise. Call once, before the first step.
+  GraphCaptureInfo capture_graphs();
 
   // logits (host) receives [batch.logit_rows.size(), vocab] float32.
   StepPath execute(const ForwardBatch& batch, std::vector<float>* logits);
 
   const RunnerLimits& limits() const { return limits_; }
+  const std::vector<int>& buckets() const { return buckets_; }
 
  private:
-  void upload(const Buffer& dst, const std::vector<int32_t>& src);
+  // Packs the batch's integer inputs into staging_, uploads them with one copy into
+  // inputs_, and returns the device views. padded: the fixed bounds of padded decode.
+  StepTensors prepare(const ForwardBatch& b, bool padded);
+  // forward + lm_head over all `bucket` rows into logits_ (what a graph records).
+  void run_padded(const StepTensors& st, int bucket);
+  StepPath execute_padded(const ForwardBatch& b, int bucket, std::vector<float>* logits);
 
   const LlamaModel* model_;
   KvCache* kv_;
@@ -44,13 +67,13 @@ class ModelRunner {
   Backend* backend_;
   Workspace ws_;
   KvCacheView kv_view_;
-  // Persistent device inputs, sized for the limits.
-  Buffer token_ids_, positions_, slot_mapping_, token_slot_;     // [max_tokens]
-  Buffer seg_start_, seg_slot_;                                  // [max_tokens + 1]
-  Buffer query_start_, seq_lens_;                                // [max_seqs + 1]
-  Buffer block_tables_;                                          // [max_seqs, max_blocks]
-  Buffer logit_rows_;                                            // [max_tokens]
-  Buffer logits_;                                                // [max_logit_chunk, vocab]
+  std::vector<int> buckets_;
+  std::unique_ptr<GraphRunner> graphs_;  // null until capture_graphs() captured any
+  // Persistent device inputs: every per-step integer array, packed (see input_layout).
+  Buffer inputs_;
+  std::vector<int32_t> staging_;
+  std::vector<int32_t> seg_start_, seg_slot_;
+  Buffer logits_;  // [max(max_logit_chunk, largest bucket), vocab]
 };
 
 }  // namespace quiver

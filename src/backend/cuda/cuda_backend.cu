@@ -33,6 +33,8 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options) : options_(options) 
 CudaBackend::~CudaBackend() {
   // Best effort: a destructor has no one to report to, and the device may already be gone.
   cudaStreamSynchronize(stream_);
+  for (cudaGraphExec_t g : graphs_) cudaGraphExecDestroy(g);
+  for (void* p : retired_scratch_) cudaFree(p);
   for (void* p : weights_) cudaFree(p);
   cudaFree(matmul_scratch_.ptr);
   cudaFree(attention_scratch_.ptr);
@@ -106,7 +108,11 @@ void* CudaBackend::scratch(Scratch& s, size_t bytes, const char* what) {
   check(!capturing(), std::string(what) +
                           " scratch must grow, but the stream is capturing a graph: reserve it (reserve_*) "
                           "or run the largest shape eagerly before capture");
-  if (s.ptr) cuda_check(cudaFree(s.ptr));  // waits for kernels still using it
+  if (s.ptr && !graphs_.empty()) {
+    retired_scratch_.push_back(s.ptr);  // a captured graph may still point into it
+  } else if (s.ptr) {
+    cuda_check(cudaFree(s.ptr));  // waits for kernels still using it
+  }
   const size_t rounded = (bytes + (size_t{1} << 21) - 1) & ~((size_t{1} << 21) - 1);
   s.ptr = nullptr;
   s.bytes = 0;

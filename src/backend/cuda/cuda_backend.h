@@ -8,6 +8,8 @@
 // exception: the scratch buffers (matmul activations in 16-bit, attention split-K partials)
 // grow on first use, and growing during capture is a bug that check() reports. The graph
 // runner reserves them (reserve_*) or runs the largest shapes eagerly once before capture.
+// Once a graph exists, a growing scratch keeps its old allocation alive (captured kernels
+// still point there), so eager steps of any size stay safe next to the graphs.
 //
 // The GPU of `options.device` is made current on the constructing thread; ops must be
 // called from threads where it is current (the engine uses one GPU per process).
@@ -59,6 +61,13 @@ class CudaBackend : public Backend {
   void lora_shrink(Tensor t, Tensor x, Tensor a_stack, const LoraMeta& meta) override;
   void lora_expand(Tensor y, Tensor t, Tensor b_stack, const LoraMeta& meta) override;
 
+  // ---- graphs (cuda_graphs.cu): stream capture on stream(), replay with cudaGraphLaunch ----
+  bool supports_graphs() const override { return true; }
+  void begin_capture() override;
+  int end_capture() override;
+  void replay(int graph_id) override;
+  int num_graphs() const { return static_cast<int>(graphs_.size()); }
+
   // ---- for the CUDA graph runner ----
   cudaStream_t stream() const { return stream_; }
   const CudaBackendOptions& options() const { return options_; }
@@ -89,6 +98,10 @@ class CudaBackend : public Backend {
   Scratch matmul_scratch_;     // x converted to 16 bits: [n, in] (twice that when split)
   Scratch attention_scratch_;  // split-K partials: [num_seqs, num_heads, max_splits, head_dim + 2] f32
   std::vector<void*> weights_;  // import_weight uploads, freed at destruction
+  // Instantiated graphs (id = index). Scratch that grows once graphs exist is not freed
+  // but retired until destruction: captured kernels keep reading the old addresses.
+  std::vector<cudaGraphExec_t> graphs_;
+  std::vector<void*> retired_scratch_;
 };
 
 }  // namespace quiver
