@@ -185,6 +185,10 @@ Status LLMEngine::add_request(const std::string& id, const PromptInput& prompt, 
     if (!found.is_ok()) return found.status();
     req->lora_name = lora->name;
     req->lora_uid = found->uid;
+    auto weights = adapters_->get(found->uid);
+    if (!weights.is_ok()) return weights.status();
+    req->adapter = weights.value();
+    slot_provider_->hold(req->lora_uid, req->adapter);
   }
 
   for (int i = 0; i < params.n; ++i) {
@@ -275,9 +279,15 @@ void LLMEngine::process_sample(Request& req, int i, int32_t token, const std::ve
   ++counters_.generation_tokens;
   req.touched = true;
 
-  // Text and stop strings.
+  const int generated = st.seq.num_generated();
+  const bool is_eos = std::find(config_.eos_token_ids.begin(), config_.eos_token_ids.end(), token) != config_.eos_token_ids.end();
+  const bool is_stop_id = std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) != p.stop_token_ids.end();
+  const bool stop_token = generated >= p.min_tokens && ((is_eos && !p.ignore_eos) || is_stop_id);
+
+  // Text and stop strings. As in vLLM, a stop token's own text is not part of the output
+  // unless include_stop_str_in_output asks for it.
   std::optional<std::string> stop_str;
-  if (st.detok) {
+  if (st.detok && (!stop_token || p.include_stop_str_in_output)) {
     auto piece = st.detok->push(token);
     if (piece.is_ok()) {
       auto r = st.stops->push(piece.value());
@@ -285,15 +295,14 @@ void LLMEngine::process_sample(Request& req, int i, int32_t token, const std::ve
       stop_str = r.stopped;
     }
   }
-  const int generated = st.seq.num_generated();
-  const bool is_eos = std::find(config_.eos_token_ids.begin(), config_.eos_token_ids.end(), token) != config_.eos_token_ids.end();
-  const bool is_stop_id = std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) != p.stop_token_ids.end();
   // Finishing waits until after the scheduler's commit (see step()), so the blocks this
-  // step completed are published to the prefix cache first.
+  // step completed are published to the prefix cache first. stop_reason: the stop string,
+  // the stop_token_ids entry, or none for the model's EOS (vLLM's convention).
   if (stop_str.has_value() && generated >= p.min_tokens) {
     pending_finish_.push_back({&req, i, "stop", stop_str, true});
-  } else if (generated >= p.min_tokens && ((is_eos && !p.ignore_eos) || is_stop_id)) {
-    pending_finish_.push_back({&req, i, "stop", std::to_string(token), false});
+  } else if (stop_token) {
+    pending_finish_.push_back({&req, i, "stop", is_stop_id ? std::optional<std::string>(std::to_string(token)) : std::nullopt,
+                               false});
   } else if (generated >= p.max_tokens || st.seq.num_tokens() >= max_model_len_) {
     pending_finish_.push_back({&req, i, "length", std::nullopt, false});
   }

@@ -1,0 +1,195 @@
+// link: qv_engine
+// LLMEngine's API semantics on the fixture model: seeds, n, abort, adapters removed or
+// reloaded under the same name while the engine runs, prefix caching across adapters,
+// stop strings and stop tokens (demo model).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+
+#include "engine/llm_engine.h"
+
+namespace quiver {
+namespace {
+
+namespace fs = std::filesystem;
+const fs::path kRoot = QUIVER_SOURCE_DIR;
+const fs::path kModel = kRoot / "tests/fixtures/llama_gqa";
+
+std::string adapter(const std::string& name) { return (kModel / "adapters" / name).string(); }
+
+std::unique_ptr<LLMEngine> make_engine(int max_loras = 2, bool prefix_caching = true) {
+  EngineArgs a;
+  a.model = kModel.string();
+  a.enable_lora = true;
+  a.max_loras = max_loras;
+  a.max_lora_rank = 64;
+  a.enable_prefix_caching = prefix_caching;
+  a.block_size = 4;
+  auto e = LLMEngine::create(a);
+  EXPECT_TRUE(e.is_ok()) << e.message();
+  return std::move(e).value();
+}
+
+PromptInput ids(std::vector<int32_t> t) {
+  PromptInput p;
+  p.token_ids = std::move(t);
+  return p;
+}
+
+SamplingParams greedy(int max_tokens = 8) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.max_tokens = max_tokens;
+  p.ignore_eos = true;
+  p.logprobs = 1;
+  return p;
+}
+
+std::map<std::string, RequestOutput> run_all(LLMEngine& e) {
+  std::map<std::string, RequestOutput> done;
+  while (e.has_unfinished_requests())
+    for (auto& o : e.step())
+      if (o.finished) done[o.request_id] = o;
+  return done;
+}
+
+const std::vector<int32_t> kPrompt = {5, 17, 33, 101, 7, 9, 250, 3, 44, 12, 80, 61};
+
+TEST(EngineApi, SeededSamplingIsTheSameAloneAndBatched) {
+  SamplingParams p;
+  p.temperature = 0.9f;
+  p.top_p = 0.9f;
+  p.seed = 1234;
+  p.max_tokens = 12;
+  p.ignore_eos = true;
+  auto alone = make_engine();
+  ASSERT_TRUE(alone->add_request("x", ids(kPrompt), p).is_ok());
+  auto a = run_all(*alone)["x"].outputs[0].token_ids;
+
+  auto batched = make_engine();
+  ASSERT_TRUE(batched->add_request("x", ids(kPrompt), p).is_ok());
+  SamplingParams other = p;
+  other.seed.reset();
+  for (int i = 0; i < 5; ++i)
+    ASSERT_TRUE(batched->add_request("o" + std::to_string(i), ids({1, 2, static_cast<int32_t>(3 + i)}), other,
+                                     LoRARequest{"r8", 0, adapter("r8_all")})
+                    .is_ok());
+  EXPECT_EQ(run_all(*batched)["x"].outputs[0].token_ids, a);
+}
+
+TEST(EngineApi, NCompletionsDifferAndAreReproducible) {
+  SamplingParams p;
+  p.n = 3;
+  p.temperature = 1.0f;
+  p.seed = 7;
+  p.max_tokens = 10;
+  p.ignore_eos = true;
+  auto e1 = make_engine();
+  ASSERT_TRUE(e1->add_request("n", ids(kPrompt), p).is_ok());
+  auto r1 = run_all(*e1)["n"];
+  ASSERT_EQ(r1.outputs.size(), 3u);
+  EXPECT_NE(r1.outputs[0].token_ids, r1.outputs[1].token_ids);
+  auto e2 = make_engine();
+  ASSERT_TRUE(e2->add_request("n", ids(kPrompt), p).is_ok());
+  auto r2 = run_all(*e2)["n"];
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(r1.outputs[i].token_ids, r2.outputs[i].token_ids);
+}
+
+TEST(EngineApi, AbortFreesEverything) {
+  auto e = make_engine();
+  ASSERT_TRUE(e->add_request("a", ids(kPrompt), greedy(50)).is_ok());
+  ASSERT_TRUE(e->add_request("b", ids(kPrompt), greedy(5), LoRARequest{"r8", 0, adapter("r8_all")}).is_ok());
+  e->step();
+  e->step();
+  EXPECT_TRUE(e->abort_request("a"));
+  EXPECT_FALSE(e->abort_request("unknown"));
+  auto done = run_all(*e);
+  EXPECT_EQ(done["a"].outputs[0].finish_reason, "abort");
+  EXPECT_EQ(done["b"].outputs[0].finish_reason, "length");
+  e->step();
+  EXPECT_EQ(e->last_step().kv_blocks_used, 0) << "only prefix-cached blocks may remain, and none are in use";
+}
+
+TEST(EngineApi, AdapterRemovedWhileItsRequestWaitsStillRuns) {
+  auto reference = make_engine(1);
+  ASSERT_TRUE(reference->add_request("r", ids(kPrompt), greedy(), LoRARequest{"a", 0, adapter("r16_rslora")}).is_ok());
+  auto want = run_all(*reference)["r"].outputs[0].token_ids;
+
+  auto e = make_engine(1);
+  ASSERT_TRUE(e->add_lora("a", adapter("r16_rslora")).is_ok());
+  ASSERT_TRUE(e->add_lora("b", adapter("r8_all")).is_ok());
+  // "b" takes the only slot; "a" waits, and is removed from the registry meanwhile.
+  ASSERT_TRUE(e->add_request("first", ids({1, 2, 3}), greedy(20), LoRARequest{"b", 0, ""}).is_ok());
+  ASSERT_TRUE(e->add_request("r", ids(kPrompt), greedy(), LoRARequest{"a", 0, ""}).is_ok());
+  e->step();
+  ASSERT_TRUE(e->remove_lora("a").is_ok());
+  EXPECT_FALSE(e->add_request("late", ids(kPrompt), greedy(), LoRARequest{"a", 0, ""}).is_ok());
+  auto done = run_all(*e);
+  EXPECT_EQ(done["r"].outputs[0].token_ids, want);
+}
+
+TEST(EngineApi, ReloadingANameNeverHitsStaleCache) {
+  auto want_engine = make_engine(1, false);
+  ASSERT_TRUE(want_engine->add_request("y", ids(kPrompt), greedy(), LoRARequest{"a", 0, adapter("r8_all")}).is_ok());
+  auto want = run_all(*want_engine)["y"].outputs[0].token_ids;
+
+  auto e = make_engine(1, true);
+  ASSERT_TRUE(e->add_lora("a", adapter("r16_rslora")).is_ok());
+  ASSERT_TRUE(e->add_request("x", ids(kPrompt), greedy(), LoRARequest{"a", 0, ""}).is_ok());
+  auto first = run_all(*e)["x"].outputs[0].token_ids;
+  ASSERT_TRUE(e->remove_lora("a").is_ok());
+  ASSERT_TRUE(e->add_lora("a", adapter("r8_all")).is_ok());  // same name, other weights
+  ASSERT_TRUE(e->add_request("y", ids(kPrompt), greedy(), LoRARequest{"a", 0, ""}).is_ok());
+  auto second = run_all(*e)["y"].outputs[0].token_ids;
+  EXPECT_EQ(second, want);
+  EXPECT_NE(first, second);
+}
+
+TEST(EngineApi, PrefixCacheHitsGiveIdenticalOutputsAndAdaptersNeverShare) {
+  auto e = make_engine(2, true);
+  ASSERT_TRUE(e->add_request("base1", ids(kPrompt), greedy()).is_ok());
+  auto base1 = run_all(*e)["base1"].outputs[0].token_ids;
+  const int64_t hits_before = e->counters().prefix_cache_hit_blocks;
+  ASSERT_TRUE(e->add_request("base2", ids(kPrompt), greedy()).is_ok());
+  ASSERT_TRUE(e->add_request("lora", ids(kPrompt), greedy(), LoRARequest{"r8", 0, adapter("r8_all")}).is_ok());
+  auto done = run_all(*e);
+  EXPECT_GT(e->counters().prefix_cache_hit_blocks, hits_before);
+  EXPECT_EQ(done["base2"].outputs[0].token_ids, base1);
+
+  auto fresh = make_engine(2, false);
+  ASSERT_TRUE(fresh->add_request("lora", ids(kPrompt), greedy(), LoRARequest{"r8", 0, adapter("r8_all")}).is_ok());
+  EXPECT_EQ(run_all(*fresh)["lora"].outputs[0].token_ids, done["lora"].outputs[0].token_ids);
+}
+
+TEST(EngineApi, StopStringsAndStopTokensOnTheDemoModel) {
+  EngineArgs a;
+  a.model = (kRoot / "models/demo/base").string();
+  a.lora_modules = {{"sql", (kRoot / "models/demo/adapters/sql").string()}};
+  a.enable_lora = true;
+  auto created = LLMEngine::create(a);
+  ASSERT_TRUE(created.is_ok()) << created.message();
+  LLMEngine& e = *created.value();
+  PromptInput p;
+  p.text =
+      "[user] Write a SQL query to answer the question based on the table schema.\n\n context: CREATE TABLE "
+      "table_name_74 (icao VARCHAR, airport VARCHAR)\n\n question: Name the ICAO for lilongwe airport [/user] [assistant]";
+  SamplingParams s = greedy(40);
+  s.ignore_eos = false;
+  s.stop = {"FROM"};
+  ASSERT_TRUE(e.add_request("stop", p, s, LoRARequest{"sql", 0, ""}).is_ok());
+  SamplingParams t = greedy(40);
+  t.ignore_eos = false;
+  ASSERT_TRUE(e.add_request("eos", p, t, LoRARequest{"sql", 0, ""}).is_ok());
+  auto done = run_all(e);
+  EXPECT_EQ(done["stop"].outputs[0].text, " SELECT icao ");
+  EXPECT_EQ(done["stop"].outputs[0].finish_reason, "stop");
+  EXPECT_EQ(done["stop"].outputs[0].stop_reason.value_or(""), "FROM");
+  // "[/assistant]" ends the answer (an eos id in generation_config.json); its text is not output.
+  EXPECT_EQ(done["eos"].outputs[0].text, " SELECT icao FROM table_name_74 WHERE airport = 'lilongwe' ");
+  EXPECT_EQ(done["eos"].outputs[0].finish_reason, "stop");
+  EXPECT_FALSE(done["eos"].outputs[0].stop_reason.has_value());
+}
+
+}  // namespace
+}  // namespace quiver

@@ -1,0 +1,93 @@
+// link: qv_core
+// `quiver generate` with bad requests mixed into good ones: each bad line gets an error
+// line naming what is wrong, in input order, and every good request still runs.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const fs::path kModel = fs::path(QUIVER_SOURCE_DIR) / "tests/fixtures/llama_gqa";
+
+std::vector<json> generate(const std::vector<std::string>& lines, const std::string& extra = "") {
+  const fs::path in = fs::temp_directory_path() / "quiver_errors_in.jsonl";
+  const fs::path out = fs::temp_directory_path() / "quiver_errors_out.jsonl";
+  {
+    std::ofstream f(in);
+    for (const auto& l : lines) f << l << "\n";
+  }
+  const std::string cmd = std::string(QUIVER_BINARY) + " generate --model " + kModel.string() + " --lora r8=" +
+                          (kModel / "adapters/r8_all").string() + " --input " + in.string() + " --output " +
+                          out.string() + " " + extra;
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::vector<json> res;
+  std::ifstream f(out);
+  for (std::string l; std::getline(f, l);) res.push_back(json::parse(l));
+  return res;
+}
+
+std::string error_of(const json& j) { return j.contains("error") ? j["error"]["message"].get<std::string>() : ""; }
+
+TEST(GenerateErrors, BadLinesGetErrorsAndTheOthersRun) {
+  const std::string good = R"({"id": "good", "prompt_token_ids": [1, 2, 3], "max_tokens": 4, "temperature": 0})";
+  auto res = generate({
+      good,
+      R"({"id": "vocab", "prompt_token_ids": [1, 512], "max_tokens": 4})",
+      R"({"id": "empty", "prompt_token_ids": [], "max_tokens": 4})",
+      R"({"id": "zero", "prompt_token_ids": [1], "max_tokens": 0})",
+      R"({"id": "neg", "prompt_token_ids": [1], "max_tokens": -3})",
+      R"({"id": "broken", "prompt_token_ids": [1, )",
+      R"({"id": "adapter", "prompt_token_ids": [1], "lora": "nope"})",
+      R"({"id": "text", "prompt": "no tokenizer here"})",
+      R"({"id": "both", "prompt": "x", "prompt_token_ids": [1]})",
+      R"({"id": "temp", "prompt_token_ids": [1], "temperature": -1})",
+      R"({"id": "topp", "prompt_token_ids": [1], "top_p": 0})",
+      R"({"id": "long", "prompt_token_ids": [1], "max_tokens": 100000})",
+      R"({"id": "type", "prompt_token_ids": [1], "max_tokens": "ten"})",
+      R"({"id": "lora", "prompt_token_ids": [4, 5, 6], "lora": "r8", "max_tokens": 4, "temperature": 0})",
+      R"({"id": "good", "prompt_token_ids": [1], "max_tokens": 2})",
+  });
+  ASSERT_EQ(res.size(), 15u);
+  EXPECT_EQ(res[0]["id"], "good");
+  EXPECT_EQ(res[0]["token_ids"].size(), 4u);
+  EXPECT_NE(error_of(res[1]).find("512"), std::string::npos) << error_of(res[1]);
+  EXPECT_NE(error_of(res[1]).find("vocabulary"), std::string::npos);
+  EXPECT_NE(error_of(res[2]).find("empty"), std::string::npos) << error_of(res[2]);
+  EXPECT_NE(error_of(res[3]).find("max_tokens"), std::string::npos) << error_of(res[3]);
+  EXPECT_NE(error_of(res[4]).find("max_tokens"), std::string::npos);
+  EXPECT_NE(error_of(res[5]).find("not valid JSON"), std::string::npos) << error_of(res[5]);
+  EXPECT_NE(error_of(res[6]).find("nope"), std::string::npos) << error_of(res[6]);
+  EXPECT_NE(error_of(res[7]).find("tokenizer"), std::string::npos) << error_of(res[7]);
+  EXPECT_NE(error_of(res[8]).find("exactly one"), std::string::npos) << error_of(res[8]);
+  EXPECT_NE(error_of(res[9]).find("temperature"), std::string::npos);
+  EXPECT_NE(error_of(res[10]).find("top_p"), std::string::npos);
+  EXPECT_NE(error_of(res[11]).find("context length"), std::string::npos) << error_of(res[11]);
+  EXPECT_NE(error_of(res[12]).find("max_tokens"), std::string::npos) << error_of(res[12]);
+  EXPECT_EQ(res[13]["token_ids"].size(), 4u) << res[13].dump();
+  EXPECT_NE(error_of(res[14]).find("duplicate"), std::string::npos) << res[14].dump();
+}
+
+TEST(GenerateErrors, ModelLoadFailuresExitWithAMessage) {
+  const fs::path in = fs::temp_directory_path() / "quiver_errors_in2.jsonl";
+  std::ofstream(in) << R"({"prompt_token_ids": [1]})" << "\n";
+  const std::string base = std::string(QUIVER_BINARY) + " generate --input " + in.string() + " --output /dev/null ";
+  EXPECT_NE(std::system((base + "--model /nonexistent 2>/dev/null").c_str()), 0);
+  // An adapter made for another model is refused at start-up with a message.
+  const std::string other = (fs::path(QUIVER_SOURCE_DIR) / "tests/fixtures/mistral/adapters/all_r4").string();
+  const fs::path err = fs::temp_directory_path() / "quiver_errors_stderr.txt";
+  EXPECT_NE(std::system((base + "--model " + kModel.string() + " --lora x=" + other + " 2>" + err.string()).c_str()), 0);
+  std::ifstream e(err);
+  std::string msg((std::istreambuf_iterator<char>(e)), {});
+  EXPECT_NE(msg.find("another model"), std::string::npos) << msg;
+}
+
+}  // namespace
