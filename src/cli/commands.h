@@ -10,5 +10,6 @@ void register_generate(CLI::App& app, int* exit_code);
 void register_tokenize(CLI::App& app, int* exit_code);
 void register_bench(CLI::App& app, int* exit_code);
 void register_serve(CLI::App& app, int* exit_code);
+void register_verify(CLI::App& app, int* exit_code);
 
 }  // namespace quiver

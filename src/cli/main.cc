@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   quiver::register_generate(app, &exit_code);
   quiver::register_tokenize(app, &exit_code);
   quiver::register_bench(app, &exit_code);
+  quiver::register_verify(app, &exit_code);
 #if defined(QUIVER_HAS_SERVER)
   quiver::register_serve(app, &exit_code);
 #endif
