@@ -1,0 +1,288 @@
+// link: qv_engine
+// Decode padding and graph replay on the CPU:
+// - the pure parts of graph_runner.h: buckets, bucket choice, pad_decode_batch's rows;
+// - ModelRunner with a recording backend that behaves like CUDA graphs (ops between
+//   begin_capture and end_capture are recorded with their arguments, not run, and replay
+//   re-runs them verbatim; host copies during capture are refused). Driven through prefill
+//   and decode steps on the llama_gqa fixture with adapters swapped between replays, the
+//   graph runner must match the eager padded runner bitwise, and (on the ref backend, whose
+//   rows are independent of the batch) an unpadded run too.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "backend/ref/ref_backend.h"
+#include "engine/graph_runner.h"
+#include "engine/model_runner.h"
+#include "io/model_config.h"
+#include "io/peft_adapter.h"
+#include "io/safetensors.h"
+#include "model/llama_weights.h"
+
+namespace quiver {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(DecodeBuckets, Grid) {
+  const std::vector<int> b256 = decode_buckets(256);
+  std::vector<int> want = {1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64};
+  for (int b = 80; b <= 256; b += 16) want.push_back(b);
+  EXPECT_EQ(b256, want);
+  EXPECT_EQ(decode_buckets(64), (std::vector<int>{1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64}));
+  EXPECT_EQ(decode_buckets(13), (std::vector<int>{1, 2, 4, 8, 13}));
+  EXPECT_EQ(decode_buckets(100), (std::vector<int>{1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 100}));
+  EXPECT_EQ(decode_buckets(1), (std::vector<int>{1}));
+  EXPECT_TRUE(decode_buckets(0).empty());
+  EXPECT_EQ(pick_bucket(b256, 1), 1);
+  EXPECT_EQ(pick_bucket(b256, 3), 4);
+  EXPECT_EQ(pick_bucket(b256, 9), 16);
+  EXPECT_EQ(pick_bucket(b256, 64), 64);
+  EXPECT_EQ(pick_bucket(b256, 65), 80);
+  EXPECT_EQ(pick_bucket(b256, 256), 256);
+  EXPECT_EQ(pick_bucket(b256, 257), -1);
+}
+
+// Three decode sequences with block tables of width 2.
+ForwardBatch three_decodes() {
+  ForwardBatch b;
+  b.token_ids = {11, 12, 13};
+  b.positions = {20, 5, 31};
+  b.slot_mapping = {84, 37, 95};
+  b.token_lora_slot = {1, -1, 0};
+  b.query_start = {0, 1, 2, 3};
+  b.seq_lens = {21, 6, 32};
+  b.max_blocks_per_seq = 2;
+  b.block_tables = {4, 5, 2, 0, 3, 5};
+  b.logit_rows = {0, 1, 2};
+  b.decode_only = true;
+  return b;
+}
+
+TEST(PadDecodeBatch, PaddingRows) {
+  const ForwardBatch b = three_decodes();
+  ASSERT_TRUE(is_paddable_decode(b));
+  const ForwardBatch p = pad_decode_batch(b, 4, 5);
+  EXPECT_EQ(p.token_ids, (std::vector<int32_t>{11, 12, 13, 0}));
+  EXPECT_EQ(p.positions, (std::vector<int32_t>{20, 5, 31, 0}));
+  EXPECT_EQ(p.slot_mapping, (std::vector<int32_t>{84, 37, 95, -1}));
+  EXPECT_EQ(p.token_lora_slot, (std::vector<int32_t>{1, -1, 0, -1}));
+  EXPECT_EQ(p.query_start, (std::vector<int32_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(p.seq_lens, (std::vector<int32_t>{21, 6, 32, 1}));
+  EXPECT_EQ(p.max_blocks_per_seq, 5);
+  EXPECT_EQ(p.block_tables, (std::vector<int32_t>{4, 5, 0, 0, 0, 2, 0, 0, 0, 0, 3, 5, 0, 0, 0, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(p.logit_rows, (std::vector<int32_t>{0, 1, 2, 3}));
+  EXPECT_TRUE(p.decode_only);
+  // Exactly a bucket: only the restride.
+  const ForwardBatch same = pad_decode_batch(b, 3, 2);
+  EXPECT_EQ(same.token_ids, b.token_ids);
+  EXPECT_EQ(same.block_tables, b.block_tables);
+  // An empty batch pads to all padding rows (what capture records with).
+  ForwardBatch none;
+  none.decode_only = true;
+  const ForwardBatch all = pad_decode_batch(none, 2, 3);
+  EXPECT_EQ(all.slot_mapping, (std::vector<int32_t>{-1, -1}));
+  EXPECT_EQ(all.block_tables, (std::vector<int32_t>(6, 0)));
+}
+
+TEST(PadDecodeBatch, OnlyDecodeBatchesArePaddable) {
+  ForwardBatch b = three_decodes();
+  b.decode_only = false;
+  EXPECT_FALSE(is_paddable_decode(b));
+  b = three_decodes();
+  b.logit_rows = {0, 2};  // a row without logits: not the decode shape
+  EXPECT_FALSE(is_paddable_decode(b));
+  EXPECT_FALSE(is_paddable_decode(ForwardBatch{}));
+}
+
+// RefBackend whose graphs behave like CUDA graphs: captured ops keep their arguments
+// (device addresses and host integers) and replay re-runs exactly those.
+class RecordingBackend : public RefBackend {
+ public:
+  bool supports_graphs() const override { return true; }
+  void begin_capture() override {
+    check(!capturing_, "nested capture");
+    capturing_ = true;
+    recording_.clear();
+  }
+  int end_capture() override {
+    check(capturing_, "no capture");
+    capturing_ = false;
+    graphs_.push_back(std::move(recording_));
+    return static_cast<int>(graphs_.size()) - 1;
+  }
+  void replay(int id) override {
+    ++replays_;
+    for (auto& op : graphs_.at(static_cast<size_t>(id))) op();
+  }
+  int replays() const { return replays_; }
+
+  void* alloc(size_t bytes) override { return refuse("alloc"), RefBackend::alloc(bytes); }
+  void copy_from_host(void* d, const void* s, size_t n) override { refuse("copy_from_host"), RefBackend::copy_from_host(d, s, n); }
+  void copy_to_host(void* d, const void* s, size_t n) override { refuse("copy_to_host"), RefBackend::copy_to_host(d, s, n); }
+
+#define QV_RECORD(call) \
+  if (capturing_) recording_.push_back([=, this] { RefBackend::call; }); else RefBackend::call
+  void embedding(Tensor o, Tensor t, Tensor i) override { QV_RECORD(embedding(o, t, i)); }
+  void rms_norm(Tensor o, Tensor x, Tensor w, float e) override { QV_RECORD(rms_norm(o, x, w, e)); }
+  void add_rms_norm(Tensor o, Tensor r, Tensor x, Tensor w, float e) override { QV_RECORD(add_rms_norm(o, r, x, w, e)); }
+  void matmul(Tensor y, Tensor x, Tensor w, Tensor b) override { QV_RECORD(matmul(y, x, w, b)); }
+  void rope(Tensor q, Tensor k, Tensor p, Tensor cs) override { QV_RECORD(rope(q, k, p, cs)); }
+  void kv_write(Tensor kc, Tensor vc, Tensor k, Tensor v, Tensor s) override { QV_RECORD(kv_write(kc, vc, k, v, s)); }
+  void attention(Tensor o, Tensor q, Tensor kc, Tensor vc, const AttentionMeta& m, float s) override {
+    QV_RECORD(attention(o, q, kc, vc, m, s));
+  }
+  void silu_mul(Tensor o, Tensor g, Tensor u) override { QV_RECORD(silu_mul(o, g, u)); }
+  void add(Tensor y, Tensor x) override { QV_RECORD(add(y, x)); }
+  void gather_rows(Tensor o, Tensor x, Tensor r) override { QV_RECORD(gather_rows(o, x, r)); }
+  void lora_shrink(Tensor t, Tensor x, Tensor a, const LoraMeta& m) override { QV_RECORD(lora_shrink(t, x, a, m)); }
+  void lora_expand(Tensor y, Tensor t, Tensor b, const LoraMeta& m) override { QV_RECORD(lora_expand(y, t, b, m)); }
+#undef QV_RECORD
+
+ private:
+  void refuse(const char* what) const { check(!capturing_, std::string(what) + " during graph capture"); }
+  bool capturing_ = false;
+  std::vector<std::function<void()>> recording_;
+  std::vector<std::vector<std::function<void()>>> graphs_;
+  int replays_ = 0;
+};
+
+const fs::path kModel = fs::path(QUIVER_SOURCE_DIR) / "tests/fixtures/llama_gqa";
+constexpr int kBlockSize = 4, kMaxBlocks = 16, kMaxLoras = 2;
+
+// One model runner with its own backend, weights, KV cache and LoRA slots.
+struct Rig {
+  explicit Rig(bool graphs, bool graph_backend) {
+    backend = graph_backend ? std::unique_ptr<Backend>(new RecordingBackend()) : std::make_unique<RefBackend>();
+    config = load_model_config(kModel.string()).value();
+    auto ckpt = std::make_shared<Checkpoint>(Checkpoint::open(kModel.string()).value());
+    model = std::make_unique<LlamaModel>(config, load_llama_weights(config, ckpt, backend.get()).value(), backend.get(),
+                                         kBlockSize * kMaxBlocks);
+    KvCacheShape shape{config.num_layers, config.num_kv_heads, config.head_dim, kBlockSize, DType::kF32};
+    kv = std::make_unique<KvCache>(backend.get(), shape, 8 * 16);  // 8 blocks for each of 16 seqs
+    pool = std::make_unique<LoraSlotPool>(backend.get(), config, kMaxLoras, 64);
+    RunnerLimits limits;
+    limits.max_num_batched_tokens = 128;
+    limits.max_num_seqs = 16;
+    limits.max_blocks_per_seq = kMaxBlocks;
+    limits.max_model_len = kBlockSize * kMaxBlocks;
+    runner = std::make_unique<ModelRunner>(model.get(), kv.get(), pool.get(), limits);
+    if (graphs) info = runner->capture_graphs();
+  }
+  std::unique_ptr<Backend> backend;
+  ModelConfig config;
+  std::unique_ptr<LlamaModel> model;
+  std::unique_ptr<KvCache> kv;
+  std::unique_ptr<LoraSlotPool> pool;
+  std::unique_ptr<ModelRunner> runner;
+  GraphCaptureInfo info;
+};
+
+struct Seq {
+  std::vector<int32_t> tokens;
+  int computed = 0;
+  int adapter = -1;  // index into the adapter list, -1 = base
+};
+
+// Steps `seqs` (each with blocks [8 s, 8 s + 8)): first every prompt in one prefill, then
+// decode with greedy tokens from `rigs[0]`; after decode step `swap_at`, sequence 0 moves
+// to a new adapter (loaded into a slot another adapter held). Every rig must return the same
+// logits; force_unpadded rigs get decode batches marked not decode-only.
+void drive(std::vector<Rig*> rigs, std::vector<bool> force_unpadded, std::vector<Seq> seqs,
+           const std::vector<LoraAdapter>& adapters, int decode_steps, int swap_at,
+           const std::vector<std::string>& want_paths) {
+  std::vector<uint64_t> uid_of(adapters.size());
+  for (size_t a = 0; a < adapters.size(); ++a) uid_of[a] = 100 + a;
+  for (int step = 0; step <= decode_steps; ++step) {
+    if (step == swap_at + 1) seqs[0].adapter = (seqs[0].adapter + 3) % static_cast<int>(adapters.size());
+    ForwardBatch b;
+    b.query_start.push_back(0);
+    b.max_blocks_per_seq = 8;
+    b.decode_only = step > 0;
+    for (size_t s = 0; s < seqs.size(); ++s) {
+      Seq& q = seqs[s];
+      int slot = -1;
+      if (q.adapter >= 0) {
+        for (Rig* r : rigs) {
+          // Resident adapters keep their slot; others evict the least recently used.
+          const int got = r->pool->acquire(uid_of[q.adapter], adapters[q.adapter]).value();
+          r->pool->release(got);
+          check(slot < 0 || slot == got, "rigs disagree on slots");
+          slot = got;
+        }
+      }
+      for (int pos = q.computed; pos < static_cast<int>(q.tokens.size()); ++pos) {
+        b.token_ids.push_back(q.tokens[pos]);
+        b.positions.push_back(pos);
+        b.slot_mapping.push_back(static_cast<int32_t>(8 * s * kBlockSize + pos));
+        b.token_lora_slot.push_back(slot);
+      }
+      b.query_start.push_back(b.num_tokens());
+      b.seq_lens.push_back(static_cast<int32_t>(q.tokens.size()));
+      b.logit_rows.push_back(b.num_tokens() - 1);
+      for (int k = 0; k < 8; ++k) b.block_tables.push_back(static_cast<int32_t>(8 * s + k));
+      q.computed = static_cast<int>(q.tokens.size());
+    }
+    std::vector<std::vector<float>> logits(rigs.size());
+    for (size_t r = 0; r < rigs.size(); ++r) {
+      ForwardBatch br = b;
+      if (force_unpadded[r]) br.decode_only = false;
+      const StepPath path = rigs[r]->runner->execute(br, &logits[r]);
+      if (step > 0) {
+        EXPECT_EQ(path.path, want_paths[r]) << "step " << step;
+      }
+      EXPECT_EQ(logits[r], logits[0]) << "rig " << r << " step " << step;
+    }
+    const int64_t vocab = rigs[0]->config.vocab_size;
+    for (size_t s = 0; s < seqs.size(); ++s) {
+      const float* row = logits[0].data() + s * vocab;
+      seqs[s].tokens.push_back(static_cast<int32_t>(std::max_element(row, row + vocab) - row));
+    }
+  }
+}
+
+std::vector<LoraAdapter> fixture_adapters(const ModelConfig& config) {
+  std::vector<LoraAdapter> out;
+  std::vector<fs::path> dirs;
+  for (const auto& a : fs::directory_iterator(kModel / "adapters")) dirs.push_back(a.path());
+  std::sort(dirs.begin(), dirs.end());
+  for (const auto& d : dirs) out.push_back(load_peft_adapter(d.string(), d.filename().string(), config, 64).value());
+  return out;
+}
+
+TEST(GraphReplay, MatchesEagerPaddedAndUnpaddedWithAdaptersSwapped) {
+  Rig graph(true, true), eager(false, true), plain(false, false);
+  ASSERT_EQ(graph.info.num_graphs, 2 * 5);  // buckets 1 2 4 8 16 x lora on/off
+  EXPECT_EQ(eager.info.num_graphs, 0);
+  const auto adapters = fixture_adapters(graph.config);
+  ASSERT_EQ(adapters.size(), 8u);
+  // Three sequences (bucket 4): two adapters sharing the two slots, one base.
+  std::vector<Seq> seqs = {{{5, 9, 100, 7}, 0, 0}, {{300}, 0, -1}, {{44, 45, 46, 47, 48, 49}, 0, 5}};
+  drive({&graph, &eager, &plain}, {false, false, true}, seqs, adapters, 10, 4,
+        {"graph bs=4", "eager bs=4 (padded)", "eager"});
+  EXPECT_EQ(static_cast<RecordingBackend*>(graph.backend.get())->replays(), 10);
+}
+
+TEST(GraphReplay, BaseOnlyBatchReplaysTheLoraOffGraph) {
+  Rig graph(true, true), eager(false, true);
+  const auto adapters = fixture_adapters(graph.config);
+  std::vector<Seq> seqs;
+  for (int s = 0; s < 5; ++s) seqs.push_back({{static_cast<int32_t>(10 * s + 1), 3}, 0, -1});
+  drive({&graph, &eager}, {false, false}, seqs, adapters, 6, 100, {"graph bs=8", "eager bs=8 (padded)"});
+  // And every bucket once, mixed adapters: 1, 2, 4, 8 and 16 sequences.
+  for (int n : {1, 2, 7, 9}) {
+    Rig g(true, true), e(false, true);
+    std::vector<Seq> mixed;
+    for (int s = 0; s < n; ++s) mixed.push_back({{static_cast<int32_t>(7 * s + 2)}, 0, s % 3 == 2 ? -1 : s % 2});
+    const int bucket = pick_bucket(decode_buckets(16), n);
+    drive({&g, &e}, {false, false}, mixed, adapters, 3, 100,
+          {"graph bs=" + std::to_string(bucket), "eager bs=" + std::to_string(bucket) + " (padded)"});
+  }
+}
+
+}  // namespace
+}  // namespace quiver
