@@ -29,6 +29,10 @@ struct BenchOptions {
   std::string lora_dtype = "bfloat16";
   double lora_fraction = 1.0;  // share of requests that carry an adapter (round-robin over them)
   bool sequential_adapters = false;  // offline: one group per adapter, run one after another
+  // offline: after (or, every other iteration, before) each measured pass, run the same
+  // shape as "base" (no adapters) or "sequential" (adapter by adapter) and report ratios;
+  // alternating A/B in one process keeps changing load on a shared machine out of them.
+  std::string compare;
   int num_requests = 0;        // > 0: online mode
   std::string request_rate = "inf";  // online: Poisson arrivals per second, or inf
   int num_iters = 1;           // measured passes (offline)

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 
 #include "cli/bench.h"
 #include "cli/commands.h"
@@ -48,6 +49,12 @@ Status validate(const BenchOptions& o) {
   if (o.num_requests < 0) return Status::error("--num-requests must be >= 0");
   if (o.sequential_adapters && o.num_requests > 0)
     return Status::error("--sequential-adapters is an offline mode; drop --num-requests");
+  if (!o.compare.empty() && o.compare != "base" && o.compare != "sequential")
+    return Status::error("--compare must be base or sequential, not '" + o.compare + "'");
+  if (!o.compare.empty() && o.num_requests > 0) return Status::error("--compare is an offline mode; drop --num-requests");
+  if (o.compare == "base" && o.num_adapters == 0) return Status::error("--compare base needs --num-adapters");
+  if (o.compare == "sequential" && o.sequential_adapters)
+    return Status::error("--compare sequential compares against --sequential-adapters; give only one");
   if (o.mem_bandwidth_gbs < 0) return Status::error("--mem-bandwidth-gbs must be positive");
   return Status::ok();
 }
@@ -69,6 +76,7 @@ nlohmann::json options_json(const BenchOptions& o, const LLMEngine& engine) {
           {"lora_dtype", o.lora_dtype},
           {"lora_fraction", o.lora_fraction},
           {"sequential_adapters", o.sequential_adapters},
+          {"compare", o.compare},
           {"num_requests", o.num_requests},
           {"request_rate", o.request_rate},
           {"num_iters", o.num_iters},
@@ -78,6 +86,90 @@ nlohmann::json options_json(const BenchOptions& o, const LLMEngine& engine) {
           {"max_num_seqs", a.max_num_seqs},
           {"max_num_batched_tokens", a.max_num_batched_tokens},
           {"enforce_eager", a.enforce_eager}};
+}
+
+// One measured offline pass over fresh prompts (the prefix cache never hits), printed.
+Result<nlohmann::json> measured_pass(LLMEngine& engine, const BenchOptions& o, const std::vector<std::string>& adapters,
+                                     const ByteModel& bytes, double bandwidth, bool base, bool sequential,
+                                     uint64_t seed, const std::string& tag) {
+  const std::vector<std::string> none;
+  auto reqs = make_requests(o.batch_size, o.input_len, base ? none : adapters, o.lora_fraction,
+                            engine.model_config().vocab_size, seed, tag + "-");
+  QV_ASSIGN_OR_RETURN(PassStats r, run_offline_pass(engine, o, bytes, reqs, sequential));
+  char label[200];
+  std::snprintf(label, sizeof(label), "offline %s%s: batch %d, input %d, output %d  [%s]",
+                base || adapters.empty() ? "base model" : "with adapters",
+                sequential ? ", adapter by adapter" : "", o.batch_size, o.input_len, o.output_len, tag.c_str());
+  print_pass(label, r, bytes, bandwidth);
+  return pass_json(r, bytes, bandwidth);
+}
+
+double ratio(const nlohmann::json& a, const nlohmann::json& b, const char* part, const char* key,
+             const char* sub = nullptr) {
+  const double x = sub ? a[part][key][sub].get<double>() : a[part][key].get<double>();
+  const double y = sub ? b[part][key][sub].get<double>() : b[part][key].get<double>();
+  return y > 0 ? x / y : 0.0;
+}
+
+Status run_offline_iterations(LLMEngine& engine, const BenchOptions& o, const std::vector<std::string>& adapters,
+                              const ByteModel& bytes, double bandwidth, nlohmann::json* record) {
+  const bool base_main = adapters.empty();
+  std::vector<double> decode_rates;
+  std::map<std::string, std::vector<double>> ratios;  // main / compare, per iteration
+  nlohmann::json iters = nlohmann::json::array(), compares = nlohmann::json::array();
+  size_t best = 0;
+  for (int it = 0; it < o.num_iters; ++it) {
+    const uint64_t seed = engine.args().seed + 2 * static_cast<uint64_t>(it);
+    const std::string n = std::to_string(it + 1) + "/" + std::to_string(o.num_iters);
+    nlohmann::json main, cmp;
+    auto run_main = [&]() -> Status {
+      QV_ASSIGN_OR_RETURN(main, measured_pass(engine, o, adapters, bytes, bandwidth, base_main, o.sequential_adapters,
+                                              seed, "iteration " + n));
+      return Status::ok();
+    };
+    auto run_cmp = [&]() -> Status {
+      QV_ASSIGN_OR_RETURN(cmp, measured_pass(engine, o, adapters, bytes, bandwidth, o.compare == "base",
+                                             o.compare == "sequential", seed + 1, "comparison " + n));
+      return Status::ok();
+    };
+    if (o.compare.empty()) {
+      QV_RETURN_IF_ERROR(run_main());
+    } else if (it % 2 == 0) {
+      QV_RETURN_IF_ERROR(run_main());
+      QV_RETURN_IF_ERROR(run_cmp());
+    } else {
+      QV_RETURN_IF_ERROR(run_cmp());
+      QV_RETURN_IF_ERROR(run_main());
+    }
+    iters.push_back(main);
+    decode_rates.push_back(main["decode"]["tokens_per_s"].get<double>());
+    if (decode_rates.back() > decode_rates[best]) best = decode_rates.size() - 1;
+    if (!o.compare.empty()) {
+      compares.push_back(cmp);
+      ratios["decode_tokens_per_s"].push_back(ratio(main, cmp, "decode", "tokens_per_s"));
+      ratios["output_tokens_per_s"].push_back(ratio(main, cmp, "end_to_end", "output_tokens_per_s"));
+      ratios["decode_step_ms_p50"].push_back(ratio(main, cmp, "decode", "step_ms", "p50"));
+      ratios["decode_step_ms_min"].push_back(ratio(main, cmp, "decode", "step_ms", "min"));
+    }
+  }
+  (*record)["iterations"] = iters;
+  (*record)["best"] = iters[best];  // least disturbed by other load on a shared machine
+  (*record)["median_decode_tokens_per_s"] = percentile(decode_rates, 50);
+  if (o.num_iters > 1)
+    std::printf("decode tok/s over %d iterations: best %.2f, median %.2f\n", o.num_iters, decode_rates[best],
+                percentile(decode_rates, 50));
+  if (!o.compare.empty()) {
+    (*record)["compare"] = o.compare;
+    (*record)["compare_iterations"] = compares;
+    nlohmann::json med;
+    for (const auto& [k, v] : ratios) med[k] = {{"per_iteration", v}, {"median", percentile(v, 50)}};
+    (*record)["ratio_main_over_compare"] = med;
+    std::printf("main / %s, median of %d: decode tok/s x%.3f, output tok/s x%.3f, decode step p50 x%.3f, min x%.3f\n",
+                o.compare.c_str(), o.num_iters, percentile(ratios["decode_tokens_per_s"], 50),
+                percentile(ratios["output_tokens_per_s"], 50), percentile(ratios["decode_step_ms_p50"], 50),
+                percentile(ratios["decode_step_ms_min"], 50));
+  }
+  return Status::ok();
 }
 
 int fail(const std::string& message, int code) {
@@ -157,29 +249,8 @@ int run_bench(BenchOptions& o, const CLI::App* cmd) {
     record["online"] = online_json(r.value());
     record["online"]["decode"] = pass_json(r->steps, bytes, bandwidth)["decode"];
   } else {
-    std::vector<double> decode_rates;
-    nlohmann::json iters = nlohmann::json::array();
-    size_t best = 0;
-    for (int it = 0; it < o.num_iters; ++it) {
-      auto reqs = make_requests(o.batch_size, o.input_len, adapters, o.lora_fraction, vocab,
-                                args.seed + static_cast<uint64_t>(it), "it" + std::to_string(it) + "-");
-      auto r = run_offline_pass(engine, o, bytes, reqs, o.sequential_adapters);
-      if (!r.is_ok()) return fail(r.message(), 1);
-      char label[160];
-      std::snprintf(label, sizeof(label), "offline%s: batch %d, input %d, output %d  [iteration %d/%d]",
-                    o.sequential_adapters ? " (adapter by adapter)" : "", o.batch_size, o.input_len, o.output_len,
-                    it + 1, o.num_iters);
-      print_pass(label, r.value(), bytes, bandwidth);
-      iters.push_back(pass_json(r.value(), bytes, bandwidth));
-      decode_rates.push_back(iters.back()["decode"]["tokens_per_s"].get<double>());
-      if (decode_rates.back() > decode_rates[best]) best = decode_rates.size() - 1;
-    }
-    record["iterations"] = iters;
-    record["best"] = iters[best];  // least disturbed by other load on a shared machine
-    record["median_decode_tokens_per_s"] = percentile(decode_rates, 50);
-    if (o.num_iters > 1)
-      std::printf("decode tok/s over %d iterations: best %.2f, median %.2f\n", o.num_iters, decode_rates[best],
-                  percentile(decode_rates, 50));
+    Status st = run_offline_iterations(engine, o, adapters, bytes, bandwidth, &record);
+    if (!st.is_ok()) return fail(st.message(), 1);
   }
   record["machine"]["loadavg_1_5_15_end"] = machine_json(engine)["loadavg_1_5_15"];
 
@@ -210,6 +281,9 @@ void register_bench(CLI::App& app, int* exit_code) {
   cmd->add_option("--lora-fraction", o->lora_fraction, "share of requests with an adapter (0 = all base)");
   cmd->add_flag("--sequential-adapters", o->sequential_adapters,
                 "offline: run one adapter's requests at a time, groups one after another");
+  cmd->add_option("--compare", o->compare,
+                  "offline: alternate each pass with the same shape on the base model (base) or adapter by "
+                  "adapter (sequential) and report the ratios");
   cmd->add_option("--num-requests", o->num_requests, "online mode: requests to send");
   cmd->add_option("--request-rate", o->request_rate, "online: Poisson arrivals per second, or inf (all at once)");
   cmd->add_option("--num-iters", o->num_iters, "offline: measured passes (each with fresh prompts)");
