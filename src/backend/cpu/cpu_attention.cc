@@ -8,7 +8,6 @@
 // writes an unnormalised partial output with its running max and sum, and a merge pass
 // combines them.
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <vector>
 
@@ -149,11 +148,11 @@ void CpuBackend::attention(Tensor out, Tensor q, Tensor k_cache, Tensor v_cache,
     w.scale = scale;
     kernel(w);
   };
-  std::atomic<size_t> next{0};
-  auto worker = [&](int64_t, int64_t, int) {
-    for (size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < order.size();) run_item(items[order[i]]);
-  };
-  parallel(threads, total_cost / threads, 1, worker);
+  if (threads == 1 || total_cost < 32 * 1024) {
+    for (int i : order) run_item(items[i]);
+  } else {
+    run_units(static_cast<int64_t>(order.size()), [&](int64_t i) { run_item(items[order[i]]); });
+  }
 
   // Merge split parts: o = sum_p e^(m_p - M) o_p / sum_p e^(m_p - M) l_p.
   parallel(static_cast<int64_t>(merges.size()), 4096, 1, [&](int64_t b, int64_t e, int) {

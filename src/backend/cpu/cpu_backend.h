@@ -5,6 +5,7 @@
 // member scratch buffers).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string_view>
@@ -58,6 +59,11 @@ class CpuBackend : public HostMemoryBackend {
   // worth waking the pool.
   template <class F>
   void parallel(int64_t n, int64_t cost_per_item, int64_t grain, const F& fn);
+  // fn(unit) for every unit in [0, units), handed out to the threads from a shared
+  // counter: a thread that starts late (or is preempted on a busy machine) takes fewer
+  // units instead of holding up the whole op, as a static split would.
+  template <class F>
+  void run_units(int64_t units, const F& fn);
   // Splits a matmul over threads (rows, or tokens when there are too few rows).
   void run_matmul(cpu::MatmulFn fn, const cpu::MatmulArgs& a, int64_t rows, int64_t tokens);
   // Runs fn for every LoRA segment with a weight slice per slot, split over threads.
@@ -88,6 +94,22 @@ void CpuBackend::parallel(int64_t n, int64_t cost_per_item, int64_t grain, const
     return;
   }
   pool_->parallel_for(n, fn, grain);
+}
+
+template <class F>
+void CpuBackend::run_units(int64_t units, const F& fn) {
+  const int threads = pool_->num_threads();
+  if (threads == 1 || units <= 1) {
+    for (int64_t u = 0; u < units; ++u) fn(u);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  pool_->parallel_for(
+      threads,
+      [&](int64_t, int64_t, int) {
+        for (int64_t u; (u = next.fetch_add(1, std::memory_order_relaxed)) < units;) fn(u);
+      },
+      1);
 }
 
 }  // namespace quiver

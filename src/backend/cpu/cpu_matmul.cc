@@ -21,15 +21,16 @@ void CpuBackend::run_matmul(cpu::MatmulFn fn, const cpu::MatmulArgs& a, int64_t 
     fn(a, 0, rows, 0, tokens);
     return;
   }
-  // Split output rows so each thread streams its own slice of the weights exactly once.
-  // Grain 16 keeps each thread's outputs on their own cache lines; with few rows (LoRA
-  // shrink) fall back to 8-row tiles, or split the tokens when there are enough of them.
-  if (rows >= 16 * threads) {
-    pool_->parallel_for(rows, [&](int64_t b, int64_t e, int) { fn(a, b, e, 0, tokens); }, 16);
-  } else if (tokens >= 4 * threads) {
-    pool_->parallel_for(tokens, [&](int64_t b, int64_t e, int) { fn(a, 0, rows, b, e); }, 1);
+  // Split output rows so each weight row is streamed once. Units are multiples of 48 rows
+  // (a multiple of every micro-tile height and of 16 floats, so threads never share a
+  // cache line of y); about 8 per thread for balance. With few rows (LoRA shrink) and
+  // enough tokens, split the tokens instead.
+  if (rows >= 16 * threads || tokens < 4 * threads) {
+    const int64_t unit = std::max<int64_t>(48, round_up((rows + 8 * threads - 1) / (8 * threads), 48));
+    run_units((rows + unit - 1) / unit, [&](int64_t u) { fn(a, u * unit, std::min(rows, (u + 1) * unit), 0, tokens); });
   } else {
-    pool_->parallel_for(rows, [&](int64_t b, int64_t e, int) { fn(a, b, e, 0, tokens); }, 8);
+    const int64_t unit = std::max<int64_t>(4, round_up((tokens + 4 * threads - 1) / (4 * threads), 4));
+    run_units((tokens + unit - 1) / unit, [&](int64_t u) { fn(a, 0, rows, u * unit, std::min(tokens, (u + 1) * unit)); });
   }
 }
 
@@ -76,21 +77,19 @@ void CpuBackend::run_lora(cpu::MatmulFn fn, const cpu::MatmulArgs& base, size_t 
   const int64_t units = units_per_seg * static_cast<int64_t>(segments_.size());
   int64_t tokens = 0;
   for (const auto& s : segments_) tokens += s.len;
-  auto run_units = [&](int64_t b, int64_t e, int) {
-    for (int64_t u = b; u < e; ++u) {
-      const LoraSegment& s = segments_[static_cast<size_t>(u / units_per_seg)];
-      const int64_t r0 = (u % units_per_seg) * unit_rows;
-      cpu::MatmulArgs a = base;
-      a.y += s.start * a.ldy;
-      a.x += s.start * a.ldx;
-      a.w = static_cast<const char*>(base.w) + static_cast<size_t>(s.slot) * slot_bytes;
-      fn(a, r0, std::min(rows, r0 + unit_rows), 0, s.len);
-    }
+  auto run_unit = [&](int64_t u) {
+    const LoraSegment& s = segments_[static_cast<size_t>(u / units_per_seg)];
+    const int64_t r0 = (u % units_per_seg) * unit_rows;
+    cpu::MatmulArgs a = base;
+    a.y += s.start * a.ldy;
+    a.x += s.start * a.ldx;
+    a.w = static_cast<const char*>(base.w) + static_cast<size_t>(s.slot) * slot_bytes;
+    fn(a, r0, std::min(rows, r0 + unit_rows), 0, s.len);
   };
   if (threads == 1 || rows * tokens * base.k < kMinParallelMacs / 4) {
-    run_units(0, units, 0);
+    for (int64_t u = 0; u < units; ++u) run_unit(u);
   } else {
-    pool_->parallel_for(units, run_units, 1);
+    run_units(units, run_unit);
   }
 }
 
