@@ -111,6 +111,9 @@ class Backend {
   // before replay, and key graphs by every host value that must change. Graph ids are
   // owned by the backend; graphs live until it is destroyed.
   virtual bool supports_graphs() const { return false; }
+  // Whether attention kernels exist for this head size (checked when a model is loaded,
+  // so an unsupported model is refused with a message instead of failing mid-step).
+  virtual bool supports_head_dim(int64_t head_dim) const { return head_dim > 0; }
   virtual void begin_capture() { check(false, name() + " backend does not support graphs"); }
   virtual int end_capture() {
     check(false, name() + " backend does not support graphs");

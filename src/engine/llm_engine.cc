@@ -72,6 +72,9 @@ Status LLMEngine::init(const EngineArgs& args) {
   bo.num_threads = args.threads;
   backend_ = make_backend(bo, &err);
   if (!backend_) return Status::error(err);
+  if (!backend_->supports_head_dim(config_.head_dim))
+    return Status::error("the " + backend_->name() + " backend has no attention kernel for head_dim " +
+                         std::to_string(config_.head_dim) + " (CUDA supports 32, 64, 80, 96, 128, 256; use --device cpu)");
 
   // Tokenizer: optional (token-id prompts work without one).
   if (std::filesystem::exists(std::filesystem::path(args.model) / "tokenizer.json")) {

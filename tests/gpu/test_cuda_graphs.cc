@@ -1,6 +1,7 @@
 // link: qv_engine
-// CUDA graphs for decode vs eager, through LLMEngine on the llama_gqa fixture and its 8
-// adapters: the same requests in a graph engine and in an --enforce-eager engine must give
+// CUDA graphs for decode vs eager, through LLMEngine on the llama3_bf16 fixture (head_dim
+// 32, which the CUDA attention supports; llama_gqa's is 8) with 8 adapters written here
+// with random weights: the same requests in a graph engine and in an --enforce-eager engine must give
 // exactly the same tokens and logprobs (padded decode runs the same kernels on the same
 // shapes in both), at every bucket size, with mixed adapters, after adapters were evicted
 // and others loaded into the same slots between replays, and for batches with no adapter
@@ -10,6 +11,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <random>
 #include <map>
 #include <set>
 #include <string>
@@ -17,18 +20,55 @@
 
 #include "backend/backend.h"
 #include "engine/llm_engine.h"
+#include "io/model_config.h"
+#include "io/peft_adapter.h"
+#include "io/safetensors_writer.h"
 
 namespace quiver {
 namespace {
 
 namespace fs = std::filesystem;
 
-const fs::path kModel = fs::path(QUIVER_SOURCE_DIR) / "tests/fixtures/llama_gqa";
+const fs::path kModel = fs::path(QUIVER_SOURCE_DIR) / "tests/fixtures/llama3_bf16";
+const fs::path kAdapters = fs::temp_directory_path() / "quiver_graph_test_adapters";
 
+// Eight PEFT adapters with ranks 1..16 on all seven projections, random weights (fixed
+// seeds), written once per process.
 std::vector<std::string> adapter_names() {
-  std::vector<std::string> names;
-  for (const auto& a : fs::directory_iterator(kModel / "adapters")) names.push_back(a.path().filename().string());
-  std::sort(names.begin(), names.end());
+  static const std::vector<std::string> names = [] {
+    auto config = load_model_config(kModel.string());
+    EXPECT_TRUE(config.is_ok()) << config.message();
+    std::vector<std::string> out;
+    std::mt19937 rng(42);
+    std::normal_distribution<float> nd(0.f, 0.2f);
+    for (int i = 0; i < 8; ++i) {
+      const int rank = 1 + (i * 5) % 16;
+      const std::string name = "a" + std::to_string(i);
+      const fs::path dir = kAdapters / name;
+      fs::create_directories(dir);
+      std::vector<SafetensorsEntry> entries;
+      for (int64_t l = 0; l < config->num_layers; ++l) {
+        for (int t = 0; t < kNumLoraTargets; ++t) {
+          const LoraTarget target = static_cast<LoraTarget>(t);
+          const int64_t in = lora_target_in(*config, target), outf = lora_target_out(*config, target);
+          const std::string group = t <= static_cast<int>(LoraTarget::kO) ? "self_attn" : "mlp";
+          const std::string base = "base_model.model.model.layers." + std::to_string(l) + "." + group + "." +
+                                   lora_target_name(target);
+          std::vector<float> a(static_cast<size_t>(rank * in)), b(static_cast<size_t>(outf * rank));
+          for (auto& x : a) x = nd(rng);
+          for (auto& x : b) x = nd(rng);
+          entries.push_back(make_safetensors_entry(base + ".lora_A.weight", DType::kF32, {rank, in}, a));
+          entries.push_back(make_safetensors_entry(base + ".lora_B.weight", DType::kF32, {outf, rank}, b));
+        }
+      }
+      EXPECT_TRUE(write_safetensors((dir / "adapter_model.safetensors").string(), entries).is_ok());
+      std::ofstream(dir / "adapter_config.json")
+          << R"({"peft_type": "LORA", "r": )" << rank << R"(, "lora_alpha": )" << 2 * rank
+          << R"(, "bias": "none", "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]})";
+      out.push_back(name);
+    }
+    return out;
+  }();
   return names;
 }
 
@@ -61,7 +101,7 @@ EngineArgs engine_args(bool eager, int max_loras) {
   a.max_lora_rank = 64;
   a.max_cpu_loras = 8;
   a.max_num_seqs = 64;
-  for (const auto& n : adapter_names()) a.lora_modules.emplace_back(n, (kModel / "adapters" / n).string());
+  for (const auto& n : adapter_names()) a.lora_modules.emplace_back(n, (kAdapters / n).string());
   return a;
 }
 
