@@ -8,12 +8,13 @@
 #   e.g. bench/run_tinyllama.sh build bench/results/cpu-2core cpu 2 1.5 900
 #        bench/run_tinyllama.sh build bench/results/h200 cuda 0 1000 0
 # Writes OUT_DIR/<case>.json (one `quiver bench --json-output` record each) and
-# OUT_DIR/log.txt (the human tables). CASES="b1-base online-r2" runs a subset.
+# OUT_DIR/log.txt (the human tables). CASES="b1-base online-r2" runs a subset;
+# MODEL=bench/configs/llama-2-7b runs the same cases on another shape.
 set -euo pipefail
 build=${1:?build dir}; out=${2:?output dir}; device=${3:-cpu}; threads=${4:-0}
 maxload=${5:-1.5}; wait_s=${6:-900}
 mkdir -p "$out"
-q="$build/quiver bench --model bench/configs/tinyllama-1.1b --load-format dummy --dtype bfloat16 --device $device --threads $threads"
+q="$build/quiver bench --model ${MODEL:-bench/configs/tinyllama-1.1b} --load-format dummy --dtype bfloat16 --device $device --threads $threads"
 run() {  # name, flags...
   local name=$1; shift
   if [[ -n "${CASES:-}" && " $CASES " != *" $name "* ]]; then return; fi
@@ -33,3 +34,5 @@ run b4-lora4-vs-sequential  --batch-size 4 --input-len 128 --output-len 64 --num
 # Issue 5: 16 requests over 8 adapters, all at once and at 2 requests/s.
 run online-inf  --num-requests 16 --request-rate inf --input-len 128 --output-len 64 --num-adapters 8 --lora-rank 16
 run online-r2   --num-requests 16 --request-rate 2 --input-len 128 --output-len 64 --num-adapters 8 --lora-rank 16
+# The same with chunked prefill at 256 tokens a step: long prefills no longer stall decodes.
+run online-r2-chunk256  --num-requests 16 --request-rate 2 --input-len 128 --output-len 64 --num-adapters 8 --lora-rank 16 --max-num-batched-tokens 256

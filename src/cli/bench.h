@@ -62,13 +62,18 @@ Result<std::vector<std::pair<std::string, std::string>>> synthesize_adapters(con
                                                                             const BenchOptions& o,
                                                                             const std::string& dir);
 
-// What one decode step must read from memory.
-struct ByteModel {
+// What a step must read from memory, and the arithmetic it does (matmul FLOPs counted as 2
+// per multiply-add).
+struct CostModel {
   double weight_bytes = 0;        // every weight but the input embedding table (when untied)
   double adapter_bytes = 0;       // per distinct adapter in the batch: A and B stacks of 7 targets
   double kv_bytes_per_position = 0;  // K and V of one context position, all layers
+  double linear_flops_per_token = 0;   // the 7 projections of every layer
+  double lm_head_flops_per_row = 0;    // per sampled row
+  double attn_flops_per_position = 0;  // QK^T and PV for one query against one context position
+  double adapter_flops_per_token = 0;  // shrink + expand on 7 targets, for a token with an adapter
 };
-ByteModel make_byte_model(const LLMEngine& engine);
+CostModel make_cost_model(const LLMEngine& engine);
 
 // Measurements of one pass (offline) or one online run, step by step.
 struct PassStats {
@@ -79,16 +84,18 @@ struct PassStats {
   double decode_bytes = 0;          // bytes read by the decode-only steps, summed
   double decode_adapter_bytes = 0;  // ... of which adapter slices
   double decode_kv_bytes = 0;       // ... of which K/V
+  double decode_flops = 0;
+  double prefill_linear_flops = 0;  // projections and lm_head of prefill-only steps (attention left out)
   int64_t num_preempted = 0;
 };
 
 // engine.step() under a wall clock; classifies the step (prefill / decode / mixed) into
-// `stats` and accounts the bytes of decode-only steps.
-std::vector<RequestOutput> timed_step(LLMEngine& engine, const ByteModel& bytes, PassStats* stats);
+// `stats` and accounts the bytes and FLOPs of its work.
+std::vector<RequestOutput> timed_step(LLMEngine& engine, const CostModel& cost, PassStats* stats);
 
 // Offline: submits `requests` together (or adapter group by group when sequential) and
 // steps until all finish.
-Result<PassStats> run_offline_pass(LLMEngine& engine, const BenchOptions& o, const ByteModel& bytes,
+Result<PassStats> run_offline_pass(LLMEngine& engine, const BenchOptions& o, const CostModel& cost,
                                    const std::vector<BenchRequest>& requests, bool sequential);
 
 struct OnlineStats {
@@ -97,7 +104,7 @@ struct OnlineStats {
   int num_requests = 0;
   double duration_s = 0;  // first arrival to last finish
 };
-Result<OnlineStats> run_online(LLMEngine& engine, const BenchOptions& o, const ByteModel& bytes,
+Result<OnlineStats> run_online(LLMEngine& engine, const BenchOptions& o, const CostModel& cost,
                                const std::vector<BenchRequest>& requests);
 
 // Poisson arrival times (seeded) for requests; rate "inf" puts all of them at 0.
@@ -107,9 +114,9 @@ Status assign_arrivals(std::vector<BenchRequest>* requests, const std::string& r
 double percentile(std::vector<double> values, double p);  // linear interpolation; 0 if empty
 
 nlohmann::json machine_json(const LLMEngine& engine);  // date, commit, CPU/GPU, load
-nlohmann::json pass_json(const PassStats& s, const ByteModel& b, double bandwidth_gbs);
+nlohmann::json pass_json(const PassStats& s, const CostModel& b, double bandwidth_gbs);
 nlohmann::json online_json(const OnlineStats& s);
-void print_pass(const std::string& label, const PassStats& s, const ByteModel& b, double bandwidth_gbs);
+void print_pass(const std::string& label, const PassStats& s, const CostModel& b, double bandwidth_gbs);
 void print_online(const OnlineStats& s);
 
 }  // namespace quiver::bench

@@ -90,18 +90,18 @@ nlohmann::json options_json(const BenchOptions& o, const LLMEngine& engine) {
 
 // One measured offline pass over fresh prompts (the prefix cache never hits), printed.
 Result<nlohmann::json> measured_pass(LLMEngine& engine, const BenchOptions& o, const std::vector<std::string>& adapters,
-                                     const ByteModel& bytes, double bandwidth, bool base, bool sequential,
+                                     const CostModel& cost, double bandwidth, bool base, bool sequential,
                                      uint64_t seed, const std::string& tag) {
   const std::vector<std::string> none;
   auto reqs = make_requests(o.batch_size, o.input_len, base ? none : adapters, o.lora_fraction,
                             engine.model_config().vocab_size, seed, tag + "-");
-  QV_ASSIGN_OR_RETURN(PassStats r, run_offline_pass(engine, o, bytes, reqs, sequential));
+  QV_ASSIGN_OR_RETURN(PassStats r, run_offline_pass(engine, o, cost, reqs, sequential));
   char label[200];
   std::snprintf(label, sizeof(label), "offline %s%s: batch %d, input %d, output %d  [%s]",
                 base || adapters.empty() ? "base model" : "with adapters",
                 sequential ? ", adapter by adapter" : "", o.batch_size, o.input_len, o.output_len, tag.c_str());
-  print_pass(label, r, bytes, bandwidth);
-  return pass_json(r, bytes, bandwidth);
+  print_pass(label, r, cost, bandwidth);
+  return pass_json(r, cost, bandwidth);
 }
 
 double ratio(const nlohmann::json& a, const nlohmann::json& b, const char* part, const char* key,
@@ -112,7 +112,7 @@ double ratio(const nlohmann::json& a, const nlohmann::json& b, const char* part,
 }
 
 Status run_offline_iterations(LLMEngine& engine, const BenchOptions& o, const std::vector<std::string>& adapters,
-                              const ByteModel& bytes, double bandwidth, nlohmann::json* record) {
+                              const CostModel& cost, double bandwidth, nlohmann::json* record) {
   const bool base_main = adapters.empty();
   std::vector<double> decode_rates;
   std::map<std::string, std::vector<double>> ratios;  // main / compare, per iteration
@@ -123,12 +123,12 @@ Status run_offline_iterations(LLMEngine& engine, const BenchOptions& o, const st
     const std::string n = std::to_string(it + 1) + "/" + std::to_string(o.num_iters);
     nlohmann::json main, cmp;
     auto run_main = [&]() -> Status {
-      QV_ASSIGN_OR_RETURN(main, measured_pass(engine, o, adapters, bytes, bandwidth, base_main, o.sequential_adapters,
+      QV_ASSIGN_OR_RETURN(main, measured_pass(engine, o, adapters, cost, bandwidth, base_main, o.sequential_adapters,
                                               seed, "iteration " + n));
       return Status::ok();
     };
     auto run_cmp = [&]() -> Status {
-      QV_ASSIGN_OR_RETURN(cmp, measured_pass(engine, o, adapters, bytes, bandwidth, o.compare == "base",
+      QV_ASSIGN_OR_RETURN(cmp, measured_pass(engine, o, adapters, cost, bandwidth, o.compare == "base",
                                              o.compare == "sequential", seed + 1, "comparison " + n));
       return Status::ok();
     };
@@ -209,7 +209,7 @@ int run_bench(BenchOptions& o, const CLI::App* cmd) {
   auto created = LLMEngine::create(args);
   if (!created.is_ok()) return fail(created.message(), 1);
   LLMEngine& engine = *created.value();
-  const ByteModel bytes = make_byte_model(engine);
+  const CostModel cost = make_cost_model(engine);
   const double bandwidth = o.mem_bandwidth_gbs > 0 ? o.mem_bandwidth_gbs : (args.device == "cuda" ? 4260.0 : 30.0);
   const int64_t vocab = engine.model_config().vocab_size;
 
@@ -233,7 +233,7 @@ int run_bench(BenchOptions& o, const CLI::App* cmd) {
     w.output_len = o.warmup_steps + 1;
     auto reqs = make_requests(concurrent, std::min(o.input_len, 32), adapters, o.lora_fraction, vocab,
                               args.seed + 999, "warmup-");
-    auto r = run_offline_pass(engine, w, bytes, reqs, false);
+    auto r = run_offline_pass(engine, w, cost, reqs, false);
     if (!r.is_ok()) return fail(r.message(), 1);
   }
 
@@ -243,13 +243,13 @@ int run_bench(BenchOptions& o, const CLI::App* cmd) {
     if (!a.is_ok()) return fail(a.message(), 2);
     std::printf("online: %d requests, rate %s/s, input %d, output %d\n", o.num_requests, o.request_rate.c_str(),
                 o.input_len, o.output_len);
-    auto r = run_online(engine, o, bytes, reqs);
+    auto r = run_online(engine, o, cost, reqs);
     if (!r.is_ok()) return fail(r.message(), 1);
     print_online(r.value());
     record["online"] = online_json(r.value());
-    record["online"]["decode"] = pass_json(r->steps, bytes, bandwidth)["decode"];
+    record["online"]["decode"] = pass_json(r->steps, cost, bandwidth)["decode"];
   } else {
-    Status st = run_offline_iterations(engine, o, adapters, bytes, bandwidth, &record);
+    Status st = run_offline_iterations(engine, o, adapters, cost, bandwidth, &record);
     if (!st.is_ok()) return fail(st.message(), 1);
   }
   record["machine"]["loadavg_1_5_15_end"] = machine_json(engine)["loadavg_1_5_15"];

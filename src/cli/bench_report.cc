@@ -110,12 +110,13 @@ nlohmann::json machine_json(const LLMEngine& engine) {
   return m;
 }
 
-nlohmann::json pass_json(const PassStats& s, const ByteModel& b, double bandwidth_gbs) {
+nlohmann::json pass_json(const PassStats& s, const CostModel& b, double bandwidth_gbs) {
   nlohmann::json j;
   j["prefill"] = {{"steps", s.prefill_steps},
                   {"tokens", s.prefill_tokens},
                   {"seconds", s.prefill_s},
-                  {"tokens_per_s", rate(static_cast<double>(s.prefill_tokens), s.prefill_s)}};
+                  {"tokens_per_s", rate(static_cast<double>(s.prefill_tokens), s.prefill_s)},
+                  {"linear_gflop_per_s", rate(s.prefill_linear_flops, s.prefill_s) / 1e9}};
   const double bytes_per_step = s.decode_steps ? s.decode_bytes / s.decode_steps : 0.0;
   const double achieved_gbs = rate(s.decode_bytes, s.decode_s) / 1e9;
   const double floor_ms = bytes_per_step / (bandwidth_gbs * 1e9) * 1e3;
@@ -131,7 +132,9 @@ nlohmann::json pass_json(const PassStats& s, const ByteModel& b, double bandwidt
                  {"achieved_gb_per_s", achieved_gbs},
                  {"ceiling_gb_per_s", bandwidth_gbs},
                  {"floor_ms_per_step", floor_ms},
-                 {"fraction_of_ceiling", achieved_gbs / bandwidth_gbs}};
+                 {"fraction_of_ceiling", achieved_gbs / bandwidth_gbs},
+                 {"gflop_per_step", s.decode_steps ? s.decode_flops / s.decode_steps / 1e9 : 0.0},
+                 {"gflop_per_s", rate(s.decode_flops, s.decode_s) / 1e9}};
   j["mixed"] = {{"steps", s.mixed_steps}, {"tokens", s.mixed_tokens}, {"seconds", s.mixed_s}};
   j["end_to_end"] = {{"output_tokens", s.output_tokens},
                      {"seconds", s.total_s},
@@ -140,12 +143,13 @@ nlohmann::json pass_json(const PassStats& s, const ByteModel& b, double bandwidt
   return j;
 }
 
-void print_pass(const std::string& label, const PassStats& s, const ByteModel& b, double bandwidth_gbs) {
+void print_pass(const std::string& label, const PassStats& s, const CostModel& b, double bandwidth_gbs) {
   const nlohmann::json j = pass_json(s, b, bandwidth_gbs);
   const auto& d = j["decode"];
   std::printf("%s\n", label.c_str());
-  std::printf("  prefill    %3d steps %7lld tokens %9.3f s %10.1f tok/s\n", s.prefill_steps,
-              static_cast<long long>(s.prefill_tokens), s.prefill_s, j["prefill"]["tokens_per_s"].get<double>());
+  std::printf("  prefill    %3d steps %7lld tokens %9.3f s %10.1f tok/s   linear layers %.1f GFLOP/s\n",
+              s.prefill_steps, static_cast<long long>(s.prefill_tokens), s.prefill_s,
+              j["prefill"]["tokens_per_s"].get<double>(), j["prefill"]["linear_gflop_per_s"].get<double>());
   std::printf("  decode     %3d steps %7lld tokens %9.3f s %10.2f tok/s   step min %.2f  p50 %.2f  p90 %.2f ms\n",
               s.decode_steps, static_cast<long long>(s.decode_tokens), s.decode_s, d["tokens_per_s"].get<double>(),
               d["step_ms"]["min"].get<double>(), d["step_ms"]["p50"].get<double>(), d["step_ms"]["p90"].get<double>());
@@ -162,6 +166,8 @@ void print_pass(const std::string& label, const PassStats& s, const ByteModel& b
   std::printf("  bandwidth  %.1f GB/s achieved; ceiling %.0f GB/s -> floor %.2f ms/step; %.0f%% of ceiling\n",
               d["achieved_gb_per_s"].get<double>(), bandwidth_gbs, d["floor_ms_per_step"].get<double>(),
               100.0 * d["fraction_of_ceiling"].get<double>());
+  std::printf("  compute    %.2f GFLOP/decode step, %.1f GFLOP/s\n", d["gflop_per_step"].get<double>(),
+              d["gflop_per_s"].get<double>());
 }
 
 nlohmann::json online_json(const OnlineStats& s) {

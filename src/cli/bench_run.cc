@@ -41,9 +41,9 @@ Status check_outputs(const std::vector<RequestOutput>& outs) {
 
 }  // namespace
 
-ByteModel make_byte_model(const LLMEngine& engine) {
+CostModel make_cost_model(const LLMEngine& engine) {
   const ModelConfig& c = engine.model_config();
-  ByteModel b;
+  CostModel b;
   // A decode step gathers only a few rows of an untied input embedding table; the tied
   // table is read in full as the lm_head.
   b.weight_bytes = static_cast<double>(engine.weight_bytes()) -
@@ -59,10 +59,17 @@ ByteModel make_byte_model(const LLMEngine& engine) {
   }
   b.kv_bytes_per_position = 2.0 * static_cast<double>(c.num_layers * c.num_kv_heads * c.head_dim) *
                             static_cast<double>(dtype_size(engine.kv_cache_dtype()));
+  const double h = static_cast<double>(c.hidden_size), q = static_cast<double>(c.q_size()),
+               kv = static_cast<double>(c.kv_size()), f = static_cast<double>(c.intermediate_size),
+               layers = static_cast<double>(c.num_layers);
+  b.linear_flops_per_token = 2.0 * layers * (h * q + 2 * h * kv + q * h + 3 * h * f);
+  b.lm_head_flops_per_row = 2.0 * static_cast<double>(c.vocab_size) * h;
+  b.attn_flops_per_position = 4.0 * layers * q;
+  if (engine.args().enable_lora) b.adapter_flops_per_token = b.adapter_bytes / 4.0 * 2.0;  // one MAC per f32 read
   return b;
 }
 
-std::vector<RequestOutput> timed_step(LLMEngine& engine, const ByteModel& bytes, PassStats* s) {
+std::vector<RequestOutput> timed_step(LLMEngine& engine, const CostModel& cost, PassStats* s) {
   const auto t0 = Clock::now();
   std::vector<RequestOutput> outs = engine.step();
   const double sec = seconds(t0, Clock::now());
@@ -74,10 +81,20 @@ std::vector<RequestOutput> timed_step(LLMEngine& engine, const ByteModel& bytes,
     for (const CompletionOutput& c : o.outputs) new_tokens += static_cast<int64_t>(c.num_new_tokens);
   s->output_tokens += new_tokens;
 
+  int64_t sampled = 0, sampled_with_adapter = 0;
+  for (const RequestOutput& o : outs)
+    for (const CompletionOutput& c : o.outputs)
+      if (c.num_new_tokens > 0) {
+        ++sampled;
+        if (!o.lora_name.empty()) ++sampled_with_adapter;
+      }
+
   if (st.num_prefill_tokens > 0 && st.num_decode_tokens == 0) {
     ++s->prefill_steps;
     s->prefill_tokens += st.num_prefill_tokens;
     s->prefill_s += sec;
+    s->prefill_linear_flops += cost.linear_flops_per_token * st.num_prefill_tokens +
+                               cost.lm_head_flops_per_row * static_cast<double>(sampled);
   } else if (st.num_prefill_tokens == 0 && st.num_decode_tokens > 0) {
     ++s->decode_steps;
     s->decode_tokens += st.num_decode_tokens;
@@ -90,11 +107,14 @@ std::vector<RequestOutput> timed_step(LLMEngine& engine, const ByteModel& bytes,
       for (const CompletionOutput& c : o.outputs)
         if (c.num_new_tokens > 0)
           positions += static_cast<int64_t>(o.prompt_token_ids.size() + c.token_ids.size()) - 1;
-    const double adapter = bytes.adapter_bytes * static_cast<double>(st.adapters.size());
-    const double kv = bytes.kv_bytes_per_position * static_cast<double>(positions);
+    const double adapter = cost.adapter_bytes * static_cast<double>(st.adapters.size());
+    const double kv = cost.kv_bytes_per_position * static_cast<double>(positions);
     s->decode_adapter_bytes += adapter;
     s->decode_kv_bytes += kv;
-    s->decode_bytes += bytes.weight_bytes + adapter + kv;
+    s->decode_bytes += cost.weight_bytes + adapter + kv;
+    s->decode_flops += (cost.linear_flops_per_token + cost.lm_head_flops_per_row) * st.num_decode_tokens +
+                       cost.attn_flops_per_position * static_cast<double>(positions) +
+                       cost.adapter_flops_per_token * static_cast<double>(sampled_with_adapter);
   } else if (st.num_prefill_tokens > 0) {
     ++s->mixed_steps;
     s->mixed_tokens += st.num_prefill_tokens + st.num_decode_tokens;
@@ -103,7 +123,7 @@ std::vector<RequestOutput> timed_step(LLMEngine& engine, const ByteModel& bytes,
   return outs;
 }
 
-Result<PassStats> run_offline_pass(LLMEngine& engine, const BenchOptions& o, const ByteModel& bytes,
+Result<PassStats> run_offline_pass(LLMEngine& engine, const BenchOptions& o, const CostModel& cost,
                                    const std::vector<BenchRequest>& requests, bool sequential) {
   // Groups in order of first appearance: one per adapter (base requests form their own)
   // when sequential, else a single group with everything.
@@ -118,7 +138,7 @@ Result<PassStats> run_offline_pass(LLMEngine& engine, const BenchOptions& o, con
   PassStats s;
   for (const auto& group : groups) {
     for (const BenchRequest* r : group) QV_RETURN_IF_ERROR(submit(engine, *r, o.output_len));
-    while (engine.has_unfinished_requests()) QV_RETURN_IF_ERROR(check_outputs(timed_step(engine, bytes, &s)));
+    while (engine.has_unfinished_requests()) QV_RETURN_IF_ERROR(check_outputs(timed_step(engine, cost, &s)));
   }
   return s;
 }
@@ -149,7 +169,7 @@ Status assign_arrivals(std::vector<BenchRequest>* requests, const std::string& r
   return Status::ok();
 }
 
-Result<OnlineStats> run_online(LLMEngine& engine, const BenchOptions& o, const ByteModel& bytes,
+Result<OnlineStats> run_online(LLMEngine& engine, const BenchOptions& o, const CostModel& cost,
                                const std::vector<BenchRequest>& requests) {
   struct Track {
     double arrival_s = 0;
@@ -174,7 +194,7 @@ Result<OnlineStats> run_online(LLMEngine& engine, const BenchOptions& o, const B
                                                   std::chrono::duration<double>(requests[next].arrival_s)));
       continue;
     }
-    std::vector<RequestOutput> outs = timed_step(engine, bytes, &r.steps);
+    std::vector<RequestOutput> outs = timed_step(engine, cost, &r.steps);
     QV_RETURN_IF_ERROR(check_outputs(outs));
     const double t = seconds(start, Clock::now());
     for (const RequestOutput& out : outs) {
