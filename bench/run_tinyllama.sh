@@ -34,5 +34,8 @@ run b4-lora4-vs-sequential  --batch-size 4 --input-len 128 --output-len 64 --num
 # Issue 5: 16 requests over 8 adapters, all at once and at 2 requests/s.
 run online-inf  --num-requests 16 --request-rate inf --input-len 128 --output-len 64 --num-adapters 8 --lora-rank 16
 run online-r2   --num-requests 16 --request-rate 2 --input-len 128 --output-len 64 --num-adapters 8 --lora-rank 16
-# The same with chunked prefill at 256 tokens a step: long prefills no longer stall decodes.
+# 2 req/s x 128 prompt tokens is more prefill than 2 CPU cores do (~100 tok/s): a rate the
+# CPU sustains, for latencies without a queue.
+run online-r0.5 --num-requests 16 --request-rate 0.5 --input-len 128 --output-len 64 --num-adapters 8 --lora-rank 16
+# Chunked prefill at 256 tokens a step: long prefills stall decodes for less time each.
 run online-r2-chunk256  --num-requests 16 --request-rate 2 --input-len 128 --output-len 64 --num-adapters 8 --lora-rank 16 --max-num-batched-tokens 256

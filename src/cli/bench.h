@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -87,6 +88,7 @@ struct PassStats {
   double decode_flops = 0;
   double prefill_linear_flops = 0;  // projections and lm_head of prefill-only steps (attention left out)
   int64_t num_preempted = 0;
+  std::map<std::string, int> decode_paths;  // StepStats::path of decode-only steps ("eager", "graph bs=8")
 };
 
 // engine.step() under a wall clock; classifies the step (prefill / decode / mixed) into

@@ -55,6 +55,10 @@ Status validate(const BenchOptions& o) {
   if (o.compare == "base" && o.num_adapters == 0) return Status::error("--compare base needs --num-adapters");
   if (o.compare == "sequential" && o.sequential_adapters)
     return Status::error("--compare sequential compares against --sequential-adapters; give only one");
+  if (o.num_requests > 0) {
+    std::vector<BenchRequest> none;
+    QV_RETURN_IF_ERROR(assign_arrivals(&none, o.request_rate, 0));  // checks the rate before the model loads
+  }
   if (o.mem_bandwidth_gbs < 0) return Status::error("--mem-bandwidth-gbs must be positive");
   return Status::ok();
 }

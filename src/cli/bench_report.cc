@@ -134,7 +134,8 @@ nlohmann::json pass_json(const PassStats& s, const CostModel& b, double bandwidt
                  {"floor_ms_per_step", floor_ms},
                  {"fraction_of_ceiling", achieved_gbs / bandwidth_gbs},
                  {"gflop_per_step", s.decode_steps ? s.decode_flops / s.decode_steps / 1e9 : 0.0},
-                 {"gflop_per_s", rate(s.decode_flops, s.decode_s) / 1e9}};
+                 {"gflop_per_s", rate(s.decode_flops, s.decode_s) / 1e9},
+                 {"paths", s.decode_paths}};
   j["mixed"] = {{"steps", s.mixed_steps}, {"tokens", s.mixed_tokens}, {"seconds", s.mixed_s}};
   j["end_to_end"] = {{"output_tokens", s.output_tokens},
                      {"seconds", s.total_s},
@@ -166,8 +167,10 @@ void print_pass(const std::string& label, const PassStats& s, const CostModel& b
   std::printf("  bandwidth  %.1f GB/s achieved; ceiling %.0f GB/s -> floor %.2f ms/step; %.0f%% of ceiling\n",
               d["achieved_gb_per_s"].get<double>(), bandwidth_gbs, d["floor_ms_per_step"].get<double>(),
               100.0 * d["fraction_of_ceiling"].get<double>());
-  std::printf("  compute    %.2f GFLOP/decode step, %.1f GFLOP/s\n", d["gflop_per_step"].get<double>(),
-              d["gflop_per_s"].get<double>());
+  std::string paths;
+  for (const auto& [path, count] : s.decode_paths) paths += " " + path + " x" + std::to_string(count);
+  std::printf("  compute    %.2f GFLOP/decode step, %.1f GFLOP/s   decode paths:%s\n", d["gflop_per_step"].get<double>(),
+              d["gflop_per_s"].get<double>(), paths.c_str());
 }
 
 nlohmann::json online_json(const OnlineStats& s) {

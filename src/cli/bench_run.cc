@@ -100,6 +100,7 @@ std::vector<RequestOutput> timed_step(LLMEngine& engine, const CostModel& cost, 
     s->decode_tokens += st.num_decode_tokens;
     s->decode_s += sec;
     s->decode_step_ms.push_back(sec * 1e3);
+    ++s->decode_paths[st.path];
     // Each sequence that decoded attended over its whole context: the prompt plus every
     // generated token but the one just sampled.
     int64_t positions = 0;
