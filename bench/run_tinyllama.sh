@@ -9,12 +9,13 @@
 #        bench/run_tinyllama.sh build bench/results/h200 cuda 0 1000 0
 # Writes OUT_DIR/<case>.json (one `quiver bench --json-output` record each) and
 # OUT_DIR/log.txt (the human tables). CASES="b1-base online-r2" runs a subset;
-# MODEL=bench/configs/llama-2-7b runs the same cases on another shape.
+# MODEL=bench/configs/llama-2-7b runs the same cases on another shape; COMMIT=abc1234 is
+# recorded as the commit where the tree has no .git (a copy on another machine).
 set -euo pipefail
 build=${1:?build dir}; out=${2:?output dir}; device=${3:-cpu}; threads=${4:-0}
 maxload=${5:-1.5}; wait_s=${6:-900}
 mkdir -p "$out"
-q="$build/quiver bench --model ${MODEL:-bench/configs/tinyllama-1.1b} --load-format dummy --dtype bfloat16 --device $device --threads $threads"
+q="$build/quiver bench --model ${MODEL:-bench/configs/tinyllama-1.1b} --load-format dummy --dtype bfloat16 --device $device --threads $threads ${COMMIT:+--commit $COMMIT}"
 run() {  # name, flags...
   local name=$1; shift
   if [[ -n "${CASES:-}" && " $CASES " != *" $name "* ]]; then return; fi

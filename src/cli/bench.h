@@ -41,6 +41,7 @@ struct BenchOptions {
   double mem_bandwidth_gbs = 0;      // 0: 30 (cpu, ref) or 4260 (cuda)
   std::string json_output;
   std::string adapter_dir;     // keep the synthesized adapters here (default: a temp folder, removed)
+  std::string commit;          // recorded as git_commit when given (trees copied without .git)
 };
 
 // One synthetic request: random prompt token ids and its adapter ("" = base model).

@@ -219,6 +219,7 @@ int run_bench(BenchOptions& o, const CLI::App* cmd) {
 
   nlohmann::json record;
   record["machine"] = machine_json(engine);
+  if (!o.commit.empty()) record["machine"]["git_commit"] = o.commit;
   record["options"] = options_json(o, engine);
   const auto& m = record["machine"];
   std::printf("quiver bench  %s  commit %s  %s  %s (%u cores)  load %.2f\n", m["date_utc"].get<std::string>().c_str(),
@@ -295,6 +296,7 @@ void register_bench(CLI::App& app, int* exit_code) {
   cmd->add_option("--mem-bandwidth-gbs", o->mem_bandwidth_gbs,
                   "memory bandwidth ceiling in GB/s (default 30 for cpu, 4260 for cuda)");
   cmd->add_option("--adapter-dir", o->adapter_dir, "write the synthesized adapters here and keep them");
+  cmd->add_option("--commit", o->commit, "commit to record (for a tree copied without .git; default: git rev-parse)");
   cmd->add_option("--json-output", o->json_output, "write every number, date, commit and machine as JSON");
   cmd->callback([o, cmd, exit_code] { *exit_code = run_bench(*o, cmd); });
 }
