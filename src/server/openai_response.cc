@@ -86,6 +86,15 @@ json usage_json(const Usage& u) {
               {"total_tokens", u.prompt_tokens + u.completion_tokens}};
 }
 
+namespace {
+// vLLM's return_token_ids: the choice's token ids (and the prompt's, on the first piece).
+void add_token_ids(json& c, const ChoicePiece& p, bool return_token_ids) {
+  if (!return_token_ids) return;
+  c["token_ids"] = p.token_ids;
+  if (p.prompt_token_ids.has_value()) c["prompt_token_ids"] = *p.prompt_token_ids;
+}
+}  // namespace
+
 json completion_choice_json(const ChoicePiece& p, bool logprobs, const TokenText& token_text, size_t text_offset,
                             bool return_token_ids) {
   json c = {{"index", p.index},
@@ -93,10 +102,7 @@ json completion_choice_json(const ChoicePiece& p, bool logprobs, const TokenText
             {"logprobs", logprobs ? completion_logprobs_json(p, token_text, text_offset) : json(nullptr)},
             {"finish_reason", or_null(p.finish_reason)},
             {"stop_reason", stop_reason_json(p)}};
-  if (return_token_ids) {
-    c["token_ids"] = p.token_ids;
-    if (p.prompt_token_ids.has_value()) c["prompt_token_ids"] = *p.prompt_token_ids;
-  }
+  add_token_ids(c, p, return_token_ids);
   return c;
 }
 
@@ -116,10 +122,7 @@ json chat_choice_json(const ChoicePiece& p, bool logprobs, const TokenText& toke
             {"logprobs", logprobs ? chat_logprobs_json(p, token_text) : json(nullptr)},
             {"finish_reason", or_null(p.finish_reason)},
             {"stop_reason", stop_reason_json(p)}};
-  if (return_token_ids) {
-    c["token_ids"] = p.token_ids;
-    if (p.prompt_token_ids.has_value()) c["prompt_token_ids"] = *p.prompt_token_ids;
-  }
+  add_token_ids(c, p, return_token_ids);
   return c;
 }
 
@@ -133,10 +136,7 @@ json chat_delta_choice_json(const ChoicePiece& p, bool with_role, bool logprobs,
             {"logprobs", logprobs && !p.token_ids.empty() ? chat_logprobs_json(p, token_text) : json(nullptr)},
             {"finish_reason", or_null(p.finish_reason)},
             {"stop_reason", stop_reason_json(p)}};
-  if (return_token_ids) {
-    c["token_ids"] = p.token_ids;
-    if (p.prompt_token_ids.has_value()) c["prompt_token_ids"] = *p.prompt_token_ids;
-  }
+  add_token_ids(c, p, return_token_ids);
   return c;
 }
 
