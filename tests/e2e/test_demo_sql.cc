@@ -12,15 +12,19 @@
 
 #include <nlohmann/json.hpp>
 
+#include "e2e/scratch.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+using quiver::testing::scratch;
+
 const fs::path kRoot = QUIVER_SOURCE_DIR;
 
 std::map<std::string, json> run(const fs::path& input, const std::string& tag) {
-  const fs::path out = fs::temp_directory_path() / ("quiver_demo_" + tag + ".jsonl");
+  const fs::path out = scratch("demo_" + tag + ".jsonl");
   const std::string cmd = std::string(QUIVER_BINARY) + " generate --model " + (kRoot / "models/demo/base").string() +
                           " --lora sql=" + (kRoot / "models/demo/adapters/sql").string() +
                           " --lora pirate=" + (kRoot / "models/demo/adapters/pirate").string() +
@@ -69,7 +73,7 @@ TEST(DemoSql, AdapterAnswersHeldOutQuestions) {
 TEST(DemoSql, BaseModelCannotDoIt) {
   const auto want = expected_answers();
   // Same prompts, no adapter.
-  const fs::path base_input = fs::temp_directory_path() / "quiver_demo_base_input.jsonl";
+  const fs::path base_input = scratch("demo_base_input.jsonl");
   {
     std::ifstream in(kRoot / "tests/fixtures/demo_sql_heldout.jsonl");
     std::ofstream out(base_input);

@@ -11,16 +11,20 @@
 
 #include <nlohmann/json.hpp>
 
+#include "e2e/scratch.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+using quiver::testing::scratch;
+
 const fs::path kModel = fs::path(QUIVER_SOURCE_DIR) / "tests/fixtures/llama_gqa";
 
 std::vector<json> generate(const std::vector<std::string>& lines, const std::string& extra = "") {
-  const fs::path in = fs::temp_directory_path() / "quiver_errors_in.jsonl";
-  const fs::path out = fs::temp_directory_path() / "quiver_errors_out.jsonl";
+  const fs::path in = scratch("errors_in.jsonl");
+  const fs::path out = scratch("errors_out.jsonl");
   {
     std::ofstream f(in);
     for (const auto& l : lines) f << l << "\n";
@@ -77,13 +81,13 @@ TEST(GenerateErrors, BadLinesGetErrorsAndTheOthersRun) {
 }
 
 TEST(GenerateErrors, ModelLoadFailuresExitWithAMessage) {
-  const fs::path in = fs::temp_directory_path() / "quiver_errors_in2.jsonl";
+  const fs::path in = scratch("errors_in2.jsonl");
   std::ofstream(in) << R"({"prompt_token_ids": [1]})" << "\n";
   const std::string base = std::string(QUIVER_BINARY) + " generate --input " + in.string() + " --output /dev/null ";
   EXPECT_NE(std::system((base + "--model /nonexistent 2>/dev/null").c_str()), 0);
   // An adapter made for another model is refused at start-up with a message.
   const std::string other = (fs::path(QUIVER_SOURCE_DIR) / "tests/fixtures/mistral/adapters/all_r4").string();
-  const fs::path err = fs::temp_directory_path() / "quiver_errors_stderr.txt";
+  const fs::path err = scratch("errors_stderr.txt");
   EXPECT_NE(std::system((base + "--model " + kModel.string() + " --lora x=" + other + " 2>" + err.string()).c_str()), 0);
   std::ifstream e(err);
   std::string msg((std::istreambuf_iterator<char>(e)), {});

@@ -17,10 +17,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "e2e/scratch.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+
+using quiver::testing::scratch;
 
 const std::vector<std::string> kModels = {"llama_gqa", "llama3_bf16", "qwen2_tied", "mistral"};
 
@@ -46,7 +50,7 @@ std::map<std::string, json> run_generate(const std::string& model, const fs::pat
   std::string cmd = std::string(QUIVER_BINARY) + " generate --model " + fixture(model).string();
   for (const auto& a : fs::directory_iterator(fixture(model) / "adapters"))
     cmd += " --lora " + a.path().filename().string() + "=" + a.path().string();
-  const fs::path out = fs::temp_directory_path() / ("quiver_e2e_" + model + "_" + tag + ".jsonl");
+  const fs::path out = scratch("e2e_" + model + "_" + tag + ".jsonl");
   cmd += " --max-lora-rank 64 --input " + input.string() + " --output " + out.string() + " " + extra;
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
   std::map<std::string, json> by_id;
@@ -134,10 +138,10 @@ TEST_P(HfFixture, ChunkedPrefillPreemptionAndFewSlotsChangeNothing) {
   auto stressed = run_generate(model, fixture(model) / "requests.jsonl",
                                "--max-loras 2 --max-num-batched-tokens 8 --block-size 4 --num-kv-blocks " + blocks +
                                " --trace "
-                               "2> " + (fs::temp_directory_path() / ("quiver_trace_" + model + ".log")).string(),
+                               "2> " + (scratch("trace_" + model + ".log")).string(),
                                "stressed");
   expect_same_runs(base, stressed, 1e-5, "stressed");
-  std::ifstream trace(fs::temp_directory_path() / ("quiver_trace_" + model + ".log"));
+  std::ifstream trace(scratch("trace_" + model + ".log"));
   std::string log((std::istreambuf_iterator<char>(trace)), {});
   EXPECT_NE(log.find("preempted=1"), std::string::npos) << "the small pool should force a preemption";
 }
@@ -148,7 +152,7 @@ TEST_P(HfFixture, EachRequestAloneEqualsTheBatch) {
   auto batch = run_generate(model, fixture(model) / "requests.jsonl", "--max-loras 8", "batch");
   std::map<std::string, json> alone;
   for (const auto& r : requests) {
-    const fs::path in = fs::temp_directory_path() / ("quiver_alone_" + model + ".jsonl");
+    const fs::path in = scratch("alone_" + model + ".jsonl");
     write_jsonl(in, {r});
     auto one = run_generate(model, in, "--max-loras 1 --no-prefix-caching", "alone");
     alone.insert(one.begin(), one.end());

@@ -7,6 +7,7 @@
 // and others loaded into the same slots between replays, and for batches with no adapter
 // (the lora=false graph). Skips without a GPU.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -30,7 +31,8 @@ namespace {
 namespace fs = std::filesystem;
 
 const fs::path kModel = fs::path(QUIVER_SOURCE_DIR) / "tests/fixtures/llama3_bf16";
-const fs::path kAdapters = fs::temp_directory_path() / "quiver_graph_test_adapters";
+const fs::path kAdapters =
+    fs::temp_directory_path() / ("quiver_graph_test_adapters_" + std::to_string(::getpid()));
 
 // Eight PEFT adapters with ranks 1..16 on all seven projections, random weights (fixed
 // seeds), written once per process.
