@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/check.h"
+#include "core/dtype.h"
 
 namespace quiver {
 
@@ -20,9 +21,10 @@ size_t buffer_index(int layer, LoraTarget target, bool is_b) {
 
 }  // namespace
 
-LoraSlotPool::LoraSlotPool(Backend* backend, const ModelConfig& config, int max_loras, int max_rank)
-    : backend_(backend), config_(config), max_loras_(max_loras), max_rank_(max_rank) {
+LoraSlotPool::LoraSlotPool(Backend* backend, const ModelConfig& config, int max_loras, int max_rank, DType dtype)
+    : backend_(backend), config_(config), max_loras_(max_loras), max_rank_(max_rank), dtype_(dtype) {
   check(backend != nullptr, "LoraSlotPool: null backend");
+  check(dtype == DType::kF32 || dtype == DType::kBF16, "LoraSlotPool: stacks must be f32 or bf16");
   check(max_loras >= 1, "LoraSlotPool: max_loras must be at least 1");
   check(max_rank >= 1, "LoraSlotPool: max_rank must be at least 1");
   slots_.resize(static_cast<size_t>(max_loras));
@@ -32,7 +34,7 @@ LoraSlotPool::LoraSlotPool(Backend* backend, const ModelConfig& config, int max_
       const auto target = static_cast<LoraTarget>(t);
       const size_t in = static_cast<size_t>(lora_target_in(config, target));
       const size_t out = static_cast<size_t>(lora_target_out(config, target));
-      const size_t per_slot = static_cast<size_t>(max_rank) * sizeof(float);
+      const size_t per_slot = static_cast<size_t>(max_rank) * dtype_size(dtype);
       for (size_t elems_per_rank : {in, out}) {
         Buffer buf(backend, static_cast<size_t>(max_loras) * per_slot * elems_per_rank);
         backend->fill_zero(buf.data(), buf.bytes());  // empty slots must read as "no LoRA"
@@ -44,13 +46,13 @@ LoraSlotPool::LoraSlotPool(Backend* backend, const ModelConfig& config, int max_
 
 Tensor LoraSlotPool::a_stack(int layer, LoraTarget target) const {
   check(layer >= 0 && layer < config_.num_layers, "a_stack: layer out of range");
-  return buffers_[buffer_index(layer, target, false)].tensor(DType::kF32,
+  return buffers_[buffer_index(layer, target, false)].tensor(dtype_,
                                                              {max_loras_, max_rank_, lora_target_in(config_, target)});
 }
 
 Tensor LoraSlotPool::b_stack(int layer, LoraTarget target) const {
   check(layer >= 0 && layer < config_.num_layers, "b_stack: layer out of range");
-  return buffers_[buffer_index(layer, target, true)].tensor(DType::kF32,
+  return buffers_[buffer_index(layer, target, true)].tensor(dtype_,
                                                             {max_loras_, lora_target_out(config_, target), max_rank_});
 }
 
@@ -86,7 +88,21 @@ void LoraSlotPool::load_into(int slot, const LoraAdapter& adapter) {
   // Zero the whole slot first: a module this adapter does not target must not keep the
   // previous occupant's weights (they would silently be applied to these requests).
   const size_t s = static_cast<size_t>(slot);
-  std::vector<float> padded;  // host staging for one B, reused across modules
+  const size_t es = dtype_size(dtype_);
+  std::vector<float> padded;      // host staging for one B, reused across modules
+  std::vector<uint16_t> narrow;   // bf16 staging, reused across modules
+  // Copies n f32 values to the device, rounded to bf16 first when the stacks are bf16.
+  auto upload = [&](char* dst, const float* src, size_t n) {
+    if (dtype_ == DType::kF32) {
+      backend_->copy_from_host(dst, src, n * sizeof(float));
+    } else {
+      narrow.resize(n);
+      for (size_t i = 0; i < n; ++i) narrow[i] = f32_to_bf16(src[i]);
+      backend_->copy_from_host(dst, narrow.data(), n * sizeof(uint16_t));
+    }
+    // A device backend may still be reading the staging asynchronously; wait before reuse.
+    backend_->synchronize();
+  };
   for (int64_t l = 0; l < config_.num_layers; ++l) {
     for (int t = 0; t < kNumLoraTargets; ++t) {
       const auto target = static_cast<LoraTarget>(t);
@@ -94,25 +110,23 @@ void LoraSlotPool::load_into(int slot, const LoraAdapter& adapter) {
       const size_t out = static_cast<size_t>(lora_target_out(config_, target));
       const size_t rank = static_cast<size_t>(max_rank_);
       char* a_slot = static_cast<char*>(buffers_[buffer_index(static_cast<int>(l), target, false)].data()) +
-                     s * rank * in * sizeof(float);  // [max_rank, in]
+                     s * rank * in * es;  // [max_rank, in]
       char* b_slot = static_cast<char*>(buffers_[buffer_index(static_cast<int>(l), target, true)].data()) +
-                     s * out * rank * sizeof(float);  // [out, max_rank]
-      backend_->fill_zero(a_slot, rank * in * sizeof(float));
-      backend_->fill_zero(b_slot, out * rank * sizeof(float));
+                     s * out * rank * es;  // [out, max_rank]
+      backend_->fill_zero(a_slot, rank * in * es);
+      backend_->fill_zero(b_slot, out * rank * es);
 
       const auto& m = adapter.layers[l][t];
       if (!m) continue;
       const size_t r = static_cast<size_t>(m->rank);
       check(r <= rank && m->a.size() == r * in && m->b.size() == out * r, "load_into: module shape mismatch");
       // A [r, in] is the first r rows of the slot's [max_rank, in]: one contiguous copy.
-      backend_->copy_from_host(a_slot, m->a.data(), m->a.size() * sizeof(float));
+      upload(a_slot, m->a.data(), m->a.size());
       // B [out, r] goes to [out, max_rank]: pad each row on the host, copy once.
       padded.assign(out * rank, 0.f);
       for (size_t o = 0; o < out; ++o)
         for (size_t k = 0; k < r; ++k) padded[o * rank + k] = m->b[o * r + k];
-      backend_->copy_from_host(b_slot, padded.data(), padded.size() * sizeof(float));
-      // A device backend may still be reading `padded` asynchronously; wait before reuse.
-      backend_->synchronize();
+      upload(b_slot, padded.data(), padded.size());
     }
   }
   backend_->synchronize();

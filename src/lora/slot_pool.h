@@ -1,6 +1,8 @@
 // LoraSlotPool: the device level of the adapter cache (vLLM's max_loras).
 // For every layer and target projection it owns two persistent stacks,
-//   a: [max_loras, max_rank, in]    b: [max_loras, out, max_rank]   (float32, scale folded in B)
+//   a: [max_loras, max_rank, in]    b: [max_loras, out, max_rank]   (scale folded in B)
+// in float32 (default: exact PEFT agreement) or bfloat16 (vLLM's lora_dtype: half the bytes
+// LoRA reads per step; values rounded to nearest even when loaded),
 // allocated once and never reallocated (CUDA graphs capture their addresses). Loading an
 // adapter into a slot zeroes the slot, then copies each module's weights rank-padded;
 // modules the adapter does not target stay zero. A slot pinned by a running request is
@@ -20,10 +22,12 @@ namespace quiver {
 
 class LoraSlotPool {
  public:
-  LoraSlotPool(Backend* backend, const ModelConfig& config, int max_loras, int max_rank);
+  LoraSlotPool(Backend* backend, const ModelConfig& config, int max_loras, int max_rank,
+               DType dtype = DType::kF32);  // dtype: kF32 or kBF16
 
   int max_loras() const { return max_loras_; }
   int max_rank() const { return max_rank_; }
+  DType dtype() const { return dtype_; }
 
   // a_stack: [max_loras, max_rank, in(target)]; b_stack: [max_loras, out(target), max_rank]
   Tensor a_stack(int layer, LoraTarget target) const;
@@ -53,6 +57,7 @@ class LoraSlotPool {
   ModelConfig config_;
   int max_loras_;
   int max_rank_;
+  DType dtype_;
   std::vector<Buffer> buffers_;  // [layer * 7 + target] * 2 (a, b)
   std::vector<Slot> slots_;
   uint64_t clock_ = 0;

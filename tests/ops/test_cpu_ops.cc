@@ -373,6 +373,7 @@ struct LoraCase {
   int64_t n, in, out, max_rank;
   std::vector<int32_t> slots;  // per token, -1 = base model
   bool with_segments;
+  DType stack_dtype = DType::kF32;  // A and B stacks: f32 or bf16 (--lora-dtype)
 };
 
 LoraMeta lora_meta(const std::vector<int32_t>& slots, bool with_segments, Buf* token_slot, Buf* seg_start, Buf* seg_slot) {
@@ -399,14 +400,15 @@ LoraMeta lora_meta(const std::vector<int32_t>& slots, bool with_segments, Buf* t
 void run_lora_case(CpuBackend& cpu, RefBackend& ref, std::mt19937& rng, const LoraCase& c) {
   const int64_t num_slots = 3, n = c.n, r = c.max_rank;
   const std::string what = "lora n=" + std::to_string(n) + " in=" + std::to_string(c.in) + " out=" +
-                           std::to_string(c.out) + " rank=" + std::to_string(r) + " seg=" + std::to_string(c.with_segments);
+                           std::to_string(c.out) + " rank=" + std::to_string(r) + " seg=" + std::to_string(c.with_segments) +
+                           " stacks=" + std::string(dtype_name(c.stack_dtype));
   Buf x = random_buf(rng, DType::kF32, {n, c.in});
-  Buf a = random_buf(rng, DType::kF32, {num_slots, r, c.in});
-  Buf b = random_buf(rng, DType::kF32, {num_slots, c.out, r});
+  Buf a = random_buf(rng, c.stack_dtype, {num_slots, r, c.in});
+  Buf b = random_buf(rng, c.stack_dtype, {num_slots, c.out, r});
   // Slot 1 holds a lower-rank adapter: rank-padding rows/columns are zero.
   for (int64_t j = r / 2 + 1; j < r; ++j) {
-    for (int64_t k = 0; k < c.in; ++k) a.f()[(1 * r + j) * c.in + k] = 0;
-    for (int64_t o = 0; o < c.out; ++o) b.f()[(1 * c.out + o) * r + j] = 0;
+    for (int64_t k = 0; k < c.in; ++k) a.set((1 * r + j) * c.in + k, 0);
+    for (int64_t o = 0; o < c.out; ++o) b.set((1 * c.out + o) * r + j, 0);
   }
   Buf ts, ss, sl;
   LoraMeta meta = lora_meta(c.slots, c.with_segments, &ts, &ss, &sl);
@@ -431,7 +433,7 @@ void run_lora_case(CpuBackend& cpu, RefBackend& ref, std::mt19937& rng, const Lo
       const float g = t_cpu.f()[i * r + j], w = t_ref.f()[i * r + j];
       double tol = 1e-6;
       if (s >= 0)
-        for (int64_t k = 0; k < c.in; ++k) tol += 2e-6 * std::fabs(x.f()[i * c.in + k] * a.f()[(s * r + j) * c.in + k]);
+        for (int64_t k = 0; k < c.in; ++k) tol += 2e-6 * std::fabs(x.f()[i * c.in + k] * a.at((s * r + j) * c.in + k));
       const bool ok = s < 0 ? g == 7.0f : std::fabs(g - w) <= tol;
       if (!ok && bad++ < 5) ADD_FAILURE() << what << " shrink row " << i << " slot " << s << " col " << j << ": " << g << " vs " << w;
     }
@@ -439,7 +441,7 @@ void run_lora_case(CpuBackend& cpu, RefBackend& ref, std::mt19937& rng, const Lo
       const float g = y_cpu.f()[i * c.out + o], w = y_ref.f()[i * c.out + o];
       double tol = 1e-6 * (1 + std::fabs(w));
       if (s >= 0)
-        for (int64_t j = 0; j < r; ++j) tol += 2e-6 * std::fabs(t_ref.f()[i * r + j] * b.f()[(s * c.out + o) * r + j]);
+        for (int64_t j = 0; j < r; ++j) tol += 2e-6 * std::fabs(t_ref.f()[i * r + j] * b.at((s * c.out + o) * r + j));
       const bool ok = s < 0 ? g == y0.f()[i * c.out + o] : std::fabs(g - w) <= tol;
       if (!ok && bad++ < 5) ADD_FAILURE() << what << " expand row " << i << " slot " << s << " out " << o << ": " << g << " vs " << w;
     }
@@ -466,6 +468,32 @@ TEST_P(CpuOps, LoraShrinkExpand) {
           for (bool seg : {true, false}) {
             if (n * in * 16 > 2'000'000 && !seg) continue;
             run_lora_case(*cpu_, ref_, rng_, {n, in, out, rank, p, seg});
+          }
+  }
+}
+
+// bf16 stacks (--lora-dtype bfloat16): widened in registers like bf16 weights; same
+// patterns (slot -1, one slot, mixed, random), fewer shapes.
+TEST_P(CpuOps, LoraShrinkExpandBf16Stacks) {
+  const std::pair<int64_t, int64_t> dims[] = {{17, 130}, {2048, 256}, {130, 2048}};
+  for (int64_t n : {1, 17, 97}) {
+    std::vector<std::vector<int32_t>> patterns;
+    patterns.push_back(std::vector<int32_t>(static_cast<size_t>(n), -1));
+    patterns.push_back(std::vector<int32_t>(static_cast<size_t>(n), 2));
+    std::vector<int32_t> mixed, random;
+    const int32_t cycle[] = {0, 0, -1, 2, 2, 2, 1, -1, -1, 0, 1};
+    for (int64_t i = 0; i < n; ++i) {
+      mixed.push_back(cycle[i % 11]);
+      random.push_back(static_cast<int32_t>(std::uniform_int_distribution<int>(-1, 2)(rng_)));
+    }
+    patterns.push_back(mixed);
+    patterns.push_back(random);
+    for (auto [in, out] : dims)
+      for (int64_t rank : {1, 16})
+        for (const auto& p : patterns)
+          for (bool seg : {true, false}) {
+            if (n * in * 16 > 2'000'000 && !seg) continue;
+            run_lora_case(*cpu_, ref_, rng_, {n, in, out, rank, p, seg, DType::kBF16});
           }
   }
 }

@@ -174,6 +174,49 @@ TEST_F(SlotPoolTest, ReusedSlotHasNoStaleWeights) {
   }
 }
 
+// --lora-dtype bfloat16: the stacks are bf16, each value the round-to-nearest-even of the
+// adapter's f32 value, padding and untargeted modules zero (also after slot reuse).
+TEST_F(SlotPoolTest, Bf16StacksHoldRoundedValues) {
+  LoraSlotPool pool(&backend_, config_, /*max_loras=*/2, kMaxRank, DType::kBF16);
+  EXPECT_EQ(pool.dtype(), DType::kBF16);
+  EXPECT_EQ(pool.a_stack(0, LoraTarget::kQ).dtype, DType::kBF16);
+  EXPECT_EQ(pool.b_stack(1, LoraTarget::kDown).dtype, DType::kBF16);
+  EXPECT_EQ(pool.b_stack(1, LoraTarget::kO).shape_string(), "[2, 8, 4]");
+  LoraAdapter full = adapter(Ranks{4, 4, 4, 4, 4, 4, 4}, 3);
+  pool.release(*pool.acquire(1, full));
+  pool.release(*pool.acquire(2, full));
+  LoraAdapter x = adapter(Ranks{2, 1, 4, 3, 0, 1, 3}, 7);  // no gate_proj
+  // The helper's values are exact in bf16; scale them so most need rounding.
+  for (auto& layer : x.layers)
+    for (auto& m : layer)
+      if (m) {
+        for (float& v : m->a) v *= 1.0f / 3.0f;
+        for (float& v : m->b) v *= 1.0f / 3.0f;
+      }
+  const int s = *pool.acquire(3, x);  // evicts 1 (LRU): reuses a slot that held rank 4 everywhere
+  auto bf = [](float v) { return bf16_to_f32(f32_to_bf16(v)); };
+  int inexact = 0;  // the test values must really need rounding
+  for (int l = 0; l < 2; ++l)
+    for (int t = 0; t < kNumLoraTargets; ++t) {
+      const auto target = static_cast<LoraTarget>(t);
+      const auto& m = x.layers[l][t];
+      Tensor a = pool.a_stack(l, target), b = pool.b_stack(l, target);
+      const int64_t in = a.dim(2), out = b.dim(1), rank = m ? m->rank : 0;
+      const size_t a0 = static_cast<size_t>(s * kMaxRank * in), b0 = static_cast<size_t>(s * out * kMaxRank);
+      for (int64_t r = 0; r < kMaxRank; ++r)
+        for (int64_t k = 0; k < in; ++k) {
+          const float want = r < rank ? bf(m->a[r * in + k]) : 0.f;
+          EXPECT_EQ(load_as_f32(a.data, a.dtype, a0 + r * in + k), want) << l << " " << t << " " << r << " " << k;
+          if (r < rank && want != m->a[r * in + k]) ++inexact;
+        }
+      for (int64_t o = 0; o < out; ++o)
+        for (int64_t r = 0; r < kMaxRank; ++r)
+          EXPECT_EQ(load_as_f32(b.data, b.dtype, b0 + o * kMaxRank + r), r < rank ? bf(m->b[o * rank + r]) : 0.f)
+              << l << " " << t << " " << o << " " << r;
+    }
+  EXPECT_GT(inexact, 0);
+}
+
 TEST_F(SlotPoolTest, StacksNeverReallocate) {
   void* a = pool_.a_stack(0, LoraTarget::kQ).data;
   void* b = pool_.b_stack(1, LoraTarget::kDown).data;
