@@ -53,7 +53,7 @@ Result<DType> parse_lora_dtype(const std::string& s) {
   if (s == "bfloat16" || s == "bf16") return DType::kBF16;
   if (s == "float32" || s == "f32") return DType::kF32;
   if (s == "float16" || s == "f16") return DType::kF16;
-  return Status::error("--lora-dtype must be bfloat16, float16 or float32, not '" + s + "'");
+  return Status::error("--lora-file-dtype must be bfloat16, float16 or float32, not '" + s + "'");
 }
 
 }  // namespace

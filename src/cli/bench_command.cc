@@ -77,7 +77,8 @@ nlohmann::json options_json(const BenchOptions& o, const LLMEngine& engine) {
           {"num_adapters", o.num_adapters},
           {"lora_rank", o.lora_rank},
           {"lora_targets", o.lora_targets},
-          {"lora_dtype", o.lora_dtype},
+          {"lora_file_dtype", o.lora_dtype},
+          {"lora_dtype", a.lora_dtype},
           {"lora_fraction", o.lora_fraction},
           {"sequential_adapters", o.sequential_adapters},
           {"compare", o.compare},
@@ -282,7 +283,8 @@ void register_bench(CLI::App& app, int* exit_code) {
                   "and --max-lora-rank to --lora-rank unless given)");
   cmd->add_option("--lora-rank", o->lora_rank, "rank of the synthesized adapters");
   cmd->add_option("--lora-targets", o->lora_targets, "all, or a comma list of q_proj,...,down_proj");
-  cmd->add_option("--lora-dtype", o->lora_dtype, "dtype of the adapter files: bfloat16 | float16 | float32");
+  // --lora-dtype is the engine's (resident stacks); this one is the synthesized files' dtype.
+  cmd->add_option("--lora-file-dtype", o->lora_dtype, "dtype of the adapter files: bfloat16 | float16 | float32");
   cmd->add_option("--lora-fraction", o->lora_fraction, "share of requests with an adapter (0 = all base)");
   cmd->add_flag("--sequential-adapters", o->sequential_adapters,
                 "offline: run one adapter's requests at a time, groups one after another");

@@ -49,13 +49,16 @@ CostModel make_cost_model(const LLMEngine& engine) {
   b.weight_bytes = static_cast<double>(engine.weight_bytes()) -
                    (c.tie_word_embeddings ? 0.0 : static_cast<double>(engine.embedding_bytes()));
   if (engine.args().enable_lora) {
-    // The slot stacks are float32 and rank-padded to max_lora_rank; with any adapter in
-    // the batch the kernels run on all 7 targets (untargeted modules are zero slices).
+    // The slot stacks are float32 or bfloat16 (--lora-dtype) and rank-padded to max_lora_rank;
+    // with any adapter in the batch the kernels run on all 7 targets (untargeted modules are
+    // zero slices).
     double per_layer = 0;
     for (int t = 0; t < kNumLoraTargets; ++t)
       per_layer += static_cast<double>(lora_target_in(c, static_cast<LoraTarget>(t)) +
                                        lora_target_out(c, static_cast<LoraTarget>(t)));
-    b.adapter_bytes = per_layer * engine.args().max_lora_rank * 4.0 * static_cast<double>(c.num_layers);
+    const double elem_bytes = engine.args().lora_dtype == "bfloat16" ? 2.0 : 4.0;
+    b.adapter_bytes = per_layer * engine.args().max_lora_rank * elem_bytes * static_cast<double>(c.num_layers);
+    b.adapter_flops_per_token = per_layer * engine.args().max_lora_rank * static_cast<double>(c.num_layers) * 2.0;
   }
   b.kv_bytes_per_position = 2.0 * static_cast<double>(c.num_layers * c.num_kv_heads * c.head_dim) *
                             static_cast<double>(dtype_size(engine.kv_cache_dtype()));
@@ -65,7 +68,6 @@ CostModel make_cost_model(const LLMEngine& engine) {
   b.linear_flops_per_token = 2.0 * layers * (h * q + 2 * h * kv + q * h + 3 * h * f);
   b.lm_head_flops_per_row = 2.0 * static_cast<double>(c.vocab_size) * h;
   b.attn_flops_per_position = 4.0 * layers * q;
-  if (engine.args().enable_lora) b.adapter_flops_per_token = b.adapter_bytes / 4.0 * 2.0;  // one MAC per f32 read
   return b;
 }
 

@@ -60,6 +60,8 @@ Status LLMEngine::init(const EngineArgs& args) {
     if (args.max_lora_rank < 1) return Status::error("--max-lora-rank must be at least 1");
     if (args.max_cpu_loras != 0 && args.max_cpu_loras < args.max_loras)
       return Status::error("--max-cpu-loras must be >= --max-loras");
+    if (args.lora_dtype != "float32" && args.lora_dtype != "bfloat16")
+      return Status::error("unknown --lora-dtype '" + args.lora_dtype + "' (supported: float32, bfloat16)");
   }
   max_model_len_ = args.max_model_len > 0 ? args.max_model_len : static_cast<int>(config_.max_position_embeddings);
   if (max_model_len_ > config_.max_position_embeddings)
@@ -121,7 +123,8 @@ Status LLMEngine::init(const EngineArgs& args) {
   if (args.enable_lora) {
     const int cpu_loras = args.max_cpu_loras > 0 ? args.max_cpu_loras : args.max_loras;
     adapters_ = std::make_unique<AdapterRegistry>(config_, args.max_lora_rank, cpu_loras);
-    slots_ = std::make_unique<LoraSlotPool>(backend_.get(), config_, args.max_loras, args.max_lora_rank);
+    const DType lora_dtype = args.lora_dtype == "bfloat16" ? DType::kBF16 : DType::kF32;
+    slots_ = std::make_unique<LoraSlotPool>(backend_.get(), config_, args.max_loras, args.max_lora_rank, lora_dtype);
     for (const auto& [name, path] : args.lora_modules) {
       auto added = adapters_->add(name, path);
       if (!added.is_ok()) return added.status().with_context("adapter '" + name + "'");
