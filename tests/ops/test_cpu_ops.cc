@@ -10,6 +10,7 @@
 #include <memory>
 #include <numeric>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
@@ -448,9 +449,11 @@ void run_lora_case(CpuBackend& cpu, RefBackend& ref, std::mt19937& rng, const Lo
   }
 }
 
-TEST_P(CpuOps, LoraShrinkExpand) {
-  const std::pair<int64_t, int64_t> dims[] = {{17, 130}, {64, 97}, {2048, 256}, {130, 2048}};
-  for (int64_t n : {1, 3, 17, 97}) {
+// Every slot pattern x shape x rank x (segments or per-token gather) against ref:
+// slot -1 everywhere, one slot, a mixed cycle, random slots.
+void run_lora_sweep(CpuBackend& cpu, RefBackend& ref, std::mt19937& rng,
+                    std::span<const std::pair<int64_t, int64_t>> dims, std::initializer_list<int64_t> ns, DType dtype) {
+  for (int64_t n : ns) {
     std::vector<std::vector<int32_t>> patterns;
     patterns.push_back(std::vector<int32_t>(static_cast<size_t>(n), -1));
     patterns.push_back(std::vector<int32_t>(static_cast<size_t>(n), 2));
@@ -458,7 +461,7 @@ TEST_P(CpuOps, LoraShrinkExpand) {
     const int32_t cycle[] = {0, 0, -1, 2, 2, 2, 1, -1, -1, 0, 1};
     for (int64_t i = 0; i < n; ++i) {
       mixed.push_back(cycle[i % 11]);
-      random.push_back(static_cast<int32_t>(std::uniform_int_distribution<int>(-1, 2)(rng_)));
+      random.push_back(static_cast<int32_t>(std::uniform_int_distribution<int>(-1, 2)(rng)));
     }
     patterns.push_back(mixed);
     patterns.push_back(random);
@@ -467,35 +470,21 @@ TEST_P(CpuOps, LoraShrinkExpand) {
         for (const auto& p : patterns)
           for (bool seg : {true, false}) {
             if (n * in * 16 > 2'000'000 && !seg) continue;
-            run_lora_case(*cpu_, ref_, rng_, {n, in, out, rank, p, seg});
+            run_lora_case(cpu, ref, rng, {n, in, out, rank, p, seg, dtype});
           }
   }
 }
 
+TEST_P(CpuOps, LoraShrinkExpand) {
+  const std::pair<int64_t, int64_t> dims[] = {{17, 130}, {64, 97}, {2048, 256}, {130, 2048}};
+  run_lora_sweep(*cpu_, ref_, rng_, dims, {1, 3, 17, 97}, DType::kF32);
+}
+
 // bf16 stacks (--lora-dtype bfloat16): widened in registers like bf16 weights; same
-// patterns (slot -1, one slot, mixed, random), fewer shapes.
+// patterns, fewer shapes.
 TEST_P(CpuOps, LoraShrinkExpandBf16Stacks) {
   const std::pair<int64_t, int64_t> dims[] = {{17, 130}, {2048, 256}, {130, 2048}};
-  for (int64_t n : {1, 17, 97}) {
-    std::vector<std::vector<int32_t>> patterns;
-    patterns.push_back(std::vector<int32_t>(static_cast<size_t>(n), -1));
-    patterns.push_back(std::vector<int32_t>(static_cast<size_t>(n), 2));
-    std::vector<int32_t> mixed, random;
-    const int32_t cycle[] = {0, 0, -1, 2, 2, 2, 1, -1, -1, 0, 1};
-    for (int64_t i = 0; i < n; ++i) {
-      mixed.push_back(cycle[i % 11]);
-      random.push_back(static_cast<int32_t>(std::uniform_int_distribution<int>(-1, 2)(rng_)));
-    }
-    patterns.push_back(mixed);
-    patterns.push_back(random);
-    for (auto [in, out] : dims)
-      for (int64_t rank : {1, 16})
-        for (const auto& p : patterns)
-          for (bool seg : {true, false}) {
-            if (n * in * 16 > 2'000'000 && !seg) continue;
-            run_lora_case(*cpu_, ref_, rng_, {n, in, out, rank, p, seg, DType::kBF16});
-          }
-  }
+  run_lora_sweep(*cpu_, ref_, rng_, dims, {1, 17, 97}, DType::kBF16);
 }
 
 // The SIMD paths agree with the portable path on the same inputs (so the AVX2 path is
