@@ -2,7 +2,8 @@
 // CUDA paged attention vs the reference: decode steps (split-K over 256-key partitions,
 // 1..5 partitions, loose max_seq_len bounds) and mixed prefill/decode steps (variable
 // q_len, chunked prefill with cached context), for every kv dtype, block sizes 1/4/16,
-// GQA groups 1..16 and head_dim 32..256. Tolerance 1e-4 of max |ref| (f32 math against a
+// GQA groups 1..16 and head_dim 8..256 (8 and 16 are the HF fixture models' heads: one to
+// four 16-byte vectors per K/V row). Tolerance 1e-4 of max |ref| (f32 math against a
 // double reference; both read the same cache values). Skips without a GPU.
 #include <algorithm>
 #include <numeric>
@@ -85,7 +86,12 @@ const std::vector<SeqSpec> kDecodeSeqs = {{1, 1}, {1, 17}, {1, 256}, {1, 257}, {
 // Mixed step: decode sequences, whole prompts and chunks with cached context.
 const std::vector<SeqSpec> kMixedSeqs = {{1, 1}, {1, 17}, {13, 13}, {5, 40}, {33, 97}, {64, 300}, {2, 2}};
 
+// Mixed step whose prompts and decode sequences run past one 256-key partition.
+const std::vector<SeqSpec> kMixedLongSeqs = {{1, 257}, {100, 520}, {1, 600}, {37, 256}, {3, 3}};
+
 const std::pair<int64_t, int64_t> kGqa[] = {{4, 4}, {4, 2}, {8, 2}, {12, 4}, {7, 1}, {16, 2}, {32, 2}};
+// GQA groups 1, 2, 4, 8 at the fixtures' head counts (llama_gqa 8/2, qwen2 4/2, mistral 4/1).
+const std::pair<int64_t, int64_t> kSmallGqa[] = {{2, 2}, {4, 2}, {8, 2}, {8, 1}};
 
 TEST_F(CudaAttention, DecodeDtypesAndBlockSizes) {
   for (DType t : {DType::kF32, DType::kF16, DType::kBF16})
@@ -108,6 +114,24 @@ TEST_F(CudaAttention, DecodeLooseBoundsAndBatchOne) {
   run({DType::kF32, 1, 4, 1, 64, {{1, 1}}, 0, 7}, "decode single");
 }
 
+// Small heads: NV = 1 (16-bit kv, hd 8) up to 4 (f32, hd 16) vectors per row, so the decode
+// kernel keeps 32..128 keys in flight in its P V phase.
+TEST_F(CudaAttention, DecodeSmallHeads) {
+  for (int64_t hd : {8, 16})
+    for (DType t : {DType::kF32, DType::kF16, DType::kBF16})
+      for (auto [h, kv] : kSmallGqa)
+        for (int64_t bs : {1, 16}) run({t, bs, h, kv, hd, kDecodeSeqs}, "decode small");
+}
+
+TEST_F(CudaAttention, DecodeSmallHeadsOddGroupsAndLooseBounds) {
+  for (int64_t hd : {8, 16}) {
+    run({DType::kBF16, 16, 7, 1, hd, kDecodeSeqs}, "decode small group 7");
+    run({DType::kF32, 16, 12, 4, hd, kDecodeSeqs}, "decode small group 3");
+    run({DType::kF16, 16, 8, 2, hd, kDecodeSeqs, 0, 3000}, "decode small loose");
+    run({DType::kBF16, 1, 4, 1, hd, {{1, 1}}, 0, 7}, "decode small single");
+  }
+}
+
 TEST_F(CudaAttention, PrefillDtypesAndBlockSizes) {
   for (DType t : {DType::kF32, DType::kF16, DType::kBF16})
     for (int64_t bs : {1, 4, 16}) run({t, bs, 8, 2, 64, kMixedSeqs}, "mixed");
@@ -120,6 +144,25 @@ TEST_F(CudaAttention, PrefillHeadDims) {
 
 TEST_F(CudaAttention, PrefillGqaGroups) {
   for (auto [h, kv] : kGqa) run({DType::kF16, 16, h, kv, 128, kMixedSeqs}, "mixed");
+}
+
+TEST_F(CudaAttention, PrefillSmallHeads) {
+  for (int64_t hd : {8, 16})
+    for (DType t : {DType::kF32, DType::kF16, DType::kBF16})
+      for (auto [h, kv] : kSmallGqa)
+        for (int64_t bs : {1, 16}) {
+          run({t, bs, h, kv, hd, kMixedSeqs}, "mixed small");
+          run({t, bs, h, kv, hd, kMixedLongSeqs}, "mixed small long");
+        }
+}
+
+TEST_F(CudaAttention, PrefillSmallHeadsLooseBoundsAndSingles) {
+  for (int64_t hd : {8, 16}) {
+    run({DType::kBF16, 16, 7, 1, hd, kMixedSeqs, 70, 500}, "mixed small loose");
+    run({DType::kF32, 16, 4, 2, hd, {{97, 97}}}, "prefill small one prompt");
+    run({DType::kF16, 1, 8, 2, hd, {{2, 2}}}, "prefill small two tokens");
+    run({DType::kBF16, 16, 4, 1, hd, {{31, 1000}, {33, 33}}}, "small chunk after long context");
+  }
 }
 
 TEST_F(CudaAttention, PrefillLooseBoundsAndSingles) {

@@ -38,7 +38,12 @@ struct DecodeShape {
   static constexpr int kPhase12 = GMAX * HD + GMAX * kPart;
   static constexpr int kPhase3 = KL * GMAX * HD;
   static constexpr int kFloats = (kPhase12 > kPhase3 ? kPhase12 : kPhase3) + 2 * GMAX;
-  static_assert(HD % E == 0 && NV <= kThreads, "head_dim not a whole number of 16-byte vectors");
+  // Small heads (8, 16) give NV of 1-4 and KL up to 128: every key of the partition is in
+  // flight at once in phase 3, and KL * HD = kThreads * E keeps the reduction buffer at the
+  // size the large heads use. q_s rows are read as float4, so HD must be a multiple of 4.
+  static_assert(HD % E == 0 && HD % 4 == 0, "head_dim not a whole number of 16-byte vectors");
+  static_assert(NV >= 1 && NV <= kThreads && KL >= 1, "a K/V row must fit the block's threads");
+  static_assert(kFloats * sizeof(float) <= 48 * 1024, "decode shared memory above the static limit");
 };
 
 // part: [num_seqs, num_heads, max_splits, HD + 2] f32 (o unnormalised, max, sum), used
@@ -266,6 +271,8 @@ void CudaBackend::attention(Tensor out, Tensor q, Tensor k_cache, Tensor v_cache
     cuda::launch_check();
   }
 }
+
+bool CudaBackend::supports_head_dim(int64_t hd) const { return cuda::has_attention_head_dim(hd); }
 
 void CudaBackend::reserve_attention_scratch(int64_t max_seqs, int64_t num_heads, int64_t head_dim,
                                             int64_t max_seq_len) {

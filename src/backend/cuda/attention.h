@@ -4,6 +4,7 @@
 #pragma once
 
 #include <type_traits>
+#include <utility>
 
 #include "backend/cuda/cuda_common.h"
 
@@ -38,19 +39,28 @@ __device__ __forceinline__ const T* kv_row(const T* cache, const AttentionParams
   return cache + (slot * p.num_kv_heads + kvh) * hd;
 }
 
-// Calls fn(std::integral_constant<int, HD>{}) for the supported head sizes.
+// The head sizes with attention kernels: one decode and one prefill instance per (kv dtype,
+// head size). Both kernels are written for any multiple of 8 up to 256 (a row is a whole
+// number of 16-byte vectors in every kv dtype: 8 x 2 bytes, 2 x 4 x 4 bytes); the list is
+// what the fixtures (8, 16) and real models use, since each entry costs compile time.
+using AttentionHeadDims = std::integer_sequence<int, 8, 16, 32, 64, 80, 96, 128, 256>;
+
+template <typename Fn, int... HDs>
+bool dispatch_head_dim_in(int64_t hd, Fn& fn, std::integer_sequence<int, HDs...>) {
+  return ((hd == HDs ? (fn(std::integral_constant<int, HDs>{}), true) : false) || ...);
+}
+
+// Calls fn(std::integral_constant<int, HD>{}) for the head sizes in AttentionHeadDims.
 template <typename Fn>
 void dispatch_head_dim(int64_t hd, Fn&& fn) {
-  switch (hd) {
-    case 32: fn(std::integral_constant<int, 32>{}); return;
-    case 64: fn(std::integral_constant<int, 64>{}); return;
-    case 80: fn(std::integral_constant<int, 80>{}); return;
-    case 96: fn(std::integral_constant<int, 96>{}); return;
-    case 128: fn(std::integral_constant<int, 128>{}); return;
-    case 256: fn(std::integral_constant<int, 256>{}); return;
-    default: check(false, "attention: head_dim must be 32, 64, 80, 96, 128 or 256");
-  }
+  check(dispatch_head_dim_in(hd, fn, AttentionHeadDims{}), "attention: no kernel for this head_dim");
 }
+
+template <int... HDs>
+constexpr bool has_head_dim_in(int64_t hd, std::integer_sequence<int, HDs...>) {
+  return ((hd == HDs) || ...);
+}
+constexpr bool has_attention_head_dim(int64_t hd) { return has_head_dim_in(hd, AttentionHeadDims{}); }
 
 // Variable-length causal attention for steps with a sequence of more than one query
 // (attention_prefill.cu). Grid from max_query_len, a host upper bound of q_len.

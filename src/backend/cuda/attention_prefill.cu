@@ -33,6 +33,9 @@ template <typename T, int HD>
 __global__ void __launch_bounds__(kThreads) prefill_kernel(AttentionParams p) {
   constexpr int E = Vec16<T>::E, NV = HD / E, KS = HD + 4;
   constexpr int EPL = (HD + 31) / 32;  // output elements per lane: lane + 32 * i
+  // Small heads (8, 16): one or two 16-byte vectors per row and EPL = 1 (lanes >= HD idle in
+  // P V). Tiles are written and read as float4, so every row offset (HD, KS) is a multiple of 4.
+  static_assert(HD % E == 0 && HD % 4 == 0 && HD <= 256, "head_dim not a whole number of 16-byte vectors");
   extern __shared__ __align__(16) float smem[];
   float* q_s = smem;               // [kBq][HD]
   float* k_s = q_s + kBq * HD;     // [kBk][KS]
@@ -139,10 +142,11 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(AttentionParams p) {
   }
 }
 
-template <typename T, int HD>
-void set_smem_limit() {
-  cuda_check(cudaFuncSetAttribute(prefill_kernel<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  prefill_smem_bytes<HD>()));
+template <typename T, int... HDs>
+void set_smem_limits(std::integer_sequence<int, HDs...>) {
+  (cuda_check(cudaFuncSetAttribute(prefill_kernel<T, HDs>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   prefill_smem_bytes<HDs>())),
+   ...);
 }
 
 }  // namespace
@@ -162,12 +166,8 @@ void attention_prefill(const AttentionParams& p, DType kv_type, int head_dim, in
 
 void configure_attention_kernels() {
   for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
-    dispatch_float(t, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      for (int hd : {32, 64, 80, 96, 128, 256}) {
-        dispatch_head_dim(hd, [&](auto hd_c) { set_smem_limit<T, decltype(hd_c)::value>(); });
-      }
-    }, "attention: kv dtype");
+    dispatch_float(t, [&](auto tag) { set_smem_limits<typename decltype(tag)::type>(AttentionHeadDims{}); },
+                   "attention: kv dtype");
   }
 }
 

@@ -63,10 +63,8 @@ class CudaBackend : public Backend {
 
   // ---- graphs (cuda_graphs.cu): stream capture on stream(), replay with cudaGraphLaunch ----
   bool supports_graphs() const override { return true; }
-  // The head sizes attention.h dispatches on.
-  bool supports_head_dim(int64_t hd) const override {
-    return hd == 32 || hd == 64 || hd == 80 || hd == 96 || hd == 128 || hd == 256;
-  }
+  // The head sizes attention.h dispatches on (AttentionHeadDims; attention.cu).
+  bool supports_head_dim(int64_t hd) const override;
   void begin_capture() override;
   int end_capture() override;
   void replay(int graph_id) override;
