@@ -13,7 +13,10 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& options, std::string
   if (options.kind == "cpu") return std::make_unique<CpuBackend>(options.num_threads);
   if (options.kind == "cuda") {
 #if defined(QUIVER_HAS_CUDA)
-    return make_cuda_backend(options.cuda_device, error);
+    CudaBackendOptions cuda_options;
+    cuda_options.device = options.cuda_device;
+    cuda_options.gemm_split_activations = options.cuda_split_activations;
+    return make_cuda_backend(cuda_options, error);
 #else
     *error = "this quiver was built without CUDA (configure with -DQUIVER_CUDA=ON and a CUDA toolkit)";
     return nullptr;

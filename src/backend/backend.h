@@ -168,6 +168,9 @@ struct BackendOptions {
   std::string kind = "cpu";
   int num_threads = 0;
   int cuda_device = 0;
+  // cuda only (--matmul-precision highest): cuBLAS matmuls split activations into two 16-bit
+  // halves for ~f32 accuracy (CudaBackendOptions::gemm_split_activations). Host backends ignore it.
+  bool cuda_split_activations = false;
 };
 std::unique_ptr<Backend> make_backend(const BackendOptions& options, std::string* error);
 

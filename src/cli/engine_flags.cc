@@ -10,6 +10,10 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* f, const std::string& lora_fla
   cmd->add_option("--device", a.device, "cpu | cuda | ref");
   cmd->add_option("--threads", a.threads, "CPU threads (0 = all cores)");
   cmd->add_option("--seed", a.seed, "engine seed for requests without their own");
+  cmd->add_option("--kv-cache-dtype", a.kv_cache_dtype,
+                  "KV cache dtype: auto (cuda: the model's 16-bit dtype; cpu: float32) | float32 | bfloat16 | float16");
+  cmd->add_option("--matmul-precision", a.matmul_precision,
+                  "cuda prefill GEMMs: default (activations rounded to 16 bits) | highest (~float32, 2x GEMM math)");
   cmd->add_option(lora_flag, f->loras, "adapter NAME=DIR (repeatable; enables LoRA)");
   cmd->add_flag("--enable-lora", a.enable_lora, "enable LoRA adapters");
   cmd->add_option("--max-loras", a.max_loras, "adapters resident on the device at once");

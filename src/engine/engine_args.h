@@ -15,6 +15,12 @@ struct EngineArgs {
   std::string device = "cpu";        // cpu, ref, cuda
   int threads = 0;                   // cpu backend threads (0 = all cores)
   uint64_t seed = 0;                 // engine seed for requests without their own
+  // KV cache element type: "auto" (cuda: the model's dtype when it is 16-bit, else float32;
+  // cpu/ref: float32), "float32", "bfloat16" or "float16". docs/numerics.md: what it costs.
+  std::string kv_cache_dtype = "auto";
+  // cuda matmuls through cuBLAS (prefill): "default" rounds activations to the weight's 16-bit
+  // type; "highest" splits them into two 16-bit halves (twice the GEMM math, ~f32 accuracy).
+  std::string matmul_precision = "default";
 
   bool enable_lora = false;
   int max_loras = 1;

@@ -68,15 +68,25 @@ Status LLMEngine::init(const EngineArgs& args) {
     return Status::error("--max-model-len " + std::to_string(max_model_len_) + " exceeds the model's max_position_embeddings " +
                          std::to_string(config_.max_position_embeddings));
 
+  if (args.matmul_precision != "default" && args.matmul_precision != "highest")
+    return Status::error("unknown --matmul-precision '" + args.matmul_precision + "' (supported: default, highest)");
+
   std::string err;
   BackendOptions bo;
   bo.kind = args.device;
   bo.num_threads = args.threads;
+  bo.cuda_split_activations = args.matmul_precision == "highest";
   backend_ = make_backend(bo, &err);
   if (!backend_) return Status::error(err);
   if (!backend_->supports_head_dim(config_.head_dim))
     return Status::error("the " + backend_->name() + " backend has no attention kernel for head_dim " +
-                         std::to_string(config_.head_dim) + " (CUDA supports 32, 64, 80, 96, 128, 256; use --device cpu)");
+                         std::to_string(config_.head_dim) +
+                         " (CUDA supports 8, 16, 32, 64, 80, 96, 128, 256; use --device cpu)");
+  // "auto": a 16-bit model keeps a 16-bit cache on the GPU (half the KV bytes per decode
+  // step); host backends compute in f32 and keep f32. docs/numerics.md bounds the difference.
+  const DType auto_kv = backend_->device() == Device::kCuda && config_.dtype != DType::kF32 ? config_.dtype : DType::kF32;
+  const auto kv_dtype = parse_dtype(args.kv_cache_dtype, auto_kv);
+  if (!kv_dtype.is_ok()) return kv_dtype.status().with_context("--kv-cache-dtype");
 
   // Tokenizer: optional (token-id prompts work without one).
   if (std::filesystem::exists(std::filesystem::path(args.model) / "tokenizer.json")) {
@@ -104,7 +114,7 @@ Status LLMEngine::init(const EngineArgs& args) {
   shape.num_kv_heads = config_.num_kv_heads;
   shape.head_dim = config_.head_dim;
   shape.block_size = args.block_size;
-  shape.dtype = backend_->device() == Device::kCuda && config_.dtype != DType::kF32 ? config_.dtype : DType::kF32;
+  shape.dtype = kv_dtype.value();
   const int blocks_per_seq = (max_model_len_ + args.block_size - 1) / args.block_size;
   int num_blocks = args.num_kv_blocks;
   if (num_blocks <= 0) {
