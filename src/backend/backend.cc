@@ -8,6 +8,19 @@
 
 namespace quiver {
 
+void Backend::matmul_group(const MatmulGroup& g, Tensor x) {
+  check(g.count >= 1 && g.count <= kMaxGroup, "matmul_group: 1..3 members");
+  for (int i = 0; i < g.count; ++i) matmul(g.y[i], x, g.w[i], g.bias[i]);
+}
+
+void Backend::lora_group(const LoraGroup& g, Tensor x, Tensor t, const LoraMeta& meta) {
+  check(g.count >= 1 && g.count <= kMaxGroup, "lora_group: 1..3 members");
+  for (int i = 0; i < g.count; ++i) {
+    lora_shrink(t, x, g.a_stack[i], meta);
+    lora_expand(g.y[i], t, g.b_stack[i], meta);
+  }
+}
+
 std::unique_ptr<Backend> make_backend(const BackendOptions& options, std::string* error) {
   if (options.kind == "ref") return std::make_unique<RefBackend>();
   if (options.kind == "cpu") return std::make_unique<CpuBackend>(options.num_threads);

@@ -36,6 +36,26 @@ struct LoraMeta {
   Tensor seg_start;   // [num_segments + 1] i32
   Tensor seg_slot;    // [num_segments] i32
   int num_segments = 0;
+  // [num_tokens] i32: the token indices ordered by slot (stable), base-model tokens last.
+  // Kernels that tile tokens walk this order, so a tile mostly holds one adapter and reads
+  // its weights once however the batch interleaves adapters. Empty: 0, 1, 2, ... order.
+  Tensor sorted_tokens;
+};
+
+// Up to kMaxGroup projections of one input (q/k/v; gate/up), so a device backend can
+// run them, and their LoRA, in one launch each instead of one per projection.
+inline constexpr int kMaxGroup = 3;
+struct MatmulGroup {
+  int count = 0;
+  Tensor y[kMaxGroup];     // [n, out_g] f32
+  Tensor w[kMaxGroup];     // [out_g, in]
+  Tensor bias[kMaxGroup];  // [out_g] or empty
+};
+struct LoraGroup {
+  int count = 0;
+  Tensor y[kMaxGroup];        // [n, out_g] f32, updated in place
+  Tensor a_stack[kMaxGroup];  // [num_slots, max_rank, in]
+  Tensor b_stack[kMaxGroup];  // [num_slots, out_g, max_rank]
 };
 
 class Backend {
@@ -102,6 +122,11 @@ class Backend {
   // LoRA expand: y[i, :] += b_stack[slot_i] @ t[i, :]; rows with slot -1 are untouched.
   // y: [n, out] f32; t: [n, max_rank] f32; b_stack: [num_slots, out, max_rank] (scale folded in)
   virtual void lora_expand(Tensor y, Tensor t, Tensor b_stack, const LoraMeta& meta) = 0;
+
+  // Grouped forms (same results as the single ops, member by member). The defaults call
+  // matmul, and lora_shrink into `t` ([n, max_rank] f32 scratch) then lora_expand.
+  virtual void matmul_group(const MatmulGroup& g, Tensor x);
+  virtual void lora_group(const LoraGroup& g, Tensor x, Tensor t, const LoraMeta& meta);
 
   // ---- graphs (optional; CUDA graphs on the cuda backend) -----------------------------
   // Between begin_capture() and end_capture() ops are recorded, not run: nothing may

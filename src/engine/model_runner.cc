@@ -11,7 +11,7 @@ namespace {
 // region starts 64-byte aligned. The layout depends only on the counts, so every replay
 // of a bucket's graph finds its inputs where the capture saw them.
 struct InputLayout {
-  int64_t token_ids, positions, slot_mapping, token_slot;  // [tokens]
+  int64_t token_ids, positions, slot_mapping, token_slot, sorted_tokens;  // [tokens]
   int64_t seg_start, seg_slot;                              // [segments + 1], [segments]
   int64_t query_start, seq_lens;                            // [seqs + 1], [seqs]
   int64_t logit_rows;                                       // [logit rows]
@@ -31,6 +31,7 @@ InputLayout input_layout(int64_t tokens, int64_t seqs, int64_t segments, int64_t
   l.positions = take(tokens);
   l.slot_mapping = take(tokens);
   l.token_slot = take(tokens);
+  l.sorted_tokens = take(tokens);
   l.seg_start = take(segments + 1);
   l.seg_slot = take(segments);
   l.query_start = take(seqs + 1);
@@ -79,6 +80,13 @@ StepTensors ModelRunner::prepare(const ForwardBatch& b, bool padded) {
   }
   seg_start_.push_back(n);
   const int segments = static_cast<int>(seg_slot_.size());
+  // Tokens grouped by adapter slot (stable), base-model tokens (-1) last.
+  sorted_tokens_.resize(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) sorted_tokens_[i] = i;
+  std::stable_sort(sorted_tokens_.begin(), sorted_tokens_.end(), [&b](int32_t x, int32_t y) {
+    const uint32_t sx = static_cast<uint32_t>(b.token_lora_slot[x]), sy = static_cast<uint32_t>(b.token_lora_slot[y]);
+    return sx < sy;  // -1 becomes the largest
+  });
   const int rows = static_cast<int>(b.logit_rows.size());
   const int width = padded ? limits_.max_blocks_per_seq : std::max(1, b.max_blocks_per_seq);
   check(b.max_blocks_per_seq <= width, "block table wider than the runner's limit");
@@ -91,6 +99,7 @@ StepTensors ModelRunner::prepare(const ForwardBatch& b, bool padded) {
   put(l.positions, b.positions);
   put(l.slot_mapping, b.slot_mapping);
   put(l.token_slot, b.token_lora_slot);
+  put(l.sorted_tokens, sorted_tokens_);
   put(l.seg_start, seg_start_);
   put(l.seg_slot, seg_slot_);
   put(l.query_start, b.query_start);
@@ -128,6 +137,7 @@ StepTensors ModelRunner::prepare(const ForwardBatch& b, bool padded) {
     }
   }
   st.lora.token_slot = i32(l.token_slot, n);
+  st.lora.sorted_tokens = i32(l.sorted_tokens, n);
   st.lora.num_segments = segments;
   st.lora.seg_start = i32(l.seg_start, segments + 1);
   st.lora.seg_slot = i32(l.seg_slot, segments);

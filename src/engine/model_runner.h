@@ -72,7 +72,7 @@ class ModelRunner {
   // Persistent device inputs: every per-step integer array, packed (see input_layout).
   Buffer inputs_;
   std::vector<int32_t> staging_;
-  std::vector<int32_t> seg_start_, seg_slot_;
+  std::vector<int32_t> seg_start_, seg_slot_, sorted_tokens_;
   Buffer logits_;  // [max(max_logit_chunk, largest bucket), vocab]
 };
 

@@ -1,5 +1,6 @@
 #include "model/llama.h"
 
+#include <array>
 #include <cmath>
 
 namespace quiver {
@@ -28,14 +29,31 @@ LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, Backend* backen
   cos_sin_ = rope_table_.tensor(DType::kF32, {max_positions, hd});
 }
 
-void LlamaModel::project(Tensor y, Tensor x, Tensor w, Tensor bias, int layer, LoraTarget target,
+void LlamaModel::project(const MatmulGroup& g, const LoraTarget* targets, Tensor x, int layer,
                          const StepTensors& step, Workspace& ws, const LoraSlotPool* lora) const {
-  backend_->matmul(y, x, w, bias);
+  backend_->matmul_group(g, x);
   if (lora == nullptr || !step.lora_active) return;
-  const int64_t n = x.dim(0);
-  Tensor t = ws.lora_tmp.tensor(DType::kF32, {n, lora->max_rank()});
-  backend_->lora_shrink(t, x, lora->a_stack(layer, target), step.lora);
-  backend_->lora_expand(y, t, lora->b_stack(layer, target), step.lora);
+  LoraGroup lg;
+  lg.count = g.count;
+  for (int i = 0; i < g.count; ++i) {
+    lg.y[i] = g.y[i];
+    lg.a_stack[i] = lora->a_stack(layer, targets[i]);
+    lg.b_stack[i] = lora->b_stack(layer, targets[i]);
+  }
+  const Tensor t = ws.lora_tmp.tensor(DType::kF32, {x.dim(0), lora->max_rank()});
+  backend_->lora_group(lg, x, t, step.lora);
+}
+
+// A group of `count` projections of one input, members listed as (y, w, bias).
+static MatmulGroup group(std::initializer_list<std::array<Tensor, 3>> members) {
+  MatmulGroup g;
+  for (const auto& [y, w, bias] : members) {
+    g.y[g.count] = y;
+    g.w[g.count] = w;
+    g.bias[g.count] = bias;
+    ++g.count;
+  }
+  return g;
 }
 
 void LlamaModel::forward(const StepTensors& step, Workspace& ws, const KvCacheView& kv,
@@ -59,21 +77,22 @@ void LlamaModel::forward(const StepTensors& step, Workspace& ws, const KvCacheVi
   backend_->rms_norm(normed, hidden, weights_.layers[0].attn_norm, eps);
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerWeights& w = weights_.layers[l];
-    project(q, normed, w.wq, w.bq, l, LoraTarget::kQ, step, ws, lora);
-    project(k, normed, w.wk, w.bk, l, LoraTarget::kK, step, ws, lora);
-    project(v, normed, w.wv, w.bv, l, LoraTarget::kV, step, ws, lora);
+    static constexpr LoraTarget kQkv[] = {LoraTarget::kQ, LoraTarget::kK, LoraTarget::kV};
+    static constexpr LoraTarget kO[] = {LoraTarget::kO};
+    static constexpr LoraTarget kGateUp[] = {LoraTarget::kGate, LoraTarget::kUp};
+    static constexpr LoraTarget kDown[] = {LoraTarget::kDown};
+    project(group({{q, w.wq, w.bq}, {k, w.wk, w.bk}, {v, w.wv, w.bv}}), kQkv, normed, l, step, ws, lora);
     Tensor q3 = q.view({n, c.num_heads, c.head_dim});
     Tensor k3 = k.view({n, c.num_kv_heads, c.head_dim});
     Tensor v3 = v.view({n, c.num_kv_heads, c.head_dim});
     backend_->rope(q3, k3, step.positions, cos_sin_);
     backend_->kv_write(kv.k[l], kv.v[l], k3, v3, step.slot_mapping);
     backend_->attention(attn.view({n, c.num_heads, c.head_dim}), q3, kv.k[l], kv.v[l], step.attn, scale);
-    project(branch, attn, w.wo, Tensor(), l, LoraTarget::kO, step, ws, lora);
+    project(group({{branch, w.wo, Tensor()}}), kO, attn, l, step, ws, lora);
     backend_->add_rms_norm(normed, hidden, branch, w.mlp_norm, eps);
-    project(gate, normed, w.w_gate, Tensor(), l, LoraTarget::kGate, step, ws, lora);
-    project(up, normed, w.w_up, Tensor(), l, LoraTarget::kUp, step, ws, lora);
+    project(group({{gate, w.w_gate, Tensor()}, {up, w.w_up, Tensor()}}), kGateUp, normed, l, step, ws, lora);
     backend_->silu_mul(gate, gate, up);
-    project(branch, gate, w.w_down, Tensor(), l, LoraTarget::kDown, step, ws, lora);
+    project(group({{branch, w.w_down, Tensor()}}), kDown, gate, l, step, ws, lora);
     const Tensor& next_norm = l + 1 < c.num_layers ? weights_.layers[l + 1].attn_norm : weights_.final_norm;
     backend_->add_rms_norm(normed, hidden, branch, next_norm, eps);
   }

@@ -58,7 +58,8 @@ class LlamaModel {
   void lm_head(Tensor logits, const Workspace& ws, int row_begin, int rows) const;
 
  private:
-  void project(Tensor y, Tensor x, Tensor w, Tensor bias, int layer, LoraTarget target, const StepTensors& step,
+  // g's matmuls, then (when the step runs LoRA) their adapters; targets[i] names member i.
+  void project(const MatmulGroup& g, const LoraTarget* targets, Tensor x, int layer, const StepTensors& step,
                Workspace& ws, const LoraSlotPool* lora) const;
 
   ModelConfig config_;

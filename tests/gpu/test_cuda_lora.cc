@@ -1,8 +1,11 @@
 // link: qv_backend
-// CUDA LoRA shrink/expand vs the reference, on both kernels (per-token BGMV and the tiled
-// one, forced through CudaBackendOptions::lora_tiled_min_n): ranks 1..100, slot -1 rows
-// that must stay untouched, mixed slots in runs of every length, awkward in/out sizes.
+// CUDA LoRA shrink/expand vs the reference: ranks 1..100, slot -1 rows that must stay
+// untouched, mixed slots in runs of every length, awkward in/out sizes, token counts from
+// 1 to 300 (tiles of 16, split `in` chunks of 256), with the tokens in their own order and
+// walked through a slot-sorted permutation (LoraMeta::sorted_tokens, as the engine passes).
 // Tolerance 1e-4 of max |ref|. Skips without a GPU.
+#include <algorithm>
+
 #include "gpu/cuda_test_util.h"
 
 namespace quiver::test {
@@ -21,9 +24,10 @@ class CudaLora : public CudaTest {
     return slots;
   }
 
-  // One shrink + expand case on `gpu` (whose thresholds pick the kernel).
-  void run(Backend* gpu, const std::string& path, int64_t n, int64_t in, int64_t out, int64_t rank,
+  // One shrink + expand case; sorted: pass the slot-sorted token order.
+  void run(Backend* gpu, bool sorted, int64_t n, int64_t in, int64_t out, int64_t rank,
            const std::vector<int32_t>& slots, DType stack_type = DType::kF32) {
+    const std::string path = sorted ? "sorted" : "in order";
     const int64_t num_slots = 3;
     HostTensor x = random_tensor(rng_, DType::kF32, {n, in});
     HostTensor a = random_tensor(rng_, stack_type, {num_slots, rank, in}, 0.5f);
@@ -40,11 +44,18 @@ class CudaLora : public CudaTest {
       }
     const int64_t num_segments = static_cast<int64_t>(seg_slot.size());
     HostTensor hstart = host_i32({num_segments + 1}, seg_start), hseg = host_i32({num_segments}, seg_slot);
+    std::vector<int32_t> order(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t p, int32_t q) {
+      return static_cast<uint32_t>(slots[static_cast<size_t>(p)]) < static_cast<uint32_t>(slots[static_cast<size_t>(q)]);
+    });
+    HostTensor horder = host_i32({n}, order);
 
     DeviceTensor gx = upload(gpu, x), ga = upload(gpu, a), gb = upload(gpu, b), gt = upload(gpu, t), gy = upload(gpu, y);
     DeviceTensor gs = upload(gpu, hslots), gstart = upload(gpu, hstart), gseg = upload(gpu, hseg);
-    LoraMeta hmeta{hslots.view(), hstart.view(), hseg.view(), static_cast<int>(num_segments)};
-    LoraMeta gmeta{gs.t, gstart.t, gseg.t, static_cast<int>(num_segments)};
+    DeviceTensor gorder = upload(gpu, horder);
+    LoraMeta hmeta{hslots.view(), hstart.view(), hseg.view(), static_cast<int>(num_segments), Tensor()};
+    LoraMeta gmeta{gs.t, gstart.t, gseg.t, static_cast<int>(num_segments), sorted ? gorder.t : Tensor()};
 
     ref_.lora_shrink(t.view(), x.view(), a.view(), hmeta);
     gpu->lora_shrink(gt.t, gx.t, ga.t, gmeta);
@@ -64,45 +75,28 @@ class CudaLora : public CudaTest {
     expect_close(std::string("lora_expand") + tag, download(gpu, gy.t), y.as_f32(), 1e-4);
   }
 
-  void sweep(Backend* gpu, const std::string& path) {
+  void sweep(Backend* gpu, bool sorted) {
     for (auto [in, out] : {std::pair<int64_t, int64_t>{17, 97}, {130, 33}, {512, 1024}, {4096, 256}})
       for (int64_t rank : {1, 16, 64})
-        for (int64_t n : {1, 3, 13, 17, 33, 97}) run(gpu, path, n, in, out, rank, random_slots(n, 3));
-    // Rank above one shared-memory tile (tiled kernels loop over rank chunks), 16-bit stacks.
-    run(gpu, path, 40, 300, 200, 100, random_slots(40, 3));
-    run(gpu, path, 40, 256, 128, 16, random_slots(40, 3), DType::kBF16);
-    run(gpu, path, 40, 256, 128, 16, random_slots(40, 3), DType::kF16);
+        for (int64_t n : {1, 3, 13, 17, 33, 97}) run(gpu, sorted, n, in, out, rank, random_slots(n, 3));
+    // Rank above 64, long `in` (43 chunks), many tokens, 16-bit stacks.
+    run(gpu, sorted, 40, 300, 200, 100, random_slots(40, 3));
+    run(gpu, sorted, 300, 11008, 96, 16, random_slots(300, 3));
+    run(gpu, sorted, 40, 256, 128, 16, random_slots(40, 3), DType::kBF16);
+    run(gpu, sorted, 40, 264, 128, 16, random_slots(40, 3), DType::kF16);  // rows not 16-byte multiples
     // Edge slot patterns: all -1, all one slot, alternating.
-    run(gpu, path, 17, 64, 64, 8, std::vector<int32_t>(17, -1));
-    run(gpu, path, 33, 64, 64, 8, std::vector<int32_t>(33, 2));
+    run(gpu, sorted, 17, 64, 64, 8, std::vector<int32_t>(17, -1));
+    run(gpu, sorted, 33, 64, 64, 8, std::vector<int32_t>(33, 2));
     std::vector<int32_t> alt(33);
     for (size_t i = 0; i < alt.size(); ++i) alt[i] = i % 2 ? -1 : static_cast<int32_t>(i % 3);
-    run(gpu, path, 33, 64, 64, 8, alt);
-    run(gpu, path, 1, 64, 64, 8, {-1});
+    run(gpu, sorted, 33, 64, 64, 8, alt);
+    run(gpu, sorted, 1, 64, 64, 8, {-1});
   }
 };
 
-TEST_F(CudaLora, GatherKernel) {
-  CudaBackendOptions o;
-  o.lora_tiled_min_n = 1 << 30;
-  auto gpu = variant_backend(o);
-  ASSERT_NE(gpu, nullptr);
-  sweep(gpu.get(), "bgmv");
-}
+TEST_F(CudaLora, TokensInOrder) { sweep(gpu_.get(), false); }
 
-TEST_F(CudaLora, TiledKernel) {
-  CudaBackendOptions o;
-  o.lora_tiled_min_n = 0;
-  auto gpu = variant_backend(o);
-  ASSERT_NE(gpu, nullptr);
-  sweep(gpu.get(), "tiled");
-}
-
-TEST_F(CudaLora, DefaultThresholdLargeBatch) {
-  // Default backend: n = 200 takes the tiled kernel, n = 64 the gather kernel.
-  run(gpu_.get(), "default", 200, 4096, 4096, 16, random_slots(200, 3));
-  run(gpu_.get(), "default", 64, 4096, 11008, 16, random_slots(64, 3));
-}
+TEST_F(CudaLora, TokensSortedBySlot) { sweep(gpu_.get(), true); }
 
 }  // namespace
 }  // namespace quiver::test

@@ -38,6 +38,7 @@ CudaBackend::~CudaBackend() {
   for (void* p : weights_) cudaFree(p);
   cudaFree(matmul_scratch_.ptr);
   cudaFree(attention_scratch_.ptr);
+  cudaFree(lora_scratch_.ptr);
   cublasDestroy(cublas_);
   cudaFree(cublas_workspace_);
   cudaStreamDestroy(stream_);

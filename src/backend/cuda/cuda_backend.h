@@ -60,6 +60,8 @@ class CudaBackend : public Backend {
   void gather_rows(Tensor out, Tensor x, Tensor rows) override;
   void lora_shrink(Tensor t, Tensor x, Tensor a_stack, const LoraMeta& meta) override;
   void lora_expand(Tensor y, Tensor t, Tensor b_stack, const LoraMeta& meta) override;
+  void matmul_group(const MatmulGroup& g, Tensor x) override;
+  void lora_group(const LoraGroup& g, Tensor x, Tensor t, const LoraMeta& meta) override;
 
   // ---- graphs (cuda_graphs.cu): stream capture on stream(), replay with cudaGraphLaunch ----
   bool supports_graphs() const override { return true; }
@@ -89,7 +91,11 @@ class CudaBackend : public Backend {
 
   // cuBLAS path of matmul (gemm.cu); the GEMV path is gemv.cu.
   void matmul_cublas(Tensor y, Tensor x, Tensor w, Tensor bias);
-  void gemv(Tensor y, Tensor x, Tensor w, Tensor bias);
+  void gemv(const MatmulGroup& g, Tensor x);
+  // LoRA (lora.cu): shrink partial sums into lora_scratch_ ([G, chunks, n, R]), and the
+  // expand that adds them up and applies B.
+  float* lora_shrink_parts(const LoraGroup& g, Tensor x, const LoraMeta& meta, int* chunks);
+  void lora_expand_parts(const LoraGroup& g, const float* part, int chunks, int64_t n, const LoraMeta& meta);
   void add_bias(Tensor y, Tensor bias);
 
   CudaBackendOptions options_;
@@ -99,6 +105,7 @@ class CudaBackend : public Backend {
   void* cublas_workspace_ = nullptr;
   Scratch matmul_scratch_;     // x converted to 16 bits: [n, in] (twice that when split)
   Scratch attention_scratch_;  // split-K partials: [num_seqs, num_heads, max_splits, head_dim + 2] f32
+  Scratch lora_scratch_;       // LoRA shrink partials: [G, chunks, n, max_rank] f32
   std::vector<void*> weights_;  // import_weight uploads, freed at destruction
   // Instantiated graphs (id = index). Scratch that grows once graphs exist is not freed
   // but retired until destruction: captured kernels keep reading the old addresses.

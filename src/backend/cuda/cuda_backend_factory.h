@@ -23,9 +23,6 @@ struct CudaBackendOptions {
   // When true, the cuBLAS path splits x = hi + lo (two 16-bit GEMMs, twice the math) so
   // bf16/f16-weight matmuls keep ~f32 accuracy (rel. error ~1e-5 instead of ~3e-3).
   bool gemm_split_activations = false;
-  // LoRA shrink/expand with n >= lora_tiled_min_n tokens use the tiled kernels (adapter
-  // tiles shared by 16 tokens); fewer tokens use the per-token gather kernels (BGMV).
-  int lora_tiled_min_n = 65;
   // Fixed cuBLAS workspace, so cuBLAS never allocates while a graph is being captured.
   size_t cublas_workspace_bytes = size_t{32} << 20;
 };

@@ -49,23 +49,49 @@ size_t matmul_scratch_bytes(int64_t n, int64_t in, bool split) {
 }  // namespace
 
 void CudaBackend::matmul(Tensor y, Tensor x, Tensor w, Tensor bias) {
-  cuda::check_f32(y, "matmul: y must be f32 on the GPU");
+  MatmulGroup g;
+  g.count = 1;
+  g.y[0] = y;
+  g.w[0] = w;
+  g.bias[0] = bias;
+  matmul_group(g, x);
+}
+
+void CudaBackend::matmul_group(const MatmulGroup& g, Tensor x) {
+  check(g.count >= 1 && g.count <= kMaxGroup, "matmul_group: 1..3 members");
   cuda::check_f32(x, "matmul: x must be f32 on the GPU");
-  check(x.ndim == 2 && w.ndim == 2 && y.ndim == 2, "matmul: x, w and y must be 2-d");
-  const int64_t n = x.dim(0), in = x.dim(1), out = w.dim(0);
-  check(w.dim(1) == in && y.dim(0) == n && y.dim(1) == out, "matmul: shape mismatch");
-  check(bias.empty() || (bias.numel() == out && bias.dtype != DType::kI32), "matmul: bias must be [out] float");
-  if (n == 0 || out == 0) return;
-  if (in == 0) {  // an empty sum: y = bias
-    fill_zero(y.data, y.bytes());
-    if (!bias.empty()) add_bias(y, bias);
+  check(x.ndim == 2, "matmul: x must be 2-d");
+  const int64_t n = x.dim(0), in = x.dim(1);
+  bool empty_out = false;
+  for (int i = 0; i < g.count; ++i) {
+    const Tensor &y = g.y[i], &w = g.w[i], &bias = g.bias[i];
+    cuda::check_f32(y, "matmul: y must be f32 on the GPU");
+    check(w.ndim == 2 && y.ndim == 2, "matmul: w and y must be 2-d");
+    check(w.dim(1) == in && y.dim(0) == n && y.dim(1) == w.dim(0), "matmul: shape mismatch");
+    check(bias.empty() || (bias.numel() == w.dim(0) && bias.dtype != DType::kI32), "matmul: bias must be [out] float");
+    empty_out |= w.dim(0) == 0;
+  }
+  if (n == 0) return;
+  if (in == 0 || empty_out || n > options_.gemv_max_n) {
+    for (int i = 0; i < g.count; ++i) {
+      if (g.w[i].dim(0) == 0) continue;
+      if (in == 0) {  // an empty sum: y = bias
+        fill_zero(g.y[i].data, g.y[i].bytes());
+        if (!g.bias[i].empty()) add_bias(g.y[i], g.bias[i]);
+      } else if (n > options_.gemv_max_n) {
+        matmul_cublas(g.y[i], x, g.w[i], g.bias[i]);
+      } else {
+        MatmulGroup one;
+        one.count = 1;
+        one.y[0] = g.y[i];
+        one.w[0] = g.w[i];
+        one.bias[0] = g.bias[i];
+        gemv(one, x);
+      }
+    }
     return;
   }
-  if (n <= options_.gemv_max_n) {
-    gemv(y, x, w, bias);
-  } else {
-    matmul_cublas(y, x, w, bias);
-  }
+  gemv(g, x);
 }
 
 void CudaBackend::matmul_cublas(Tensor y, Tensor x, Tensor w, Tensor bias) {

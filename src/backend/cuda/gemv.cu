@@ -20,17 +20,40 @@ constexpr int kWarps = 4;
 
 // VEC: in % E == 0 and w, x 16-byte aligned, so each lane loads one 16-byte vector of w
 // (E elements) per chunk; otherwise one element per lane per chunk (awkward shapes).
+// The members of a group (matmul_group): blocks [block_end[g-1], block_end[g]) own
+// member g's rows, so one launch covers q, k and v (or gate and up).
+struct GemvGroup {
+  const void* w[kMaxGroup] = {};
+  float* y[kMaxGroup] = {};
+  const void* bias[kMaxGroup] = {};
+  DType bias_type[kMaxGroup] = {};
+  int out[kMaxGroup] = {};
+  int block_end[kMaxGroup] = {};
+};
+
+template <typename T>
+__device__ __forceinline__ T pick(int g, const T (&v)[kMaxGroup]) {
+  return g == 0 ? v[0] : g == 1 ? v[1] : v[2];
+}
+
 template <typename W, int NT, int ROWS, int U, bool VEC>
 __global__ void __launch_bounds__(kWarps * 32)
-gemv_kernel(float* __restrict__ y, const float* __restrict__ x, const W* __restrict__ w, const void* bias,
-            DType bias_type, int n, int out, int in) {
+gemv_kernel(GemvGroup grp, const float* __restrict__ x, int n, int in) {
   constexpr int E = VEC ? cuda::Vec16<W>::E : 1;
   constexpr int kChunk = 32 * E;
   using Raw = std::conditional_t<VEC, uint4, W>;
   __shared__ float red[kWarps][ROWS * NT];
 
+  const int block = blockIdx.x;
+  const int g = block < grp.block_end[0] ? 0 : block < grp.block_end[1] ? 1 : 2;
+  const int first_block = g == 0 ? 0 : pick(g - 1, grp.block_end);
+  const W* __restrict__ w = static_cast<const W*>(pick(g, grp.w));
+  float* __restrict__ y = pick(g, grp.y);
+  const void* bias = pick(g, grp.bias);
+  const DType bias_type = pick(g, grp.bias_type);
+  const int out = pick(g, grp.out);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int row0 = blockIdx.x * ROWS;
+  const int row0 = (block - first_block) * ROWS;
   const int num_chunks = (in + kChunk - 1) / kChunk;
   const W* wrow[ROWS];
 #pragma unroll
@@ -112,10 +135,14 @@ gemv_kernel(float* __restrict__ y, const float* __restrict__ x, const W* __restr
 }
 
 template <typename W, int NT, int ROWS, int U, bool VEC>
-void launch_config(cudaStream_t stream, float* y, const float* x, const W* w, const void* bias, DType bias_type, int n,
-                   int out, int in) {
-  const unsigned blocks = static_cast<unsigned>(cuda::ceil_div(out, ROWS));
-  gemv_kernel<W, NT, ROWS, U, VEC><<<blocks, kWarps * 32, 0, stream>>>(y, x, w, bias, bias_type, n, out, in);
+void launch_config(cudaStream_t stream, GemvGroup grp, int count, const float* x, int n, int in) {
+  int blocks = 0;
+  for (int g = 0; g < count; ++g) {
+    blocks += static_cast<int>(cuda::ceil_div(grp.out[g], ROWS));
+    grp.block_end[g] = blocks;
+  }
+  for (int g = count; g < kMaxGroup; ++g) grp.block_end[g] = blocks;
+  gemv_kernel<W, NT, ROWS, U, VEC><<<static_cast<unsigned>(blocks), kWarps * 32, 0, stream>>>(grp, x, n, in);
   cuda::launch_check();
 }
 
@@ -124,48 +151,56 @@ void launch_config(cudaStream_t stream, float* y, const float* x, const W* w, co
 // Variants 1 and 2 (16-bit weights, vector path only) are tuning experiments that
 // CudaBackendOptions::gemv_variant selects; 0 is the default everywhere.
 template <typename W, int NT, bool VEC>
-void launch(cudaStream_t stream, int variant, float* y, const float* x, const W* w, const void* bias, DType bias_type,
-            int n, int out, int in) {
+void launch(cudaStream_t stream, int variant, const GemvGroup& grp, int count, const float* x, int n, int in) {
   if constexpr (VEC && sizeof(W) == 2) {
     if (variant == 1) {  // 2 rows, deeper pipelining: more, smaller blocks
-      launch_config<W, NT, 2, (NT <= 2 ? 8 : NT <= 8 ? 4 : 2), VEC>(stream, y, x, w, bias, bias_type, n, out, in);
+      launch_config<W, NT, 2, (NT <= 2 ? 8 : NT <= 8 ? 4 : 2), VEC>(stream, grp, count, x, n, in);
       return;
     }
     if (variant == 2) {  // 8 rows: x loads reused by 8 rows
-      launch_config<W, NT, 8, (NT <= 2 ? 2 : 1), VEC>(stream, y, x, w, bias, bias_type, n, out, in);
+      launch_config<W, NT, 8, (NT <= 2 ? 2 : 1), VEC>(stream, grp, count, x, n, in);
       return;
     }
   }
-  launch_config<W, NT, 4, (NT <= 2 ? 4 : NT <= 8 ? 2 : 1), VEC>(stream, y, x, w, bias, bias_type, n, out, in);
+  launch_config<W, NT, 4, (NT <= 2 ? 4 : NT <= 8 ? 2 : 1), VEC>(stream, grp, count, x, n, in);
 }
 
 template <typename W, bool VEC>
-void launch_tokens(cudaStream_t stream, int variant, float* y, const float* x, const W* w, const void* bias,
-                   DType bias_type, int n, int out, int in) {
-  if (n == 1) launch<W, 1, VEC>(stream, variant, y, x, w, bias, bias_type, n, out, in);
-  else if (n == 2) launch<W, 2, VEC>(stream, variant, y, x, w, bias, bias_type, n, out, in);
-  else if (n <= 4) launch<W, 4, VEC>(stream, variant, y, x, w, bias, bias_type, n, out, in);
-  else if (n <= 8) launch<W, 8, VEC>(stream, variant, y, x, w, bias, bias_type, n, out, in);
-  else launch<W, 16, VEC>(stream, variant, y, x, w, bias, bias_type, n, out, in);
+void launch_tokens(cudaStream_t stream, int variant, const GemvGroup& grp, int count, const float* x, int n, int in) {
+  if (n == 1) launch<W, 1, VEC>(stream, variant, grp, count, x, n, in);
+  else if (n == 2) launch<W, 2, VEC>(stream, variant, grp, count, x, n, in);
+  else if (n <= 4) launch<W, 4, VEC>(stream, variant, grp, count, x, n, in);
+  else if (n <= 8) launch<W, 8, VEC>(stream, variant, grp, count, x, n, in);
+  else launch<W, 16, VEC>(stream, variant, grp, count, x, n, in);
 }
 
 }  // namespace
 
-void CudaBackend::gemv(Tensor y, Tensor x, Tensor w, Tensor bias) {
-  const int64_t n = x.dim(0), in = x.dim(1), out = w.dim(0);
+void CudaBackend::gemv(const MatmulGroup& g, Tensor x) {
+  const int64_t n = x.dim(0), in = x.dim(1);
   check(n >= 1 && n <= cuda::kGemvMaxTokens, "gemv: 1..16 tokens");
-  check(in < (int64_t{1} << 31) && out < (int64_t{1} << 31), "gemv: dimension above 2^31");
-  cuda::dispatch_float(w.dtype, [&](auto tag) {
+  check(in < (int64_t{1} << 31), "gemv: dimension above 2^31");
+  const DType wt = g.w[0].dtype;
+  bool aligned = cuda::aligned16(x.data);
+  GemvGroup grp;
+  for (int i = 0; i < g.count; ++i) {
+    check(g.w[i].dtype == wt, "matmul_group: members must share the weight dtype");
+    check(g.w[i].dim(0) < (int64_t{1} << 31), "gemv: dimension above 2^31");
+    aligned &= cuda::aligned16(g.w[i].data);
+    grp.w[i] = g.w[i].data;
+    grp.y[i] = g.y[i].ptr<float>();
+    grp.bias[i] = g.bias[i].empty() ? nullptr : g.bias[i].data;
+    grp.bias_type[i] = g.bias[i].dtype;
+    grp.out[i] = static_cast<int>(g.w[i].dim(0));
+  }
+  cuda::dispatch_float(wt, [&](auto tag) {
     using W = typename decltype(tag)::type;
     constexpr int E = cuda::Vec16<W>::E;
-    const bool vec = in % E == 0 && cuda::aligned16(w.data) && cuda::aligned16(x.data);
-    const void* b = bias.empty() ? nullptr : bias.data;
-    if (vec) {
-      launch_tokens<W, true>(stream_, options_.gemv_variant, y.ptr<float>(), x.ptr<float>(), w.ptr<W>(), b, bias.dtype,
-                             static_cast<int>(n), static_cast<int>(out), static_cast<int>(in));
+    const int ni = static_cast<int>(n), ii = static_cast<int>(in);
+    if (in % E == 0 && aligned) {
+      launch_tokens<W, true>(stream_, options_.gemv_variant, grp, g.count, x.ptr<float>(), ni, ii);
     } else {
-      launch_tokens<W, false>(stream_, options_.gemv_variant, y.ptr<float>(), x.ptr<float>(), w.ptr<W>(), b,
-                              bias.dtype, static_cast<int>(n), static_cast<int>(out), static_cast<int>(in));
+      launch_tokens<W, false>(stream_, options_.gemv_variant, grp, g.count, x.ptr<float>(), ni, ii);
     }
   }, "matmul: weight must be F32, F16 or BF16");
 }

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Run THERE (one H200): a diagnostic pass — build, test_cuda_graphs, per-kernel times of one
+# 7B batch-1 LoRA decode step (ncu, eager), and the 256-request bench with --trace.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+: "${OUT:=/tmp/quiver_out}"
+mkdir -p "$OUT"
+build=build-gpu
+[ -d .deps/debs ] && source tools/gpu/setup_deps.sh
+t0=$SECONDS
+cmake -S . -B $build -G Ninja -DCMAKE_BUILD_TYPE=Release -DQUIVER_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+  -DQUIVER_SERVER=OFF >"$OUT/configure.log" 2>&1 || { tail -20 "$OUT/configure.log"; exit 1; }
+cmake --build $build -j16 --target quiver ${TARGETS:-test_cuda_graphs} >"$OUT/build.log" 2>&1 || { grep -m5 -B2 -A5 error "$OUT/build.log"; exit 1; }
+echo "build $((SECONDS - t0))s"
+for t in ${TARGETS:-test_cuda_graphs}; do
+  timeout 120 ./$build/$t >"$OUT/$t.log" 2>&1; echo "$t rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/$t.log" | tr '\n' ' ')"
+  grep -E "Failure|Expected|Which is|error" "$OUT/$t.log" | head -20
+done
+B=(./$build/quiver bench --model bench/configs/llama-2-7b --load-format dummy --dtype bfloat16 --device cuda --lora-rank 16)
+if [ -n "${NCU:-}" ]; then
+  timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip ${NCU_SKIP:-3000} \
+    --launch-count ${NCU_COUNT:-1000} "${B[@]}" --batch-size ${NCU_BS:-1} --input-len 16 --output-len 8 \
+    --num-adapters ${NCU_BS:-1} --num-iters 1 --max-num-seqs ${NCU_BS:-1} --kv-cache-memory 2GiB --enforce-eager \
+    >"$OUT/ncu.csv" 2>"$OUT/ncu.err"
+  echo "ncu rc=$? $(wc -l <"$OUT/ncu.csv") lines"; tail -3 "$OUT/ncu.err"
+  python3 - "$OUT/ncu.csv" <<'PY'
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+hdr = rows[0]; rows = rows[1:]
+ki = hdr.index("Kernel Name"); vi = hdr.index("Metric Value"); ui = hdr.index("Metric Unit")
+agg = collections.defaultdict(lambda: [0, 0.0])
+for r in rows:
+    v = float(r[vi].replace(",", "")); u = r[ui]
+    us = v / 1000 if u == "nsecond" else v if u == "usecond" else v * 1000
+    name = r[ki].split("(")[0][:90]
+    agg[name][0] += 1; agg[name][1] += us
+tot = sum(a[1] for a in agg.values())
+print(f"total {tot:.1f} us over {sum(a[0] for a in agg.values())} kernels")
+for k, (c, us) in sorted(agg.items(), key=lambda kv: -kv[1][1])[:25]:
+    print(f"{us:10.1f} us {c:6d} x {us / c:7.2f} us  {k}")
+PY
+fi
+if [ -n "${BENCHC:-}" ]; then
+  timeout ${BENCHC_T:-150} "${B[@]}" --batch-size 256 --input-len 256 --output-len ${BENCHC_OUT:-32} --num-adapters 64 \
+    --num-iters 1 --warmup-steps 2 --kv-cache-memory 56GiB --trace --json-output "$OUT/benchc.json" >"$OUT/benchc.log" 2>&1
+  echo "benchc rc=$?"; grep -v "^step" "$OUT/benchc.log" | tail -15
+  grep -c "" "$OUT/benchc.log"; grep "^step\|step " "$OUT/benchc.log" | head -5
+  awk 'NR%25==0' "$OUT/benchc.log" | head -60
+fi
+echo "total $((SECONDS - t0))s"
