@@ -1,5 +1,6 @@
 // CUDA kv_write: scatters this step's k/v rows into the paged cache, converting to the
-// cache dtype (round to nearest even, as the reference does). One block per token.
+// cache dtype (round to nearest even, as the reference does). Grid (tokens, row chunks of
+// 256 elements): one token's row spreads over several multiprocessors.
 #include <algorithm>
 
 #include "backend/cuda/cuda_backend.h"
@@ -18,7 +19,8 @@ __global__ void kv_write_kernel(T* __restrict__ k_cache, T* __restrict__ v_cache
   const int64_t i = blockIdx.x;
   const int64_t slot = slot_mapping[i];
   if (slot < 0 || slot >= num_slots) return;
-  for (int64_t j = threadIdx.x; j < row; j += blockDim.x) {
+  const int64_t j = int64_t{blockIdx.y} * blockDim.x + threadIdx.x;
+  if (j < row) {
     k_cache[slot * row + j] = cuda::from_f32<T>(k[i * row + j]);
     v_cache[slot * row + j] = cuda::from_f32<T>(v[i * row + j]);
   }
@@ -35,10 +37,11 @@ void CudaBackend::kv_write(Tensor k_cache, Tensor v_cache, Tensor k, Tensor v, T
   check(k.numel() == n * row && v.numel() == n * row && slot_mapping.numel() == n, "kv_write: shape mismatch");
   check(v_cache.numel() == k_cache.numel(), "kv_write: k and v caches differ in shape");
   if (n == 0) return;
-  const int threads = static_cast<int>(std::clamp<int64_t>((row + 31) / 32 * 32, 32, 256));
+  constexpr int kThreads = 256;
+  const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(cuda::ceil_div(row, kThreads)));
   cuda::dispatch_float(k_cache.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    kv_write_kernel<T><<<static_cast<unsigned>(n), threads, 0, stream_>>>(
+    kv_write_kernel<T><<<grid, kThreads, 0, stream_>>>(
         k_cache.ptr<T>(), v_cache.ptr<T>(), k.ptr<float>(), v.ptr<float>(), slot_mapping.ptr<int32_t>(), row,
         k_cache.dim(0) * k_cache.dim(1));
     cuda::launch_check();

@@ -1,5 +1,6 @@
-// CUDA rotate-half RoPE (HF convention), in place on q and k: one block per token, one
-// thread per (head, pair) with pairs (j, j + head_dim/2).
+// CUDA rotate-half RoPE (HF convention), in place on q and k: one thread per (token, head,
+// pair) with pairs (j, j + head_dim/2); grid (tokens, pair chunks of 128), so a decode step
+// of one token still spreads over many multiprocessors.
 #include <algorithm>
 #include <cmath>
 
@@ -20,13 +21,14 @@ __global__ void rope_kernel(float* __restrict__ q, float* __restrict__ k, const 
   const bool valid = pos >= 0 && pos < max_pos;
   const float* cs = cos_sin + static_cast<int64_t>(valid ? pos : 0) * hd;
   const int pairs = (num_heads + num_kv) * half;
-  for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
+  const int p = blockIdx.y * blockDim.x + threadIdx.x;
+  if (p < pairs) {
     const int head = p / half, j = p - head * half;
     float* v = head < num_heads ? q + (i * num_heads + head) * hd : k + (i * num_kv + head - num_heads) * hd;
     if (!valid) {
       v[j] = NAN;
       v[j + half] = NAN;
-      continue;
+      return;
     }
     const float c = cs[j], s = cs[half + j];
     const float a = v[j], b = v[j + half];
@@ -47,8 +49,9 @@ void CudaBackend::rope(Tensor q, Tensor k, Tensor positions, Tensor cos_sin) {
         "rope: shape mismatch");
   if (n == 0) return;
   const int64_t pairs = (q.dim(1) + k.dim(1)) * (hd / 2);
-  const int threads = static_cast<int>(std::clamp<int64_t>((pairs + 31) / 32 * 32, 32, 512));
-  rope_kernel<<<static_cast<unsigned>(n), threads, 0, stream_>>>(
+  constexpr int kThreads = 128;
+  const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(cuda::ceil_div(pairs, kThreads)));
+  rope_kernel<<<grid, kThreads, 0, stream_>>>(
       q.ptr<float>(), k.ptr<float>(), positions.ptr<int32_t>(), cos_sin.ptr<float>(), static_cast<int>(q.dim(1)),
       static_cast<int>(k.dim(1)), static_cast<int>(hd), static_cast<int>(cos_sin.dim(0)));
   cuda::launch_check();
