@@ -4,6 +4,12 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 : "${OUT:=/tmp/quiver_out}"
+# HEAD=1: build the committed HEAD in /tmp/qv (others' unfinished files stay out).
+if [ -n "${HEAD:-}" ]; then
+  rm -rf /tmp/qv && mkdir -p /tmp/qv && git archive HEAD | tar -x -C /tmp/qv
+  ln -s "$PWD/.deps" /tmp/qv/.deps
+  cd /tmp/qv
+fi
 mkdir -p "$OUT"
 build=build-gpu
 [ -d .deps/debs ] && source tools/gpu/setup_deps.sh
