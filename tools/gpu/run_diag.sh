@@ -53,4 +53,13 @@ if [ -n "${BENCHC:-}" ]; then
   grep -c "" "$OUT/benchc.log"; grep "^step\|step " "$OUT/benchc.log" | head -5
   awk 'NR%25==0' "$OUT/benchc.log" | head -60
 fi
+if [ -n "${BENCHAB:-}" ]; then  # (a) and (b): LoRA vs base at batch 1/8/32/64, short
+  for bs in ${BENCHAB_BS:-1 8 32 64}; do
+    timeout 120 "${B[@]}" --batch-size $bs --input-len 128 --output-len ${BENCHAB_OUT:-64} --num-adapters $bs \
+      --compare base --num-iters 2 --max-num-seqs $bs --kv-cache-memory 16GiB ${BENCHAB_FLAGS:-} \
+      --json-output "$OUT/bench_b$bs.json" >"$OUT/bench_b$bs.log" 2>&1
+    echo "bench bs=$bs rc=$?"
+    grep -E "decode|ratio|lora/base|x0|x1" "$OUT/bench_b$bs.log" | head -8
+  done
+fi
 echo "total $((SECONDS - t0))s"
