@@ -4,11 +4,11 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 : "${OUT:=/tmp/quiver_out}"
-# HEAD=1: build the committed HEAD in /tmp/qv (others' unfinished files stay out).
-if [ -n "${HEAD:-}" ]; then
-  rm -rf /tmp/qv && mkdir -p /tmp/qv && git archive HEAD | tar -x -C /tmp/qv
-  ln -s "$PWD/.deps" /tmp/qv/.deps
-  cd /tmp/qv
+# SRC=DIR: build that tree instead (e.g. build-src, a `git archive HEAD` carried along, so
+# others' unfinished files in the working tree stay out of the build).
+if [ -n "${SRC:-}" ]; then
+  [ -e "$SRC/.deps" ] || ln -s "$PWD/.deps" "$SRC/.deps"
+  cd "$SRC"
 fi
 mkdir -p "$OUT"
 build=build-gpu
