@@ -58,6 +58,32 @@ struct LoraGroup {
   Tensor b_stack[kMaxGroup];  // [num_slots, out_g, max_rank]
 };
 
+// Per-row inputs of Backend::sample (device tensors, one entry per logits row).
+struct SampleInputs {
+  Tensor temperature;  // [rows] f32: 0 = greedy (the lowest-index argmax)
+  Tensor top_k;        // [rows] i32: <= 0 or >= vocab = off
+  Tensor top_p;        // [rows] f32: in (0, 1]; 1 = off
+  Tensor min_p;        // [rows] f32: 0 = off
+  Tensor seed;         // [rows, 2] i32: the 64-bit seed as (low, high) words
+  Tensor counter;      // [rows] i32: index of the token being generated in its sequence
+  int num_logprobs = 0;  // host K in [0, 20]: top-K entries per row (the max over rows)
+  // [rows] i32 or empty: row r's own top-K count (clamped to K); entries past it are written
+  // as id -1, logprob -inf, and cost nothing. Lets a graph captured with K = 20 serve rows
+  // that want fewer (or none).
+  Tensor row_logprobs;
+};
+
+// Per-row results of Backend::sample (device tensors). Logprobs are of the raw
+// log_softmax(logits), before temperature and truncation (what the host sampler and vLLM
+// report); ranks and top-K order by (logit descending, index ascending), as logprobs_for.
+struct SampleOutputs {
+  Tensor token;         // [rows] i32
+  Tensor logprob;       // [rows] f32: of `token`
+  Tensor rank;          // [rows] i32: 1 = most likely
+  Tensor top_ids;       // [rows, K] i32, most likely first (unused when K = 0)
+  Tensor top_logprobs;  // [rows, K] f32
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -127,6 +153,14 @@ class Backend {
   // matmul, and lora_shrink into `t` ([n, max_rank] f32 scratch) then lora_expand.
   virtual void matmul_group(const MatmulGroup& g, Tensor x);
   virtual void lora_group(const LoraGroup& g, Tensor x, Tensor t, const LoraMeta& meta);
+
+  // ---- sampling on the device (GPU sampling inside decode graphs) ----------------------
+  // For each of `rows` rows of logits [rows, vocab] f32 picks a token and reports what the
+  // engine's logprobs need, so only these small results travel to the host. The rules
+  // (top-k, top-p, min-p, greedy ties, counter-based Philox noise) and why every backend
+  // computes the same token are in backend/sampling_math.h. Capturable: grid from `rows`
+  // only, no allocation, no host reads.
+  virtual void sample(const SampleOutputs& out, Tensor logits, const SampleInputs& in) = 0;
 
   // ---- graphs (optional; CUDA graphs on the cuda backend) -----------------------------
   // Between begin_capture() and end_capture() ops are recorded, not run: nothing may

@@ -47,6 +47,8 @@ class CpuBackend : public HostMemoryBackend {
   void gather_rows(Tensor out, Tensor x, Tensor rows) override;
   void lora_shrink(Tensor t, Tensor x, Tensor a_stack, const LoraMeta& meta) override;
   void lora_expand(Tensor y, Tensor t, Tensor b_stack, const LoraMeta& meta) override;
+  // ref_sampling.cc per row, rows split over the threads (cpu_sampling.cc)
+  void sample(const SampleOutputs& out, Tensor logits, const SampleInputs& in) override;
 
  private:
   // A run of consecutive tokens sharing one adapter slot (>= 0).

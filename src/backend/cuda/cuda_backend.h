@@ -62,6 +62,8 @@ class CudaBackend : public Backend {
   void lora_expand(Tensor y, Tensor t, Tensor b_stack, const LoraMeta& meta) override;
   void matmul_group(const MatmulGroup& g, Tensor x) override;
   void lora_group(const LoraGroup& g, Tensor x, Tensor t, const LoraMeta& meta) override;
+  // sampling.cu: one block per row, sort-free thresholds (block_select.cuh)
+  void sample(const SampleOutputs& out, Tensor logits, const SampleInputs& in) override;
 
   // ---- graphs (cuda_graphs.cu): stream capture on stream(), replay with cudaGraphLaunch ----
   bool supports_graphs() const override { return true; }
