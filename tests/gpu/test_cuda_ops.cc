@@ -76,7 +76,7 @@ TEST_F(CudaOps, RmsNormAndAddRmsNorm) {
 
 TEST_F(CudaOps, Rope) {
   const int64_t max_pos = 512;
-  for (int64_t hd : {32, 64, 80, 128, 256}) {
+  for (int64_t hd : {8, 16, 32, 64, 80, 128, 256}) {  // 8, 16: the HF fixture models
     // HF default RoPE table: row p = cos(p f_j), sin(p f_j), f_j = 10000^(-2j/hd)
     std::vector<float> cs(static_cast<size_t>(max_pos * hd));
     for (int64_t p = 0; p < max_pos; ++p)
@@ -108,7 +108,7 @@ TEST_F(CudaOps, KvWrite) {
   for (DType t : kFloatTypes)
     for (int64_t bs : {1, 4, 16})
       for (int64_t kv : {1, 2})
-        for (int64_t hd : {32, 80, 128})
+        for (int64_t hd : {8, 16, 32, 80, 128})
           for (int64_t n : {1, 13, 40}) {
             const int64_t num_blocks = (n + bs - 1) / bs + 3, num_slots = num_blocks * bs;
             std::vector<int32_t> slots(static_cast<size_t>(num_slots));
