@@ -13,6 +13,11 @@ void Backend::matmul_group(const MatmulGroup& g, Tensor x) {
   for (int i = 0; i < g.count; ++i) matmul(g.y[i], x, g.w[i], g.bias[i]);
 }
 
+void Backend::project(const MatmulGroup& g, const LoraGroup* lora, Tensor x, Tensor t, const LoraMeta& meta) {
+  matmul_group(g, x);
+  if (lora != nullptr) lora_group(*lora, x, t, meta);
+}
+
 void Backend::lora_group(const LoraGroup& g, Tensor x, Tensor t, const LoraMeta& meta) {
   check(g.count >= 1 && g.count <= kMaxGroup, "lora_group: 1..3 members");
   for (int i = 0; i < g.count; ++i) {

@@ -153,6 +153,9 @@ class Backend {
   // matmul, and lora_shrink into `t` ([n, max_rank] f32 scratch) then lora_expand.
   virtual void matmul_group(const MatmulGroup& g, Tensor x);
   virtual void lora_group(const LoraGroup& g, Tensor x, Tensor t, const LoraMeta& meta);
+  // A model projection: matmul_group, then (lora non-null) lora_group on the same members.
+  // Device backends may overlap the two (the shrink needs only x).
+  virtual void project(const MatmulGroup& g, const LoraGroup* lora, Tensor x, Tensor t, const LoraMeta& meta);
 
   // ---- sampling on the device (GPU sampling inside decode graphs) ----------------------
   // For each of `rows` rows of logits [rows, vocab] f32 picks a token and reports what the

@@ -31,8 +31,10 @@ LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, Backend* backen
 
 void LlamaModel::project(const MatmulGroup& g, const LoraTarget* targets, Tensor x, int layer,
                          const StepTensors& step, Workspace& ws, const LoraSlotPool* lora) const {
-  backend_->matmul_group(g, x);
-  if (lora == nullptr || !step.lora_active) return;
+  if (lora == nullptr || !step.lora_active) {
+    backend_->matmul_group(g, x);
+    return;
+  }
   LoraGroup lg;
   lg.count = g.count;
   for (int i = 0; i < g.count; ++i) {
@@ -41,7 +43,7 @@ void LlamaModel::project(const MatmulGroup& g, const LoraTarget* targets, Tensor
     lg.b_stack[i] = lora->b_stack(layer, targets[i]);
   }
   const Tensor t = ws.lora_tmp.tensor(DType::kF32, {x.dim(0), lora->max_rank()});
-  backend_->lora_group(lg, x, t, step.lora);
+  backend_->project(g, &lg, x, t, step.lora);
 }
 
 // A group of `count` projections of one input, members listed as (y, w, bias).

@@ -20,6 +20,9 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options) : options_(options) 
   // Non-blocking: the legacy default stream must never serialise with (or break capture of)
   // this stream's work.
   cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  cuda_check(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking));
+  cuda_check(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
+  cuda_check(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
   cublas_check(cublasCreate(&cublas_));
   // cublasSetStream resets the workspace to cuBLAS's own pool, so the workspace comes after.
   cublas_check(cublasSetStream(cublas_, stream_));
@@ -41,6 +44,9 @@ CudaBackend::~CudaBackend() {
   cudaFree(lora_scratch_.ptr);
   cublasDestroy(cublas_);
   cudaFree(cublas_workspace_);
+  cudaEventDestroy(fork_);
+  cudaEventDestroy(join_);
+  cudaStreamDestroy(side_stream_);
   cudaStreamDestroy(stream_);
 }
 

@@ -62,6 +62,7 @@ class CudaBackend : public Backend {
   void lora_expand(Tensor y, Tensor t, Tensor b_stack, const LoraMeta& meta) override;
   void matmul_group(const MatmulGroup& g, Tensor x) override;
   void lora_group(const LoraGroup& g, Tensor x, Tensor t, const LoraMeta& meta) override;
+  void project(const MatmulGroup& g, const LoraGroup* lora, Tensor x, Tensor t, const LoraMeta& meta) override;
   // sampling.cu: one block per row, sort-free thresholds (block_select.cuh)
   void sample(const SampleOutputs& out, Tensor logits, const SampleInputs& in) override;
 
@@ -96,13 +97,16 @@ class CudaBackend : public Backend {
   void gemv(const MatmulGroup& g, Tensor x);
   // LoRA (lora.cu): shrink partial sums into lora_scratch_ ([G, chunks, n, R]), and the
   // expand that adds them up and applies B.
-  float* lora_shrink_parts(const LoraGroup& g, Tensor x, const LoraMeta& meta, int* chunks);
+  float* lora_shrink_parts(const LoraGroup& g, Tensor x, const LoraMeta& meta, int* chunks, cudaStream_t stream);
   void lora_expand_parts(const LoraGroup& g, const float* part, int chunks, int64_t n, const LoraMeta& meta);
   void add_bias(Tensor y, Tensor bias);
 
   CudaBackendOptions options_;
   int num_sms_ = 0;
   cudaStream_t stream_ = nullptr;
+  // LoRA shrink runs here beside the base GEMV (project()); fork_/join_ order it.
+  cudaStream_t side_stream_ = nullptr;
+  cudaEvent_t fork_ = nullptr, join_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   void* cublas_workspace_ = nullptr;
   Scratch matmul_scratch_;     // x converted to 16 bits: [n, in] (twice that when split)

@@ -2,15 +2,16 @@
 // to three projections of one input (q/k/v, gate/up) in two launches whatever the batch:
 //   shrink  part[g, c, i, :] = a_g[slot_i][:, chunk c] @ x[i, chunk c]    (split over `in`)
 //   expand  y_g[i, :] += b_g[slot_i] @ sum_c part[g, c, i, :]
-// Both walk the tokens in LoraMeta::sorted_tokens order, 16 per block: with the batch
-// grouped by adapter a tile mostly holds one slot, whose weight rows are loaded once and
-// used for every token of the run (the runs are walked identically by every thread, so
-// barriers stay uniform). Splitting shrink over `in` in 256-column chunks gives every batch
-// size, down to one token, enough blocks to keep the GPU busy; the partial sums are added
-// in a fixed order in expand, so results are deterministic (graph == eager, bitwise).
+// Every (token, rank) dot product of a chunk and every (token, output) of expand belongs to
+// one thread, so a batch whose tokens all use different adapters (the decode case) runs as
+// parallel as one that shares a single adapter; weights of a slot are re-read by its other
+// tokens from L1/L2, and walking the tokens in LoraMeta::sorted_tokens order keeps the
+// tokens of one adapter in neighbouring blocks. Splitting shrink over `in` in 256-column
+// chunks gives every batch size, down to one token, enough blocks; expand adds the chunk
+// partials in a fixed order, so results are deterministic (graph == eager, bitwise).
 // Grids depend only on n and the stack shapes, never on which tokens carry an adapter, so
-// a captured graph stays right whatever the slots are at replay (rules 3 and 4); a tile
-// without any adapter exits at once. A slot outside the stack is treated as -1.
+// a captured graph stays right whatever the slots are at replay (rules 3 and 4); tokens
+// without an adapter return at once. A slot outside the stack is treated as -1.
 // The single-member ops lora_shrink / lora_expand run the same kernels (shrink adds a
 // reduction into t; expand reads t as a one-chunk partial).
 #include <algorithm>
@@ -21,11 +22,10 @@
 namespace quiver {
 namespace {
 
-constexpr int kTile = 16;      // tokens per block
-constexpr int kThreads = 256;  // 8 warps
-constexpr int kChunk = 256;    // shrink: `in` columns per block (32 lanes x 8)
-constexpr int kOutPerThread = 4;
-constexpr int kOutPerBlock = kThreads * kOutPerThread;  // expand: outputs per block
+constexpr int kTile = 16;      // shrink: tokens per block
+constexpr int kThreads = 256;
+constexpr int kChunk = 256;    // shrink: `in` columns per block
+constexpr int kOutPerBlock = kThreads;  // expand: one output per thread
 
 struct GroupArgs {
   const void* a[kMaxGroup] = {};  // [S, R, in]
@@ -34,40 +34,14 @@ struct GroupArgs {
   int out[kMaxGroup] = {};
 };
 
-// The block's tile of tokens: original indices and slots, in shared memory.
-struct Tile {
-  int tok[kTile];
-  int slot[kTile];
-};
+__device__ __forceinline__ int token_at(const int32_t* sorted, int p) { return sorted != nullptr ? sorted[p] : p; }
 
-// Fills `tile` for tokens p0 .. p0 + count of the sorted order; returns whether any has a
-// slot (uniform over the block). Contains a barrier.
-__device__ __forceinline__ bool load_tile(Tile& tile, const int32_t* token_slot, const int32_t* sorted, int p0,
-                                          int count, int num_slots) {
-  if (threadIdx.x < kTile) {
-    int tok = -1, slot = -1;
-    if (static_cast<int>(threadIdx.x) < count) {
-      tok = sorted != nullptr ? sorted[p0 + threadIdx.x] : p0 + static_cast<int>(threadIdx.x);
-      slot = token_slot[tok];
-      if (slot >= num_slots) slot = -1;
-    }
-    tile.tok[threadIdx.x] = tok;
-    tile.slot[threadIdx.x] = slot;
-  }
-  __syncthreads();
-  bool any = false;
-  for (int m = 0; m < count; ++m) any |= tile.slot[m] >= 0;
-  return any;
+__device__ __forceinline__ int slot_of(const int32_t* token_slot, int tok, int num_slots) {
+  const int s = token_slot[tok];
+  return s < num_slots ? s : -1;
 }
 
-// End of the run of equal slots that starts at `begin`.
-__device__ __forceinline__ int run_end(const Tile& tile, int begin, int count) {
-  int e = begin + 1;
-  while (e < count && tile.slot[e] == tile.slot[begin]) ++e;
-  return e;
-}
-
-// Loads 8 consecutive elements of a row as floats (zeros past `limit`).
+// Loads 8 consecutive elements as floats (zeros past `valid`); vec: 16-byte aligned rows.
 template <typename T>
 __device__ __forceinline__ void load8(float (&f)[8], const T* p, int valid, bool vec) {
   if (vec && valid >= 8) {
@@ -85,98 +59,121 @@ __device__ __forceinline__ void load8(float (&f)[8], const T* p, int valid, bool
   }
 }
 
-// part: [G, chunks, n, R] f32. grid (ceil(n / 16), chunks, G).
+// part: [G, chunks, n, R] f32. grid (ceil(n / 16), chunks, G). Thread item (m, r): token m
+// of the tile, rank r; lanes of a warp share m (x reads are smem broadcasts).
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
 shrink_kernel(float* __restrict__ part, const float* __restrict__ x, GroupArgs args,
               const int32_t* __restrict__ token_slot, const int32_t* __restrict__ sorted, int n, int in, int rank,
               int num_slots) {
-  __shared__ Tile tile;
+  __shared__ int tok[kTile], slot[kTile];
   __shared__ __align__(16) float xs[kTile][kChunk];
   const int p0 = blockIdx.x * kTile, c = blockIdx.y, g = blockIdx.z;
   const int count = min(kTile, n - p0);
-  if (!load_tile(tile, token_slot, sorted, p0, count, num_slots)) return;
+  if (threadIdx.x < kTile) {
+    const int m = threadIdx.x;
+    const int t = m < count ? token_at(sorted, p0 + m) : 0;
+    tok[m] = t;
+    slot[m] = m < count ? slot_of(token_slot, t, num_slots) : -1;
+  }
+  __syncthreads();
+  bool any = false;
+  for (int m = 0; m < count; ++m) any |= slot[m] >= 0;
+  if (!any) return;  // uniform
   const int k0 = c * kChunk, width = min(kChunk, in - k0);
   for (int idx = threadIdx.x; idx < kTile * kChunk; idx += kThreads) {
     const int m = idx / kChunk, kk = idx % kChunk;
-    xs[m][kk] = (m < count && kk < width && tile.slot[m] >= 0) ? x[static_cast<int64_t>(tile.tok[m]) * in + k0 + kk]
-                                                               : 0.f;
+    xs[m][kk] = (m < count && kk < width && slot[m] >= 0) ? x[static_cast<int64_t>(tok[m]) * in + k0 + kk] : 0.f;
   }
   __syncthreads();
   const T* a = static_cast<const T*>(args.a[g]);
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int col = lane * 8, valid = width - col;
   // 16-byte loads need every row start aligned: in * sizeof(T) a multiple of 16.
   const bool vec = (static_cast<int64_t>(in) * sizeof(T)) % 16 == 0 && (reinterpret_cast<uintptr_t>(a) & 15u) == 0;
   float* part_c = part + (static_cast<int64_t>(g) * gridDim.y + c) * n * rank;
-  for (int begin = 0; begin < count;) {
-    const int end = run_end(tile, begin, count), slot = tile.slot[begin];
-    if (slot >= 0) {
-      for (int r = warp; r < rank; r += kThreads / 32) {
-        float af[8];
-        load8(af, a + (static_cast<int64_t>(slot) * rank + r) * in + k0 + col, valid, vec);
-        for (int m = begin; m < end; ++m) {
-          const float4 x0 = *reinterpret_cast<const float4*>(&xs[m][col]);
-          const float4 x1 = *reinterpret_cast<const float4*>(&xs[m][col + 4]);
-          float s = af[0] * x0.x;
-          s = fmaf(af[1], x0.y, s);
-          s = fmaf(af[2], x0.z, s);
-          s = fmaf(af[3], x0.w, s);
-          s = fmaf(af[4], x1.x, s);
-          s = fmaf(af[5], x1.y, s);
-          s = fmaf(af[6], x1.z, s);
-          s = fmaf(af[7], x1.w, s);
-          s = cuda::warp_sum(s);
-          if (lane == 0) part_c[static_cast<int64_t>(tile.tok[m]) * rank + r] = s;
-        }
-      }
+  for (int item = threadIdx.x; item < count * rank; item += kThreads) {
+    const int m = item / rank, r = item % rank, s = slot[m];
+    if (s < 0) continue;
+    const T* arow = a + (static_cast<int64_t>(s) * rank + r) * in + k0;
+    float acc = 0.f;
+#pragma unroll 4
+    for (int k = 0; k < width; k += 8) {
+      float af[8];
+      load8(af, arow + k, width - k, vec);
+      const float4 x0 = *reinterpret_cast<const float4*>(&xs[m][k]);
+      const float4 x1 = *reinterpret_cast<const float4*>(&xs[m][k + 4]);
+      acc = fmaf(af[0], x0.x, acc);
+      acc = fmaf(af[1], x0.y, acc);
+      acc = fmaf(af[2], x0.z, acc);
+      acc = fmaf(af[3], x0.w, acc);
+      acc = fmaf(af[4], x1.x, acc);
+      acc = fmaf(af[5], x1.y, acc);
+      acc = fmaf(af[6], x1.z, acc);
+      acc = fmaf(af[7], x1.w, acc);
     }
-    begin = end;
+    part_c[static_cast<int64_t>(tok[m]) * rank + r] = acc;
   }
 }
 
+// t = sum over chunks of part[., c, tok, :] into ts[0..R): thread (r, lane group) sums every
+// (256 / R)-th chunk, then a fixed-order pass adds the groups. Contains barriers.
+__device__ __forceinline__ void reduce_parts(float* ts, float* red, const float* part_g, int chunks, int n, int tok,
+                                             int rank) {
+  const int per = rank <= kThreads ? kThreads / rank : 1;  // threads per rank
+  const int r = threadIdx.x % rank, q = threadIdx.x / rank;
+  if (rank <= kThreads) {
+    float s = 0.f;
+    if (q < per)
+      for (int c = q; c < chunks; c += per) s += part_g[(static_cast<int64_t>(c) * n + tok) * rank + r];
+    red[threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.x < rank) {
+      float t = 0.f;
+      for (int j = 0; j < per; ++j) t += red[j * rank + threadIdx.x];
+      ts[threadIdx.x] = t;
+    }
+  } else {
+    for (int rr = threadIdx.x; rr < rank; rr += kThreads) {
+      float t = 0.f;
+      for (int c = 0; c < chunks; ++c) t += part_g[(static_cast<int64_t>(c) * n + tok) * rank + rr];
+      ts[rr] = t;
+    }
+  }
+  __syncthreads();
+}
+
 // y_g[i, o] += b_g[slot_i][o, :] . t_i, t_i = sum over chunks of part[g, c, i, :].
-// grid (ceil(n / 16), ceil(max out / 1024), G); dynamic shared memory: 16 x R floats.
+// grid (n, ceil(max out / 256), G): one token per block (sorted order), one output per
+// thread, whose B row (R contiguous elements) is read with 16-byte loads when aligned.
+// Dynamic shared memory: R floats.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
 expand_kernel(GroupArgs args, const float* __restrict__ part, int chunks, const int32_t* __restrict__ token_slot,
               const int32_t* __restrict__ sorted, int n, int rank, int num_slots) {
-  extern __shared__ float ts[];  // [16][R]
-  __shared__ Tile tile;
-  const int p0 = blockIdx.x * kTile, g = blockIdx.z;
-  const int out = args.out[g], o0 = blockIdx.y * kOutPerBlock;
+  extern __shared__ float ts[];  // [R]
+  __shared__ float red[kThreads];
+  const int g = blockIdx.z, out = args.out[g], o0 = blockIdx.y * kOutPerBlock;
   if (o0 >= out) return;  // uniform: this member has fewer outputs than the largest
-  const int count = min(kTile, n - p0);
-  if (!load_tile(tile, token_slot, sorted, p0, count, num_slots)) return;
-  const float* part_g = part + static_cast<int64_t>(g) * chunks * n * rank;
-  for (int idx = threadIdx.x; idx < count * rank; idx += kThreads) {
-    const int m = idx / rank, r = idx % rank;
-    float s = 0.f;
-    if (tile.slot[m] >= 0)
-      for (int c = 0; c < chunks; ++c) s += part_g[(static_cast<int64_t>(c) * n + tile.tok[m]) * rank + r];
-    ts[idx] = s;
-  }
-  __syncthreads();
+  const int tok = token_at(sorted, blockIdx.x);
+  const int slot = slot_of(token_slot, tok, num_slots);
+  if (slot < 0) return;  // uniform
+  reduce_parts(ts, red, part + static_cast<int64_t>(g) * chunks * n * rank, chunks, n, tok, rank);
+  const int o = o0 + threadIdx.x;
+  if (o >= out) return;
   const T* b = static_cast<const T*>(args.b[g]);
-  float* y = args.y[g];
-  for (int begin = 0; begin < count;) {
-    const int end = run_end(tile, begin, count), slot = tile.slot[begin];
-    if (slot >= 0) {
+  const T* brow = b + (static_cast<int64_t>(slot) * out + o) * rank;
+  constexpr int E = cuda::Vec16<T>::E;
+  float s = 0.f;
+  int r = 0;
+  if ((static_cast<int64_t>(rank) * sizeof(T)) % 16 == 0 && (reinterpret_cast<uintptr_t>(b) & 15u) == 0) {
+    for (; r < rank; r += E) {
+      float f[E];
+      cuda::Vec16<T>::unpack(cuda::load16(brow + r), f);
 #pragma unroll
-      for (int j = 0; j < kOutPerThread; ++j) {
-        const int o = o0 + j * kThreads + threadIdx.x;
-        if (o >= out) break;
-        const T* brow = b + (static_cast<int64_t>(slot) * out + o) * rank;
-        for (int m = begin; m < end; ++m) {
-          const float* t = ts + m * rank;
-          float s = 0.f;
-          for (int r = 0; r < rank; ++r) s = fmaf(cuda::to_f32(brow[r]), t[r], s);
-          y[static_cast<int64_t>(tile.tok[m]) * out + o] += s;
-        }
-      }
+      for (int e = 0; e < E; ++e) s = fmaf(f[e], ts[r + e], s);
     }
-    begin = end;
   }
+  for (; r < rank; ++r) s = fmaf(cuda::to_f32(brow[r]), ts[r], s);
+  args.y[g][static_cast<int64_t>(tok) * out + o] += s;
 }
 
 // t[i, r] = sum_c part[0, c, i, r] for tokens with a slot (the single-op lora_shrink).
@@ -204,7 +201,8 @@ const int32_t* sorted_ptr(const LoraMeta& meta) {
 
 }  // namespace
 
-float* CudaBackend::lora_shrink_parts(const LoraGroup& g, Tensor x, const LoraMeta& meta, int* chunks) {
+float* CudaBackend::lora_shrink_parts(const LoraGroup& g, Tensor x, const LoraMeta& meta, int* chunks,
+                                     cudaStream_t stream) {
   cuda::check_f32(x, "lora: x must be f32 on the GPU");
   check(x.ndim == 2, "lora: x must be [n, in]");
   const int64_t n = x.dim(0), in = x.dim(1);
@@ -227,7 +225,7 @@ float* CudaBackend::lora_shrink_parts(const LoraGroup& g, Tensor x, const LoraMe
                   static_cast<unsigned>(g.count));
   cuda::dispatch_float(a0.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    shrink_kernel<T><<<grid, kThreads, 0, stream_>>>(part, x.ptr<float>(), args, meta.token_slot.ptr<int32_t>(),
+    shrink_kernel<T><<<grid, kThreads, 0, stream>>>(part, x.ptr<float>(), args, meta.token_slot.ptr<int32_t>(),
                                                      sorted_ptr(meta), static_cast<int>(n), static_cast<int>(in),
                                                      static_cast<int>(rank), static_cast<int>(num_slots));
     cuda::launch_check();
@@ -256,10 +254,10 @@ void CudaBackend::lora_expand_parts(const LoraGroup& g, const float* part, int c
   }
   check_meta(meta, n, "lora");
   if (max_out == 0) return;
-  const dim3 grid(static_cast<unsigned>(cuda::ceil_div(n, kTile)), static_cast<unsigned>(cuda::ceil_div(max_out, kOutPerBlock)),
+  const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(cuda::ceil_div(max_out, kOutPerBlock)),
                   static_cast<unsigned>(g.count));
-  const size_t smem = sizeof(float) * kTile * static_cast<size_t>(rank);
-  check(smem <= 48 * 1024, "lora: rank above 768");
+  const size_t smem = sizeof(float) * static_cast<size_t>(rank);
+  check(smem <= 32 * 1024, "lora: rank above 8192");
   cuda::dispatch_float(b0.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     expand_kernel<T><<<grid, kThreads, smem, stream_>>>(args, part, chunks, meta.token_slot.ptr<int32_t>(),
@@ -274,8 +272,28 @@ void CudaBackend::lora_group(const LoraGroup& g, Tensor x, Tensor /*t*/, const L
   const int64_t n = x.dim(0);
   if (n == 0 || g.a_stack[0].dim(1) == 0) return;
   int chunks = 0;
-  const float* part = lora_shrink_parts(g, x, meta, &chunks);
+  const float* part = lora_shrink_parts(g, x, meta, &chunks, stream_);
   lora_expand_parts(g, part, chunks, n, meta);
+}
+
+// The shrink reads only x, so it runs on the side stream while the base GEMV streams the
+// weights on the main one (a fork/join that stream capture records as graph edges); the
+// expand, which adds into the GEMV's output, waits for both.
+void CudaBackend::project(const MatmulGroup& g, const LoraGroup* lora, Tensor x, Tensor t, const LoraMeta& meta) {
+  if (lora == nullptr || x.dim(0) == 0 || lora->a_stack[0].dim(1) == 0) {
+    matmul_group(g, x);
+    if (lora != nullptr) lora_group(*lora, x, t, meta);
+    return;
+  }
+  check(lora->count >= 1 && lora->count <= kMaxGroup, "project: 1..3 LoRA members");
+  cuda::cuda_check(cudaEventRecord(fork_, stream_));
+  cuda::cuda_check(cudaStreamWaitEvent(side_stream_, fork_, 0));
+  int chunks = 0;
+  const float* part = lora_shrink_parts(*lora, x, meta, &chunks, side_stream_);
+  cuda::cuda_check(cudaEventRecord(join_, side_stream_));
+  matmul_group(g, x);
+  cuda::cuda_check(cudaStreamWaitEvent(stream_, join_, 0));
+  lora_expand_parts(*lora, part, chunks, x.dim(0), meta);
 }
 
 void CudaBackend::lora_shrink(Tensor t, Tensor x, Tensor a_stack, const LoraMeta& meta) {
@@ -288,7 +306,7 @@ void CudaBackend::lora_shrink(Tensor t, Tensor x, Tensor a_stack, const LoraMeta
   g.count = 1;
   g.a_stack[0] = a_stack;
   int chunks = 0;
-  const float* part = lora_shrink_parts(g, x, meta, &chunks);
+  const float* part = lora_shrink_parts(g, x, meta, &chunks, stream_);
   const int64_t count = n * rank;
   reduce_kernel<<<static_cast<unsigned>(cuda::ceil_div(count, kThreads)), kThreads, 0, stream_>>>(
       t.ptr<float>(), part, chunks, meta.token_slot.ptr<int32_t>(), static_cast<int>(n), static_cast<int>(rank),
