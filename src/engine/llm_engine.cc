@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <set>
 
+#include "engine/device_sampling.h"
 #include "engine/engine_lora_slots.h"
 #include "engine/model_runner.h"
 #include "engine/request_state.h"
@@ -157,6 +158,10 @@ Status LLMEngine::init(const EngineArgs& args) {
   limits.max_num_seqs = args.max_num_seqs;
   limits.max_blocks_per_seq = blocks_per_seq;
   limits.max_model_len = max_model_len_;
+  // On the GPU, tokens are sampled where the logits are (device_sampling.h): a decode step
+  // then downloads a few bytes per row instead of the [rows, vocab] logits.
+  limits.sample_on_device = backend_->device() == Device::kCuda;
+  if (limits.sample_on_device) device_sampling_ = std::make_unique<DeviceSampling>();
   runner_ = std::make_unique<ModelRunner>(model_.get(), kv_.get(), slots_.get(), limits);
   if (!args.enforce_eager && backend_->supports_graphs()) {
     graph_info_ = runner_->capture_graphs();
@@ -217,6 +222,7 @@ Status LLMEngine::add_request(const std::string& id, const PromptInput& prompt, 
     st->seq.needs_prompt_logits = params.prompt_logprobs >= 0 && i == 0;
     const uint64_t seed = params.seed.has_value() ? *params.seed + static_cast<uint64_t>(i) : splitmix(rng_state_);
     st->rng.seed(seed);
+    st->seed = seed;
     st->out.index = i;
     if (tokenizer_) st->detok = std::make_unique<IncrementalDetokenizer>(tokenizer_.get(), ids, params.skip_special_tokens);
     st->stops = std::make_unique<StopChecker>(params.stop, params.include_stop_str_in_output);
@@ -283,12 +289,10 @@ void LLMEngine::finish_seq(Request& req, int i, const std::string& reason, std::
   req.touched = true;
 }
 
-void LLMEngine::process_sample(Request& req, int i, int32_t token, const std::vector<float>& logits, size_t row) {
+void LLMEngine::process_sample(Request& req, int i, int32_t token, std::optional<TokenLogprobs> logprobs) {
   SeqState& st = *req.seqs[i];
   const SamplingParams& p = req.params;
-  const int64_t vocab = config_.vocab_size;
-  if (p.logprobs >= 0)
-    st.out.logprobs.push_back(logprobs_for(std::span<const float>(logits.data() + row * vocab, vocab), token, p.logprobs));
+  if (logprobs.has_value()) st.out.logprobs.push_back(std::move(*logprobs));
   st.seq.tokens.push_back(token);
   st.out.token_ids.push_back(token);
   if (req.first_token_s < 0) req.first_token_s = seconds_since(req.arrival);
@@ -334,14 +338,16 @@ std::vector<RequestOutput> LLMEngine::step() {
   counters_.preemptions += stats.num_preempted;
 
   if (!sb.empty()) {
-    StepPath path = runner_->execute(sb.batch, &logits_);
-    stats.path = path.path;
-    stats.lora_active = path.lora_active;
-    const int64_t vocab = config_.vocab_size;
     // Sequence -> (request, index) for this step.
     std::map<const Sequence*, std::pair<Request*, int>> owner;
     for (auto& [id, req] : requests_)
       for (int i = 0; i < static_cast<int>(req->seqs.size()); ++i) owner[&req->seqs[i]->seq] = {req.get(), i};
+    DeviceSampling* ds = device_sampling_.get();
+    if (ds) plan_device_sampling(sb, owner, ds);
+    StepPath path = runner_->execute(sb.batch, &logits_, ds);
+    stats.path = path.path;
+    stats.lora_active = path.lora_active;
+    const int64_t vocab = config_.vocab_size;
     std::set<std::string> adapters;
     for (const ScheduledSeq& ss : sb.seqs) {
       auto [req, i] = owner.at(ss.seq);
@@ -369,14 +375,22 @@ std::vector<RequestOutput> LLMEngine::step() {
       }
       if (ss.samples) {
         const size_t row = static_cast<size_t>(ss.first_logit_row + ss.num_logit_rows - 1);
-        const bool block_eos = seq.num_generated() < req->params.min_tokens;
-        const int32_t token = sample_token(std::span<const float>(logits_.data() + row * vocab, vocab), req->params,
-                                           std::span<const int32_t>(seq.tokens.data(), seq.num_prompt_tokens),
-                                           std::span<const int32_t>(seq.tokens.data() + seq.num_prompt_tokens,
-                                                                    seq.num_generated()),
-                                           block_eos, config_.eos_token_ids, st.rng);
+        const int k = req->params.logprobs;
+        int32_t token;
+        std::optional<TokenLogprobs> lp;
+        if (ds && ds->has(static_cast<int>(row))) {
+          token = ds->token[row];
+          if (k >= 0) lp = ds->logprobs(static_cast<int>(row), k);
+        } else {
+          const std::span<const float> logits(logits_.data() + row * vocab, static_cast<size_t>(vocab));
+          const bool block_eos = seq.num_generated() < req->params.min_tokens;
+          token = sample_token(logits, req->params, std::span<const int32_t>(seq.tokens.data(), seq.num_prompt_tokens),
+                               std::span<const int32_t>(seq.tokens.data() + seq.num_prompt_tokens, seq.num_generated()),
+                               block_eos, config_.eos_token_ids, st.rng);
+          if (k >= 0) lp = logprobs_for(logits, token, k);
+        }
         // Sampling appends to seq.tokens, which commit() below relies on.
-        process_sample(*req, i, token, logits_, row);
+        process_sample(*req, i, token, std::move(lp));
       }
     }
     scheduler_->commit(sb);
@@ -418,6 +432,23 @@ std::vector<RequestOutput> LLMEngine::step() {
   last_step_ = stats;
   if (args_.trace && !sb.empty()) std::fprintf(stderr, "%s\n", stats.trace_line().c_str());
   return outputs;
+}
+
+void LLMEngine::plan_device_sampling(const ScheduledBatch& sb,
+                                     const std::map<const Sequence*, std::pair<Request*, int>>& owner,
+                                     DeviceSampling* ds) const {
+  ds->reset(static_cast<int>(sb.batch.logit_rows.size()));
+  for (const ScheduledSeq& ss : sb.seqs) {
+    if (!ss.samples) continue;
+    const auto [req, i] = owner.at(ss.seq);
+    const SeqState& st = *req->seqs[static_cast<size_t>(i)];
+    const SamplingParams& p = req->params;
+    // Decided from the request's own state only, never from its batch-mates.
+    if (!device_can_sample(p, st.seq.num_generated() < p.min_tokens)) continue;
+    const sampling::RowParams row{p.temperature, p.top_k, p.top_p, p.min_p, st.seed,
+                                  static_cast<uint32_t>(st.seq.num_generated())};
+    ds->set_row(ss.first_logit_row + ss.num_logit_rows - 1, row, p.logprobs);
+  }
 }
 
 RequestOutput LLMEngine::make_output(Request& req) {

@@ -33,6 +33,9 @@ class LoraSlotPool;
 class ModelRunner;
 class EngineLoraSlots;
 struct Request;
+struct DeviceSampling;
+struct ScheduledBatch;
+struct Sequence;
 
 // A prompt is text (needs the model's tokenizer) or token ids.
 struct PromptInput {
@@ -85,7 +88,11 @@ class LLMEngine {
  private:
   LLMEngine() = default;
   Status init(const EngineArgs& args);
-  void process_sample(Request& req, int seq_index, int32_t token, const std::vector<float>& logits, size_t row);
+  // logprobs: the row's TokenLogprobs when the request asked for them.
+  void process_sample(Request& req, int seq_index, int32_t token, std::optional<TokenLogprobs> logprobs);
+  // Marks the rows of this step that the device samples (device_sampling.h).
+  void plan_device_sampling(const ScheduledBatch& sb, const std::map<const Sequence*, std::pair<Request*, int>>& owner,
+                            DeviceSampling* ds) const;
   // by_stop_string: the stop checker already emitted the final text (held-back text is dropped).
   void finish_seq(Request& req, int seq_index, const std::string& reason, std::optional<std::string> stop_reason,
                   bool by_stop_string = false);
@@ -118,6 +125,7 @@ class LLMEngine {
   int64_t next_seq_id_ = 1;
   uint64_t rng_state_ = 0;
   std::vector<float> logits_;
+  std::unique_ptr<DeviceSampling> device_sampling_;  // null: every row sampled on the host
   StepStats last_step_;
   GraphCaptureInfo graph_info_;
   EngineCounters counters_;

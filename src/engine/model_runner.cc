@@ -15,6 +15,7 @@ struct InputLayout {
   int64_t seg_start, seg_slot;                              // [segments + 1], [segments]
   int64_t query_start, seq_lens;                            // [seqs + 1], [seqs]
   int64_t logit_rows;                                       // [logit rows]
+  int64_t sampling;                                         // [kSampleInputWords * logit rows]
   int64_t block_tables;                                     // [seqs, width]
   int64_t end;
 };
@@ -37,6 +38,7 @@ InputLayout input_layout(int64_t tokens, int64_t seqs, int64_t segments, int64_t
   l.query_start = take(seqs + 1);
   l.seq_lens = take(seqs);
   l.logit_rows = take(logit_rows);
+  l.sampling = take(kSampleInputWords * logit_rows);
   l.block_tables = take(seqs * width);
   l.end = at;
   return l;
@@ -58,13 +60,15 @@ ModelRunner::ModelRunner(const LlamaModel* model, KvCache* kv, const LoraSlotPoo
   inputs_ = Buffer(backend_, sizeof(int32_t) * static_cast<size_t>(cap.end));
   const int64_t logit_rows = std::max<int64_t>(limits_.max_logit_chunk, max_bucket);
   logits_ = Buffer(backend_, sizeof(float) * logit_rows * model->config().vocab_size);
+  if (limits_.sample_on_device)
+    sample_out_ = Buffer(backend_, sizeof(int32_t) * kSampleOutputWords * static_cast<size_t>(std::max(t, max_bucket)));
   kv_view_.k = kv_->k_all();
   kv_view_.v = kv_->v_all();
 }
 
 ModelRunner::~ModelRunner() = default;
 
-StepTensors ModelRunner::prepare(const ForwardBatch& b, bool padded) {
+StepTensors ModelRunner::prepare(const ForwardBatch& b, bool padded, const DeviceSampling* ds) {
   const int n = b.num_tokens(), num_seqs = b.num_seqs();
   // LoRA segments. Graph-capable backends get one per token in padded steps (a fixed
   // count, rule 4; their kernels read token_slot anyway); otherwise maximal runs of equal
@@ -105,6 +109,7 @@ StepTensors ModelRunner::prepare(const ForwardBatch& b, bool padded) {
   put(l.query_start, b.query_start);
   put(l.seq_lens, b.seq_lens);
   put(l.logit_rows, b.logit_rows);
+  if (limits_.sample_on_device) pack_sample_inputs(ds, rows, staging_.data() + l.sampling);
   if (b.max_blocks_per_seq == width) {
     put(l.block_tables, b.block_tables);
   } else {
@@ -117,6 +122,8 @@ StepTensors ModelRunner::prepare(const ForwardBatch& b, bool padded) {
   int32_t* base = static_cast<int32_t*>(inputs_.data());
   const Device dev = backend_->device();
   auto i32 = [&](int64_t at, int64_t count) { return Tensor(base + at, DType::kI32, {count}, dev); };
+  sample_inputs_ = base + l.sampling;
+  sample_rows_ = rows;
   StepTensors st;
   st.num_tokens = n;
   st.token_ids = i32(l.token_ids, n);
@@ -149,7 +156,25 @@ StepTensors ModelRunner::prepare(const ForwardBatch& b, bool padded) {
 
 void ModelRunner::run_padded(const StepTensors& st, int bucket) {
   model_->forward(st, ws_, kv_view_, lora_);
-  model_->lm_head(logits_.tensor(DType::kF32, {bucket, model_->config().vocab_size}), ws_, 0, bucket);
+  const Tensor logits = logits_.tensor(DType::kF32, {bucket, model_->config().vocab_size});
+  model_->lm_head(logits, ws_, 0, bucket);
+  // Always recorded (padding and host-path rows are packed as greedy, K 0: the cheap case),
+  // so the graph does not depend on what this step's rows want.
+  if (limits_.sample_on_device) sample_rows(logits, 0, bucket);
+}
+
+void ModelRunner::sample_rows(Tensor logits, int first, int count) {
+  const Device dev = backend_->device();
+  auto* out = static_cast<int32_t*>(sample_out_.data());
+  backend_->sample(sample_output_views(out, sample_rows_, first, count, dev), logits,
+                   sample_input_views(sample_inputs_, sample_rows_, first, count, dev));
+}
+
+void ModelRunner::download_samples(int rows, DeviceSampling* ds) {
+  check(ds->rows() <= rows, "more sampling rows than logits rows");
+  sample_host_.resize(static_cast<size_t>(rows) * kSampleOutputWords);
+  backend_->copy_to_host(sample_host_.data(), sample_out_.data(), sample_host_.size() * sizeof(int32_t));
+  unpack_sample_outputs(sample_host_.data(), rows, ds);
 }
 
 GraphCaptureInfo ModelRunner::capture_graphs() {
@@ -181,8 +206,9 @@ GraphCaptureInfo ModelRunner::capture_graphs() {
   return info;
 }
 
-StepPath ModelRunner::execute_padded(const ForwardBatch& b, int bucket, std::vector<float>* logits) {
-  const StepTensors st = prepare(pad_decode_batch(b, bucket, limits_.max_blocks_per_seq), true);
+StepPath ModelRunner::execute_padded(const ForwardBatch& b, int bucket, std::vector<float>* logits,
+                                     DeviceSampling* ds) {
+  const StepTensors st = prepare(pad_decode_batch(b, bucket, limits_.max_blocks_per_seq), true, ds);
   StepPath path;
   path.lora_active = st.lora_active;
   path.bucket = bucket;
@@ -194,6 +220,12 @@ StepPath ModelRunner::execute_padded(const ForwardBatch& b, int bucket, std::vec
     run_padded(st, bucket);
     path.path = "eager bs=" + std::to_string(bucket) + " (padded)";
   }
+  const bool device = limits_.sample_on_device && ds != nullptr;
+  if (device) download_samples(bucket, ds);
+  if (device && !ds->needs_host_logits()) {
+    logits->clear();
+    return path;
+  }
   // Only the real rows come back; padding rows' logits stay on the device.
   const int64_t vocab = model_->config().vocab_size;
   const size_t count = static_cast<size_t>(b.num_seqs()) * vocab;
@@ -202,27 +234,35 @@ StepPath ModelRunner::execute_padded(const ForwardBatch& b, int bucket, std::vec
   return path;
 }
 
-StepPath ModelRunner::execute(const ForwardBatch& b, std::vector<float>* logits) {
+StepPath ModelRunner::execute(const ForwardBatch& b, std::vector<float>* logits, DeviceSampling* ds) {
   const int n = b.num_tokens(), num_seqs = b.num_seqs();
   check(n > 0 && n <= limits_.max_num_batched_tokens, "batch has more tokens than max_num_batched_tokens");
   check(num_seqs <= limits_.max_num_seqs, "batch has more sequences than max_num_seqs");
   check(b.max_blocks_per_seq <= limits_.max_blocks_per_seq, "block table wider than the runner's limit");
   if (is_paddable_decode(b)) {
     const int bucket = pick_bucket(buckets_, num_seqs);
-    if (bucket > 0) return execute_padded(b, bucket, logits);
+    if (bucket > 0) return execute_padded(b, bucket, logits, ds);
   }
+  check(ds == nullptr || ds->rows() == static_cast<int>(b.logit_rows.size()), "one DeviceSampling row per logits row");
 
-  const StepTensors st = prepare(b, false);
+  const StepTensors st = prepare(b, false, ds);
   model_->forward(st, ws_, kv_view_, lora_);
   const int64_t vocab = model_->config().vocab_size;
   const int rows = st.num_logit_rows;
-  logits->resize(static_cast<size_t>(rows) * vocab);
+  // Eager steps (prefill, mixed batches) sample on the device too, chunk by chunk, so a
+  // request's tokens come from the same sampler whichever kind of step produced them.
+  const bool device = limits_.sample_on_device && ds != nullptr && rows > 0;
+  const bool host_logits = !device || ds->needs_host_logits();
+  if (host_logits) logits->resize(static_cast<size_t>(rows) * vocab);
+  else logits->clear();
   for (int r = 0; r < rows; r += limits_.max_logit_chunk) {
     const int count = std::min(limits_.max_logit_chunk, rows - r);
     Tensor out = logits_.tensor(DType::kF32, {count, vocab});
     model_->lm_head(out, ws_, r, count);
-    backend_->copy_to_host(logits->data() + static_cast<size_t>(r) * vocab, out.data, out.bytes());
+    if (device) sample_rows(out, r, count);
+    if (host_logits) backend_->copy_to_host(logits->data() + static_cast<size_t>(r) * vocab, out.data, out.bytes());
   }
+  if (device) download_samples(rows, ds);
   StepPath path;
   path.lora_active = st.lora_active;
   path.path = "eager";

@@ -5,6 +5,10 @@
 // Decode-only batches of up to the largest bucket are padded to a bucket (graph_runner.h)
 // and then either replay the captured graph of (bucket, lora_active) or, with
 // enforce-eager or on backends without graphs, run the very same ops eagerly.
+//
+// With sample_on_device, Backend::sample follows lm_head (in the graphs too): rows the
+// engine marks in a DeviceSampling are sampled there and only their small results come
+// back; the logits are copied to the host only when some row needs them (device_sampling.h).
 #pragma once
 
 #include <cstdint>
@@ -12,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/device_sampling.h"
 #include "engine/graph_runner.h"
 #include "kv/kv_cache.h"
 #include "lora/slot_pool.h"
@@ -26,6 +31,7 @@ struct RunnerLimits {
   int max_blocks_per_seq = 128;       // block-table stride of padded decode steps
   int max_model_len = 2048;           // attention's sequence-length bound in padded decode steps
   int max_logit_chunk = 256;          // lm_head rows computed (and downloaded) at a time
+  bool sample_on_device = false;      // run Backend::sample after lm_head (the engine: on CUDA)
 };
 
 // Which path ran, for traces and verification.
@@ -46,8 +52,10 @@ class ModelRunner {
   // returning num_graphs 0 otherwise. Call once, before the first step.
   GraphCaptureInfo capture_graphs();
 
-  // logits (host) receives [batch.logit_rows.size(), vocab] float32.
-  StepPath execute(const ForwardBatch& batch, std::vector<float>* logits);
+  // logits (host) receives [batch.logit_rows.size(), vocab] float32. With sample_on_device
+  // and `sampling` (one entry per logits row), rows it marks are sampled on the device and
+  // sampling->sampled is set; logits then stay empty unless sampling->needs_host_logits().
+  StepPath execute(const ForwardBatch& batch, std::vector<float>* logits, DeviceSampling* sampling = nullptr);
 
   const RunnerLimits& limits() const { return limits_; }
   const std::vector<int>& buckets() const { return buckets_; }
@@ -55,10 +63,15 @@ class ModelRunner {
  private:
   // Packs the batch's integer inputs into staging_, uploads them with one copy into
   // inputs_, and returns the device views. padded: the fixed bounds of padded decode.
-  StepTensors prepare(const ForwardBatch& b, bool padded);
-  // forward + lm_head over all `bucket` rows into logits_ (what a graph records).
+  // With sample_on_device the staging also carries the sampling inputs of every logits row.
+  StepTensors prepare(const ForwardBatch& b, bool padded, const DeviceSampling* ds = nullptr);
+  // forward + lm_head (+ sample) over all `bucket` rows into logits_ (what a graph records).
   void run_padded(const StepTensors& st, int bucket);
-  StepPath execute_padded(const ForwardBatch& b, int bucket, std::vector<float>* logits);
+  StepPath execute_padded(const ForwardBatch& b, int bucket, std::vector<float>* logits, DeviceSampling* ds);
+  // Backend::sample over `logits`, rows [first, first + count) of this step's logits rows.
+  void sample_rows(Tensor logits, int first, int count);
+  // Copies the step's sample results (rows logits rows) to the host, into ds.
+  void download_samples(int rows, DeviceSampling* ds);
 
   const LlamaModel* model_;
   KvCache* kv_;
@@ -74,6 +87,12 @@ class ModelRunner {
   std::vector<int32_t> staging_;
   std::vector<int32_t> seg_start_, seg_slot_, sorted_tokens_;
   Buffer logits_;  // [max(max_logit_chunk, largest bucket), vocab]
+  // Device sampling: this step's packed inputs (inside inputs_) and its row count, and the
+  // persistent results ([kSampleOutputWords * rows] words, see device_sampling.h).
+  int32_t* sample_inputs_ = nullptr;
+  int sample_rows_ = 0;
+  Buffer sample_out_;
+  std::vector<int32_t> sample_host_;
 };
 
 }  // namespace quiver

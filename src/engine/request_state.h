@@ -19,7 +19,8 @@ namespace quiver {
 
 struct SeqState {
   Sequence seq;
-  SeqRng rng;
+  SeqRng rng;            // the host sampler's generator
+  uint64_t seed = 0;     // the device sampler's Philox key (the same seed rng started from)
   CompletionOutput out;
   std::unique_ptr<IncrementalDetokenizer> detok;
   std::unique_ptr<StopChecker> stops;
