@@ -22,6 +22,11 @@ for t in ${TARGETS:-test_cuda_graphs}; do
   timeout 120 ./$build/$t >"$OUT/$t.log" 2>&1; echo "$t rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/$t.log" | tr '\n' ' ')"
   grep -E "Failure|Expected|Which is|error" "$OUT/$t.log" | head -20
 done
+if [ -n "${FIX:-}" ]; then  # every HF fixture through quiver on CUDA vs HF, and vs the CPU
+  mkdir -p "$OUT/fixtures"
+  timeout 240 env OUT="$OUT/fixtures" BUILD=$build bash tools/gpu/run_engine_fixtures.sh >"$OUT/fixtures.log" 2>&1
+  echo "fixtures rc=$?"; grep -vE "^\s*$" "$OUT/fixtures.log" | tail -40
+fi
 B=(./$build/quiver bench --model bench/configs/llama-2-7b --load-format dummy --dtype bfloat16 --device cuda --lora-rank 16)
 if [ -n "${NCU:-}" ]; then
   timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip ${NCU_SKIP:-3000} \
