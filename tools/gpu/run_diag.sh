@@ -4,6 +4,12 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 : "${OUT:=/tmp/quiver_out}"
+# Logs go to $LOGS and come back packed in $OUT/logs.tgz (few files: the device returns
+# only a limited number).
+FINAL_OUT=$OUT
+OUT=/tmp/diag_logs
+rm -rf "$OUT" && mkdir -p "$OUT" "$FINAL_OUT"
+trap 'tar czf "$FINAL_OUT/logs.tgz" -C "$OUT" . 2>/dev/null' EXIT
 # SRC=DIR: build that tree instead (e.g. build-src, a `git archive HEAD` carried along, so
 # others' unfinished files in the working tree stay out of the build).
 if [ -n "${SRC:-}" ]; then
@@ -30,9 +36,9 @@ fi
 B=(./$build/quiver bench --model bench/configs/llama-2-7b --load-format dummy --dtype bfloat16 --device cuda --lora-rank 16)
 if [ -n "${NCU:-}" ]; then
   timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip ${NCU_SKIP:-3000} \
-    --launch-count ${NCU_COUNT:-1000} "${B[@]}" --batch-size ${NCU_BS:-1} --input-len 16 --output-len 8 \
-    --num-adapters ${NCU_BS:-1} --num-iters 1 --max-num-seqs ${NCU_BS:-1} --kv-cache-memory 2GiB --enforce-eager \
-    >"$OUT/ncu.csv" 2>"$OUT/ncu.err"
+    --launch-count ${NCU_COUNT:-1000} "${B[@]}" --batch-size ${NCU_BS:-1} --input-len ${NCU_IN:-16} --output-len 8 \
+    --num-adapters ${NCU_BS:-1} --num-iters 1 --max-num-seqs ${NCU_BS:-1} --kv-cache-memory 16GiB --enforce-eager \
+    --lora-dtype bfloat16 >"$OUT/ncu.csv" 2>"$OUT/ncu.err"
   echo "ncu rc=$? $(wc -l <"$OUT/ncu.csv") lines"; tail -3 "$OUT/ncu.err"
   python3 - "$OUT/ncu.csv" <<'PY'
 import csv, sys, collections
@@ -53,10 +59,11 @@ PY
 fi
 if [ -n "${BENCHC:-}" ]; then
   timeout ${BENCHC_T:-150} "${B[@]}" --batch-size 256 --input-len 256 --output-len ${BENCHC_OUT:-32} --num-adapters 64 \
-    --num-iters 1 --warmup-steps 2 --kv-cache-memory 56GiB --trace --json-output "$OUT/benchc.json" >"$OUT/benchc.log" 2>&1
-  echo "benchc rc=$?"; grep -v "^step" "$OUT/benchc.log" | tail -15
-  grep -c "" "$OUT/benchc.log"; grep "^step\|step " "$OUT/benchc.log" | head -5
-  awk 'NR%25==0' "$OUT/benchc.log" | head -60
+    --num-iters 1 --warmup-steps 2 --kv-cache-memory 56GiB --trace --lora-dtype bfloat16 \
+    --json-output "$OUT/benchc.json" >"$OUT/benchc.log" 2>&1
+  echo "benchc rc=$?"; grep -v "^\[step" "$OUT/benchc.log" | tail -12 | cut -c1-300
+  # step kind, tokens and time of the first 40 steps
+  grep "^\[step" "$OUT/benchc.log" | head -40 | sed -E 's/adapters=\[[^]]*\]//' | cut -c1-200
 fi
 if [ -n "${BENCHAB:-}" ]; then  # (a) and (b): LoRA vs base at batch 1/8/32/64, short
   for bs in ${BENCHAB_BS:-1 8 32 64}; do

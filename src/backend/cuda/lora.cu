@@ -6,7 +6,7 @@
 // one thread, so a batch whose tokens all use different adapters (the decode case) runs as
 // parallel as one that shares a single adapter; weights of a slot are re-read by its other
 // tokens from L1/L2, and walking the tokens in LoraMeta::sorted_tokens order keeps the
-// tokens of one adapter in neighbouring blocks. Splitting shrink over `in` in 256-column
+// tokens of one adapter in neighbouring blocks. Splitting shrink over `in` in 64- or 256-column
 // chunks gives every batch size, down to one token, enough blocks; expand adds the chunk
 // partials in a fixed order, so results are deterministic (graph == eager, bitwise).
 // Grids depend only on n and the stack shapes, never on which tokens carry an adapter, so
@@ -24,7 +24,7 @@ namespace {
 
 constexpr int kTile = 16;      // shrink: tokens per block
 constexpr int kThreads = 256;
-constexpr int kChunk = 256;    // shrink: `in` columns per block
+constexpr int kChunk = 256;    // shrink: most `in` columns per block
 constexpr int kOutPerBlock = kThreads;  // expand: one output per thread
 
 struct GroupArgs {
@@ -59,13 +59,16 @@ __device__ __forceinline__ void load8(float (&f)[8], const T* p, int valid, bool
   }
 }
 
-// part: [G, chunks, n, R] f32. grid (ceil(n / 16), chunks, G). Thread item (m, r): token m
-// of the tile, rank r; lanes of a warp share m (x reads are smem broadcasts).
+// part: [G, chunks, n, R] f32. grid (ceil(n / 16), chunks, G); chunk = kc columns (64 for
+// small batches: shorter dot products, more blocks; 256 otherwise: fewer partials). Each
+// (token m, rank r) item is a group of tpi threads (a power of two, as many as the items
+// leave room for, so one token still uses the whole block) that split the chunk's columns
+// 8 at a time and reduce with shuffles; all lanes of a warp run the same iterations.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
 shrink_kernel(float* __restrict__ part, const float* __restrict__ x, GroupArgs args,
               const int32_t* __restrict__ token_slot, const int32_t* __restrict__ sorted, int n, int in, int rank,
-              int num_slots) {
+              int num_slots, int kc) {
   __shared__ int tok[kTile], slot[kTile];
   __shared__ __align__(16) float xs[kTile][kChunk];
   const int p0 = blockIdx.x * kTile, c = blockIdx.y, g = blockIdx.z;
@@ -80,9 +83,9 @@ shrink_kernel(float* __restrict__ part, const float* __restrict__ x, GroupArgs a
   bool any = false;
   for (int m = 0; m < count; ++m) any |= slot[m] >= 0;
   if (!any) return;  // uniform
-  const int k0 = c * kChunk, width = min(kChunk, in - k0);
-  for (int idx = threadIdx.x; idx < kTile * kChunk; idx += kThreads) {
-    const int m = idx / kChunk, kk = idx % kChunk;
+  const int k0 = c * kc, width = min(kc, in - k0);
+  for (int idx = threadIdx.x; idx < kTile * kc; idx += kThreads) {
+    const int m = idx / kc, kk = idx % kc;
     xs[m][kk] = (m < count && kk < width && slot[m] >= 0) ? x[static_cast<int64_t>(tok[m]) * in + k0 + kk] : 0.f;
   }
   __syncthreads();
@@ -90,27 +93,35 @@ shrink_kernel(float* __restrict__ part, const float* __restrict__ x, GroupArgs a
   // 16-byte loads need every row start aligned: in * sizeof(T) a multiple of 16.
   const bool vec = (static_cast<int64_t>(in) * sizeof(T)) % 16 == 0 && (reinterpret_cast<uintptr_t>(a) & 15u) == 0;
   float* part_c = part + (static_cast<int64_t>(g) * gridDim.y + c) * n * rank;
-  for (int item = threadIdx.x; item < count * rank; item += kThreads) {
-    const int m = item / rank, r = item % rank, s = slot[m];
-    if (s < 0) continue;
-    const T* arow = a + (static_cast<int64_t>(s) * rank + r) * in + k0;
+  const int items = count * rank;
+  int tpi = 1;
+  while (tpi < 32 && tpi * 2 * items <= kThreads && tpi * 2 * 8 <= kc) tpi *= 2;
+  const int groups = kThreads / tpi, sub = threadIdx.x % tpi;
+  for (int base = 0; base < items; base += groups) {
+    const int item = base + static_cast<int>(threadIdx.x) / tpi;
+    const int m = item < items ? item / rank : 0, r = item % rank;
+    const int s = item < items ? slot[m] : -1;
     float acc = 0.f;
+    if (s >= 0) {
+      const T* arow = a + (static_cast<int64_t>(s) * rank + r) * in + k0;
 #pragma unroll 4
-    for (int k = 0; k < width; k += 8) {
-      float af[8];
-      load8(af, arow + k, width - k, vec);
-      const float4 x0 = *reinterpret_cast<const float4*>(&xs[m][k]);
-      const float4 x1 = *reinterpret_cast<const float4*>(&xs[m][k + 4]);
-      acc = fmaf(af[0], x0.x, acc);
-      acc = fmaf(af[1], x0.y, acc);
-      acc = fmaf(af[2], x0.z, acc);
-      acc = fmaf(af[3], x0.w, acc);
-      acc = fmaf(af[4], x1.x, acc);
-      acc = fmaf(af[5], x1.y, acc);
-      acc = fmaf(af[6], x1.z, acc);
-      acc = fmaf(af[7], x1.w, acc);
+      for (int k = sub * 8; k < width; k += tpi * 8) {
+        float af[8];
+        load8(af, arow + k, width - k, vec);
+        const float4 x0 = *reinterpret_cast<const float4*>(&xs[m][k]);
+        const float4 x1 = *reinterpret_cast<const float4*>(&xs[m][k + 4]);
+        acc = fmaf(af[0], x0.x, acc);
+        acc = fmaf(af[1], x0.y, acc);
+        acc = fmaf(af[2], x0.z, acc);
+        acc = fmaf(af[3], x0.w, acc);
+        acc = fmaf(af[4], x1.x, acc);
+        acc = fmaf(af[5], x1.y, acc);
+        acc = fmaf(af[6], x1.z, acc);
+        acc = fmaf(af[7], x1.w, acc);
+      }
     }
-    part_c[static_cast<int64_t>(tok[m]) * rank + r] = acc;
+    for (int o = tpi / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (s >= 0 && sub == 0) part_c[static_cast<int64_t>(tok[m]) * rank + r] = acc;
   }
 }
 
@@ -218,7 +229,8 @@ float* CudaBackend::lora_shrink_parts(const LoraGroup& g, Tensor x, const LoraMe
   }
   check(n < (int64_t{1} << 31) && in < (int64_t{1} << 31) && rank <= 4096, "lora: dimensions out of range");
   check_meta(meta, n, "lora");
-  *chunks = static_cast<int>(cuda::ceil_div(in, kChunk));
+  const int kc = n <= 64 ? 64 : kChunk;
+  *chunks = static_cast<int>(cuda::ceil_div(in, kc));
   const size_t bytes = sizeof(float) * static_cast<size_t>(g.count) * *chunks * n * rank;
   float* part = static_cast<float*>(scratch(lora_scratch_, bytes, "lora"));
   const dim3 grid(static_cast<unsigned>(cuda::ceil_div(n, kTile)), static_cast<unsigned>(*chunks),
@@ -227,7 +239,7 @@ float* CudaBackend::lora_shrink_parts(const LoraGroup& g, Tensor x, const LoraMe
     using T = typename decltype(tag)::type;
     shrink_kernel<T><<<grid, kThreads, 0, stream>>>(part, x.ptr<float>(), args, meta.token_slot.ptr<int32_t>(),
                                                      sorted_ptr(meta), static_cast<int>(n), static_cast<int>(in),
-                                                     static_cast<int>(rank), static_cast<int>(num_slots));
+                                                     static_cast<int>(rank), static_cast<int>(num_slots), kc);
     cuda::launch_check();
   }, "lora: a_stack must be F32, F16 or BF16");
   return part;
