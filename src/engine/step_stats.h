@@ -20,7 +20,9 @@ struct StepStats {
   int num_waiting = 0;
   std::string path;       // "eager", "graph bs=8", ...
   bool lora_active = false;
-  double ms = 0;
+  double ms = 0;           // the whole step
+  double schedule_ms = 0;  // scheduler
+  double model_ms = 0;     // inputs, forward, sampling, results back on the host (the device's part)
 
   std::string trace_line() const;
 };

@@ -33,6 +33,16 @@ if [ -n "${FIX:-}" ]; then  # every HF fixture through quiver on CUDA vs HF, and
   timeout 240 env OUT="$OUT/fixtures" BUILD=$build bash tools/gpu/run_engine_fixtures.sh >"$OUT/fixtures.log" 2>&1
   echo "fixtures rc=$?"; grep -vE "^\s*$" "$OUT/fixtures.log" | tail -40
 fi
+if [ -n "${VERIFY:-}" ]; then  # graph vs eager, bitwise, on two fixtures with all their adapters
+  for m in llama3_bf16 llama_gqa; do
+    fx=tests/fixtures/$m
+    loras=()
+    for a in "$fx"/adapters/*; do loras+=(--lora "$(basename "$a")=$a"); done
+    timeout 60 ./$build/quiver verify --model "$fx" "${loras[@]}" --max-lora-rank 64 --max-loras 8 --device cuda \
+      --input "$fx/requests.jsonl" >"$OUT/verify_$m.log" 2>&1
+    echo "verify $m rc=$?"; grep -E "^verify:|^graph run|^eager run" "$OUT/verify_$m.log"
+  done
+fi
 B=(./$build/quiver bench --model bench/configs/llama-2-7b --load-format dummy --dtype bfloat16 --device cuda --lora-rank 16)
 if [ -n "${NCU:-}" ]; then
   timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip ${NCU_SKIP:-3000} \
@@ -73,5 +83,11 @@ if [ -n "${BENCHAB:-}" ]; then  # (a) and (b): LoRA vs base at batch 1/8/32/64, 
     echo "bench bs=$bs rc=$?"
     grep -E "decode|ratio|lora/base|x0|x1" "$OUT/bench_b$bs.log" | head -8
   done
+  if [ -n "${BENCHAB_EAGER:-}" ]; then  # (a) eager vs graphs at batch 1
+    timeout 120 "${B[@]}" --batch-size 1 --input-len 128 --output-len ${BENCHAB_OUT:-64} --num-adapters 1 \
+      --compare base --num-iters 2 --max-num-seqs 1 --kv-cache-memory 16GiB ${BENCHAB_FLAGS:-} --enforce-eager \
+      --json-output "$OUT/bench_b1_eager.json" >"$OUT/bench_b1_eager.log" 2>&1
+    echo "bench bs=1 eager rc=$?"; grep -E "decode " "$OUT/bench_b1_eager.log" | head -4
+  fi
 fi
 echo "total $((SECONDS - t0))s"

@@ -26,6 +26,7 @@ constexpr int kTile = 16;      // shrink: tokens per block
 constexpr int kThreads = 256;
 constexpr int kChunk = 256;    // shrink: most `in` columns per block
 constexpr int kOutPerBlock = kThreads;  // expand: one output per thread
+constexpr int kTiledExpandMinN = 16;    // from here: partials reduced once, tiled expand
 
 struct GroupArgs {
   const void* a[kMaxGroup] = {};  // [S, R, in]
@@ -187,15 +188,70 @@ expand_kernel(GroupArgs args, const float* __restrict__ part, int chunks, const 
   args.y[g][static_cast<int64_t>(tok) * out + o] += s;
 }
 
-// t[i, r] = sum_c part[0, c, i, r] for tokens with a slot (the single-op lora_shrink).
+// Batches of 16 or more tokens: y_g[i, o] += b_g[slot_i][o, :] . t[g, i, :] with t already
+// reduced ([G, n, R]). grid (ceil(n / tile), ceil(max out / 256), G): a block takes `tile`
+// sorted tokens (so a slot's B rows, re-read per token, stay in L1) and 256 outputs; the
+// tile's t rows sit in shared memory (tile x R floats, dynamic).
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+expand_tiled_kernel(GroupArgs args, const float* __restrict__ t, const int32_t* __restrict__ token_slot,
+                    const int32_t* __restrict__ sorted, int n, int rank, int num_slots, int tile) {
+  extern __shared__ float ts[];  // [tile][R]
+  __shared__ int tok[kTile], slot[kTile];
+  const int g = blockIdx.z, out = args.out[g], o0 = blockIdx.y * kOutPerBlock;
+  if (o0 >= out) return;  // uniform
+  const int p0 = blockIdx.x * tile, count = min(tile, n - p0);
+  if (threadIdx.x < tile) {
+    const int m = threadIdx.x;
+    const int tk = m < count ? token_at(sorted, p0 + m) : 0;
+    tok[m] = tk;
+    slot[m] = m < count ? slot_of(token_slot, tk, num_slots) : -1;
+  }
+  __syncthreads();
+  const float* t_g = t + static_cast<int64_t>(g) * n * rank;
+  for (int idx = threadIdx.x; idx < count * rank; idx += kThreads) {
+    const int m = idx / rank, r = idx % rank;
+    ts[idx] = slot[m] >= 0 ? t_g[static_cast<int64_t>(tok[m]) * rank + r] : 0.f;
+  }
+  __syncthreads();
+  const int o = o0 + threadIdx.x;
+  if (o >= out) return;
+  const T* b = static_cast<const T*>(args.b[g]);
+  const bool vec = (static_cast<int64_t>(rank) * sizeof(T)) % 16 == 0 && (reinterpret_cast<uintptr_t>(b) & 15u) == 0;
+  constexpr int E = cuda::Vec16<T>::E;
+  float* y = args.y[g];
+  for (int m = 0; m < count; ++m) {
+    const int s = slot[m];
+    if (s < 0) continue;
+    const T* brow = b + (static_cast<int64_t>(s) * out + o) * rank;
+    const float* tm = ts + m * rank;
+    float acc = 0.f;
+    int r = 0;
+    if (vec) {
+      for (; r < rank; r += E) {
+        float f[E];
+        cuda::Vec16<T>::unpack(cuda::load16(brow + r), f);
+#pragma unroll
+        for (int e = 0; e < E; ++e) acc = fmaf(f[e], tm[r + e], acc);
+      }
+    }
+    for (; r < rank; ++r) acc = fmaf(cuda::to_f32(brow[r]), tm[r], acc);
+    y[static_cast<int64_t>(tok[m]) * out + o] += acc;
+  }
+}
+
+// t[g, i, r] = sum_c part[g, c, i, r] for tokens with a slot. grid over G x n x R.
 __global__ void reduce_kernel(float* __restrict__ t, const float* __restrict__ part, int chunks,
-                              const int32_t* __restrict__ token_slot, int n, int rank, int num_slots) {
+                              const int32_t* __restrict__ token_slot, int n, int rank, int num_slots, int members) {
+  const int64_t per = static_cast<int64_t>(n) * rank;
   const int64_t idx = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  if (idx >= static_cast<int64_t>(n) * rank) return;
-  const int slot = token_slot[idx / rank];
+  if (idx >= per * members) return;
+  const int64_t g = idx / per, i = idx % per;
+  const int slot = token_slot[i / rank];
   if (slot < 0 || slot >= num_slots) return;
+  const float* p = part + g * chunks * per + i;
   float s = 0.f;
-  for (int c = 0; c < chunks; ++c) s += part[static_cast<int64_t>(c) * n * rank + idx];
+  for (int c = 0; c < chunks; ++c) s += p[c * per];
   t[idx] = s;
 }
 
@@ -231,7 +287,8 @@ float* CudaBackend::lora_shrink_parts(const LoraGroup& g, Tensor x, const LoraMe
   check_meta(meta, n, "lora");
   const int kc = n <= 64 ? 64 : kChunk;
   *chunks = static_cast<int>(cuda::ceil_div(in, kc));
-  const size_t bytes = sizeof(float) * static_cast<size_t>(g.count) * *chunks * n * rank;
+  // [G, chunks, n, R] partials, then room for the reduced [G, n, R] (lora_expand_parts).
+  const size_t bytes = sizeof(float) * static_cast<size_t>(g.count) * (*chunks + 1) * n * rank;
   float* part = static_cast<float*>(scratch(lora_scratch_, bytes, "lora"));
   const dim3 grid(static_cast<unsigned>(cuda::ceil_div(n, kTile)), static_cast<unsigned>(*chunks),
                   static_cast<unsigned>(g.count));
@@ -266,15 +323,37 @@ void CudaBackend::lora_expand_parts(const LoraGroup& g, const float* part, int c
   }
   check_meta(meta, n, "lora");
   if (max_out == 0) return;
-  const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(cuda::ceil_div(max_out, kOutPerBlock)),
-                  static_cast<unsigned>(g.count));
-  const size_t smem = sizeof(float) * static_cast<size_t>(rank);
-  check(smem <= 32 * 1024, "lora: rank above 8192");
+  const int ni = static_cast<int>(n), ri = static_cast<int>(rank), si = static_cast<int>(num_slots);
+  const unsigned out_blocks = static_cast<unsigned>(cuda::ceil_div(max_out, kOutPerBlock));
+  if (n < kTiledExpandMinN) {  // one token per block, partials summed in the block
+    const size_t smem = sizeof(float) * static_cast<size_t>(rank);
+    check(smem <= 32 * 1024, "lora: rank above 8192");
+    cuda::dispatch_float(b0.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      expand_kernel<T><<<dim3(static_cast<unsigned>(n), out_blocks, static_cast<unsigned>(g.count)), kThreads, smem,
+                         stream_>>>(args, part, chunks, meta.token_slot.ptr<int32_t>(), sorted_ptr(meta), ni, ri, si);
+      cuda::launch_check();
+    }, "lora: b_stack must be F32, F16 or BF16");
+    return;
+  }
+  // Sum the partials once (instead of once per output block), then the tiled expand.
+  const float* t = part;
+  if (chunks > 1) {
+    float* reduced = const_cast<float*>(part) + static_cast<int64_t>(g.count) * chunks * n * rank;
+    const int64_t count = static_cast<int64_t>(g.count) * n * rank;
+    reduce_kernel<<<static_cast<unsigned>(cuda::ceil_div(count, kThreads)), kThreads, 0, stream_>>>(
+        reduced, part, chunks, meta.token_slot.ptr<int32_t>(), ni, ri, si, g.count);
+    cuda::launch_check();
+    t = reduced;
+  }
+  const int tile = n < 128 ? 4 : kTile;
+  const size_t smem = sizeof(float) * static_cast<size_t>(tile) * rank;
+  check(smem <= 48 * 1024, "lora: rank above 768");
   cuda::dispatch_float(b0.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    expand_kernel<T><<<grid, kThreads, smem, stream_>>>(args, part, chunks, meta.token_slot.ptr<int32_t>(),
-                                                        sorted_ptr(meta), static_cast<int>(n), static_cast<int>(rank),
-                                                        static_cast<int>(num_slots));
+    const dim3 grid(static_cast<unsigned>(cuda::ceil_div(n, tile)), out_blocks, static_cast<unsigned>(g.count));
+    expand_tiled_kernel<T><<<grid, kThreads, smem, stream_>>>(args, t, meta.token_slot.ptr<int32_t>(),
+                                                              sorted_ptr(meta), ni, ri, si, tile);
     cuda::launch_check();
   }, "lora: b_stack must be F32, F16 or BF16");
 }
@@ -322,7 +401,7 @@ void CudaBackend::lora_shrink(Tensor t, Tensor x, Tensor a_stack, const LoraMeta
   const int64_t count = n * rank;
   reduce_kernel<<<static_cast<unsigned>(cuda::ceil_div(count, kThreads)), kThreads, 0, stream_>>>(
       t.ptr<float>(), part, chunks, meta.token_slot.ptr<int32_t>(), static_cast<int>(n), static_cast<int>(rank),
-      static_cast<int>(a_stack.dim(0)));
+      static_cast<int>(a_stack.dim(0)), 1);
   cuda::launch_check();
 }
 
