@@ -1,10 +1,18 @@
 #!/usr/bin/env bash
-# Run THERE (one H200): a diagnostic pass — build, test_cuda_graphs, per-kernel times of one
-# 7B batch-1 LoRA decode step (ncu, eager), and the 256-request bench with --trace.
+# Run THERE (one H200): the GPU checks and the 7B numbers of bench/RESULTS.md, each part
+# switched on by a variable (see bench/RESULTS.md, "Re-running on the GPU"):
+#   TARGETS   GPU test binaries to build and run (default test_cuda_graphs)
+#   FIX       every HF fixture on CUDA vs HF and vs the CPU (run_engine_fixtures.sh)
+#   VERIFY    `quiver verify` graph vs eager on two fixtures
+#   NCU       per-kernel times of one eager step (NCU_BS, NCU_IN, NCU_SKIP, NCU_COUNT)
+#   BENCHC    256 requests over 64 adapters with --trace (BENCHC_OUT output tokens)
+#   BENCHAB   LoRA vs base at batch 1/8/32/64 (BENCHAB_BS, BENCHAB_OUT, BENCHAB_FLAGS);
+#             BENCHAB_EAGER adds batch 1 with --enforce-eager
+# Chat-template expectations are re-rendered there with `python3 tools/make_chat_fixtures.py`.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 : "${OUT:=/tmp/quiver_out}"
-# Logs go to $LOGS and come back packed in $OUT/logs.tgz (few files: the device returns
+# Logs go to /tmp/diag_logs and come back packed in $OUT/logs.tgz (few files: the device returns
 # only a limited number).
 FINAL_OUT=$OUT
 OUT=/tmp/diag_logs
