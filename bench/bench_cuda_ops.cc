@@ -5,8 +5,8 @@
 //   cuBLAS at n = 8 / 16 / 32 (x rounded to bf16),
 //   reporting weight GB/s and the fraction of the H200's measured copy ceiling (4.26 TB/s,
 //   DESIGN.md section 5); one prefill-sized product reports TFLOP/s;
-// - LoRA shrink + expand, rank 16, in = out = 4096, n = 1 / 8 / 32 / 64 tokens over 4
-//   adapters, on the gather (BGMV) and the tiled kernels.
+// - LoRA of a q/k/v-shaped group (3 members, in = out = 4096, rank 16, bf16 stacks of 64
+//   slots) at n = 1 / 8 / 32 / 64 / 2048 tokens, all on one adapter or each on its own.
 //
 // Every benchmark cycles through enough copies of its weights (>= 512 MiB) that they cannot
 // sit in the 60 MB L2, so GB/s is HBM bandwidth. Timing: kCallsPerRound calls enqueued
@@ -17,6 +17,7 @@
 //       (the JSON context records date and host; add the commit by hand).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -40,14 +41,13 @@ constexpr int kCallsPerRound = 50;
 constexpr double kCeilingBytesPerSecond = 4.26e12;
 
 // One backend per option set, created once (cuBLAS start-up is slow). nullptr: no GPU.
-Backend* backend(int gemv_max_n, int lora_tiled_min_n, int gemv_variant = 0) {
-  static std::map<std::tuple<int, int, int>, std::unique_ptr<Backend>> cache;
-  auto key = std::make_tuple(gemv_max_n, lora_tiled_min_n, gemv_variant);
+Backend* backend(int gemv_max_n, int gemv_variant = 0) {
+  static std::map<std::tuple<int, int>, std::unique_ptr<Backend>> cache;
+  auto key = std::make_tuple(gemv_max_n, gemv_variant);
   auto it = cache.find(key);
   if (it == cache.end()) {
     CudaBackendOptions o;
     o.gemv_max_n = gemv_max_n;
-    o.lora_tiled_min_n = lora_tiled_min_n;
     o.gemv_variant = gemv_variant;
     std::string err;
     it = cache.emplace(key, make_cuda_backend(o, &err)).first;
@@ -111,7 +111,7 @@ void BM_CudaMatmulBf16(benchmark::State& state) {
   const int64_t out = state.range(0), in = state.range(1), n = state.range(2);
   const bool cublas = state.range(3) == 3;
   const int variant = cublas ? 0 : static_cast<int>(state.range(3));
-  Backend* gpu = backend(cublas ? 0 : 16, 65, variant);
+  Backend* gpu = backend(cublas ? 0 : 16, variant);
   if (gpu == nullptr) {
     state.SkipWithError("no CUDA device");
     return;
@@ -145,50 +145,61 @@ void matmul_args(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_CudaMatmulBf16)->Apply(matmul_args)->UseManualTime()->Unit(benchmark::kMicrosecond)
     ->ArgNames({"out", "in", "n", "path"});
 
-// Args: n, path (0: gather/BGMV kernels, 1: tiled kernels). Rank 16, f32 stacks of 4 slots,
-// token i uses slot i % 4; shrink then expand, as one LoRA-augmented projection does.
-void BM_CudaLoraShrinkExpand(benchmark::State& state) {
-  const int64_t n = state.range(0), in = 4096, out = 4096, rank = 16, slots = 4;
-  const bool tiled = state.range(1) == 1;
-  Backend* gpu = backend(8, tiled ? 0 : 1 << 30);
+// Args: n, distinct (0: every token on slot 0; 1: token i on slot i % 64). One q/k/v-shaped
+// LoRA group (Backend::lora_group: shrink + expand of 3 members, rank 16, bf16 stacks of 64
+// slots), tokens walked in slot order as the engine passes them.
+void BM_CudaLoraGroup(benchmark::State& state) {
+  const int64_t n = state.range(0), in = 4096, out = 4096, rank = 16, slots = 64, members = 3;
+  const bool distinct = state.range(1) == 1;
+  Backend* gpu = backend(8);
   if (gpu == nullptr) {
     state.SkipWithError("no CUDA device");
     return;
   }
-  std::vector<Buffer> a = rotating_copies(gpu, DType::kF32, static_cast<size_t>(slots * rank * in), 0.05f);
-  std::vector<Buffer> b = rotating_copies(gpu, DType::kF32, static_cast<size_t>(slots * out * rank), 0.05f);
+  const size_t stack = static_cast<size_t>(slots * rank * in);  // == slots * out * rank
+  std::vector<Buffer> a = rotating_copies(gpu, DType::kBF16, stack * members, 0.05f);
+  std::vector<Buffer> b = rotating_copies(gpu, DType::kBF16, stack * members, 0.05f);
   Buffer x = random_buffer(gpu, DType::kF32, static_cast<size_t>(n * in), 1.f, 3);
-  Buffer t(gpu, static_cast<size_t>(n * rank) * 4), y = random_buffer(gpu, DType::kF32, static_cast<size_t>(n * out), 1.f, 4);
-  std::vector<int32_t> token_slot(static_cast<size_t>(n)), seg_start{0}, seg_slot;
-  for (int64_t i = 0; i < n; ++i) {
-    token_slot[static_cast<size_t>(i)] = static_cast<int32_t>(i % slots);
-    seg_slot.push_back(static_cast<int32_t>(i % slots));
-    seg_start.push_back(static_cast<int32_t>(i + 1));
-  }
-  Buffer ts(gpu, token_slot.size() * 4), ss(gpu, seg_start.size() * 4), sl(gpu, seg_slot.size() * 4);
+  Buffer t(gpu, static_cast<size_t>(n * rank) * 4);
+  Buffer y = random_buffer(gpu, DType::kF32, static_cast<size_t>(members * n * out), 1.f, 4);
+  std::vector<int32_t> token_slot(static_cast<size_t>(n)), order(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) token_slot[static_cast<size_t>(i)] = distinct ? static_cast<int32_t>(i % slots) : 0;
+  for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t p, int32_t q) {
+    return token_slot[static_cast<size_t>(p)] < token_slot[static_cast<size_t>(q)];
+  });
+  Buffer ts(gpu, token_slot.size() * 4), os(gpu, order.size() * 4);
   gpu->copy_from_host(ts.data(), token_slot.data(), token_slot.size() * 4);
-  gpu->copy_from_host(ss.data(), seg_start.data(), seg_start.size() * 4);
-  gpu->copy_from_host(sl.data(), seg_slot.data(), seg_slot.size() * 4);
-  LoraMeta meta{ts.tensor(DType::kI32, {n}), ss.tensor(DType::kI32, {n + 1}), sl.tensor(DType::kI32, {n}),
-                static_cast<int>(n)};
-  Tensor xt = x.tensor(DType::kF32, {n, in}), tt = t.tensor(DType::kF32, {n, rank}), yt = y.tensor(DType::kF32, {n, out});
+  gpu->copy_from_host(os.data(), order.data(), order.size() * 4);
+  LoraMeta meta;
+  meta.token_slot = ts.tensor(DType::kI32, {n});
+  meta.sorted_tokens = os.tensor(DType::kI32, {n});
+  Tensor xt = x.tensor(DType::kF32, {n, in}), tt = t.tensor(DType::kF32, {n, rank});
   const size_t copies = std::min(a.size(), b.size());
   const double s = timed_rounds(state, gpu, [&](size_t i) {
-    gpu->lora_shrink(tt, xt, a[i % copies].tensor(DType::kF32, {slots, rank, in}), meta);
-    gpu->lora_expand(yt, tt, b[i % copies].tensor(DType::kF32, {slots, out, rank}), meta);
+    LoraGroup g;
+    g.count = static_cast<int>(members);
+    for (int m = 0; m < g.count; ++m) {
+      const size_t off = static_cast<size_t>(m) * stack * 2;  // bytes into the copy (bf16)
+      g.a_stack[m] = Tensor(static_cast<char*>(a[i % copies].data()) + off, DType::kBF16, {slots, rank, in}, Device::kCuda);
+      g.b_stack[m] = Tensor(static_cast<char*>(b[i % copies].data()) + off, DType::kBF16, {slots, out, rank}, Device::kCuda);
+      g.y[m] = Tensor(static_cast<float*>(y.data()) + m * n * out, DType::kF32, {n, out}, Device::kCuda);
+    }
+    gpu->lora_group(g, xt, tt, meta);
   });
-  const double adapter_bytes = static_cast<double>(std::min<int64_t>(n, slots) * rank * (in + out)) * 4;
+  const double adapters = static_cast<double>(distinct ? std::min(n, slots) : 1);
+  const double adapter_bytes = adapters * static_cast<double>(members * rank * (in + out)) * 2;
   state.counters["us"] = s * 1e6;
   state.counters["adapter GB/s"] = adapter_bytes / s / 1e9;
-  state.SetLabel(tiled ? "tiled" : "bgmv");
+  state.SetLabel(distinct ? "one adapter per token" : "one adapter");
 }
 
 void lora_args(benchmark::internal::Benchmark* b) {
-  for (int64_t path : {0, 1})
-    for (int64_t n : {1, 8, 32, 64}) b->Args({n, path});
+  for (int64_t distinct : {0, 1})
+    for (int64_t n : {1, 8, 32, 64, 2048}) b->Args({n, distinct});
 }
-BENCHMARK(BM_CudaLoraShrinkExpand)->Apply(lora_args)->UseManualTime()->Unit(benchmark::kMicrosecond)
-    ->ArgNames({"n", "path"});
+BENCHMARK(BM_CudaLoraGroup)->Apply(lora_args)->UseManualTime()->Unit(benchmark::kMicrosecond)
+    ->ArgNames({"n", "distinct"});
 
 #endif  // QUIVER_HAS_CUDA
 
