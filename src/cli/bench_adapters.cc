@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "cli/bench.h"
+#include "core/splitmix.h"
 #include "io/peft_adapter.h"
 #include "io/safetensors_writer.h"
 
@@ -13,17 +14,10 @@ namespace quiver::bench {
 
 namespace {
 
-uint64_t splitmix(uint64_t& state) {
-  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 // Uniform in [-scale, scale).
 std::vector<float> uniform(size_t n, float scale, uint64_t& state) {
   std::vector<float> v(n);
-  for (float& x : v) x = scale * (static_cast<float>(splitmix(state) >> 40) / static_cast<float>(1 << 23) - 1.0f);
+  for (float& x : v) x = scale * (static_cast<float>(splitmix64(state) >> 40) / static_cast<float>(1 << 23) - 1.0f);
   return v;
 }
 
@@ -120,7 +114,7 @@ std::vector<BenchRequest> make_requests(int n, int input_len, const std::vector<
     BenchRequest r;
     r.id = id_prefix + std::to_string(i);
     r.prompt.resize(static_cast<size_t>(input_len));
-    for (int32_t& t : r.prompt) t = static_cast<int32_t>(splitmix(state) % static_cast<uint64_t>(vocab_size));
+    for (int32_t& t : r.prompt) t = static_cast<int32_t>(splitmix64(state) % static_cast<uint64_t>(vocab_size));
     // Request i carries an adapter when floor((i+1)·f) steps past floor(i·f): an even
     // spread of round(n·f) adapter requests among the base ones.
     const bool lora = !adapters.empty() && std::floor((i + 1) * lora_fraction) > std::floor(i * lora_fraction);

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <set>
 
+#include "core/splitmix.h"
 #include "engine/device_sampling.h"
 #include "engine/engine_lora_slots.h"
 #include "engine/model_runner.h"
@@ -22,13 +23,6 @@ namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
-
-uint64_t splitmix(uint64_t& state) {
-  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
 }
 
 Result<DType> parse_dtype(const std::string& s, DType fallback) {
@@ -220,7 +214,7 @@ Status LLMEngine::add_request(const std::string& id, const PromptInput& prompt, 
     st->seq.max_tokens = params.max_tokens;
     st->seq.lora_uid = req->lora_uid;
     st->seq.needs_prompt_logits = params.prompt_logprobs >= 0 && i == 0;
-    const uint64_t seed = params.seed.has_value() ? *params.seed + static_cast<uint64_t>(i) : splitmix(rng_state_);
+    const uint64_t seed = params.seed.has_value() ? *params.seed + static_cast<uint64_t>(i) : splitmix64(rng_state_);
     st->rng.seed(seed);
     st->seed = seed;
     st->out.index = i;

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <string>
 
+#include "core/splitmix.h"
 #include "core/thread_pool.h"
 
 namespace quiver {
@@ -75,18 +76,10 @@ Result<LlamaWeights> load_llama_weights(const ModelConfig& c, std::shared_ptr<Ch
 
 namespace {
 
-// splitmix64: a fast, seedable generator; each tensor gets its own stream.
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 void fill_uniform(void* data, DType t, int64_t n, float center, float scale, uint64_t seed, ThreadPool& pool) {
   pool.parallel_for(n, [&](int64_t b, int64_t e, int) {
     for (int64_t i = b; i < e; ++i) {
-      float u = static_cast<float>(mix(seed ^ static_cast<uint64_t>(i)) >> 40) * (1.0f / 16777216.0f);  // [0,1)
+      float u = static_cast<float>(splitmix64_hash(seed ^ static_cast<uint64_t>(i)) >> 40) * (1.0f / 16777216.0f);  // [0,1)
       float v = center + scale * (2.0f * u - 1.0f);
       switch (t) {
         case DType::kF32: static_cast<float*>(data)[i] = v; break;
@@ -103,7 +96,7 @@ void fill_uniform(void* data, DType t, int64_t n, float center, float scale, uin
 LlamaWeights dummy_llama_weights(const ModelConfig& c, DType dtype, Backend* backend, uint64_t seed) {
   LlamaWeights w;
   ThreadPool pool(0);
-  uint64_t stream = mix(seed);
+  uint64_t stream = splitmix64_hash(seed);  // each tensor gets its own stream
   // Host staging is used once per tensor, then imported (a no-op on host backends,
   // an upload on devices); the owned buffers keep host-backend views alive.
   Backend* host = backend;
@@ -119,7 +112,7 @@ LlamaWeights dummy_llama_weights(const ModelConfig& c, DType dtype, Backend* bac
       staging.resize(probe.bytes());
       data = staging.data();
     }
-    stream = mix(stream);
+    stream = splitmix64_hash(stream);
     fill_uniform(data, dtype, probe.numel(), center, scale, stream, pool);
     Tensor t(data, dtype, shape);
     Tensor dev = backend->import_weight(t);

@@ -8,6 +8,7 @@
 #include <ctime>
 #include <random>
 
+#include "core/splitmix.h"
 #include "server/generation_handler.h"
 #include "server/http_reply.h"
 #include "server/lora_paths.h"
@@ -89,10 +90,7 @@ void handle_unload_lora(ServerContext& ctx, const httplib::Request& req, httplib
 }  // namespace
 
 std::string ServerContext::new_id(const char* prefix) {
-  uint64_t z = id_seed + 0x9e3779b97f4a7c15ull * next_id.fetch_add(1);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  z ^= z >> 31;
+  const uint64_t z = splitmix64_mix(id_seed + kSplitmixGamma * next_id.fetch_add(1));
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(z));
   return std::string(prefix) + buf;
