@@ -1,8 +1,9 @@
+// LLMEngine's request loop: add_request / step / abort, sampling results into request
+// outputs, adapters at run time. Construction from EngineArgs is llm_engine_init.cc.
 #include "engine/llm_engine.h"
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <set>
 
 #include "core/splitmix.h"
@@ -10,7 +11,6 @@
 #include "engine/engine_lora_slots.h"
 #include "engine/model_runner.h"
 #include "engine/request_state.h"
-#include "io/safetensors.h"
 #include "kv/block_pool.h"
 #include "kv/kv_cache.h"
 #include "model/llama.h"
@@ -25,14 +25,6 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
-Result<DType> parse_dtype(const std::string& s, DType fallback) {
-  if (s == "auto") return fallback;
-  if (s == "float32" || s == "f32") return DType::kF32;
-  if (s == "float16" || s == "f16" || s == "half") return DType::kF16;
-  if (s == "bfloat16" || s == "bf16") return DType::kBF16;
-  return Status::error("unknown dtype '" + s + "' (supported: auto, float32, float16, bfloat16)");
-}
-
 }  // namespace
 
 LLMEngine::~LLMEngine() = default;
@@ -41,129 +33,6 @@ Result<std::unique_ptr<LLMEngine>> LLMEngine::create(const EngineArgs& args) {
   std::unique_ptr<LLMEngine> engine(new LLMEngine());
   QV_RETURN_IF_ERROR(engine->init(args));
   return engine;
-}
-
-Status LLMEngine::init(const EngineArgs& args) {
-  args_ = args;
-  rng_state_ = args.seed;
-  QV_ASSIGN_OR_RETURN(config_, load_model_config(args.model));
-  if (args.max_num_seqs < 1) return Status::error("--max-num-seqs must be at least 1");
-  if (args.max_num_batched_tokens < 1) return Status::error("--max-num-batched-tokens must be at least 1");
-  if (args.block_size < 1 || args.block_size > 1024) return Status::error("--block-size must be in [1, 1024]");
-  if (args.enable_lora) {
-    if (args.max_loras < 1) return Status::error("--max-loras must be at least 1");
-    if (args.max_lora_rank < 1) return Status::error("--max-lora-rank must be at least 1");
-    if (args.max_cpu_loras != 0 && args.max_cpu_loras < args.max_loras)
-      return Status::error("--max-cpu-loras must be >= --max-loras");
-    if (args.lora_dtype != "float32" && args.lora_dtype != "bfloat16")
-      return Status::error("unknown --lora-dtype '" + args.lora_dtype + "' (supported: float32, bfloat16)");
-  }
-  max_model_len_ = args.max_model_len > 0 ? args.max_model_len : static_cast<int>(config_.max_position_embeddings);
-  if (max_model_len_ > config_.max_position_embeddings)
-    return Status::error("--max-model-len " + std::to_string(max_model_len_) + " exceeds the model's max_position_embeddings " +
-                         std::to_string(config_.max_position_embeddings));
-
-  if (args.matmul_precision != "default" && args.matmul_precision != "highest")
-    return Status::error("unknown --matmul-precision '" + args.matmul_precision + "' (supported: default, highest)");
-
-  std::string err;
-  BackendOptions bo;
-  bo.kind = args.device;
-  bo.num_threads = args.threads;
-  bo.cuda_split_activations = args.matmul_precision == "highest";
-  backend_ = make_backend(bo, &err);
-  if (!backend_) return Status::error(err);
-  if (!backend_->supports_head_dim(config_.head_dim))
-    return Status::error("the " + backend_->name() + " backend has no attention kernel for head_dim " +
-                         std::to_string(config_.head_dim) +
-                         " (CUDA supports 8, 16, 32, 64, 80, 96, 128, 256; use --device cpu)");
-  // "auto": a 16-bit model keeps a 16-bit cache on the GPU (half the KV bytes per decode
-  // step); host backends compute in f32 and keep f32. docs/numerics.md bounds the difference.
-  const DType auto_kv = backend_->device() == Device::kCuda && config_.dtype != DType::kF32 ? config_.dtype : DType::kF32;
-  const auto kv_dtype = parse_dtype(args.kv_cache_dtype, auto_kv);
-  if (!kv_dtype.is_ok()) return kv_dtype.status().with_context("--kv-cache-dtype");
-
-  // Tokenizer: optional (token-id prompts work without one).
-  if (std::filesystem::exists(std::filesystem::path(args.model) / "tokenizer.json")) {
-    auto tok = Tokenizer::load(args.model);
-    if (!tok.is_ok()) return tok.status().with_context("tokenizer");
-    tokenizer_ = std::move(tok).value();
-  }
-
-  LlamaWeights weights;
-  if (args.load_format == "dummy") {
-    QV_ASSIGN_OR_RETURN(DType dt, parse_dtype(args.dtype, config_.dtype));
-    weights = dummy_llama_weights(config_, dt, backend_.get(), args.seed + 1);
-  } else if (args.load_format == "auto" || args.load_format == "safetensors") {
-    QV_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::open(args.model));
-    QV_ASSIGN_OR_RETURN(weights, load_llama_weights(config_, std::make_shared<Checkpoint>(std::move(ckpt)), backend_.get()));
-  } else {
-    return Status::error("unknown --load-format '" + args.load_format + "' (supported: auto, safetensors, dummy)");
-  }
-  model_ = std::make_unique<LlamaModel>(config_, std::move(weights), backend_.get(), max_model_len_);
-
-  // KV cache: explicit block count, a memory budget, or enough for every sequence's
-  // full context capped at 1 GiB of cache.
-  KvCacheShape shape;
-  shape.num_layers = config_.num_layers;
-  shape.num_kv_heads = config_.num_kv_heads;
-  shape.head_dim = config_.head_dim;
-  shape.block_size = args.block_size;
-  shape.dtype = kv_dtype.value();
-  const int blocks_per_seq = (max_model_len_ + args.block_size - 1) / args.block_size;
-  int num_blocks = args.num_kv_blocks;
-  if (num_blocks <= 0) {
-    int64_t budget;
-    if (!args.kv_cache_memory.empty()) {
-      QV_ASSIGN_OR_RETURN(budget, parse_byte_size(args.kv_cache_memory));
-    } else {
-      budget = std::min<int64_t>(int64_t{1} << 30, shape.bytes_per_block() * blocks_per_seq * int64_t{args.max_num_seqs});
-    }
-    num_blocks = static_cast<int>(std::min<int64_t>(budget / shape.bytes_per_block(), 1 << 24));
-  }
-  if (num_blocks < 1) return Status::error("the KV cache budget holds no block; raise --kv-cache-memory or --num-kv-blocks");
-  kv_ = std::make_unique<KvCache>(backend_.get(), shape, num_blocks);
-  blocks_ = std::make_unique<BlockPool>(num_blocks, args.block_size, args.enable_prefix_caching);
-
-  if (args.enable_lora) {
-    const int cpu_loras = args.max_cpu_loras > 0 ? args.max_cpu_loras : args.max_loras;
-    adapters_ = std::make_unique<AdapterRegistry>(config_, args.max_lora_rank, cpu_loras);
-    const DType lora_dtype = args.lora_dtype == "bfloat16" ? DType::kBF16 : DType::kF32;
-    slots_ = std::make_unique<LoraSlotPool>(backend_.get(), config_, args.max_loras, args.max_lora_rank, lora_dtype);
-    for (const auto& [name, path] : args.lora_modules) {
-      auto added = adapters_->add(name, path);
-      if (!added.is_ok()) return added.status().with_context("adapter '" + name + "'");
-    }
-  } else if (!args.lora_modules.empty()) {
-    return Status::error("adapters given but LoRA is not enabled (--enable-lora)");
-  }
-  slot_provider_ = std::make_unique<EngineLoraSlots>(adapters_.get(), slots_.get());
-
-  SchedulerConfig sc;
-  sc.max_num_seqs = args.max_num_seqs;
-  sc.max_num_batched_tokens = args.max_num_batched_tokens;
-  sc.max_loras = args.enable_lora ? args.max_loras : 0;
-  sc.max_model_len = max_model_len_;
-  sc.enable_prefix_caching = args.enable_prefix_caching;
-  scheduler_ = std::make_unique<Scheduler>(sc, blocks_.get(), slot_provider_.get());
-
-  RunnerLimits limits;
-  limits.max_num_batched_tokens = args.max_num_batched_tokens;
-  limits.max_num_seqs = args.max_num_seqs;
-  limits.max_blocks_per_seq = blocks_per_seq;
-  limits.max_model_len = max_model_len_;
-  // On the GPU, tokens are sampled where the logits are (device_sampling.h): a decode step
-  // then downloads a few bytes per row instead of the [rows, vocab] logits.
-  limits.sample_on_device = backend_->device() == Device::kCuda;
-  if (limits.sample_on_device) device_sampling_ = std::make_unique<DeviceSampling>();
-  runner_ = std::make_unique<ModelRunner>(model_.get(), kv_.get(), slots_.get(), limits);
-  if (!args.enforce_eager && backend_->supports_graphs()) {
-    graph_info_ = runner_->capture_graphs();
-    std::fprintf(stderr, "quiver: captured %d decode graphs (%d batch-size buckets up to %d, LoRA %s) in %.2f s\n",
-                 graph_info_.num_graphs, graph_info_.num_buckets, graph_info_.max_bucket,
-                 slots_ ? "on and off" : "off", graph_info_.seconds);
-  }
-  return Status::ok();
 }
 
 Status LLMEngine::add_request(const std::string& id, const PromptInput& prompt, const SamplingParams& params,
