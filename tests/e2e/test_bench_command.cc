@@ -79,6 +79,10 @@ TEST_F(BenchCommand, OfflineCountsTokensStepsAndBytes) {
     EXPECT_EQ(it["decode"]["tokens"], 12);
   }
   EXPECT_EQ(r["ratio_main_over_compare"]["decode_tokens_per_s"]["per_iteration"].size(), 2u);
+  // The floor of the step-time ratio: the adapters' bytes over the base model's per step.
+  const double base_bytes = kWeightBytesRead + 3 * 10.5 * kKvBytesPerPosition;
+  EXPECT_NEAR(r["ratio_main_over_compare"]["decode_bytes_per_step"]["median"].get<double>(),
+              (base_bytes + 3 * kAdapterBytes) / base_bytes, 1e-9);
   EXPECT_EQ(r["options"]["max_loras"], 3);  // min(adapters, batch) when not given
   const json& m = r["machine"];
   EXPECT_EQ(m["date_utc"].get<std::string>().size(), 20u);  // 2026-01-01T00:00:00Z
