@@ -1,6 +1,40 @@
 #include "cli/engine_flags.h"
 
+#include <nlohmann/json.hpp>
+
 namespace quiver {
+
+namespace {
+
+// One adapter spec: NAME=DIR, or vLLM's JSON form {"name": ..., "path": ...,
+// "base_model_name": ...} (base_model_name, when given, must name the served model).
+Status parse_lora_spec(const std::string& spec, const std::string& model,
+                       std::vector<std::pair<std::string, std::string>>* out) {
+  if (!spec.empty() && spec.front() == '{') {
+    const nlohmann::json j = nlohmann::json::parse(spec, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object()) return Status::error("adapter '" + spec + "' is not a JSON object");
+    for (const auto& [key, value] : j.items()) {
+      if (key != "name" && key != "path" && key != "base_model_name")
+        return Status::error("adapter '" + spec + "': unknown field '" + key + "' (expected name, path, base_model_name)");
+      if (!value.is_string()) return Status::error("adapter '" + spec + "': field '" + key + "' must be a string");
+    }
+    if (!j.contains("name") || !j.contains("path") || j["name"].get<std::string>().empty() ||
+        j["path"].get<std::string>().empty())
+      return Status::error("adapter '" + spec + "' needs non-empty \"name\" and \"path\"");
+    if (j.contains("base_model_name") && j["base_model_name"].get<std::string>() != model)
+      return Status::error("adapter '" + j["name"].get<std::string>() + "' is for base model '" +
+                           j["base_model_name"].get<std::string>() + "', but the model is '" + model + "'");
+    out->emplace_back(j["name"].get<std::string>(), j["path"].get<std::string>());
+    return Status::ok();
+  }
+  const auto eq = spec.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
+    return Status::error("adapter '" + spec + "' must be NAME=DIR or {\"name\": ..., \"path\": ...}");
+  out->emplace_back(spec.substr(0, eq), spec.substr(eq + 1));
+  return Status::ok();
+}
+
+}  // namespace
 
 void add_engine_flags(CLI::App* cmd, EngineFlags* f, const std::string& lora_flag) {
   EngineArgs& a = f->args;
@@ -14,7 +48,8 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* f, const std::string& lora_fla
                   "KV cache dtype: auto (cuda: the model's 16-bit dtype; cpu: float32) | float32 | bfloat16 | float16");
   cmd->add_option("--matmul-precision", a.matmul_precision,
                   "cuda prefill GEMMs: default (activations rounded to 16 bits) | highest (~float32, 2x GEMM math)");
-  cmd->add_option(lora_flag, f->loras, "adapter NAME=DIR (repeatable; enables LoRA)");
+  cmd->add_option(lora_flag, f->loras,
+                  "adapter NAME=DIR or {\"name\": NAME, \"path\": DIR} (repeatable; enables LoRA)");
   cmd->add_flag("--enable-lora", a.enable_lora, "enable LoRA adapters");
   cmd->add_option("--max-loras", a.max_loras, "adapters resident on the device at once");
   cmd->add_option("--max-lora-rank", a.max_lora_rank, "largest adapter rank accepted");
@@ -32,12 +67,7 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* f, const std::string& lora_fla
 }
 
 Status finalize_engine_flags(EngineFlags* f) {
-  for (const auto& spec : f->loras) {
-    auto eq = spec.find('=');
-    if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
-      return Status::error("adapter '" + spec + "' must be NAME=DIR");
-    f->args.lora_modules.emplace_back(spec.substr(0, eq), spec.substr(eq + 1));
-  }
+  for (const auto& spec : f->loras) QV_RETURN_IF_ERROR(parse_lora_spec(spec, f->args.model, &f->args.lora_modules));
   if (!f->args.lora_modules.empty()) f->args.enable_lora = true;
   if (f->args.enable_lora && f->args.max_loras < 1) return Status::error("--max-loras must be at least 1");
   return Status::ok();

@@ -14,11 +14,12 @@ namespace quiver {
 
 struct EngineFlags {
   EngineArgs args;
-  std::vector<std::string> loras;  // NAME=DIR
+  std::vector<std::string> loras;  // NAME=DIR or vLLM's {"name": ..., "path": ..., "base_model_name": ...}
 };
 
 void add_engine_flags(CLI::App* cmd, EngineFlags* flags, const std::string& lora_flag = "--lora");
-// Splits NAME=DIR pairs into args.lora_modules and enables LoRA when any is given.
+// Turns the adapter specs into args.lora_modules (an error names a malformed one) and
+// enables LoRA when any is given.
 Status finalize_engine_flags(EngineFlags* flags);
 
 }  // namespace quiver

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -92,6 +93,45 @@ TEST(GenerateErrors, ModelLoadFailuresExitWithAMessage) {
   std::ifstream e(err);
   std::string msg((std::istreambuf_iterator<char>(e)), {});
   EXPECT_NE(msg.find("another model"), std::string::npos) << msg;
+}
+
+// vLLM's JSON form of an adapter spec gives the same outputs as NAME=DIR; malformed specs
+// stop start-up with a message naming what is wrong.
+TEST(GenerateErrors, AdapterSpecsInVllmJsonForm) {
+  const fs::path in = scratch("lora_json_in.jsonl");
+  std::ofstream(in) << R"({"id": "a", "prompt_token_ids": [4, 5, 6], "lora": "r8", "max_tokens": 4, "temperature": 0})"
+                    << "\n";
+  const std::string adapter = (kModel / "adapters/r8_all").string();
+  const std::string base = std::string(QUIVER_BINARY) + " generate --model " + kModel.string() + " --input " +
+                           in.string() + " ";
+  auto run = [&](const std::string& lora, const fs::path& out) {
+    const fs::path err = scratch("lora_json_err.txt");
+    const int rc = std::system((base + "--lora '" + lora + "' --output " + out.string() + " 2>" + err.string()).c_str());
+    std::ifstream e(err);
+    return std::make_pair(rc, std::string((std::istreambuf_iterator<char>(e)), {}));
+  };
+  const fs::path plain = scratch("lora_plain.jsonl"), as_json = scratch("lora_json.jsonl");
+  ASSERT_EQ(run("r8=" + adapter, plain).first, 0);
+  ASSERT_EQ(run(R"({"name": "r8", "path": ")" + adapter + R"(", "base_model_name": ")" + kModel.string() + R"("})",
+                as_json).first, 0);
+  std::ifstream a(plain), b(as_json);
+  const json ja = json::parse(a), jb = json::parse(b);
+  ASSERT_TRUE(ja.contains("token_ids")) << ja.dump();
+  EXPECT_EQ(ja["token_ids"], jb["token_ids"]) << ja.dump() << "\n" << jb.dump();
+  EXPECT_EQ(jb["lora"], "r8");
+
+  const std::pair<std::string, std::string> bad[] = {
+      {R"({"name": "r8", "path": )", "not a JSON object"},
+      {R"({"name": "r8"})", "needs non-empty"},
+      {R"({"name": "r8", "path": "x", "rank": "8"})", "unknown field 'rank'"},
+      {R"({"name": "r8", "path": ")" + adapter + R"(", "base_model_name": "other"})", "is for base model 'other'"},
+      {"r8", "must be NAME=DIR"},
+  };
+  for (const auto& [spec, message] : bad) {
+    const auto [rc, err] = run(spec, scratch("lora_bad.jsonl"));
+    EXPECT_NE(rc, 0) << spec;
+    EXPECT_NE(err.find(message), std::string::npos) << spec << " -> " << err;
+  }
 }
 
 }  // namespace
