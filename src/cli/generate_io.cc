@@ -1,5 +1,7 @@
 #include "cli/generate_io.h"
 
+#include "io/json_util.h"
+
 namespace quiver {
 
 namespace {
@@ -87,6 +89,9 @@ Result<GenerateRequest> parse_generate_request(const std::string& line, int line
     } else {
       return Status::error("field 'stop' must be a string or a list of strings");
     }
+  }
+  if (j.contains("logit_bias") && !j["logit_bias"].is_null()) {
+    QV_ASSIGN_OR_RETURN(p.logit_bias, json_logit_bias(j["logit_bias"]));
   }
   if (j.contains("stop_token_ids") && !j["stop_token_ids"].is_null()) {
     if (!j["stop_token_ids"].is_array()) return Status::error("field 'stop_token_ids' must be a list of integers");

@@ -39,6 +39,8 @@ int32_t sample_token(std::span<const float> logits_in, const SamplingParams& p, 
                      std::span<const int32_t> output, bool block_eos, std::span<const int64_t> eos_ids, SeqRng& rng) {
   std::vector<float> logits(logits_in.begin(), logits_in.end());
   const int64_t v = static_cast<int64_t>(logits.size());
+  for (const auto& [t, bias] : p.logit_bias)
+    if (t >= 0 && t < v) logits[t] += bias;
   // Penalties (vLLM semantics): repetition over prompt + output; presence/frequency over output.
   if (p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
     std::unordered_map<int32_t, int> counts;

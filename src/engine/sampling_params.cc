@@ -20,6 +20,10 @@ Status SamplingParams::validate(int64_t vocab_size) const {
   if (prompt_logprobs > 20) return bad("prompt_logprobs must be at most 20");
   for (int32_t id : stop_token_ids)
     if (id < 0 || id >= vocab_size) return bad("stop_token_ids contains " + std::to_string(id) + ", outside the vocabulary");
+  for (const auto& [id, bias] : logit_bias) {
+    if (id < 0 || id >= vocab_size) return bad("logit_bias has token id " + std::to_string(id) + ", outside the vocabulary");
+    if (!(bias >= -100.0f && bias <= 100.0f)) return bad("logit_bias values must be in [-100, 100]");
+  }
   for (const auto& s : stop)
     if (s.empty()) return bad("stop strings must not be empty");
   return Status::ok();

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -20,6 +21,10 @@ struct SamplingParams {
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
   float repetition_penalty = 1.0f;
+  // Added to the logits of these token ids before penalties and sampling (OpenAI's and
+  // vLLM's logit_bias; -100 bans a token, +100 all but forces it). Reported logprobs stay
+  // those of the raw distribution.
+  std::vector<std::pair<int32_t, float>> logit_bias;
   int max_tokens = 16;
   int min_tokens = 0;
   std::vector<std::string> stop;

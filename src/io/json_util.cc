@@ -155,4 +155,19 @@ Result<std::vector<int64_t>> json_int_or_int_list(const Json& obj, std::string_v
   return ids;
 }
 
+Result<std::vector<std::pair<int32_t, float>>> json_logit_bias(const Json& v) {
+  if (!v.is_object()) return Status::error("logit_bias must be an object {\"token id\": bias}, got " + json_describe(v));
+  std::vector<std::pair<int32_t, float>> out;
+  for (const auto& [key, value] : v.items()) {
+    int64_t id = 0;
+    bool ok = !key.empty() && key.size() <= 10;
+    for (char c : key) ok = ok && c >= '0' && c <= '9';
+    if (ok) id = std::stoll(key);
+    if (!ok || id > std::numeric_limits<int32_t>::max()) return Status::error("logit_bias key '" + key + "' is not a token id");
+    if (!value.is_number()) return Status::error("logit_bias['" + key + "'] must be a number, got " + json_describe(value));
+    out.emplace_back(static_cast<int32_t>(id), value.get<float>());
+  }
+  return out;
+}
+
 }  // namespace quiver

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -48,5 +49,10 @@ Result<std::string> json_string_or(const Json& obj, std::string_view key, const 
 // An int, a list of ints, or null/missing (empty result): the shape of HF token-id fields
 // such as eos_token_id. Negative ids are errors.
 Result<std::vector<int64_t>> json_int_or_int_list(const Json& obj, std::string_view key);
+
+// OpenAI's logit_bias object {"token id": bias, ...} as (id, bias) pairs. Keys must be
+// non-negative decimal integers, values numbers; the vocabulary and [-100, 100] range
+// checks are SamplingParams::validate's.
+Result<std::vector<std::pair<int32_t, float>>> json_logit_bias(const Json& v);
 
 }  // namespace quiver

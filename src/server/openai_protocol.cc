@@ -6,6 +6,8 @@
 #include <cmath>
 #include <limits>
 
+#include "io/json_util.h"
+
 namespace quiver {
 
 using nlohmann::json;
@@ -188,8 +190,13 @@ void read_common(FieldReader& r, CommonRequest* out) {
 
   if (const json* b = r.get("best_of"); b && !r.error && !(b->is_number_integer() && b->get<int64_t>() == p.n))
     return r.fail("best_of is not supported (leave it unset or equal to n)", "best_of");
-  if (const json* lb = r.get("logit_bias"); lb && !r.error && !(lb->is_object() && lb->empty()))
-    return r.fail("logit_bias is not supported", "logit_bias");
+  if (const json* lb = r.get("logit_bias"); lb && !r.error) {
+    auto bias = json_logit_bias(*lb);
+    if (!bias.is_ok()) return r.fail(bias.status().message(), "logit_bias");
+    for (const auto& [id, b] : *bias)
+      if (!(b >= -100.0f && b <= 100.0f)) return r.fail("logit_bias values must be in [-100, 100]", "logit_bias");
+    p.logit_bias = std::move(bias).value();
+  }
 }
 
 void read_max_tokens(FieldReader& r, const char* name, CommonRequest* out) {

@@ -60,8 +60,12 @@ TEST(GenerateErrors, BadLinesGetErrorsAndTheOthersRun) {
       R"({"id": "type", "prompt_token_ids": [1], "max_tokens": "ten"})",
       R"({"id": "lora", "prompt_token_ids": [4, 5, 6], "lora": "r8", "max_tokens": 4, "temperature": 0})",
       R"({"id": "good", "prompt_token_ids": [1], "max_tokens": 2})",
+      R"({"id": "bias_vocab", "prompt_token_ids": [1], "logit_bias": {"512": 1}})",
+      R"({"id": "bias", "prompt_token_ids": [1], "max_tokens": 3, "temperature": 0, "logit_bias": {"77": 100}})",
   });
-  ASSERT_EQ(res.size(), 15u);
+  ASSERT_EQ(res.size(), 17u);
+  EXPECT_NE(error_of(res[15]).find("logit_bias"), std::string::npos) << res[15].dump();
+  EXPECT_EQ(res[16]["token_ids"], json::array({77, 77, 77})) << res[16].dump();
   EXPECT_EQ(res[0]["id"], "good");
   EXPECT_EQ(res[0]["token_ids"].size(), 4u);
   EXPECT_NE(error_of(res[1]).find("512"), std::string::npos) << error_of(res[1]);

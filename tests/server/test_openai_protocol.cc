@@ -2,6 +2,8 @@
 // JSON (choices, logprob blocks, chunks, SSE framing).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "server/openai_protocol.h"
 #include "server/openai_response.h"
 
@@ -77,7 +79,11 @@ TEST(OpenAiParse, ErrorsNameTheParameter) {
       {R"({"prompt": [1], "stream_options": {"include_usage": true}})", "stream_options"},
       {R"({"prompt": [1], "stream": "yes"})", "stream"},
       {R"({"prompt": [1], "best_of": 3})", "best_of"},
-      {R"({"prompt": [1], "logit_bias": {"5": 1}})", "logit_bias"},
+      {R"({"prompt": [1], "logit_bias": {"five": 1}})", "logit_bias"},
+      {R"({"prompt": [1], "logit_bias": {"-5": 1}})", "logit_bias"},
+      {R"({"prompt": [1], "logit_bias": {"5": 101}})", "logit_bias"},
+      {R"({"prompt": [1], "logit_bias": {"5": "1"}})", "logit_bias"},
+      {R"({"prompt": [1], "logit_bias": [5, 1]})", "logit_bias"},
       {R"({"prompt": [1], "suffix": "x"})", "suffix"},
       {R"({"prompt": [1], "model": 5})", "model"},
       {R"({"prompt": [1], "min_tokens": 20})", "min_tokens"},
@@ -88,6 +94,14 @@ TEST(OpenAiParse, ErrorsNameTheParameter) {
     EXPECT_EQ(r.error().status, 400) << body;
     EXPECT_EQ(r.error().param, param) << body << ": " << r.error().message;
   }
+}
+
+TEST(OpenAiParse, LogitBias) {
+  auto r = parse_completion_request(R"({"prompt": [1], "logit_bias": {"5": 1.5, "1000": -100}})");
+  ASSERT_TRUE(r.is_ok()) << r.error().message;
+  auto bias = r.value().params.logit_bias;
+  std::sort(bias.begin(), bias.end());
+  EXPECT_EQ(bias, (std::vector<std::pair<int32_t, float>>{{5, 1.5f}, {1000, -100.0f}}));
 }
 
 TEST(OpenAiParse, MalformedBodies) {

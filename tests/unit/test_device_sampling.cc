@@ -151,6 +151,9 @@ TEST(DeviceSampling, PenaltiesBlockedEosAndManyLogprobsStayOnTheHost) {
   pen = SamplingParams{};
   pen.repetition_penalty = 1.1f;
   EXPECT_FALSE(device_can_sample(pen, false));
+  pen = SamplingParams{};
+  pen.logit_bias = {{3, -100.0f}};
+  EXPECT_FALSE(device_can_sample(pen, false));
 }
 
 TEST(DeviceSampling, PackedInputsReadBackThroughTheViews) {

@@ -1,8 +1,8 @@
 // link: qv_engine
 // Sampling on crafted distributions: truncation (top-k, top-p, min-p) never emits an
 // excluded token, frequencies follow the kept probabilities, seeds reproduce, greedy
-// takes the lowest-index argmax, penalties follow vLLM's definitions, and logprobs are
-// those of the raw distribution.
+// takes the lowest-index argmax, penalties and logit_bias follow vLLM's definitions, and
+// logprobs are those of the raw distribution.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -94,6 +94,23 @@ TEST(Sampler, PenaltiesFollowVllm) {
   p.frequency_penalty = 0.04f;  // two occurrences: 2.0 - 0.08 = 1.92 > 1.9
   const std::vector<int32_t> twice = {0, 0};
   EXPECT_EQ(sample_token(l, p, {}, twice, false, {}, rng), 0);
+}
+
+TEST(Sampler, LogitBiasShiftsLogitsBeforeSampling) {
+  const auto l = crafted();
+  SamplingParams p;
+  p.temperature = 0;
+  SeqRng rng(0);
+  p.logit_bias = {{5, 100.0f}};  // the least likely token wins greedy
+  EXPECT_EQ(sample_token(l, p, {}, {}, false, {}, rng), 5);
+  p.logit_bias = {{0, -100.0f}};  // the most likely one is banned
+  EXPECT_EQ(sample_token(l, p, {}, {}, false, {}, rng), 1);
+  // At temperature 1, a -100 bias leaves token 0 out of 2,000 draws (p ~ e^-100).
+  p = at_temperature_one();
+  p.logit_bias = {{0, -100.0f}};
+  const auto h = histogram(p, 2000, 11);
+  EXPECT_EQ(h.count(0), 0u);
+  EXPECT_GT(h.at(1), 2000 * 0.25 / 0.6 * 0.8);  // renormalised without token 0
 }
 
 TEST(Sampler, LogprobsAreOfTheRawDistribution) {
