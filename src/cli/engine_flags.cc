@@ -7,9 +7,9 @@ namespace quiver {
 namespace {
 
 // One adapter spec: NAME=DIR, or vLLM's JSON form {"name": ..., "path": ...,
-// "base_model_name": ...} (base_model_name, when given, must name the served model).
-Status parse_lora_spec(const std::string& spec, const std::string& model,
-                       std::vector<std::pair<std::string, std::string>>* out) {
+// "base_model_name": ...}. base_model_name is informational in vLLM (the adapter's parent
+// in /v1/models); quiver accepts it and lists the served model as the parent.
+Status parse_lora_spec(const std::string& spec, std::vector<std::pair<std::string, std::string>>* out) {
   if (!spec.empty() && spec.front() == '{') {
     const nlohmann::json j = nlohmann::json::parse(spec, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded() || !j.is_object()) return Status::error("adapter '" + spec + "' is not a JSON object");
@@ -21,9 +21,6 @@ Status parse_lora_spec(const std::string& spec, const std::string& model,
     if (!j.contains("name") || !j.contains("path") || j["name"].get<std::string>().empty() ||
         j["path"].get<std::string>().empty())
       return Status::error("adapter '" + spec + "' needs non-empty \"name\" and \"path\"");
-    if (j.contains("base_model_name") && j["base_model_name"].get<std::string>() != model)
-      return Status::error("adapter '" + j["name"].get<std::string>() + "' is for base model '" +
-                           j["base_model_name"].get<std::string>() + "', but the model is '" + model + "'");
     out->emplace_back(j["name"].get<std::string>(), j["path"].get<std::string>());
     return Status::ok();
   }
@@ -67,7 +64,7 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* f, const std::string& lora_fla
 }
 
 Status finalize_engine_flags(EngineFlags* f) {
-  for (const auto& spec : f->loras) QV_RETURN_IF_ERROR(parse_lora_spec(spec, f->args.model, &f->args.lora_modules));
+  for (const auto& spec : f->loras) QV_RETURN_IF_ERROR(parse_lora_spec(spec, &f->args.lora_modules));
   if (!f->args.lora_modules.empty()) f->args.enable_lora = true;
   if (f->args.enable_lora && f->args.max_loras < 1) return Status::error("--max-loras must be at least 1");
   return Status::ok();
