@@ -26,7 +26,22 @@ namespace {
 struct ServeOptions {
   EngineFlags engine;
   ServerOptions server;
+  std::string allowed_origins, allowed_methods, allowed_headers;  // CORS, vLLM's JSON-list form
 };
+
+// The CORS list flags into server.cors; an error names the flag.
+Status finalize_cors(ServeOptions* o) {
+  CorsOptions& c = o->server.cors;
+  const std::pair<const std::string*, std::vector<std::string>*> lists[] = {
+      {&o->allowed_origins, &c.allowed_origins}, {&o->allowed_methods, &c.allowed_methods},
+      {&o->allowed_headers, &c.allowed_headers}};
+  const char* flags[] = {"--allowed-origins", "--allowed-methods", "--allowed-headers"};
+  for (int i = 0; i < 3; ++i) {
+    if (lists[i].first->empty()) continue;
+    QV_ASSIGN_OR_RETURN(*lists[i].second, parse_cors_list(*lists[i].first, flags[i]));
+  }
+  return Status::ok();
+}
 
 sigset_t shutdown_signals() {
   sigset_t set;
@@ -83,6 +98,7 @@ int run_serve(ServeOptions& o) {
 
   if (o.server.allow_runtime_lora_updating) o.engine.args.enable_lora = true;
   Status s = finalize_engine_flags(&o.engine);
+  if (s.is_ok()) s = finalize_cors(&o);
   if (!s.is_ok()) {
     std::cerr << "quiver serve: " << s.message() << "\n";
     return 2;
@@ -144,6 +160,11 @@ void register_serve(CLI::App& app, int* exit_code) {
   cmd->add_option("--http-threads", s.http_threads, "HTTP worker threads (each open stream holds one)");
   cmd->add_option("--max-pending-requests", s.max_pending_requests, "requests queued or running before 503");
   cmd->add_option("--shutdown-timeout", s.shutdown_timeout_s, "seconds in-flight requests may finish on SIGTERM");
+  cmd->add_option("--allowed-origins", opts->allowed_origins,
+                  "CORS: JSON list of origins browsers may call from, '[\"*\"]' = any (default: none)");
+  cmd->add_option("--allowed-methods", opts->allowed_methods, "CORS: JSON list of methods (default '[\"*\"]')");
+  cmd->add_option("--allowed-headers", opts->allowed_headers, "CORS: JSON list of request headers (default '[\"*\"]')");
+  cmd->add_flag("--allow-credentials", s.cors.allow_credentials, "CORS: allow cookies / credentials");
   cmd->callback([opts, exit_code] { *exit_code = run_serve(*opts); });
 }
 

@@ -9,6 +9,7 @@
 #include <random>
 
 #include "core/splitmix.h"
+#include "server/cors.h"
 #include "server/generation_handler.h"
 #include "server/http_reply.h"
 #include "server/lora_paths.h"
@@ -136,11 +137,29 @@ void HttpServer::install_routes() {
     return 413;
   });
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    // A browser's CORS preflight carries no credentials: answer it before the API key check.
+    if (req.method == "OPTIONS" && req.has_header("Origin") && req.has_header("Access-Control-Request-Method")) {
+      const PreflightAnswer a =
+          cors_preflight(ctx_.options.cors, req.get_header_value("Origin"),
+                         req.get_header_value("Access-Control-Request-Method"),
+                         req.get_header_value("Access-Control-Request-Headers"));
+      res.status = a.status;
+      for (const auto& [k, v] : a.headers) res.set_header(k, v);
+      res.set_content(a.body, "text/plain");
+      return httplib::Server::HandlerResponse::Handled;
+    }
     if (req.path.rfind("/v1/", 0) == 0 && !authorized(ctx_.options, req)) {
       send_error(res, ApiError{401, "Unauthorized: a valid API key is required (Authorization: Bearer KEY)", ""});
       return httplib::Server::HandlerResponse::Handled;
     }
     return httplib::Server::HandlerResponse::Unhandled;
+  });
+  // Every response to an allowed origin, errors included, so a browser client can read it.
+  s.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    // (a preflight answered before routing already has its headers)
+    if (!req.has_header("Origin") || res.has_header("Access-Control-Allow-Origin")) return;
+    for (const auto& [k, v] : cors_response_headers(ctx_.options.cors, req.get_header_value("Origin")))
+      res.set_header(k, v);
   });
   // httplib's own answers (no route, body too large, ...) get the API's error shape.
   s.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {

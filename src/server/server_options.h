@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "server/cors.h"
+
 namespace quiver {
 
 struct ServerOptions {
@@ -19,6 +21,7 @@ struct ServerOptions {
   int http_threads = 128;             // each streaming client holds one for its whole response
   int max_pending_requests = 1024;    // engine requests queued or running; more gets 503
   double shutdown_timeout_s = 30;     // on SIGTERM: how long in-flight requests may finish before abort
+  CorsOptions cors;                   // browser clients from other origins (off by default)
 };
 
 }  // namespace quiver

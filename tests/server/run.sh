@@ -90,7 +90,8 @@ expect() {
 # ---- 1. the OpenAI client -----------------------------------------------------------------
 mkdir -p "$WORK/allowed" "$WORK/outside"
 start_server A "$WORK/a.log" --model "$FIXTURE" --max-lora-rank 64 --max-loras 4 "${ADAPTER_FLAGS[@]}" \
-  --api-key "$KEY" --allow-runtime-lora-updating --lora-path-allowlist "$WORK/allowed" --max-body-bytes 1048576
+  --api-key "$KEY" --allow-runtime-lora-updating --lora-path-allowlist "$WORK/allowed" --max-body-bytes 1048576 \
+  --allowed-origins '["https://app.example"]'
 
 CHAT_ENV=()
 # The demo model (tokenizer + chat template): models/demo/base with models/demo/adapters/*.
@@ -132,6 +133,26 @@ expect 413 "body over --max-body-bytes (Expect: 100-continue)" "${AUTH[@]}" "$A_
 expect 413 "body over --max-body-bytes (sent at once)" "${AUTH[@]}" -H 'Expect:' "$A_URL/v1/completions" \
   -H 'Content-Type: application/json' --data-binary @"$WORK/big.json"
 expect 200 "server still healthy" "$A_URL/health"
+
+# ---- 2a. CORS: a browser on the allowed origin may call, others may not -------------------
+# cors_header WANT WHAT CURL_ARGS...: the Access-Control-Allow-Origin the response carries.
+cors_header() {
+  local want=$1 what=$2 got
+  shift 2
+  got=$(curl -s -D - -o /dev/null "$@" | tr -d '\r' | awk -F': ' 'tolower($1) == "access-control-allow-origin" {print $2}')
+  if [ "$got" = "$want" ]; then pass "CORS: $what"; else fail "CORS: $what: Allow-Origin '$got', expected '$want'"; fi
+}
+PREFLIGHT=(-X OPTIONS -H 'Access-Control-Request-Method: POST' -H 'Access-Control-Request-Headers: authorization, content-type')
+cors_header "https://app.example" "preflight from the allowed origin, before the API key" \
+  "${PREFLIGHT[@]}" -H 'Origin: https://app.example' "$A_URL/v1/completions"
+code=$(curl -s -o /dev/null -w '%{http_code}' "${PREFLIGHT[@]}" -H 'Origin: https://evil.example' "$A_URL/v1/completions")
+if [ "$code" = 400 ]; then pass "CORS: preflight from another origin refused (400)"
+else fail "CORS: preflight from another origin: HTTP $code, expected 400"; fi
+cors_header "https://app.example" "response to the allowed origin" "${AUTH[@]}" -H 'Origin: https://app.example' \
+  "$A_URL/v1/models"
+cors_header "https://app.example" "401 to the allowed origin is readable" -H 'Origin: https://app.example' \
+  "$A_URL/v1/models"
+cors_header "" "no header for another origin" "${AUTH[@]}" -H 'Origin: https://evil.example' "$A_URL/v1/models"
 
 # ---- 2b. runtime LoRA adapters -----------------------------------------------------------
 cp -r "$FIXTURE/adapters/r8_all" "$WORK/allowed/dyn"
