@@ -13,6 +13,7 @@
 #include "server/generation_handler.h"
 #include "server/http_reply.h"
 #include "server/lora_paths.h"
+#include "server/tokenize_handler.h"
 
 namespace quiver {
 
@@ -192,6 +193,9 @@ void HttpServer::install_routes() {
          [this](const httplib::Request& req, httplib::Response& res) { handle_completions(ctx_, req, res); });
   s.Post("/v1/chat/completions",
          [this](const httplib::Request& req, httplib::Response& res) { handle_chat_completions(ctx_, req, res); });
+  s.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) { handle_tokenize(ctx_, req, res); });
+  s.Post("/detokenize",
+         [this](const httplib::Request& req, httplib::Response& res) { handle_detokenize(ctx_, req, res); });
   s.Post("/v1/load_lora_adapter", [this](const httplib::Request& req, httplib::Response& res) {
     if (!ctx_.options.allow_runtime_lora_updating)
       return send_error(res, ApiError::not_found("runtime LoRA updating is disabled (--allow-runtime-lora-updating)"));

@@ -5,6 +5,7 @@
 #
 # 1. the official OpenAI client (node:test, openai_client.test.mjs) against the llama_gqa
 #    fixture with its 8 adapters and an API key;
+#    then /tokenize and /detokenize on the demo model;
 # 2. curl: malformed requests, body limit (413), runtime LoRA load/unload (allow-list,
 #    `..` and symlink escapes, invalid adapters, unloading while a request runs);
 # 3. SIGTERM with streams in flight: every stream ends with [DONE], exit status 0;
@@ -113,6 +114,27 @@ if env QUIVER_URL="$A_URL" QUIVER_API_KEY="$KEY" QUIVER_FIXTURE="$FIXTURE" "${CH
   pass "OpenAI client tests"
 else
   fail "OpenAI client tests"
+fi
+
+# ---- 1b. /tokenize and /detokenize (vLLM's extra routes), on the demo model ------------------
+if [ -n "${D_URL:-}" ]; then
+  # node_field URL BODY EXPR: POSTs BODY to URL and prints EXPR of the JSON reply (r).
+  node_field() {
+    curl -s "$1" -H "Authorization: Bearer $KEY" -H 'Content-Type: application/json' -d "$2" >"$WORK/tok.json"
+    node -e 'const r = JSON.parse(require("fs").readFileSync(process.argv[1])); console.log(JSON.stringify(eval(process.argv[2])));' \
+      "$WORK/tok.json" "$3"
+  }
+  ids=$(node_field "$D_URL/tokenize" '{"prompt": "SELECT name FROM users", "add_special_tokens": false}' 'r.tokens')
+  back=$(node_field "$D_URL/detokenize" "{\"model\": \"sql\", \"tokens\": $ids}" 'r.prompt')
+  if [ "$back" = '"SELECT name FROM users"' ]; then pass "/tokenize then /detokenize gives the text back"
+  else fail "/tokenize -> $ids -> /detokenize -> $back"; fi
+  MSGS='"messages": [{"role": "user", "content": "list users"}]'
+  count=$(node_field "$D_URL/tokenize" "{\"model\": \"sql\", $MSGS}" 'r.count')
+  used=$(node_field "$D_URL/v1/chat/completions" "{\"model\": \"sql\", $MSGS, \"max_tokens\": 1}" 'r.usage.prompt_tokens')
+  if [ -n "$count" ] && [ "$count" = "$used" ]; then pass "/tokenize of chat messages counts what chat completions use ($count)"
+  else fail "/tokenize messages count '$count' vs chat usage.prompt_tokens '$used'"; fi
+  expect 404 "/tokenize with an unknown model" "$D_URL/tokenize" -d '{"model": "nope", "prompt": "x"}'
+  expect 400 "/detokenize with an id outside the vocabulary" "$D_URL/detokenize" -d '{"tokens": [1, 99999999]}'
 fi
 
 # ---- 2. curl: malformed requests and limits ----------------------------------------------
