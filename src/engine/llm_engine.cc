@@ -196,10 +196,7 @@ std::vector<RequestOutput> LLMEngine::step() {
   std::vector<RequestOutput> outputs;
   ScheduledBatch sb = scheduler_->schedule();
   StepStats stats;
-  auto ms_since = [](std::chrono::steady_clock::time_point t) {
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
-  };
-  stats.schedule_ms = ms_since(t0);
+  stats.schedule_ms = 1e3 * seconds_since(t0);
   stats.step = ++counters_.steps;
   stats.num_preempted = static_cast<int>(sb.preempted.size());
   counters_.preemptions += stats.num_preempted;
@@ -213,7 +210,7 @@ std::vector<RequestOutput> LLMEngine::step() {
     if (ds) plan_device_sampling(sb, owner, ds);
     const auto t_model = std::chrono::steady_clock::now();
     StepPath path = runner_->execute(sb.batch, &logits_, ds);
-    stats.model_ms = ms_since(t_model);
+    stats.model_ms = 1e3 * seconds_since(t_model);
     stats.path = path.path;
     stats.lora_active = path.lora_active;
     const int64_t vocab = config_.vocab_size;
@@ -297,7 +294,7 @@ std::vector<RequestOutput> LLMEngine::step() {
   stats.num_running = scheduler_->num_running();
   stats.num_waiting = scheduler_->num_waiting();
   backend_->synchronize();
-  stats.ms = ms_since(t0);
+  stats.ms = 1e3 * seconds_since(t0);
   last_step_ = stats;
   if (args_.trace && !sb.empty()) std::fprintf(stderr, "%s\n", stats.trace_line().c_str());
   return outputs;
