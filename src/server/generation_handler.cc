@@ -19,10 +19,6 @@ namespace {
 using nlohmann::json;
 constexpr auto kPoll = std::chrono::milliseconds(50);
 
-ModelView model_view(const ServerContext& ctx) {
-  return ModelView{ctx.model_name, ctx.loop->max_model_len(), ctx.loop->tokenizer(), ctx.loop};
-}
-
 // Everything a response needs after the handler returned (streaming outlives it).
 struct Generation {
   ServerContext* ctx = nullptr;
@@ -160,6 +156,10 @@ void run_generation(ServerContext& ctx, const httplib::Request& req, httplib::Re
 }
 
 }  // namespace
+
+ModelView model_view(const ServerContext& ctx) {
+  return ModelView{ctx.model_name, ctx.loop->max_model_len(), ctx.loop->tokenizer(), ctx.loop};
+}
 
 void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
   auto parsed = parse_completion_request(req.body);

@@ -5,9 +5,13 @@
 
 #include <httplib.h>
 
+#include "server/generation_prepare.h"
 #include "server/server_context.h"
 
 namespace quiver {
+
+// What request preparation needs to know about the running server (also /tokenize's).
+ModelView model_view(const ServerContext& ctx);
 
 void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib::Response& res);
 void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, httplib::Response& res);

@@ -1,7 +1,6 @@
 #include "server/tokenize_handler.h"
 
-#include <limits>
-
+#include "server/generation_handler.h"
 #include "server/http_reply.h"
 #include "tokenizer/tokenizer.h"
 
@@ -15,10 +14,6 @@ ApiResult<bool> read_bool(const json& j, const char* key, bool fallback) {
   if (!j.contains(key) || j[key].is_null()) return fallback;
   if (!j[key].is_boolean()) return ApiError::bad_request(std::string(key) + " must be a boolean", key);
   return j[key].get<bool>();
-}
-
-ModelView view_of(const ServerContext& ctx) {
-  return ModelView{ctx.model_name, ctx.loop->max_model_len(), ctx.loop->tokenizer(), ctx.loop};
 }
 
 // The model field, when given, must name the base model or an adapter (they share the
@@ -85,13 +80,13 @@ ApiResult<json> detokenize_response(const ModelView& view, std::string_view body
 }
 
 void handle_tokenize(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
-  auto r = tokenize_response(view_of(ctx), req.body);
+  auto r = tokenize_response(model_view(ctx), req.body);
   if (!r.is_ok()) return send_error(res, r.error());
   send_json(res, 200, r.value());
 }
 
 void handle_detokenize(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
-  auto r = detokenize_response(view_of(ctx), req.body);
+  auto r = detokenize_response(model_view(ctx), req.body);
   if (!r.is_ok()) return send_error(res, r.error());
   send_json(res, 200, r.value());
 }
