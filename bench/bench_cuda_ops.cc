@@ -136,9 +136,9 @@ const int64_t kShapes[][2] = {{4096, 4096}, {11008, 4096}, {4096, 11008}, {32000
 
 void matmul_args(benchmark::internal::Benchmark* b) {
   for (const auto& s : kShapes) {
-    for (int64_t n : {1, 8, 16})
+    for (int64_t n : {1, 2, 4, 8, 16})
       for (int64_t variant : {0, 1, 2}) b->Args({s[0], s[1], n, variant});
-    for (int64_t n : {8, 16, 32}) b->Args({s[0], s[1], n, 3});
+    for (int64_t n : {1, 2, 4, 8, 16, 32}) b->Args({s[0], s[1], n, 3});
   }
   b->Args({4096, 4096, 2048, 3});  // prefill-sized: tensor-core rate, not bandwidth
 }
@@ -196,7 +196,7 @@ void BM_CudaLoraGroup(benchmark::State& state) {
 
 void lora_args(benchmark::internal::Benchmark* b) {
   for (int64_t distinct : {0, 1})
-    for (int64_t n : {1, 8, 32, 64, 2048}) b->Args({n, distinct});
+    for (int64_t n : {1, 8, 32, 64, 256, 2048}) b->Args({n, distinct});
 }
 BENCHMARK(BM_CudaLoraGroup)->Apply(lora_args)->UseManualTime()->Unit(benchmark::kMicrosecond)
     ->ArgNames({"n", "distinct"});

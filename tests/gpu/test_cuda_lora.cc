@@ -1,8 +1,9 @@
 // link: qv_backend
 // CUDA LoRA shrink/expand vs the reference: ranks 1..100, slot -1 rows that must stay
 // untouched, mixed slots in runs of every length, awkward in/out sizes, token counts from
-// 1 to 300 (tiles of 16, split `in` chunks of 256), with the tokens in their own order and
-// walked through a slot-sorted permutation (LoraMeta::sorted_tokens, as the engine passes).
+// 1 to 600 (tiles of 16 sorted tokens, `in` split 4 to 16 ways), with the tokens in their
+// own order and walked through a slot-sorted permutation (LoraMeta::sorted_tokens, as the
+// engine passes).
 // Tolerance 1e-4 of max |ref|. Skips without a GPU.
 #include <algorithm>
 
@@ -82,6 +83,12 @@ class CudaLora : public CudaTest {
     // Rank above 64, long `in` (43 chunks), many tokens, 16-bit stacks.
     run(gpu, sorted, 40, 300, 200, 100, random_slots(40, 3));
     run(gpu, sorted, 300, 11008, 96, 16, random_slots(300, 3));
+    // Prefill-sized: long runs of one adapter (segments), 4 column splits, 16-bit stacks.
+    std::vector<int32_t> runs(600, 2);
+    std::fill(runs.begin(), runs.begin() + 250, 0);
+    std::fill(runs.begin() + 250, runs.begin() + 300, -1);
+    run(gpu, sorted, 600, 1100, 300, 16, runs);
+    run(gpu, sorted, 600, 4096, 64, 32, runs, DType::kBF16);
     run(gpu, sorted, 40, 256, 128, 16, random_slots(40, 3), DType::kBF16);
     run(gpu, sorted, 40, 264, 128, 16, random_slots(40, 3), DType::kF16);  // rows not 16-byte multiples
     // Edge slot patterns: all -1, all one slot, alternating.

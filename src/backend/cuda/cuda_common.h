@@ -37,7 +37,7 @@ inline void launch_check(const std::source_location where = std::source_location
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+__host__ __device__ inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 // Checks that a tensor is a float32 tensor on the GPU (activations).
 inline void check_f32(const Tensor& t, const char* what,

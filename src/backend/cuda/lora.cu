@@ -1,19 +1,23 @@
 // CUDA multi-LoRA over the persistent slot stacks (DESIGN.md section 2), for a group of up
 // to three projections of one input (q/k/v, gate/up) in two launches whatever the batch:
-//   shrink  part[g, c, i, :] = a_g[slot_i][:, chunk c] @ x[i, chunk c]    (split over `in`)
-//   expand  y_g[i, :] += b_g[slot_i] @ sum_c part[g, c, i, :]
-// Every (token, rank) dot product of a chunk and every (token, output) of expand belongs to
-// one thread, so a batch whose tokens all use different adapters (the decode case) runs as
-// parallel as one that shares a single adapter; weights of a slot are re-read by its other
-// tokens from L1/L2, and walking the tokens in LoraMeta::sorted_tokens order keeps the
-// tokens of one adapter in neighbouring blocks. Splitting shrink over `in` in 64- or 256-column
-// chunks gives every batch size, down to one token, enough blocks; expand adds the chunk
-// partials in a fixed order, so results are deterministic (graph == eager, bitwise).
-// Grids depend only on n and the stack shapes, never on which tokens carry an adapter, so
-// a captured graph stays right whatever the slots are at replay (rules 3 and 4); tokens
-// without an adapter return at once. A slot outside the stack is treated as -1.
-// The single-member ops lora_shrink / lora_expand run the same kernels (shrink adds a
-// reduction into t; expand reads t as a one-chunk partial).
+//   shrink  part[g, s, i, :] = a_g[slot_i][:, split s] @ x[i, split s]   (split over `in`)
+//   expand  y_g[i, :] += b_g[slot_i] @ sum_s part[g, s, i, :]
+// Both kernels take the tokens 16 at a time in LoraMeta::sorted_tokens order, so a tile
+// holds runs of tokens that share an adapter: one request's prefill chunk is one long run
+// (segments), a decode batch is mostly runs of one (gather). Within a tile an adapter's
+// weights are loaded once per run and used for every token of the run from registers, so
+// prefill reads each A/B chunk once per 16 tokens and decode streams one row set per token.
+//   shrink: a warp owns 4 tokens x 16 ranks (64 accumulators per lane) over the block's
+//           column split, 8 columns per lane per step with 16-byte loads; the lanes' sums
+//           are added through shared memory. grid (tiles, splits, G x rank blocks).
+//   expand: a thread owns one output row o for the tile's 16 tokens; the tile's t rows
+//           (the split partials summed in a fixed order) sit in shared memory.
+// Results are deterministic (fixed summation order): graph == eager, bitwise. Grids depend
+// only on n and the stack shapes, never on which tokens carry an adapter, so a captured
+// graph stays right whatever the slots are at replay (rules 3 and 4); tokens without an
+// adapter are skipped, and a tile without any returns at once. A slot outside the stack
+// is treated as -1. lora_shrink / lora_expand run the same kernels (shrink adds a reduction
+// into t; expand reads t as a one-split partial).
 #include <algorithm>
 
 #include "backend/cuda/cuda_backend.h"
@@ -22,11 +26,14 @@
 namespace quiver {
 namespace {
 
-constexpr int kTile = 16;      // shrink: tokens per block
-constexpr int kThreads = 256;
-constexpr int kChunk = 256;    // shrink: most `in` columns per block
-constexpr int kOutPerBlock = kThreads;  // expand: one output per thread
-constexpr int kTiledExpandMinN = 16;    // from here: partials reduced once, tiled expand
+constexpr int kTileTokens = 16;                          // sorted tokens per block
+constexpr int kWarpTokens = 4;                           // shrink: tokens per warp
+constexpr int kShrinkWarps = kTileTokens / kWarpTokens;  // 4
+constexpr int kRankBlock = 16;                           // shrink: ranks per block
+constexpr int kLaneCols = 8;                             // shrink: columns per lane per step
+constexpr int kSplitAlign = 32 * kLaneCols;              // split widths are multiples of 256
+constexpr int kThreads = 256;                            // expand: one output row per thread
+constexpr int kMaxRank = 512;
 
 struct GroupArgs {
   const void* a[kMaxGroup] = {};  // [S, R, in]
@@ -42,202 +49,209 @@ __device__ __forceinline__ int slot_of(const int32_t* token_slot, int tok, int n
   return s < num_slots ? s : -1;
 }
 
-// Loads 8 consecutive elements as floats (zeros past `valid`); vec: 16-byte aligned rows.
+// Eight consecutive stack elements kept in their own type (half the registers of floats
+// for 16-bit stacks). load: 16-byte loads when vec (aligned rows) and all 8 are in range,
+// else element loads with zeros past `valid`.
 template <typename T>
-__device__ __forceinline__ void load8(float (&f)[8], const T* p, int valid, bool vec) {
-  if (vec && valid >= 8) {
-    constexpr int E = cuda::Vec16<T>::E;
+struct alignas(16) Row8 {
+  T v[8];
+  __device__ __forceinline__ void load(const T* p, int valid, bool vec) {
+    if (vec && valid >= 8) {
+      constexpr int kVecs = static_cast<int>(sizeof(T)) * 8 / 16;
 #pragma unroll
-    for (int v = 0; v < 8 / E; ++v) {
-      float part[E];
-      cuda::Vec16<T>::unpack(cuda::load16(p + v * E), part);
+      for (int i = 0; i < kVecs; ++i) reinterpret_cast<uint4*>(v)[i] = cuda::load16(p + i * (16 / sizeof(T)));
+    } else {
 #pragma unroll
-      for (int e = 0; e < E; ++e) f[v * E + e] = part[e];
+      for (int e = 0; e < 8; ++e) v[e] = e < valid ? p[e] : cuda::from_f32<T>(0.f);
     }
+  }
+  __device__ __forceinline__ void to_f32(float (&f)[8]) const {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) f[e] = cuda::to_f32(v[e]);
+  }
+  __device__ __forceinline__ float dot(const float (&x)[8], float acc) const {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc = fmaf(cuda::to_f32(v[e]), x[e], acc);
+    return acc;
+  }
+};
+
+// x[0..8) of an f32 row, zeros past `valid`.
+__device__ __forceinline__ void load_x8(float (&f)[8], const float* p, int valid, bool vec) {
+  if (vec && valid >= 8) {
+    const float4 a = __ldg(reinterpret_cast<const float4*>(p)), b = __ldg(reinterpret_cast<const float4*>(p) + 1);
+    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
   } else {
 #pragma unroll
-    for (int j = 0; j < 8; ++j) f[j] = j < valid ? cuda::to_f32(p[j]) : 0.f;
+    for (int e = 0; e < 8; ++e) f[e] = e < valid ? __ldg(p + e) : 0.f;
   }
 }
 
-// part: [G, chunks, n, R] f32. grid (ceil(n / 16), chunks, G); chunk = kc columns (64 for
-// small batches: shorter dot products, more blocks; 256 otherwise: fewer partials). Each
-// (token m, rank r) item is a group of tpi threads (a power of two, as many as the items
-// leave room for, so one token still uses the whole block) that split the chunk's columns
-// 8 at a time and reduce with shuffles; all lanes of a warp run the same iterations.
+template <typename V>
+__device__ __forceinline__ V pick4(int j, const V (&v)[kWarpTokens]) {
+  return j == 0 ? v[0] : j == 1 ? v[1] : j == 2 ? v[2] : v[3];
+}
+
+// part: [G, splits, n, R] f32. grid (ceil(n / 16), splits, G * rank_blocks), 4 warps.
+// Warp w takes sorted positions 16 * blockIdx.x + 4w .. +3 and ranks r0 .. r0 + 15 over the
+// columns [k0, k0 + split_cols): each lane walks 8 columns at a time, loads x for its 4
+// tokens, and A's 16 rows once per run of equal slots among them. Lanes' sums meet in a
+// 64 x 32 shared table that each lane reads back two rows of.
 template <typename T>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kShrinkWarps * 32)
 shrink_kernel(float* __restrict__ part, const float* __restrict__ x, GroupArgs args,
               const int32_t* __restrict__ token_slot, const int32_t* __restrict__ sorted, int n, int in, int rank,
-              int num_slots, int kc) {
-  __shared__ int tok[kTile], slot[kTile];
-  __shared__ __align__(16) float xs[kTile][kChunk];
-  const int p0 = blockIdx.x * kTile, c = blockIdx.y, g = blockIdx.z;
-  const int count = min(kTile, n - p0);
-  if (threadIdx.x < kTile) {
-    const int m = threadIdx.x;
-    const int t = m < count ? token_at(sorted, p0 + m) : 0;
-    tok[m] = t;
-    slot[m] = m < count ? slot_of(token_slot, t, num_slots) : -1;
+              int num_slots, int split_cols, int rank_blocks) {
+  __shared__ float red[kShrinkWarps][kWarpTokens * kRankBlock][33];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int split = blockIdx.y, g = blockIdx.z / rank_blocks, r0 = (blockIdx.z % rank_blocks) * kRankBlock;
+  const int p0 = blockIdx.x * kTileTokens + warp * kWarpTokens;
+  int tok[kWarpTokens], slot[kWarpTokens];
+  bool any = false;
+#pragma unroll
+  for (int j = 0; j < kWarpTokens; ++j) {
+    const int p = p0 + j;
+    tok[j] = p < n ? token_at(sorted, p) : 0;
+    slot[j] = p < n ? slot_of(token_slot, tok[j], num_slots) : -1;
+    any |= slot[j] >= 0;
+  }
+  if (!any) return;  // warp-uniform, and no block barrier follows
+  const T* a = static_cast<const T*>(args.a[g]);
+  const bool avec = (static_cast<int64_t>(in) * sizeof(T)) % 16 == 0 && cuda::aligned16(a);
+  const bool xvec = in % 4 == 0 && cuda::aligned16(x);
+  const int k0 = split * split_cols, k1 = min(in, k0 + split_cols);
+  const bool uniform = slot[0] >= 0 && slot[1] == slot[0] && slot[2] == slot[0] && slot[3] == slot[0];
+  float acc[kWarpTokens][kRankBlock];
+#pragma unroll
+  for (int j = 0; j < kWarpTokens; ++j)
+#pragma unroll
+    for (int r = 0; r < kRankBlock; ++r) acc[j][r] = 0.f;
+
+  for (int k = k0 + lane * kLaneCols; k < k1; k += 32 * kLaneCols) {
+    const int valid = k1 - k;
+    float xv[kWarpTokens][8];
+#pragma unroll
+    for (int j = 0; j < kWarpTokens; ++j) {
+      if (slot[j] >= 0) {
+        load_x8(xv[j], x + static_cast<int64_t>(tok[j]) * in + k, valid, xvec);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) xv[j][e] = 0.f;
+      }
+    }
+    Row8<T> ar[kRankBlock];
+    if (uniform) {  // one run of 4 (prefill): each A element converted once, used 4 times
+      const T* arow = a + (static_cast<int64_t>(slot[0]) * rank + r0) * in + k;
+#pragma unroll
+      for (int r = 0; r < kRankBlock; ++r) ar[r].load(arow + static_cast<int64_t>(r) * in, r0 + r < rank ? valid : 0, avec);
+#pragma unroll
+      for (int r = 0; r < kRankBlock; ++r) {
+        float af[8];
+        ar[r].to_f32(af);
+#pragma unroll
+        for (int j = 0; j < kWarpTokens; ++j)
+#pragma unroll
+          for (int e = 0; e < 8; ++e) acc[j][r] = fmaf(af[e], xv[j][e], acc[j][r]);
+      }
+      continue;
+    }
+#pragma unroll
+    for (int j = 0; j < kWarpTokens; ++j) {
+      if (slot[j] < 0) continue;  // uniform
+      if (j == 0 || slot[j] != slot[j - 1]) {  // a new run: this slot's 16 rows, all loads in flight
+        const T* arow = a + (static_cast<int64_t>(slot[j]) * rank + r0) * in + k;
+#pragma unroll
+        for (int r = 0; r < kRankBlock; ++r) ar[r].load(arow + static_cast<int64_t>(r) * in, r0 + r < rank ? valid : 0, avec);
+      }
+#pragma unroll
+      for (int r = 0; r < kRankBlock; ++r) acc[j][r] = ar[r].dot(xv[j], acc[j][r]);
+    }
+  }
+
+  float(*tab)[33] = red[warp];
+#pragma unroll
+  for (int j = 0; j < kWarpTokens; ++j)
+#pragma unroll
+    for (int r = 0; r < kRankBlock; ++r) tab[j * kRankBlock + r][lane] = acc[j][r];
+  __syncwarp();
+  float* part_s = part + (static_cast<int64_t>(g) * gridDim.y + split) * n * rank;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row = lane + 32 * half, j = row / kRankBlock, rr = r0 + row % kRankBlock;
+    float s = 0.f;
+#pragma unroll 8
+    for (int l = 0; l < 32; ++l) s += tab[row][l];
+    if (pick4(j, slot) >= 0 && rr < rank) part_s[static_cast<int64_t>(pick4(j, tok)) * rank + rr] = s;
+  }
+}
+
+// y_g[i, o] += b_g[slot_i][o, :] . t_i with t_i = sum over splits of part[g, s, i, :].
+// grid (ceil(n / 16), ceil(max out / 256), G): a block takes 16 sorted tokens and 256
+// output rows, one per thread. The tile's t rows (stride rs = R rounded up to 8, zero
+// padded) are summed into shared memory first. Per 8 ranks a thread issues the B loads of
+// every run among the 16 tokens before using them, so a tile of 16 different adapters
+// (decode) keeps 16 loads in flight. Dynamic shared memory: 16 x rs floats.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+expand_kernel(GroupArgs args, const float* __restrict__ part, int splits, const int32_t* __restrict__ token_slot,
+              const int32_t* __restrict__ sorted, int n, int rank, int num_slots) {
+  extern __shared__ __align__(16) float ts[];  // [16][rs]
+  __shared__ int tok[kTileTokens], slot[kTileTokens];
+  const int g = blockIdx.z, out = args.out[g], o0 = blockIdx.y * kThreads;
+  if (o0 >= out) return;  // uniform: this member has fewer outputs than the largest
+  const int p0 = blockIdx.x * kTileTokens;
+  if (threadIdx.x < kTileTokens) {
+    const int p = p0 + threadIdx.x;
+    const int t = p < n ? token_at(sorted, p) : 0;
+    tok[threadIdx.x] = t;
+    slot[threadIdx.x] = p < n ? slot_of(token_slot, t, num_slots) : -1;
   }
   __syncthreads();
   bool any = false;
-  for (int m = 0; m < count; ++m) any |= slot[m] >= 0;
+#pragma unroll
+  for (int m = 0; m < kTileTokens; ++m) any |= slot[m] >= 0;
   if (!any) return;  // uniform
-  const int k0 = c * kc, width = min(kc, in - k0);
-  for (int idx = threadIdx.x; idx < kTile * kc; idx += kThreads) {
-    const int m = idx / kc, kk = idx % kc;
-    xs[m][kk] = (m < count && kk < width && slot[m] >= 0) ? x[static_cast<int64_t>(tok[m]) * in + k0 + kk] : 0.f;
-  }
-  __syncthreads();
-  const T* a = static_cast<const T*>(args.a[g]);
-  // 16-byte loads need every row start aligned: in * sizeof(T) a multiple of 16.
-  const bool vec = (static_cast<int64_t>(in) * sizeof(T)) % 16 == 0 && (reinterpret_cast<uintptr_t>(a) & 15u) == 0;
-  float* part_c = part + (static_cast<int64_t>(g) * gridDim.y + c) * n * rank;
-  const int items = count * rank;
-  int tpi = 1;
-  while (tpi < 32 && tpi * 2 * items <= kThreads && tpi * 2 * 8 <= kc) tpi *= 2;
-  const int groups = kThreads / tpi, sub = threadIdx.x % tpi;
-  for (int base = 0; base < items; base += groups) {
-    const int item = base + static_cast<int>(threadIdx.x) / tpi;
-    const int m = item < items ? item / rank : 0, r = item % rank;
-    const int s = item < items ? slot[m] : -1;
-    float acc = 0.f;
-    if (s >= 0) {
-      const T* arow = a + (static_cast<int64_t>(s) * rank + r) * in + k0;
-#pragma unroll 4
-      for (int k = sub * 8; k < width; k += tpi * 8) {
-        float af[8];
-        load8(af, arow + k, width - k, vec);
-        const float4 x0 = *reinterpret_cast<const float4*>(&xs[m][k]);
-        const float4 x1 = *reinterpret_cast<const float4*>(&xs[m][k + 4]);
-        acc = fmaf(af[0], x0.x, acc);
-        acc = fmaf(af[1], x0.y, acc);
-        acc = fmaf(af[2], x0.z, acc);
-        acc = fmaf(af[3], x0.w, acc);
-        acc = fmaf(af[4], x1.x, acc);
-        acc = fmaf(af[5], x1.y, acc);
-        acc = fmaf(af[6], x1.z, acc);
-        acc = fmaf(af[7], x1.w, acc);
-      }
-    }
-    for (int o = tpi / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-    if (s >= 0 && sub == 0) part_c[static_cast<int64_t>(tok[m]) * rank + r] = acc;
-  }
-}
-
-// t = sum over chunks of part[., c, tok, :] into ts[0..R): thread (r, lane group) sums every
-// (256 / R)-th chunk, then a fixed-order pass adds the groups. Contains barriers.
-__device__ __forceinline__ void reduce_parts(float* ts, float* red, const float* part_g, int chunks, int n, int tok,
-                                             int rank) {
-  const int per = rank <= kThreads ? kThreads / rank : 1;  // threads per rank
-  const int r = threadIdx.x % rank, q = threadIdx.x / rank;
-  if (rank <= kThreads) {
+  const int rs = (rank + 7) / 8 * 8;
+  const float* part_g = part + static_cast<int64_t>(g) * splits * n * rank;
+  for (int idx = threadIdx.x; idx < kTileTokens * rs; idx += kThreads) {
+    const int m = idx / rs, r = idx % rs;
     float s = 0.f;
-    if (q < per)
-      for (int c = q; c < chunks; c += per) s += part_g[(static_cast<int64_t>(c) * n + tok) * rank + r];
-    red[threadIdx.x] = s;
-    __syncthreads();
-    if (threadIdx.x < rank) {
-      float t = 0.f;
-      for (int j = 0; j < per; ++j) t += red[j * rank + threadIdx.x];
-      ts[threadIdx.x] = t;
-    }
-  } else {
-    for (int rr = threadIdx.x; rr < rank; rr += kThreads) {
-      float t = 0.f;
-      for (int c = 0; c < chunks; ++c) t += part_g[(static_cast<int64_t>(c) * n + tok) * rank + rr];
-      ts[rr] = t;
-    }
-  }
-  __syncthreads();
-}
-
-// y_g[i, o] += b_g[slot_i][o, :] . t_i, t_i = sum over chunks of part[g, c, i, :].
-// grid (n, ceil(max out / 256), G): one token per block (sorted order), one output per
-// thread, whose B row (R contiguous elements) is read with 16-byte loads when aligned.
-// Dynamic shared memory: R floats.
-template <typename T>
-__global__ void __launch_bounds__(kThreads)
-expand_kernel(GroupArgs args, const float* __restrict__ part, int chunks, const int32_t* __restrict__ token_slot,
-              const int32_t* __restrict__ sorted, int n, int rank, int num_slots) {
-  extern __shared__ float ts[];  // [R]
-  __shared__ float red[kThreads];
-  const int g = blockIdx.z, out = args.out[g], o0 = blockIdx.y * kOutPerBlock;
-  if (o0 >= out) return;  // uniform: this member has fewer outputs than the largest
-  const int tok = token_at(sorted, blockIdx.x);
-  const int slot = slot_of(token_slot, tok, num_slots);
-  if (slot < 0) return;  // uniform
-  reduce_parts(ts, red, part + static_cast<int64_t>(g) * chunks * n * rank, chunks, n, tok, rank);
-  const int o = o0 + threadIdx.x;
-  if (o >= out) return;
-  const T* b = static_cast<const T*>(args.b[g]);
-  const T* brow = b + (static_cast<int64_t>(slot) * out + o) * rank;
-  constexpr int E = cuda::Vec16<T>::E;
-  float s = 0.f;
-  int r = 0;
-  if ((static_cast<int64_t>(rank) * sizeof(T)) % 16 == 0 && (reinterpret_cast<uintptr_t>(b) & 15u) == 0) {
-    for (; r < rank; r += E) {
-      float f[E];
-      cuda::Vec16<T>::unpack(cuda::load16(brow + r), f);
-#pragma unroll
-      for (int e = 0; e < E; ++e) s = fmaf(f[e], ts[r + e], s);
-    }
-  }
-  for (; r < rank; ++r) s = fmaf(cuda::to_f32(brow[r]), ts[r], s);
-  args.y[g][static_cast<int64_t>(tok) * out + o] += s;
-}
-
-// Batches of 16 or more tokens: y_g[i, o] += b_g[slot_i][o, :] . t[g, i, :] with t already
-// reduced ([G, n, R]). grid (ceil(n / tile), ceil(max out / 256), G): a block takes `tile`
-// sorted tokens (so a slot's B rows, re-read per token, stay in L1) and 256 outputs; the
-// tile's t rows sit in shared memory (tile x R floats, dynamic).
-template <typename T>
-__global__ void __launch_bounds__(kThreads)
-expand_tiled_kernel(GroupArgs args, const float* __restrict__ t, const int32_t* __restrict__ token_slot,
-                    const int32_t* __restrict__ sorted, int n, int rank, int num_slots, int tile) {
-  extern __shared__ float ts[];  // [tile][R]
-  __shared__ int tok[kTile], slot[kTile];
-  const int g = blockIdx.z, out = args.out[g], o0 = blockIdx.y * kOutPerBlock;
-  if (o0 >= out) return;  // uniform
-  const int p0 = blockIdx.x * tile, count = min(tile, n - p0);
-  if (threadIdx.x < tile) {
-    const int m = threadIdx.x;
-    const int tk = m < count ? token_at(sorted, p0 + m) : 0;
-    tok[m] = tk;
-    slot[m] = m < count ? slot_of(token_slot, tk, num_slots) : -1;
-  }
-  __syncthreads();
-  const float* t_g = t + static_cast<int64_t>(g) * n * rank;
-  for (int idx = threadIdx.x; idx < count * rank; idx += kThreads) {
-    const int m = idx / rank, r = idx % rank;
-    ts[idx] = slot[m] >= 0 ? t_g[static_cast<int64_t>(tok[m]) * rank + r] : 0.f;
+    if (slot[m] >= 0 && r < rank)
+      for (int sp = 0; sp < splits; ++sp) s += part_g[(static_cast<int64_t>(sp) * n + tok[m]) * rank + r];
+    ts[idx] = s;
   }
   __syncthreads();
   const int o = o0 + threadIdx.x;
   if (o >= out) return;
   const T* b = static_cast<const T*>(args.b[g]);
-  const bool vec = (static_cast<int64_t>(rank) * sizeof(T)) % 16 == 0 && (reinterpret_cast<uintptr_t>(b) & 15u) == 0;
-  constexpr int E = cuda::Vec16<T>::E;
+  const bool vec = (static_cast<int64_t>(rank) * sizeof(T)) % 16 == 0 && cuda::aligned16(b);
+  // The y rows are read up front, all in flight at once: the stores below could alias
+  // them as far as the compiler knows, which would serialise 16 read-add-write trips.
   float* y = args.y[g];
-  for (int m = 0; m < count; ++m) {
-    const int s = slot[m];
-    if (s < 0) continue;
-    const T* brow = b + (static_cast<int64_t>(s) * out + o) * rank;
-    const float* tm = ts + m * rank;
-    float acc = 0.f;
-    int r = 0;
-    if (vec) {
-      for (; r < rank; r += E) {
-        float f[E];
-        cuda::Vec16<T>::unpack(cuda::load16(brow + r), f);
+  float acc[kTileTokens];
 #pragma unroll
-        for (int e = 0; e < E; ++e) acc = fmaf(f[e], tm[r + e], acc);
-      }
+  for (int m = 0; m < kTileTokens; ++m) acc[m] = slot[m] >= 0 ? y[static_cast<int64_t>(tok[m]) * out + o] : 0.f;
+  for (int rb = 0; rb < rank; rb += 8) {
+    const int valid = rank - rb;
+    Row8<T> br[kTileTokens];
+#pragma unroll
+    for (int m = 0; m < kTileTokens; ++m)
+      if (slot[m] >= 0 && (m == 0 || slot[m] != slot[m - 1]))
+        br[m].load(b + (static_cast<int64_t>(slot[m]) * out + o) * rank + rb, valid, vec);
+    Row8<T> cur;
+#pragma unroll
+    for (int m = 0; m < kTileTokens; ++m) {
+      if (slot[m] < 0) continue;
+      if (m == 0 || slot[m] != slot[m - 1]) cur = br[m];
+      const float4 t0 = *reinterpret_cast<const float4*>(ts + m * rs + rb);
+      const float4 t1 = *reinterpret_cast<const float4*>(ts + m * rs + rb + 4);
+      const float tv[8] = {t0.x, t0.y, t0.z, t0.w, t1.x, t1.y, t1.z, t1.w};
+      acc[m] = cur.dot(tv, acc[m]);
     }
-    for (; r < rank; ++r) acc = fmaf(cuda::to_f32(brow[r]), tm[r], acc);
-    y[static_cast<int64_t>(tok[m]) * out + o] += acc;
   }
+#pragma unroll
+  for (int m = 0; m < kTileTokens; ++m)
+    if (slot[m] >= 0) y[static_cast<int64_t>(tok[m]) * out + o] = acc[m];
 }
 
 // t[g, i, r] = sum_c part[g, c, i, r] for tokens with a slot. grid over G x n x R.
@@ -266,6 +280,13 @@ const int32_t* sorted_ptr(const LoraMeta& meta) {
   return meta.sorted_tokens.empty() ? nullptr : meta.sorted_tokens.ptr<int32_t>();
 }
 
+// Columns per split: splits enough for ~16 blocks' worth of parallelism per member at decode
+// sizes (few tokens), fewer and longer at prefill sizes, where the tiles give the blocks.
+int split_columns(int64_t n, int64_t in) {
+  const int64_t target = n <= 64 ? 16 : n <= 512 ? 8 : 4;
+  return static_cast<int>(cuda::ceil_div(cuda::ceil_div(in, target), kSplitAlign) * kSplitAlign);
+}
+
 }  // namespace
 
 float* CudaBackend::lora_shrink_parts(const LoraGroup& g, Tensor x, const LoraMeta& meta, int* chunks,
@@ -283,20 +304,21 @@ float* CudaBackend::lora_shrink_parts(const LoraGroup& g, Tensor x, const LoraMe
           "lora: a_stacks of a group must share [S, R, in] and dtype");
     args.a[i] = a.data;
   }
-  check(n < (int64_t{1} << 31) && in < (int64_t{1} << 31) && rank <= 4096, "lora: dimensions out of range");
+  check(n < (int64_t{1} << 31) && in < (int64_t{1} << 31), "lora: dimensions out of range");
+  check(rank <= kMaxRank, "lora: rank above 512");
   check_meta(meta, n, "lora");
-  const int kc = n <= 64 ? 64 : kChunk;
-  *chunks = static_cast<int>(cuda::ceil_div(in, kc));
-  // [G, chunks, n, R] partials, then room for the reduced [G, n, R] (lora_expand_parts).
-  const size_t bytes = sizeof(float) * static_cast<size_t>(g.count) * (*chunks + 1) * n * rank;
+  const int split_cols = split_columns(n, in);
+  *chunks = static_cast<int>(cuda::ceil_div(in, split_cols));
+  const size_t bytes = sizeof(float) * static_cast<size_t>(g.count * *chunks) * n * rank;  // [G, splits, n, R]
   float* part = static_cast<float*>(scratch(lora_scratch_, bytes, "lora"));
-  const dim3 grid(static_cast<unsigned>(cuda::ceil_div(n, kTile)), static_cast<unsigned>(*chunks),
-                  static_cast<unsigned>(g.count));
+  const int rank_blocks = static_cast<int>(cuda::ceil_div(rank, kRankBlock));
+  const dim3 grid(static_cast<unsigned>(cuda::ceil_div(n, kTileTokens)), static_cast<unsigned>(*chunks),
+                  static_cast<unsigned>(g.count * rank_blocks));
   cuda::dispatch_float(a0.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    shrink_kernel<T><<<grid, kThreads, 0, stream>>>(part, x.ptr<float>(), args, meta.token_slot.ptr<int32_t>(),
-                                                     sorted_ptr(meta), static_cast<int>(n), static_cast<int>(in),
-                                                     static_cast<int>(rank), static_cast<int>(num_slots), kc);
+    shrink_kernel<T><<<grid, kShrinkWarps * 32, 0, stream>>>(
+        part, x.ptr<float>(), args, meta.token_slot.ptr<int32_t>(), sorted_ptr(meta), static_cast<int>(n),
+        static_cast<int>(in), static_cast<int>(rank), static_cast<int>(num_slots), split_cols, rank_blocks);
     cuda::launch_check();
   }, "lora: a_stack must be F32, F16 or BF16");
   return part;
@@ -321,39 +343,17 @@ void CudaBackend::lora_expand_parts(const LoraGroup& g, const float* part, int c
     args.out[i] = static_cast<int>(y.dim(1));
     max_out = std::max(max_out, y.dim(1));
   }
+  check(rank <= kMaxRank, "lora: rank above 512");
   check_meta(meta, n, "lora");
   if (max_out == 0) return;
-  const int ni = static_cast<int>(n), ri = static_cast<int>(rank), si = static_cast<int>(num_slots);
-  const unsigned out_blocks = static_cast<unsigned>(cuda::ceil_div(max_out, kOutPerBlock));
-  if (n < kTiledExpandMinN) {  // one token per block, partials summed in the block
-    const size_t smem = sizeof(float) * static_cast<size_t>(rank);
-    check(smem <= 32 * 1024, "lora: rank above 8192");
-    cuda::dispatch_float(b0.dtype, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      expand_kernel<T><<<dim3(static_cast<unsigned>(n), out_blocks, static_cast<unsigned>(g.count)), kThreads, smem,
-                         stream_>>>(args, part, chunks, meta.token_slot.ptr<int32_t>(), sorted_ptr(meta), ni, ri, si);
-      cuda::launch_check();
-    }, "lora: b_stack must be F32, F16 or BF16");
-    return;
-  }
-  // Sum the partials once (instead of once per output block), then the tiled expand.
-  const float* t = part;
-  if (chunks > 1) {
-    float* reduced = const_cast<float*>(part) + static_cast<int64_t>(g.count) * chunks * n * rank;
-    const int64_t count = static_cast<int64_t>(g.count) * n * rank;
-    reduce_kernel<<<static_cast<unsigned>(cuda::ceil_div(count, kThreads)), kThreads, 0, stream_>>>(
-        reduced, part, chunks, meta.token_slot.ptr<int32_t>(), ni, ri, si, g.count);
-    cuda::launch_check();
-    t = reduced;
-  }
-  const int tile = n < 128 ? 4 : kTile;
-  const size_t smem = sizeof(float) * static_cast<size_t>(tile) * rank;
-  check(smem <= 48 * 1024, "lora: rank above 768");
+  const size_t smem = sizeof(float) * kTileTokens * static_cast<size_t>(cuda::ceil_div(rank, 8) * 8);
+  const dim3 grid(static_cast<unsigned>(cuda::ceil_div(n, kTileTokens)),
+                  static_cast<unsigned>(cuda::ceil_div(max_out, kThreads)), static_cast<unsigned>(g.count));
   cuda::dispatch_float(b0.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const dim3 grid(static_cast<unsigned>(cuda::ceil_div(n, tile)), out_blocks, static_cast<unsigned>(g.count));
-    expand_tiled_kernel<T><<<grid, kThreads, smem, stream_>>>(args, t, meta.token_slot.ptr<int32_t>(),
-                                                              sorted_ptr(meta), ni, ri, si, tile);
+    expand_kernel<T><<<grid, kThreads, smem, stream_>>>(args, part, chunks, meta.token_slot.ptr<int32_t>(),
+                                                        sorted_ptr(meta), static_cast<int>(n),
+                                                        static_cast<int>(rank), static_cast<int>(num_slots));
     cuda::launch_check();
   }, "lora: b_stack must be F32, F16 or BF16");
 }
