@@ -93,7 +93,7 @@ class CudaBackend : public Backend {
   bool capturing() const;
 
   // cuBLAS path of matmul (gemm.cu); the GEMV path is gemv.cu.
-  void matmul_cublas(Tensor y, Tensor x, Tensor w, Tensor bias);
+  void matmul_cublas(const MatmulGroup& g, Tensor x);
   void gemv(const MatmulGroup& g, Tensor x);
   // LoRA (lora.cu): shrink partial sums into lora_scratch_ ([G, chunks, n, R]), and the
   // expand that adds them up and applies B.

@@ -2,7 +2,7 @@
 // GEMV kernel (gemv.cu), which keeps x in f32; more tokens go to cuBLAS:
 // - f32 weights: f32 GEMM with the pedantic compute type (no TF32), so f32 models match
 //   the reference to ~1e-6;
-// - bf16/f16 weights: x is converted to the weight's type in a backend-owned scratch
+// - bf16/f16 weights: x is converted to the weight's type (once per group) in a backend-owned scratch
 //   buffer and multiplied on the tensor cores with f32 accumulation and f32 output. The
 //   rounding of x costs ~2^-9 relative (bf16); with gemm_split_activations, x = hi + lo
 //   is multiplied in two GEMMs (the second accumulates, beta = 1), which restores ~2^-17.
@@ -62,69 +62,76 @@ void CudaBackend::matmul_group(const MatmulGroup& g, Tensor x) {
   cuda::check_f32(x, "matmul: x must be f32 on the GPU");
   check(x.ndim == 2, "matmul: x must be 2-d");
   const int64_t n = x.dim(0), in = x.dim(1);
-  bool empty_out = false;
   for (int i = 0; i < g.count; ++i) {
     const Tensor &y = g.y[i], &w = g.w[i], &bias = g.bias[i];
     cuda::check_f32(y, "matmul: y must be f32 on the GPU");
     check(w.ndim == 2 && y.ndim == 2, "matmul: w and y must be 2-d");
     check(w.dim(1) == in && y.dim(0) == n && y.dim(1) == w.dim(0), "matmul: shape mismatch");
     check(bias.empty() || (bias.numel() == w.dim(0) && bias.dtype != DType::kI32), "matmul: bias must be [out] float");
-    empty_out |= w.dim(0) == 0;
+    check(w.dim(0) < (int64_t{1} << 31), "matmul: dimension above 2^31");
   }
+  check(n < (int64_t{1} << 31) && in < (int64_t{1} << 31), "matmul: dimension above 2^31");
   if (n == 0) return;
-  if (in == 0 || empty_out || n > options_.gemv_max_n) {
+  if (in == 0) {  // an empty sum: y = bias
     for (int i = 0; i < g.count; ++i) {
-      if (g.w[i].dim(0) == 0) continue;
-      if (in == 0) {  // an empty sum: y = bias
-        fill_zero(g.y[i].data, g.y[i].bytes());
-        if (!g.bias[i].empty()) add_bias(g.y[i], g.bias[i]);
-      } else if (n > options_.gemv_max_n) {
-        matmul_cublas(g.y[i], x, g.w[i], g.bias[i]);
-      } else {
-        MatmulGroup one;
-        one.count = 1;
-        one.y[0] = g.y[i];
-        one.w[0] = g.w[i];
-        one.bias[0] = g.bias[i];
-        gemv(one, x);
-      }
+      if (g.y[i].numel() == 0) continue;
+      fill_zero(g.y[i].data, g.y[i].bytes());
+      if (!g.bias[i].empty()) add_bias(g.y[i], g.bias[i]);
     }
     return;
   }
-  gemv(g, x);
+  if (n <= options_.gemv_max_n) {
+    gemv(g, x);  // members without rows get no blocks
+  } else {
+    matmul_cublas(g, x);
+  }
 }
 
-void CudaBackend::matmul_cublas(Tensor y, Tensor x, Tensor w, Tensor bias) {
-  const int64_t n = x.dim(0), in = x.dim(1), out = w.dim(0);
-  check(n < (int64_t{1} << 31) && in < (int64_t{1} << 31) && out < (int64_t{1} << 31),
-        "matmul: dimension above 2^31");
-  const int m_ = static_cast<int>(out), n_ = static_cast<int>(n), k_ = static_cast<int>(in);
+// x is converted to the weights' 16-bit type once for the whole group, then one GEMM per member.
+void CudaBackend::matmul_cublas(const MatmulGroup& g, Tensor x) {
+  const int64_t n = x.dim(0), in = x.dim(1);
+  const int n_ = static_cast<int>(n), k_ = static_cast<int>(in);
   const float one = 1.f, zero = 0.f;
-  if (w.dtype == DType::kF32) {
-    cuda::cublas_check(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, m_, n_, k_, &one, w.data, CUDA_R_32F, k_,
-                                    x.data, CUDA_R_32F, k_, &zero, y.data, CUDA_R_32F, m_,
-                                    CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT));
-  } else {
-    check(w.dtype == DType::kBF16 || w.dtype == DType::kF16, "matmul: weight must be F32, F16 or BF16");
+  const DType wt = g.w[0].dtype;
+  for (int i = 0; i < g.count; ++i) check(g.w[i].dtype == wt, "matmul_group: members must share the weight dtype");
+  const void* xs = x.data;
+  const void* lo = nullptr;
+  cudaDataType_t type = CUDA_R_32F;
+  if (wt != DType::kF32) {
+    check(wt == DType::kBF16 || wt == DType::kF16, "matmul: weight must be F32, F16 or BF16");
     const bool split = options_.gemm_split_activations;
-    const cudaDataType_t type = w.dtype == DType::kBF16 ? CUDA_R_16BF : CUDA_R_16F;
-    char* xs = static_cast<char*>(scratch(matmul_scratch_, matmul_scratch_bytes(n, in, split), "matmul"));
-    char* lo = split ? xs + static_cast<size_t>(n * in) * 2 : nullptr;
-    cuda::dispatch_float(w.dtype, [&](auto tag) {
+    type = wt == DType::kBF16 ? CUDA_R_16BF : CUDA_R_16F;
+    char* hi = static_cast<char*>(scratch(matmul_scratch_, matmul_scratch_bytes(n, in, split), "matmul"));
+    char* low = split ? hi + static_cast<size_t>(n * in) * 2 : nullptr;
+    cuda::dispatch_float(wt, [&](auto tag) {
       using T = typename decltype(tag)::type;
       convert_kernel<T><<<grid_for(n * in, num_sms_), kThreads, 0, stream_>>>(
-          reinterpret_cast<T*>(xs), reinterpret_cast<T*>(lo), x.ptr<float>(), n * in);
+          reinterpret_cast<T*>(hi), reinterpret_cast<T*>(low), x.ptr<float>(), n * in);
       cuda::launch_check();
     }, "matmul: weight must be F32, F16 or BF16");
-    cuda::cublas_check(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, m_, n_, k_, &one, w.data, type, k_, xs, type,
-                                    k_, &zero, y.data, CUDA_R_32F, m_, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    if (split) {
-      cuda::cublas_check(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, m_, n_, k_, &one, w.data, type, k_, lo,
-                                      type, k_, &one, y.data, CUDA_R_32F, m_, CUBLAS_COMPUTE_32F,
-                                      CUBLAS_GEMM_DEFAULT));
-    }
+    xs = hi;
+    lo = low;
   }
-  if (!bias.empty()) add_bias(y, bias);
+  for (int i = 0; i < g.count; ++i) {
+    const Tensor &y = g.y[i], &w = g.w[i];
+    const int m_ = static_cast<int>(w.dim(0));
+    if (m_ == 0) continue;
+    if (wt == DType::kF32) {
+      cuda::cublas_check(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, m_, n_, k_, &one, w.data, CUDA_R_32F, k_,
+                                      xs, CUDA_R_32F, k_, &zero, y.data, CUDA_R_32F, m_,
+                                      CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT));
+    } else {
+      cuda::cublas_check(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, m_, n_, k_, &one, w.data, type, k_, xs,
+                                      type, k_, &zero, y.data, CUDA_R_32F, m_, CUBLAS_COMPUTE_32F,
+                                      CUBLAS_GEMM_DEFAULT));
+      if (lo != nullptr) {
+        cuda::cublas_check(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, m_, n_, k_, &one, w.data, type, k_, lo,
+                                        type, k_, &one, y.data, CUDA_R_32F, m_, CUBLAS_COMPUTE_32F,
+                                        CUBLAS_GEMM_DEFAULT));
+      }
+    }
+    if (!g.bias[i].empty()) add_bias(y, g.bias[i]);
+  }
 }
 
 void CudaBackend::add_bias(Tensor y, Tensor bias) {

@@ -142,6 +142,7 @@ void launch_config(cudaStream_t stream, GemvGroup grp, int count, const float* x
     grp.block_end[g] = blocks;
   }
   for (int g = count; g < kMaxGroup; ++g) grp.block_end[g] = blocks;
+  if (blocks == 0) return;  // every member is empty
   gemv_kernel<W, NT, ROWS, U, VEC><<<static_cast<unsigned>(blocks), kWarps * 32, 0, stream>>>(grp, x, n, in);
   cuda::launch_check();
 }
