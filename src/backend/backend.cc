@@ -2,11 +2,29 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/ref/ref_backend.h"
+#include "core/splitmix.h"
 #if defined(QUIVER_HAS_CUDA)
 #include "backend/cuda/cuda_backend_factory.h"
 #endif
 
 namespace quiver {
+
+void fill_uniform_range(Tensor t, float center, float scale, uint64_t seed, int64_t begin, int64_t end) {
+  check(t.device == Device::kCpu, "fill_uniform: host memory only");
+  for (int64_t i = begin; i < end; ++i) {
+    const float v = hash_uniform(seed, static_cast<uint64_t>(i), center, scale);
+    switch (t.dtype) {
+      case DType::kF32: static_cast<float*>(t.data)[i] = v; break;
+      case DType::kF16: static_cast<uint16_t*>(t.data)[i] = f32_to_f16(v); break;
+      case DType::kBF16: static_cast<uint16_t*>(t.data)[i] = f32_to_bf16(v); break;
+      case DType::kI32: check(false, "fill_uniform: float tensors only"); break;
+    }
+  }
+}
+
+void Backend::fill_uniform(Tensor t, float center, float scale, uint64_t seed) {
+  fill_uniform_range(t, center, scale, seed, 0, t.numel());
+}
 
 void Backend::matmul_group(const MatmulGroup& g, Tensor x) {
   check(g.count >= 1 && g.count <= kMaxGroup, "matmul_group: 1..3 members");

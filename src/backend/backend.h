@@ -84,6 +84,9 @@ struct SampleOutputs {
   Tensor top_logprobs;  // [rows, K] f32
 };
 
+// Elements [begin, end) of Backend::fill_uniform on host memory (the host backends' form).
+void fill_uniform_range(Tensor t, float center, float scale, uint64_t seed, int64_t begin, int64_t end);
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -98,6 +101,10 @@ class Backend {
   virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;  // device to device
   virtual void fill_zero(void* dst, size_t bytes) = 0;
+  // t[i] = hash_uniform(seed, i, center, scale) (core/splitmix.h) in t's float dtype, so
+  // dummy weights come out bitwise the same on every backend. The default writes host
+  // memory; device backends fill in place, with no host copy.
+  virtual void fill_uniform(Tensor t, float center, float scale, uint64_t seed);
   virtual void synchronize() {}
   // Makes a host tensor (e.g. an mmap'd weight) usable by ops. Host backends return it
   // unchanged (no copy); device backends upload into memory they own until destruction.

@@ -28,11 +28,7 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__CUDACC__)
-#define QV_HOST_DEVICE __host__ __device__ __forceinline__
-#else
-#define QV_HOST_DEVICE inline
-#endif
+#include "core/host_device.h"
 
 namespace quiver::sampling {
 

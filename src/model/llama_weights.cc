@@ -4,7 +4,6 @@
 #include <string>
 
 #include "core/splitmix.h"
-#include "core/thread_pool.h"
 
 namespace quiver {
 
@@ -74,50 +73,18 @@ Result<LlamaWeights> load_llama_weights(const ModelConfig& c, std::shared_ptr<Ch
   return w;
 }
 
-namespace {
-
-void fill_uniform(void* data, DType t, int64_t n, float center, float scale, uint64_t seed, ThreadPool& pool) {
-  pool.parallel_for(n, [&](int64_t b, int64_t e, int) {
-    for (int64_t i = b; i < e; ++i) {
-      float u = static_cast<float>(splitmix64_hash(seed ^ static_cast<uint64_t>(i)) >> 40) * (1.0f / 16777216.0f);  // [0,1)
-      float v = center + scale * (2.0f * u - 1.0f);
-      switch (t) {
-        case DType::kF32: static_cast<float*>(data)[i] = v; break;
-        case DType::kF16: static_cast<uint16_t*>(data)[i] = f32_to_f16(v); break;
-        case DType::kBF16: static_cast<uint16_t*>(data)[i] = f32_to_bf16(v); break;
-        case DType::kI32: break;
-      }
-    }
-  }, 4096);
-}
-
-}  // namespace
-
 LlamaWeights dummy_llama_weights(const ModelConfig& c, DType dtype, Backend* backend, uint64_t seed) {
   LlamaWeights w;
-  ThreadPool pool(0);
   uint64_t stream = splitmix64_hash(seed);  // each tensor gets its own stream
-  // Host staging is used once per tensor, then imported (a no-op on host backends,
-  // an upload on devices); the owned buffers keep host-backend views alive.
-  Backend* host = backend;
+  // Every tensor is allocated on the backend and filled where it lives (a GPU fills its
+  // own memory: no host copy, no upload).
   auto make = [&](std::initializer_list<int64_t> shape, float center, float scale) {
-    Tensor probe(nullptr, dtype, shape);
-    std::vector<uint8_t> staging;
-    void* data;
-    Buffer buf;
-    if (host->device() == Device::kCpu) {
-      buf = Buffer(host, probe.bytes());
-      data = buf.data();
-    } else {
-      staging.resize(probe.bytes());
-      data = staging.data();
-    }
+    Buffer buf(backend, Tensor(nullptr, dtype, shape).bytes());
+    Tensor t(buf.data(), dtype, shape, backend->device());
     stream = splitmix64_hash(stream);
-    fill_uniform(data, dtype, probe.numel(), center, scale, stream, pool);
-    Tensor t(data, dtype, shape);
-    Tensor dev = backend->import_weight(t);
-    if (host->device() == Device::kCpu) w.owned.push_back(std::move(buf));
-    return dev;
+    backend->fill_uniform(t, center, scale, stream);
+    w.owned.push_back(std::move(buf));
+    return t;
   };
   const int64_t h = c.hidden_size, q = c.q_size(), kv = c.kv_size(), f = c.intermediate_size;
   const float s_in = 1.0f / std::sqrt(static_cast<float>(h)), s_f = 1.0f / std::sqrt(static_cast<float>(f));

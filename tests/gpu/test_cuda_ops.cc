@@ -1,6 +1,6 @@
 // link: qv_backend
 // CUDA backend vs the scalar reference, op by op, on awkward shapes: memory and copies,
-// embedding, rms_norm / add_rms_norm, rope, kv_write, silu_mul / add / gather_rows and
+// dummy-weight fill (bitwise), embedding, rms_norm / add_rms_norm, rope, kv_write, silu_mul / add / gather_rows and
 // matmul on every path (GEMV, cuBLAS, cuBLAS with split activations). Attention and LoRA
 // have their own files. Every case prints its error; skips without a GPU.
 #include <algorithm>
@@ -31,6 +31,26 @@ TEST_F(CudaOps, MemoryRoundTrip) {
   Tensor dw = gpu_->import_weight(w.view());
   EXPECT_EQ(dw.device, Device::kCuda);
   expect_close("import_weight bf16 [7, 9]", download(gpu_.get(), dw), w.as_f32(), 0);
+}
+
+// Dummy weights (--load-format dummy) filled on the GPU are bitwise the host backend's:
+// every float dtype, centres and scales as the model uses them, a grid-stride tail.
+TEST_F(CudaOps, FillUniformMatchesHostBitwise) {
+  const int64_t n = (int64_t{1} << 20) + 77;
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16})
+    for (auto [center, scale] : {std::pair<float, float>{0.f, 1.f / 64}, {1.f, 0.1f}, {0.f, 1e-3f}}) {
+      const size_t bytes = static_cast<size_t>(n) * dtype_size(t);
+      std::vector<uint8_t> host(bytes), back(bytes);
+      ref_.fill_uniform(make_view(host.data(), t, {n}, Device::kCpu), center, scale, 12345);
+      Buffer d(gpu_.get(), bytes);
+      gpu_->fill_uniform(make_view(d.data(), t, {n}, Device::kCuda), center, scale, 12345);
+      gpu_->copy_to_host(back.data(), d.data(), bytes);
+      size_t differ = 0;
+      for (size_t i = 0; i < bytes; ++i) differ += host[i] != back[i];
+      std::printf("fill_uniform %s center %g scale %g: %zu of %zu bytes differ\n", name_of(t), center, scale, differ,
+                  bytes);
+      EXPECT_EQ(differ, 0u);
+    }
 }
 
 TEST_F(CudaOps, Embedding) {

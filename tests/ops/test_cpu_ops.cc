@@ -176,6 +176,18 @@ TEST_P(CpuOps, RmsNormAndAddRmsNorm) {
   }
 }
 
+// Dummy weights: the pool's split of fill_uniform writes exactly the reference's bytes.
+TEST_P(CpuOps, FillUniformBitwise) {
+  for (DType tt : kFloatTypes) {
+    const int64_t n = 300007;
+    Buf want(tt, {n}), got(tt, {n});
+    ref_.fill_uniform(want.t, 0.5f, 0.25f, 99);
+    std::memset(got.t.data, 0xff, got.t.bytes());
+    cpu_->fill_uniform(got.t, 0.5f, 0.25f, 99);
+    EXPECT_EQ(std::memcmp(got.t.data, want.t.data, want.t.bytes()), 0) << dtype_name(tt);
+  }
+}
+
 TEST_P(CpuOps, Embedding) {
   for (DType tt : kFloatTypes) {
     for (int64_t d : {1, 17, 130, 256}) {

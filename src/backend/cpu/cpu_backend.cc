@@ -84,6 +84,11 @@ const float* CpuBackend::as_f32(const Tensor& t, int64_t n, std::vector<float>* 
   return scratch->data();
 }
 
+void CpuBackend::fill_uniform(Tensor t, float center, float scale, uint64_t seed) {
+  pool_->parallel_for(t.numel(), [&](int64_t b, int64_t e, int) { fill_uniform_range(t, center, scale, seed, b, e); },
+                      int64_t{1} << 16);
+}
+
 void CpuBackend::embedding(Tensor out, Tensor table, Tensor ids) {
   const int64_t n = out.dim(0), d = out.dim(1);
   check_rows(out, n, d, "embedding: out must be [n, d] f32");

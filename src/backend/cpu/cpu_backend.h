@@ -34,6 +34,8 @@ class CpuBackend : public HostMemoryBackend {
   CpuIsa isa() const { return isa_; }
   ThreadPool& pool() { return *pool_; }
 
+  void fill_uniform(Tensor t, float center, float scale, uint64_t seed) override;  // over the pool
+
   void embedding(Tensor out, Tensor table, Tensor ids) override;
   void rms_norm(Tensor out, Tensor x, Tensor w, float eps) override;
   void add_rms_norm(Tensor out, Tensor residual, Tensor x, Tensor w, float eps) override;

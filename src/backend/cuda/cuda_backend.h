@@ -43,6 +43,7 @@ class CudaBackend : public Backend {
   void copy_to_host(void* dst, const void* src, size_t bytes) override;
   void copy(void* dst, const void* src, size_t bytes) override;
   void fill_zero(void* dst, size_t bytes) override;
+  void fill_uniform(Tensor t, float center, float scale, uint64_t seed) override;  // fill.cu
   void synchronize() override;
   Tensor import_weight(const Tensor& host) override;
 
