@@ -6,10 +6,8 @@
 // Decode: flash-decoding split-K. Each block owns one sequence, `gc` query heads that
 // share one KV head (the GQA group, or a divisor of it <= 8) and one partition of
 // kPart keys. K rows are read once per block and used by all gc heads:
-//   1. scores: the NV = head_dim / (16-byte vector) threads of a key each take one vector
-//      of the K row (a warp reads whole rows, coalesced) and add their gc partial dots
-//      with shuffles (NV not a power of two <= 32: one thread per key); q is broadcast
-//      from shared memory;
+//   1. scores: one thread per key computes its gc dot products (K row in 16-byte vectors,
+//      q broadcast from shared memory) into shared memory;
 //   2. softmax of the partition per head (max, exp, sum) by one warp per head;
 //   3. P V: threads split each V row into 16-byte vectors and the keys among themselves,
 //      accumulating gc heads in registers, then reduce over keys in shared memory.
@@ -78,68 +76,33 @@ decode_kernel(AttentionParams p, float* __restrict__ part, int gc, int max_split
   }
   __syncthreads();
 
-  // 1. scores. Rows of a power of two <= 32 vectors: NV lanes share a key (thread (kl, ev)
-  // reads vector ev of keys kl, kl + KL, ...; a warp reads 32 / NV whole rows per load,
-  // coalesced) and add their partial dots with shuffles. Other rows (head sizes 80, 96;
-  // 256 in f32): thread per key.
-  const int kl = threadIdx.x / NV, ev = threadIdx.x % NV;
-  if constexpr (NV <= 32 && (NV & (NV - 1)) == 0) {
-#pragma unroll 4
-    for (int tl0 = 0; tl0 < nk; tl0 += KL) {  // uniform trip count: every lane shuffles
-      const int tl = tl0 + kl;
-      float kf[E];
-      if (tl < nk) {
-        cuda::Vec16<T>::unpack(cuda::load16(cuda::kv_row(k_cache, p, s, start + tl, kvh, HD) + ev * E), kf);
-      } else {
+  // 1. scores: thread per key.
+  for (int tl = threadIdx.x; tl < nk; tl += kThreads) {
+    const T* krow = cuda::kv_row(k_cache, p, s, start + tl, kvh, HD);
+    float acc[GMAX];
 #pragma unroll
-        for (int e = 0; e < E; ++e) kf[e] = 0.f;
-      }
+    for (int g = 0; g < GMAX; ++g) acc[g] = 0.f;
+#pragma unroll 4
+    for (int v = 0; v < NV; ++v) {
+      float kf[E];
+      cuda::Vec16<T>::unpack(cuda::load16(krow + v * E), kf);
 #pragma unroll
       for (int g = 0; g < GMAX; ++g) {
         if (g >= gc) break;
-        const float4* qv = reinterpret_cast<const float4*>(q_s + g * HD + ev * E);
-        float acc = 0.f;
+        const float4* qv = reinterpret_cast<const float4*>(q_s + g * HD + v * E);
 #pragma unroll
         for (int e4 = 0; e4 < E / 4; ++e4) {
           const float4 qq = qv[e4];
-          acc = fmaf(qq.x, kf[4 * e4], acc);
-          acc = fmaf(qq.y, kf[4 * e4 + 1], acc);
-          acc = fmaf(qq.z, kf[4 * e4 + 2], acc);
-          acc = fmaf(qq.w, kf[4 * e4 + 3], acc);
-        }
-#pragma unroll
-        for (int o = NV / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-        if (ev == 0 && tl < nk) sc[g * kPart + tl] = acc;
-      }
-    }
-  } else {
-    for (int tl = threadIdx.x; tl < nk; tl += kThreads) {
-      const T* krow = cuda::kv_row(k_cache, p, s, start + tl, kvh, HD);
-      float acc[GMAX];
-#pragma unroll
-      for (int g = 0; g < GMAX; ++g) acc[g] = 0.f;
-#pragma unroll 4
-      for (int v = 0; v < NV; ++v) {
-        float kf[E];
-        cuda::Vec16<T>::unpack(cuda::load16(krow + v * E), kf);
-#pragma unroll
-        for (int g = 0; g < GMAX; ++g) {
-          if (g >= gc) break;
-          const float4* qv = reinterpret_cast<const float4*>(q_s + g * HD + v * E);
-#pragma unroll
-          for (int e4 = 0; e4 < E / 4; ++e4) {
-            const float4 qq = qv[e4];
-            acc[g] = fmaf(qq.x, kf[4 * e4], acc[g]);
-            acc[g] = fmaf(qq.y, kf[4 * e4 + 1], acc[g]);
-            acc[g] = fmaf(qq.z, kf[4 * e4 + 2], acc[g]);
-            acc[g] = fmaf(qq.w, kf[4 * e4 + 3], acc[g]);
-          }
+          acc[g] = fmaf(qq.x, kf[4 * e4], acc[g]);
+          acc[g] = fmaf(qq.y, kf[4 * e4 + 1], acc[g]);
+          acc[g] = fmaf(qq.z, kf[4 * e4 + 2], acc[g]);
+          acc[g] = fmaf(qq.w, kf[4 * e4 + 3], acc[g]);
         }
       }
-#pragma unroll
-      for (int g = 0; g < GMAX; ++g)
-        if (g < gc) sc[g * kPart + tl] = acc[g];
     }
+#pragma unroll
+    for (int g = 0; g < GMAX; ++g)
+      if (g < gc) sc[g * kPart + tl] = acc[g];
   }
   __syncthreads();
 
@@ -164,13 +127,13 @@ decode_kernel(AttentionParams p, float* __restrict__ part, int gc, int max_split
   __syncthreads();
 
   // 3. P V: thread (kl, ev) takes vector ev of the V rows of keys kl, kl + KL, ...
+  const int kl = threadIdx.x / NV, ev = threadIdx.x % NV;
   float acc[GMAX][E];
 #pragma unroll
   for (int g = 0; g < GMAX; ++g)
 #pragma unroll
     for (int e = 0; e < E; ++e) acc[g][e] = 0.f;
   if (kl < KL) {
-#pragma unroll 4
     for (int tl = kl; tl < nk; tl += KL) {
       float vf[E];
       cuda::Vec16<T>::unpack(cuda::load16(cuda::kv_row(v_cache, p, s, start + tl, kvh, HD) + ev * E), vf);
