@@ -187,8 +187,8 @@ shrink_kernel(float* __restrict__ part, const float* __restrict__ x, GroupArgs a
 
 // y_g[i, o] += b_g[slot_i][o, :] . t_i with t_i = sum over splits of part[g, s, i, :].
 // grid (ceil(n / 16), ceil(max out / 256), G): a block takes 16 sorted tokens and 256
-// output rows, one per thread. The t rows of the tile's tokens with an adapter (stride
-// rs = R rounded up to 8, zero padded) are summed into shared memory first. Per 8 ranks a thread issues the B loads of
+// output rows, one per thread. The tile's t rows (stride rs = R rounded up to 8, zero
+// padded) are summed into shared memory first. Per 8 ranks a thread issues the B loads of
 // every run among the 16 tokens before using them, so a tile of 16 different adapters
 // (decode) keeps 16 loads in flight. Dynamic shared memory: 16 x rs floats.
 template <typename T>
@@ -196,7 +196,7 @@ __global__ void __launch_bounds__(kThreads)
 expand_kernel(GroupArgs args, const float* __restrict__ part, int splits, const int32_t* __restrict__ token_slot,
               const int32_t* __restrict__ sorted, int n, int rank, int num_slots) {
   extern __shared__ __align__(16) float ts[];  // [16][rs]
-  __shared__ int tok[kTileTokens], slot[kTileTokens], active[kTileTokens], num_active;
+  __shared__ int tok[kTileTokens], slot[kTileTokens];
   const int g = blockIdx.z, out = args.out[g], o0 = blockIdx.y * kThreads;
   if (o0 >= out) return;  // uniform: this member has fewer outputs than the largest
   const int p0 = blockIdx.x * kTileTokens;
@@ -207,29 +207,18 @@ expand_kernel(GroupArgs args, const float* __restrict__ part, int splits, const 
     slot[threadIdx.x] = p < n ? slot_of(token_slot, t, num_slots) : -1;
   }
   __syncthreads();
-  if (threadIdx.x == 0) {  // the tile's tokens that have an adapter, in order
-    int c = 0;
-    for (int m = 0; m < kTileTokens; ++m)
-      if (slot[m] >= 0) active[c++] = m;
-    num_active = c;
-  }
-  __syncthreads();
-  if (num_active == 0) return;  // uniform
-  // t rows of the active tokens: each (token, rank) entry sums its splits with tpe threads
-  // (strided, then a shuffle butterfly: a fixed order), so one decode token still uses the
-  // whole block instead of 16 threads walking 16 splits each.
-  const int rs = (rank + 7) / 8 * 8, entries = num_active * rs;
-  int tpe = 1;
-  while (tpe < 32 && tpe * 2 * entries <= kThreads) tpe *= 2;
-  const int per_round = kThreads / tpe, sub = threadIdx.x % tpe;
+  bool any = false;
+#pragma unroll
+  for (int m = 0; m < kTileTokens; ++m) any |= slot[m] >= 0;
+  if (!any) return;  // uniform
+  const int rs = (rank + 7) / 8 * 8;
   const float* part_g = part + static_cast<int64_t>(g) * splits * n * rank;
-  for (int base = 0; base < entries; base += per_round) {  // uniform trip count
-    const int e = base + threadIdx.x / tpe, m = e < entries ? active[e / rs] : 0, r = e % rs;
+  for (int idx = threadIdx.x; idx < kTileTokens * rs; idx += kThreads) {
+    const int m = idx / rs, r = idx % rs;
     float s = 0.f;
-    if (e < entries && r < rank)
-      for (int sp = sub; sp < splits; sp += tpe) s += part_g[(static_cast<int64_t>(sp) * n + tok[m]) * rank + r];
-    for (int w = tpe / 2; w > 0; w >>= 1) s += __shfl_xor_sync(0xffffffffu, s, w);
-    if (e < entries && sub == 0) ts[m * rs + r] = s;
+    if (slot[m] >= 0 && r < rank)
+      for (int sp = 0; sp < splits; ++sp) s += part_g[(static_cast<int64_t>(sp) * n + tok[m]) * rank + r];
+    ts[idx] = s;
   }
   __syncthreads();
   const int o = o0 + threadIdx.x;
