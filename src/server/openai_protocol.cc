@@ -321,7 +321,10 @@ ApiResult<CompletionRequest> parse_completion_request(std::string_view body) {
 ApiResult<ChatRequest> parse_chat_request(std::string_view body) {
   auto parsed = parse_json_object(body);
   if (!parsed.is_ok()) return parsed.error();
-  const json& j = parsed.value();
+  return chat_request_from_json(parsed.value());
+}
+
+ApiResult<ChatRequest> chat_request_from_json(const json& j) {
   ChatRequest req;
   FieldReader r(j);
   read_messages(r, &req.messages);

@@ -92,6 +92,8 @@ constexpr int kMaxJsonDepth = 64;
 
 ApiResult<CompletionRequest> parse_completion_request(std::string_view body);
 ApiResult<ChatRequest> parse_chat_request(std::string_view body);
+// The same from an already parsed body (POST /tokenize's chat form).
+ApiResult<ChatRequest> chat_request_from_json(const nlohmann::json& body);
 ApiResult<LoadLoraRequest> parse_load_lora_request(std::string_view body);
 ApiResult<std::string> parse_unload_lora_request(std::string_view body);  // the adapter name
 

@@ -44,7 +44,7 @@ ApiResult<json> tokenize_response(const ModelView& view, std::string_view body) 
   if (chat) {
     // The chat request parser validates messages, tools and chat_template_kwargs the same
     // way /v1/chat/completions does.
-    auto request = parse_chat_request(body);
+    auto request = chat_request_from_json(j);
     if (!request.is_ok()) return request.error();
     const ChatRequest& r = request.value();
     auto rendered = view.tokenizer->apply_chat_template(r.messages, r.add_generation_prompt, r.template_variables);

@@ -66,7 +66,7 @@ ki = hdr.index("Kernel Name"); vi = hdr.index("Metric Value"); ui = hdr.index("M
 agg = collections.defaultdict(lambda: [0, 0.0])
 for r in rows:
     v = float(r[vi].replace(",", "")); u = r[ui]
-    us = v / 1000 if u == "nsecond" else v if u == "usecond" else v * 1000
+    us = v / 1000 if u in ("ns", "nsecond") else v if u in ("us", "usecond") else v * 1000  # ncu 2025 says "ns"
     name = r[ki].split("(")[0][:90]
     agg[name][0] += 1; agg[name][1] += us
 tot = sum(a[1] for a in agg.values())
