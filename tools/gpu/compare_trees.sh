@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Run THERE (one H200): the same GPU tests and 7B decode benches on several source trees, so
+# one device call compares branches (kernel experiments) against main. Prepare here:
+#   for b in main pdl lora-occupancy; do
+#     rm -rf build-trees/$b && mkdir -p build-trees/$b && git archive $b | tar -x -C build-trees/$b --exclude=models
+#   done
+# then call the device tool with carry [".deps", "build-trees"] and
+#   TREES="main pdl lora-occupancy" bash tools/gpu/compare_trees.sh
+# Variables: TARGETS (GPU tests, default: graphs, lora, groups, ops), BS (decode batches,
+# default "1 8 64"), BENCHC=1 (also the 256-request case). Logs come back in $OUT/logs.tgz;
+# the last lines printed are one row per (tree, batch): base and LoRA step p50.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+: "${OUT:=/tmp/quiver_out}"
+mkdir -p "$OUT"
+logs=/tmp/compare_logs
+rm -rf "$logs" && mkdir -p "$logs"
+trap 'tar czf "$OUT/logs.tgz" -C "$logs" .' EXIT
+source tools/gpu/setup_deps.sh
+deps=$PWD/.deps
+targets=${TARGETS:-test_cuda_graphs test_cuda_lora test_cuda_groups test_cuda_ops}
+summary=()
+t0=$SECONDS
+for tree in ${TREES:?name the trees under build-trees/}; do
+  dir=build-trees/$tree
+  log=$logs/$tree
+  mkdir -p "$log"
+  [ -e "$dir/.deps" ] || ln -s "$deps" "$dir/.deps"
+  (
+    cd "$dir" || exit 1
+    cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DQUIVER_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+      -DQUIVER_SERVER=OFF >"$log/configure.log" 2>&1 &&
+      cmake --build build-gpu -j16 --target quiver $targets >"$log/build.log" 2>&1
+  ) || { echo "$tree: build FAILED"; grep -m5 -A5 error "$log/build.log"; continue; }
+  echo "$tree: built at $((SECONDS - t0)) s"
+  failed=0
+  for t in $targets; do
+    timeout 120 "$dir/build-gpu/$t" >"$log/$t.log" 2>&1 || failed=1
+    echo "$tree: $t $(grep -E '^\[  (PASSED|FAILED)' "$log/$t.log" | tr '\n' ' ')"
+  done
+  if [ $failed = 1 ]; then summary+=("$tree: tests FAILED, no benches"); continue; fi
+  bench=("$dir/build-gpu/quiver" bench --model "$dir/bench/configs/llama-2-7b" --load-format dummy --dtype bfloat16
+    --device cuda --lora-rank 16 --lora-dtype bfloat16)
+  for bs in ${BS:-1 8 64}; do
+    timeout 90 "${bench[@]}" --batch-size "$bs" --input-len 128 --output-len 64 --num-adapters "$bs" --compare base \
+      --num-iters 1 --max-num-seqs "$bs" --kv-cache-memory 16GiB >"$log/bench_b$bs.log" 2>&1
+    p50=$(grep -E "^  decode " "$log/bench_b$bs.log" | sed -E 's/.*p50 +([0-9.]+).*/\1/' | tr '\n' ' ')
+    summary+=("$tree: batch $bs decode step p50 (LoRA, base) ms: $p50")
+  done
+  if [ -n "${BENCHC:-}" ]; then
+    timeout 120 "${bench[@]}" --batch-size 256 --input-len 256 --output-len 128 --num-adapters 64 --num-iters 1 \
+      --warmup-steps 2 --kv-cache-memory 56GiB >"$log/bench_c.log" 2>&1
+    summary+=("$tree: 256 requests over 64 adapters: $(grep -E '^  end-to-end' "$log/bench_c.log" | tr -s ' ')")
+  fi
+done
+echo "total $((SECONDS - t0)) s"
+printf '%s\n' "${summary[@]}"
