@@ -39,7 +39,9 @@ Status LLMEngine::init(const EngineArgs& args) {
   if (args.block_size < 1 || args.block_size > 1024) return Status::error("--block-size must be in [1, 1024]");
   if (args.enable_lora) {
     if (args.max_loras < 1) return Status::error("--max-loras must be at least 1");
-    if (args.max_lora_rank < 1) return Status::error("--max-lora-rank must be at least 1");
+    // 512 is vLLM's largest max_lora_rank, and the most the CUDA LoRA kernels take.
+    if (args.max_lora_rank < 1 || args.max_lora_rank > 512)
+      return Status::error("--max-lora-rank must be in [1, 512]");
     if (args.max_cpu_loras != 0 && args.max_cpu_loras < args.max_loras)
       return Status::error("--max-cpu-loras must be >= --max-loras");
     if (args.lora_dtype != "float32" && args.lora_dtype != "bfloat16")

@@ -56,6 +56,19 @@ std::map<std::string, RequestOutput> run_all(LLMEngine& e) {
 
 const std::vector<int32_t> kPrompt = {5, 17, 33, 101, 7, 9, 250, 3, 44, 12, 80, 61};
 
+// vLLM's bounds on max_lora_rank: a start-up error naming the flag, not a crash later.
+TEST(EngineApi, MaxLoraRankOutOfRangeIsRefused) {
+  for (int rank : {0, 513, 1024}) {
+    EngineArgs a;
+    a.model = kModel.string();
+    a.enable_lora = true;
+    a.max_lora_rank = rank;
+    auto e = LLMEngine::create(a);
+    ASSERT_FALSE(e.is_ok()) << rank;
+    EXPECT_NE(e.message().find("--max-lora-rank must be in [1, 512]"), std::string::npos) << e.message();
+  }
+}
+
 TEST(EngineApi, SeededSamplingIsTheSameAloneAndBatched) {
   SamplingParams p;
   p.temperature = 0.9f;
