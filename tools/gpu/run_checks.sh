@@ -4,7 +4,8 @@
 #   TARGETS   GPU test binaries to build and run (default test_cuda_graphs)
 #   FIX       every HF fixture on CUDA vs HF and vs the CPU (run_engine_fixtures.sh)
 #   VERIFY    `quiver verify` graph vs eager on two fixtures
-#   NCU       per-kernel times of one eager step (NCU_BS, NCU_IN, NCU_SKIP, NCU_COUNT)
+#   NCU       per-kernel times of the first eager forward passes (NCU_BS, NCU_IN, NCU_SKIP,
+#             NCU_COUNT; by default a 2,048-token prefill step with 8 adapters)
 #   BENCHC    256 requests over 64 adapters with --trace (BENCHC_OUT output tokens)
 #   BENCHAB   LoRA vs base at batch 1/8/32/64 (BENCHAB_BS, BENCHAB_OUT, BENCHAB_FLAGS);
 #             BENCHAB_EAGER adds batch 1 with --enforce-eager
@@ -52,27 +53,31 @@ if [ -n "${VERIFY:-}" ]; then  # graph vs eager, bitwise, on two fixtures with a
   done
 fi
 B=(./$build/quiver bench --model bench/configs/llama-2-7b --load-format dummy --dtype bfloat16 --device cuda --lora-rank 16)
-if [ -n "${NCU:-}" ]; then
-  timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip ${NCU_SKIP:-3000} \
-    --launch-count ${NCU_COUNT:-1000} "${B[@]}" --batch-size ${NCU_BS:-1} --input-len ${NCU_IN:-16} --output-len 8 \
-    --num-adapters ${NCU_BS:-1} --num-iters 1 --max-num-seqs ${NCU_BS:-1} --kv-cache-memory 16GiB --enforce-eager \
-    --lora-dtype bfloat16 >"$OUT/ncu.csv" 2>"$OUT/ncu.err"
+if [ -n "${NCU:-}" ]; then  # defaults: the first step is one 2,048-token prefill over 8 adapters
+  timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip ${NCU_SKIP:-0} \
+    --launch-count ${NCU_COUNT:-1400} "${B[@]}" --batch-size ${NCU_BS:-8} --input-len ${NCU_IN:-256} --output-len 2 \
+    --num-adapters ${NCU_BS:-8} --num-iters 1 --warmup-steps 0 --max-num-seqs ${NCU_BS:-8} --kv-cache-memory 16GiB \
+    --enforce-eager --lora-dtype bfloat16 >"$OUT/ncu.csv" 2>"$OUT/ncu.err"
   echo "ncu rc=$? $(wc -l <"$OUT/ncu.csv") lines"; tail -3 "$OUT/ncu.err"
+  # Per forward pass (each starts with the embedding kernel): total and the largest kernels.
   python3 - "$OUT/ncu.csv" <<'PY'
 import csv, sys, collections
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
 hdr = rows[0]; rows = rows[1:]
 ki = hdr.index("Kernel Name"); vi = hdr.index("Metric Value"); ui = hdr.index("Metric Unit")
-agg = collections.defaultdict(lambda: [0, 0.0])
+steps = []
 for r in rows:
+    name = r[ki].split("(")[0]
+    if "embedding_kernel" in name or not steps:
+        steps.append(collections.defaultdict(lambda: [0, 0.0]))
     v = float(r[vi].replace(",", "")); u = r[ui]
     us = v / 1000 if u in ("ns", "nsecond") else v if u in ("us", "usecond") else v * 1000  # ncu 2025 says "ns"
-    name = r[ki].split("(")[0][:90]
-    agg[name][0] += 1; agg[name][1] += us
-tot = sum(a[1] for a in agg.values())
-print(f"total {tot:.1f} us over {sum(a[0] for a in agg.values())} kernels")
-for k, (c, us) in sorted(agg.items(), key=lambda kv: -kv[1][1])[:25]:
-    print(f"{us:10.1f} us {c:6d} x {us / c:7.2f} us  {k}")
+    steps[-1][name[-70:]][0] += 1; steps[-1][name[-70:]][1] += us
+for i, agg in enumerate(steps[:3]):
+    tot = sum(a[1] for a in agg.values())
+    print(f"forward {i}: {tot:.1f} us over {sum(a[0] for a in agg.values())} kernels (the last may be cut off)")
+    for k, (c, us) in sorted(agg.items(), key=lambda kv: -kv[1][1])[:15]:
+        print(f"{us:10.1f} us {c:6d} x {us / c:8.2f} us  {k}")
 PY
 fi
 if [ -n "${BENCHC:-}" ]; then
