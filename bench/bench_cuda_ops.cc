@@ -162,12 +162,9 @@ void BM_CudaLoraGroup(benchmark::State& state) {
   Buffer x = random_buffer(gpu, DType::kF32, static_cast<size_t>(n * in), 1.f, 3);
   Buffer t(gpu, static_cast<size_t>(n * rank) * 4);
   Buffer y = random_buffer(gpu, DType::kF32, static_cast<size_t>(members * n * out), 1.f, 4);
-  std::vector<int32_t> token_slot(static_cast<size_t>(n)), order(static_cast<size_t>(n));
+  std::vector<int32_t> token_slot(static_cast<size_t>(n)), order;
   for (int64_t i = 0; i < n; ++i) token_slot[static_cast<size_t>(i)] = distinct ? static_cast<int32_t>(i % slots) : 0;
-  for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = static_cast<int32_t>(i);
-  std::stable_sort(order.begin(), order.end(), [&](int32_t p, int32_t q) {
-    return token_slot[static_cast<size_t>(p)] < token_slot[static_cast<size_t>(q)];
-  });
+  lora_sorted_tokens(token_slot, &order);
   Buffer ts(gpu, token_slot.size() * 4), os(gpu, order.size() * 4);
   gpu->copy_from_host(ts.data(), token_slot.data(), token_slot.size() * 4);
   gpu->copy_from_host(os.data(), order.data(), order.size() * 4);

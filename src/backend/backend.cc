@@ -1,5 +1,7 @@
 #include "backend/backend.h"
 
+#include <algorithm>
+
 #include "backend/cpu/cpu_backend.h"
 #include "backend/ref/ref_backend.h"
 #include "core/splitmix.h"
@@ -20,6 +22,15 @@ void fill_uniform_range(Tensor t, float center, float scale, uint64_t seed, int6
       case DType::kI32: check(false, "fill_uniform: float tensors only"); break;
     }
   }
+}
+
+void lora_sorted_tokens(std::span<const int32_t> token_slot, std::vector<int32_t>* order) {
+  order->resize(token_slot.size());
+  for (size_t i = 0; i < order->size(); ++i) (*order)[i] = static_cast<int32_t>(i);
+  std::stable_sort(order->begin(), order->end(), [&](int32_t x, int32_t y) {
+    return static_cast<uint32_t>(token_slot[static_cast<size_t>(x)]) <
+           static_cast<uint32_t>(token_slot[static_cast<size_t>(y)]);  // -1 becomes the largest
+  });
 }
 
 void Backend::fill_uniform(Tensor t, float center, float scale, uint64_t seed) {

@@ -9,7 +9,9 @@
 
 #include <cstddef>
 #include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -41,6 +43,10 @@ struct LoraMeta {
   // its weights once however the batch interleaves adapters. Empty: 0, 1, 2, ... order.
   Tensor sorted_tokens;
 };
+
+// LoraMeta::sorted_tokens for per-token slots: the indices 0..n-1 stably sorted by slot,
+// -1 (no adapter) last. Written into *order (resized), so a caller can reuse its buffer.
+void lora_sorted_tokens(std::span<const int32_t> token_slot, std::vector<int32_t>* order);
 
 // Up to kMaxGroup projections of one input (q/k/v; gate/up), so a device backend can
 // run them, and their LoRA, in one launch each instead of one per projection.

@@ -84,13 +84,7 @@ StepTensors ModelRunner::prepare(const ForwardBatch& b, bool padded, const Devic
   }
   seg_start_.push_back(n);
   const int segments = static_cast<int>(seg_slot_.size());
-  // Tokens grouped by adapter slot (stable), base-model tokens (-1) last.
-  sorted_tokens_.resize(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) sorted_tokens_[i] = i;
-  std::stable_sort(sorted_tokens_.begin(), sorted_tokens_.end(), [&b](int32_t x, int32_t y) {
-    const uint32_t sx = static_cast<uint32_t>(b.token_lora_slot[x]), sy = static_cast<uint32_t>(b.token_lora_slot[y]);
-    return sx < sy;  // -1 becomes the largest
-  });
+  lora_sorted_tokens(b.token_lora_slot, &sorted_tokens_);
   const int rows = static_cast<int>(b.logit_rows.size());
   const int width = padded ? limits_.max_blocks_per_seq : std::max(1, b.max_blocks_per_seq);
   check(b.max_blocks_per_seq <= width, "block table wider than the runner's limit");

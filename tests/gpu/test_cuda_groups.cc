@@ -3,8 +3,6 @@
 // defaults: matmul_group on the GEMV path (every token bucket, with and without biases,
 // members of different sizes as in GQA) and on cuBLAS; lora_group with 1..3 members,
 // slot-sorted token order, slot -1 rows untouched. Skips without a GPU.
-#include <algorithm>
-
 #include "gpu/cuda_test_util.h"
 
 namespace quiver::test {
@@ -55,11 +53,8 @@ class CudaGroups : public CudaTest {
     const int64_t num_slots = 4;
     std::vector<int32_t> slots(static_cast<size_t>(n));
     for (auto& s : slots) s = static_cast<int32_t>(rng_() % (num_slots + 1)) - 1;
-    std::vector<int32_t> order(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = static_cast<int32_t>(i);
-    std::stable_sort(order.begin(), order.end(), [&](int32_t p, int32_t q) {
-      return static_cast<uint32_t>(slots[static_cast<size_t>(p)]) < static_cast<uint32_t>(slots[static_cast<size_t>(q)]);
-    });
+    std::vector<int32_t> order;
+    lora_sorted_tokens(slots, &order);
     HostTensor x = random_tensor(rng_, DType::kF32, {n, in});
     HostTensor hslots = host_i32({n}, slots), horder = host_i32({n}, order);
     HostTensor t = random_tensor(rng_, DType::kF32, {n, rank});

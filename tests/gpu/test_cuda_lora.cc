@@ -45,11 +45,8 @@ class CudaLora : public CudaTest {
       }
     const int64_t num_segments = static_cast<int64_t>(seg_slot.size());
     HostTensor hstart = host_i32({num_segments + 1}, seg_start), hseg = host_i32({num_segments}, seg_slot);
-    std::vector<int32_t> order(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = static_cast<int32_t>(i);
-    std::stable_sort(order.begin(), order.end(), [&](int32_t p, int32_t q) {
-      return static_cast<uint32_t>(slots[static_cast<size_t>(p)]) < static_cast<uint32_t>(slots[static_cast<size_t>(q)]);
-    });
+    std::vector<int32_t> order;
+    lora_sorted_tokens(slots, &order);
     HostTensor horder = host_i32({n}, order);
 
     DeviceTensor gx = upload(gpu, x), ga = upload(gpu, a), gb = upload(gpu, b), gt = upload(gpu, t), gy = upload(gpu, y);
