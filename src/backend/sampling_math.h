@@ -107,6 +107,15 @@ QV_HOST_DEVICE uint32_t token_bits(uint64_t seed, uint32_t counter, int64_t i) {
   return token_noise_bits(seed, counter, static_cast<uint32_t>(i >> 2)).v[i & 3];
 }
 
+// log(sum_i exp(x_i)) over n logits whose maximum is mx, summed in double: the logprob
+// normaliser of the host sampler's logprobs (logprobs_for) and of the reference sampler,
+// kept in one place so the two report the same logprobs. Host only.
+inline double log_sum_exp(const float* x, int64_t n, float mx) {
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += exp(static_cast<double>(x[i]) - mx);
+  return mx + log(sum);
+}
+
 // Which parts of the op are active for a row (the op's convention for "off").
 QV_HOST_DEVICE bool top_k_active(int32_t top_k, int64_t vocab) { return top_k > 0 && top_k < vocab; }
 QV_HOST_DEVICE bool top_p_active(float top_p) { return top_p < 1.0f; }

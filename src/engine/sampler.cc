@@ -6,15 +6,15 @@
 #include <numeric>
 #include <unordered_map>
 
+#include "backend/sampling_math.h"
+
 namespace quiver {
 
 TokenLogprobs logprobs_for(std::span<const float> logits, int32_t token, int top_k) {
   const size_t v = logits.size();
   float mx = -std::numeric_limits<float>::infinity();
   for (float x : logits) mx = std::max(mx, x);
-  double sum = 0;
-  for (float x : logits) sum += std::exp(static_cast<double>(x) - mx);
-  const double lse = mx + std::log(sum);
+  const double lse = sampling::log_sum_exp(logits.data(), static_cast<int64_t>(v), mx);
   auto lp = [&](size_t i) { return static_cast<float>(logits[i] - lse); };
   TokenLogprobs out;
   out.token = token;

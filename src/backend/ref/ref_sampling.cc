@@ -20,10 +20,7 @@ RowResult sample_row(const float* x, int64_t v, const RowParams& p, int k, int32
     return ka > kb || (ka == kb && a < b);
   });
   const float mx = x[order[0]];
-  // log-sum-exp exactly as logprobs_for (sampler.cc) computes it.
-  double sum = 0;
-  for (int64_t i = 0; i < v; ++i) sum += std::exp(static_cast<double>(x[i]) - mx);
-  const double lse = mx + std::log(sum);
+  const double lse = log_sum_exp(x, v, mx);
   auto logprob = [&](int32_t i) { return static_cast<float>(x[i] - lse); };
 
   for (int j = 0; j < k; ++j) {
