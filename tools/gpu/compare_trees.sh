@@ -9,6 +9,8 @@
 # Variables: TARGETS (GPU tests, default: graphs, lora, groups, ops), BS (decode batches,
 # default "1 8 64"), BENCHC=1 (also the 256-request case). Logs come back in $OUT/logs.tgz;
 # the last lines printed are one row per (tree, batch): base and LoRA step p50.
+# NOTEST="main": trees whose GPU tests are skipped (only built and benched), e.g. a baseline
+# whose tests already passed in an earlier run.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 : "${OUT:=/tmp/quiver_out}"
@@ -34,7 +36,8 @@ for tree in ${TREES:?name the trees under build-trees/}; do
   ) || { echo "$tree: build FAILED"; grep -m5 -A5 error "$log/build.log"; continue; }
   echo "$tree: built at $((SECONDS - t0)) s"
   failed=0
-  for t in $targets; do
+  case " ${NOTEST:-} " in *" $tree "*) targets_now= ;; *) targets_now=$targets ;; esac
+  for t in $targets_now; do
     timeout 120 "$dir/build-gpu/$t" >"$log/$t.log" 2>&1 || failed=1
     echo "$tree: $t $(grep -E '^\[  (PASSED|FAILED)' "$log/$t.log" | tr '\n' ' ')"
   done
