@@ -2,12 +2,13 @@
 // to three projections of one input (q/k/v, gate/up) in two launches whatever the batch:
 //   shrink  part[g, s, i, :] = a_g[slot_i][:, split s] @ x[i, split s]   (split over `in`)
 //   expand  y_g[i, :] += b_g[slot_i] @ sum_s part[g, s, i, :]
-// Both kernels take the tokens 16 at a time in LoraMeta::sorted_tokens order, so a tile
-// holds runs of tokens that share an adapter: one request's prefill chunk is one long run
-// (segments), a decode batch is mostly runs of one (gather). Within a tile an adapter's
-// weights are loaded once per run and used for every token of the run from registers, so
-// prefill reads each A/B chunk once per 16 tokens and decode streams one row set per token.
-//   shrink: a warp owns 4 tokens x 16 ranks (64 accumulators per lane) over the block's
+// From 16 tokens up both kernels take the tokens 16 at a time in LoraMeta::sorted_tokens
+// order, so a tile holds runs of tokens that share an adapter: one request's prefill chunk
+// is one long run (segments), a large decode batch mostly short runs. Within a tile an
+// adapter's weights are loaded once per run and used for every token of the run from
+// registers, so prefill reads each A/B chunk once per 16 tokens. Below 16 tokens the gather
+// kernels of lora_gather.cu (one token per block: latency first) write the same partials.
+//   shrink: a warp owns 4 tokens x 8 ranks (32 accumulators per lane) over the block's
 //           column split, 8 columns per lane per step with 16-byte loads; the lanes' sums
 //           are added through shared memory. grid (tiles, splits, G x rank blocks).
 //   expand: a thread owns one output row o for the tile's 16 tokens; the tile's t rows
@@ -22,6 +23,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/lora_kernels.h"
 
 namespace quiver {
 namespace {
@@ -29,25 +31,15 @@ namespace {
 constexpr int kTileTokens = 16;                          // sorted tokens per block
 constexpr int kWarpTokens = 4;                           // shrink: tokens per warp
 constexpr int kShrinkWarps = kTileTokens / kWarpTokens;  // 4
-constexpr int kRankBlock = 16;                           // shrink: ranks per block
+constexpr int kRankBlock = 8;                            // shrink: ranks per block
 constexpr int kLaneCols = 8;                             // shrink: columns per lane per step
 constexpr int kSplitAlign = 32 * kLaneCols;              // split widths are multiples of 256
 constexpr int kThreads = 256;                            // expand: one output row per thread
 constexpr int kMaxRank = 512;
 
-struct GroupArgs {
-  const void* a[kMaxGroup] = {};  // [S, R, in]
-  const void* b[kMaxGroup] = {};  // [S, out_g, R]
-  float* y[kMaxGroup] = {};       // [n, out_g]
-  int out[kMaxGroup] = {};
-};
-
-__device__ __forceinline__ int token_at(const int32_t* sorted, int p) { return sorted != nullptr ? sorted[p] : p; }
-
-__device__ __forceinline__ int slot_of(const int32_t* token_slot, int tok, int num_slots) {
-  const int s = token_slot[tok];
-  return s < num_slots ? s : -1;
-}
+using GroupArgs = cuda::LoraGroupArgs;
+using cuda::lora_slot_of;
+using cuda::lora_token_at;
 
 // Eight consecutive stack elements kept in their own type (half the registers of floats
 // for 16-bit stacks). load: 16-byte loads when vec (aligned rows) and all 8 are in range,
@@ -93,10 +85,10 @@ __device__ __forceinline__ V pick4(int j, const V (&v)[kWarpTokens]) {
 }
 
 // part: [G, splits, n, R] f32. grid (ceil(n / 16), splits, G * rank_blocks), 4 warps.
-// Warp w takes sorted positions 16 * blockIdx.x + 4w .. +3 and ranks r0 .. r0 + 15 over the
+// Warp w takes sorted positions 16 * blockIdx.x + 4w .. +3 and ranks r0 .. r0 + 7 over the
 // columns [k0, k0 + split_cols): each lane walks 8 columns at a time, loads x for its 4
-// tokens, and A's 16 rows once per run of equal slots among them. Lanes' sums meet in a
-// 64 x 32 shared table that each lane reads back two rows of.
+// tokens, and A's 8 rows once per run of equal slots among them. Lanes' sums meet in a
+// 32 x 32 shared table that each lane reads back one row of.
 template <typename T>
 __global__ void __launch_bounds__(kShrinkWarps * 32)
 shrink_kernel(float* __restrict__ part, const float* __restrict__ x, GroupArgs args,
@@ -111,8 +103,8 @@ shrink_kernel(float* __restrict__ part, const float* __restrict__ x, GroupArgs a
 #pragma unroll
   for (int j = 0; j < kWarpTokens; ++j) {
     const int p = p0 + j;
-    tok[j] = p < n ? token_at(sorted, p) : 0;
-    slot[j] = p < n ? slot_of(token_slot, tok[j], num_slots) : -1;
+    tok[j] = p < n ? lora_token_at(sorted, p) : 0;
+    slot[j] = p < n ? lora_slot_of(token_slot, tok[j], num_slots) : -1;
     any |= slot[j] >= 0;
   }
   if (!any) return;  // warp-uniform, and no block barrier follows
@@ -176,8 +168,8 @@ shrink_kernel(float* __restrict__ part, const float* __restrict__ x, GroupArgs a
   __syncwarp();
   float* part_s = part + (static_cast<int64_t>(g) * gridDim.y + split) * n * rank;
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int row = lane + 32 * half, j = row / kRankBlock, rr = r0 + row % kRankBlock;
+  for (int row = lane; row < kWarpTokens * kRankBlock; row += 32) {
+    const int j = row / kRankBlock, rr = r0 + row % kRankBlock;
     float s = 0.f;
 #pragma unroll 8
     for (int l = 0; l < 32; ++l) s += tab[row][l];
@@ -192,7 +184,7 @@ shrink_kernel(float* __restrict__ part, const float* __restrict__ x, GroupArgs a
 // every run among the 16 tokens before using them, so a tile of 16 different adapters
 // (decode) keeps 16 loads in flight. Dynamic shared memory: 16 x rs floats.
 template <typename T>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 3)
 expand_kernel(GroupArgs args, const float* __restrict__ part, int splits, const int32_t* __restrict__ token_slot,
               const int32_t* __restrict__ sorted, int n, int rank, int num_slots) {
   extern __shared__ __align__(16) float ts[];  // [16][rs]
@@ -202,9 +194,9 @@ expand_kernel(GroupArgs args, const float* __restrict__ part, int splits, const 
   const int p0 = blockIdx.x * kTileTokens;
   if (threadIdx.x < kTileTokens) {
     const int p = p0 + threadIdx.x;
-    const int t = p < n ? token_at(sorted, p) : 0;
+    const int t = p < n ? lora_token_at(sorted, p) : 0;
     tok[threadIdx.x] = t;
-    slot[threadIdx.x] = p < n ? slot_of(token_slot, t, num_slots) : -1;
+    slot[threadIdx.x] = p < n ? lora_slot_of(token_slot, t, num_slots) : -1;
   }
   __syncthreads();
   bool any = false;
@@ -231,22 +223,29 @@ expand_kernel(GroupArgs args, const float* __restrict__ part, int splits, const 
   float acc[kTileTokens];
 #pragma unroll
   for (int m = 0; m < kTileTokens; ++m) acc[m] = slot[m] >= 0 ? y[static_cast<int64_t>(tok[m]) * out + o] : 0.f;
+  constexpr int kGroup = sizeof(T) == 4 ? 4 : 8;  // tokens whose B loads are issued together
   for (int rb = 0; rb < rank; rb += 8) {
     const int valid = rank - rb;
-    Row8<T> br[kTileTokens];
-#pragma unroll
-    for (int m = 0; m < kTileTokens; ++m)
-      if (slot[m] >= 0 && (m == 0 || slot[m] != slot[m - 1]))
-        br[m].load(b + (static_cast<int64_t>(slot[m]) * out + o) * rank + rb, valid, vec);
     Row8<T> cur;
 #pragma unroll
-    for (int m = 0; m < kTileTokens; ++m) {
-      if (slot[m] < 0) continue;
-      if (m == 0 || slot[m] != slot[m - 1]) cur = br[m];
-      const float4 t0 = *reinterpret_cast<const float4*>(ts + m * rs + rb);
-      const float4 t1 = *reinterpret_cast<const float4*>(ts + m * rs + rb + 4);
-      const float tv[8] = {t0.x, t0.y, t0.z, t0.w, t1.x, t1.y, t1.z, t1.w};
-      acc[m] = cur.dot(tv, acc[m]);
+    for (int m0 = 0; m0 < kTileTokens; m0 += kGroup) {
+      Row8<T> br[kGroup];
+#pragma unroll
+      for (int i = 0; i < kGroup; ++i) {
+        const int m = m0 + i;
+        if (slot[m] >= 0 && (m == 0 || slot[m] != slot[m - 1]))
+          br[i].load(b + (static_cast<int64_t>(slot[m]) * out + o) * rank + rb, valid, vec);
+      }
+#pragma unroll
+      for (int i = 0; i < kGroup; ++i) {
+        const int m = m0 + i;
+        if (slot[m] < 0) continue;
+        if (m == 0 || slot[m] != slot[m - 1]) cur = br[i];  // else the run goes on, maybe from the last group
+        const float4 t0 = *reinterpret_cast<const float4*>(ts + m * rs + rb);
+        const float4 t1 = *reinterpret_cast<const float4*>(ts + m * rs + rb + 4);
+        const float tv[8] = {t0.x, t0.y, t0.z, t0.w, t1.x, t1.y, t1.z, t1.w};
+        acc[m] = cur.dot(tv, acc[m]);
+      }
     }
   }
 #pragma unroll
@@ -307,10 +306,17 @@ float* CudaBackend::lora_shrink_parts(const LoraGroup& g, Tensor x, const LoraMe
   check(n < (int64_t{1} << 31) && in < (int64_t{1} << 31), "lora: dimensions out of range");
   check(rank <= kMaxRank, "lora: rank above 512");
   check_meta(meta, n, "lora");
-  const int split_cols = split_columns(n, in);
+  const bool gather = n <= cuda::kLoraGatherMaxN;
+  const int split_cols = gather ? cuda::kLoraGatherSplit : split_columns(n, in);
   *chunks = static_cast<int>(cuda::ceil_div(in, split_cols));
   const size_t bytes = sizeof(float) * static_cast<size_t>(g.count * *chunks) * n * rank;  // [G, splits, n, R]
   float* part = static_cast<float*>(scratch(lora_scratch_, bytes, "lora"));
+  if (gather) {
+    cuda::lora_gather_shrink(part, x.ptr<float>(), args, g.count, meta.token_slot.ptr<int32_t>(), sorted_ptr(meta),
+                             static_cast<int>(n), static_cast<int>(in), static_cast<int>(rank),
+                             static_cast<int>(num_slots), a0.dtype, stream);
+    return part;
+  }
   const int rank_blocks = static_cast<int>(cuda::ceil_div(rank, kRankBlock));
   const dim3 grid(static_cast<unsigned>(cuda::ceil_div(n, kTileTokens)), static_cast<unsigned>(*chunks),
                   static_cast<unsigned>(g.count * rank_blocks));
@@ -346,6 +352,12 @@ void CudaBackend::lora_expand_parts(const LoraGroup& g, const float* part, int c
   check(rank <= kMaxRank, "lora: rank above 512");
   check_meta(meta, n, "lora");
   if (max_out == 0) return;
+  if (n <= cuda::kLoraGatherMaxN) {
+    cuda::lora_gather_expand(args, g.count, static_cast<int>(max_out), part, chunks, meta.token_slot.ptr<int32_t>(),
+                             sorted_ptr(meta), static_cast<int>(n), static_cast<int>(rank),
+                             static_cast<int>(num_slots), b0.dtype, stream_);
+    return;
+  }
   const size_t smem = sizeof(float) * kTileTokens * static_cast<size_t>(cuda::ceil_div(rank, 8) * 8);
   const dim3 grid(static_cast<unsigned>(cuda::ceil_div(n, kTileTokens)),
                   static_cast<unsigned>(cuda::ceil_div(max_out, kThreads)), static_cast<unsigned>(g.count));

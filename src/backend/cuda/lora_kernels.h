@@ -1,0 +1,44 @@
+// Shared by the two CUDA multi-LoRA kernel sets: lora.cu (tiles of 16 slot-sorted tokens,
+// used from 16 tokens up: prefill segments and large decode batches) and lora_gather.cu
+// (one token per block, used below 16 tokens: small decode batches, where latency rules).
+// Both write and read the same shrink partials, [G, splits, n, R] f32.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_common.h"
+
+namespace quiver::cuda {
+
+// Below this many tokens the gather kernels run.
+inline constexpr int kLoraGatherMaxN = 15;
+// Columns per shrink split of the gather kernels.
+inline constexpr int kLoraGatherSplit = 64;
+
+struct LoraGroupArgs {
+  const void* a[kMaxGroup] = {};  // [S, R, in]
+  const void* b[kMaxGroup] = {};  // [S, out_g, R]
+  float* y[kMaxGroup] = {};       // [n, out_g]
+  int out[kMaxGroup] = {};
+};
+
+// The token at position p of the walk (sorted: LoraMeta::sorted_tokens, or null for 0..n-1).
+__device__ __forceinline__ int lora_token_at(const int32_t* sorted, int p) { return sorted != nullptr ? sorted[p] : p; }
+
+// Slot of a token; one outside the stack counts as -1 (no adapter).
+__device__ __forceinline__ int lora_slot_of(const int32_t* token_slot, int tok, int num_slots) {
+  const int s = token_slot[tok];
+  return s < num_slots ? s : -1;
+}
+
+// lora_gather.cu. part: [G, ceil(in / kLoraGatherSplit), n, R].
+void lora_gather_shrink(float* part, const float* x, const LoraGroupArgs& args, int members,
+                        const int32_t* token_slot, const int32_t* sorted, int n, int in, int rank, int num_slots,
+                        DType stack_type, cudaStream_t stream);
+// y_g[i] += b_g[slot_i] . sum_c part[g, c, i, :], one token per block (partials summed there).
+void lora_gather_expand(const LoraGroupArgs& args, int members, int max_out, const float* part, int chunks,
+                        const int32_t* token_slot, const int32_t* sorted, int n, int rank, int num_slots,
+                        DType stack_type, cudaStream_t stream);
+
+}  // namespace quiver::cuda
