@@ -1,7 +1,8 @@
-// Shared by the two CUDA multi-LoRA kernel sets: lora.cu (tiles of 16 slot-sorted tokens,
-// used from 16 tokens up: prefill segments and large decode batches) and lora_gather.cu
-// (one token per block, used below 16 tokens: small decode batches, where latency rules).
-// Both write and read the same shrink partials, [G, splits, n, R] f32.
+// Shared by the CUDA multi-LoRA kernel sets: lora.cu (tiles of 16 slot-sorted tokens,
+// used from 16 tokens up: prefill segments and large decode batches), lora_shrink_mma.cu
+// (the same tiles' shrink on tensor cores, for bf16 stacks) and lora_gather.cu (one token
+// per block, used below 16 tokens: small decode batches, where latency rules). All write
+// and read the same shrink partials, [G, splits, n, R] f32.
 #pragma once
 
 #include <cstdint>
@@ -40,5 +41,13 @@ void lora_gather_shrink(float* part, const float* x, const LoraGroupArgs& args, 
 void lora_gather_expand(const LoraGroupArgs& args, int members, int max_out, const float* part, int chunks,
                         const int32_t* token_slot, const int32_t* sorted, int n, int rank, int num_slots,
                         DType stack_type, cudaStream_t stream);
+
+// lora_shrink_mma.cu: whether it takes these operands (bf16 stacks, rank and in multiples of
+// 16, splits of whole 256-column stages, aligned rows), and the shrink itself; part:
+// [G, ceil(in / split_cols), n, R].
+bool lora_mma_shrink_fits(DType stack_type, const LoraGroupArgs& args, int members, const float* x, int in, int rank,
+                          int split_cols);
+void lora_mma_shrink(float* part, const float* x, const LoraGroupArgs& args, int members, const int32_t* token_slot,
+                     const int32_t* sorted, int n, int in, int rank, int num_slots, int split_cols, cudaStream_t stream);
 
 }  // namespace quiver::cuda
