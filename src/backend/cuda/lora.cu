@@ -11,9 +11,10 @@
 //   shrink: a warp owns 4 tokens x 8 ranks (32 accumulators per lane) over the block's
 //           column split, 8 columns per lane per step with 16-byte loads; the lanes' sums
 //           are added through shared memory. grid (tiles, splits, G x rank blocks).
-//           bf16 stacks take lora_shrink_mma.cu's tensor-core form of it instead.
 //   expand: a thread owns one output row o for the tile's 16 tokens; the tile's t rows
-//           (the split partials summed in a fixed order) sit in shared memory.
+//           (the split partials summed in a fixed order) sit in shared memory. From 512
+//           tokens with bf16 stacks, tiles that are one run of consecutive tokens (prefill)
+//           are lora_expand_mma.cu's, on tensor cores, and this kernel skips them.
 // Results are deterministic (fixed summation order): graph == eager, bitwise. Grids depend
 // only on n and the stack shapes, never on which tokens carry an adapter, so a captured
 // graph stays right whatever the slots are at replay (rules 3 and 4); tokens without an
@@ -38,9 +39,11 @@ constexpr int kSplitAlign = 32 * kLaneCols;              // split widths are mul
 constexpr int kThreads = 256;                            // expand: one output row per thread
 constexpr int kMaxRank = 512;
 constexpr int64_t kExpandBlocks = 1024;                  // expand: target grid size
+constexpr int64_t kMmaExpandMinN = 512;                  // expand: tensor cores from this many tokens
 
 using GroupArgs = cuda::LoraGroupArgs;
 using cuda::lora_slot_of;
+using cuda::lora_tile_is_run;
 using cuda::lora_token_at;
 
 // Eight consecutive stack elements kept in their own type (half the registers of floats
@@ -190,7 +193,7 @@ shrink_kernel(float* __restrict__ part, const float* __restrict__ x, GroupArgs a
 template <typename T>
 __global__ void __launch_bounds__(kThreads, 3)
 expand_kernel(GroupArgs args, const float* __restrict__ part, int splits, const int32_t* __restrict__ token_slot,
-              const int32_t* __restrict__ sorted, int n, int rank, int num_slots) {
+              const int32_t* __restrict__ sorted, int n, int rank, int num_slots, bool skip_runs) {
   extern __shared__ __align__(16) float ts[];  // [16][rs]
   __shared__ int tok[kTileTokens], slot[kTileTokens];
   const int g = blockIdx.z, out = args.out[g];
@@ -206,7 +209,7 @@ expand_kernel(GroupArgs args, const float* __restrict__ part, int splits, const 
   bool any = false;
 #pragma unroll
   for (int m = 0; m < kTileTokens; ++m) any |= slot[m] >= 0;
-  if (!any) return;  // uniform
+  if (!any || (skip_runs && lora_tile_is_run(tok, slot))) return;  // uniform; runs: lora_expand_mma.cu's
   const int rs = (rank + 7) / 8 * 8;
   const float* part_g = part + static_cast<int64_t>(g) * splits * n * rank;
   for (int idx = threadIdx.x; idx < kTileTokens * rs; idx += kThreads) {
@@ -321,13 +324,6 @@ float* CudaBackend::lora_shrink_parts(const LoraGroup& g, Tensor x, const LoraMe
                              static_cast<int>(num_slots), a0.dtype, stream);
     return part;
   }
-  if (cuda::lora_mma_shrink_fits(a0.dtype, args, g.count, x.ptr<float>(), static_cast<int>(in), static_cast<int>(rank),
-                                 split_cols)) {
-    cuda::lora_mma_shrink(part, x.ptr<float>(), args, g.count, meta.token_slot.ptr<int32_t>(), sorted_ptr(meta),
-                          static_cast<int>(n), static_cast<int>(in), static_cast<int>(rank),
-                          static_cast<int>(num_slots), split_cols, stream);
-    return part;
-  }
   const int rank_blocks = static_cast<int>(cuda::ceil_div(rank, kRankBlock));
   const dim3 grid(static_cast<unsigned>(cuda::ceil_div(n, kTileTokens)), static_cast<unsigned>(*chunks),
                   static_cast<unsigned>(g.count * rank_blocks));
@@ -369,6 +365,13 @@ void CudaBackend::lora_expand_parts(const LoraGroup& g, const float* part, int c
                              static_cast<int>(num_slots), b0.dtype, stream_);
     return;
   }
+  // Prefill-sized batches with bf16 stacks: the one-run tiles on tensor cores first, this
+  // kernel for the rest. Decode batches (below kMmaExpandMinN) have hardly any such tiles.
+  const bool mma = n >= kMmaExpandMinN && cuda::lora_mma_expand_fits(b0.dtype, args, g.count, static_cast<int>(rank));
+  if (mma)
+    cuda::lora_mma_expand(args, g.count, static_cast<int>(max_out), part, chunks, meta.token_slot.ptr<int32_t>(),
+                          sorted_ptr(meta), static_cast<int>(n), static_cast<int>(rank), static_cast<int>(num_slots),
+                          stream_);
   const size_t smem = sizeof(float) * kTileTokens * static_cast<size_t>(cuda::ceil_div(rank, 8) * 8);
   // Row blocks per tile: enough blocks for a few waves (~1,024), each walking as many
   // 256-row blocks as that leaves; one row block each when the tiles are few (decode).
@@ -379,7 +382,7 @@ void CudaBackend::lora_expand_parts(const LoraGroup& g, const float* part, int c
     using T = typename decltype(tag)::type;
     expand_kernel<T><<<grid, kThreads, smem, stream_>>>(args, part, chunks, meta.token_slot.ptr<int32_t>(),
                                                         sorted_ptr(meta), static_cast<int>(n),
-                                                        static_cast<int>(rank), static_cast<int>(num_slots));
+                                                        static_cast<int>(rank), static_cast<int>(num_slots), mma);
     cuda::launch_check();
   }, "lora: b_stack must be F32, F16 or BF16");
 }
