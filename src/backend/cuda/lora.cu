@@ -38,7 +38,7 @@ constexpr int kLaneCols = 8;                             // shrink: columns per 
 constexpr int kSplitAlign = 32 * kLaneCols;              // split widths are multiples of 256
 constexpr int kThreads = 256;                            // expand: one output row per thread
 constexpr int kMaxRank = 512;
-constexpr int64_t kExpandBlocks = 1024;                  // expand: target grid size
+constexpr int64_t kExpandBlocks = 4096;                  // expand: target grid size
 constexpr int64_t kMmaExpandMinN = 512;                  // expand: tensor cores from this many tokens
 
 using GroupArgs = cuda::LoraGroupArgs;
