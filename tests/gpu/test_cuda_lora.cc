@@ -1,7 +1,8 @@
 // link: qv_backend
 // CUDA LoRA shrink/expand vs the reference: ranks 1..100, slot -1 rows that must stay
 // untouched, mixed slots in runs of every length, awkward in/out sizes, token counts from
-// 1 to 600 (tiles of 16 sorted tokens, `in` split 4 to 16 ways), with the tokens in their
+// 1 to 600 (tiles of 16 sorted tokens, `in` split 4 to 16 ways; from 512 tokens with bf16
+// stacks the tensor-core expand of one-run tiles), with the tokens in their
 // own order and walked through a slot-sorted permutation (LoraMeta::sorted_tokens, as the
 // engine passes).
 // Tolerance 1e-4 of max |ref|. Skips without a GPU.
@@ -86,6 +87,15 @@ class CudaLora : public CudaTest {
     std::fill(runs.begin() + 250, runs.begin() + 300, -1);
     run(gpu, sorted, 600, 1100, 300, 16, runs);
     run(gpu, sorted, 600, 4096, 64, 32, runs, DType::kBF16);
+    // From 512 tokens, bf16 stacks: one-run tiles on tensor cores (out not a multiple of the
+    // 128-column block, 4 rank steps), beside tiles of short runs; out not a multiple of 16
+    // keeps every tile on CUDA cores.
+    run(gpu, sorted, 600, 512, 1040, 64, runs, DType::kBF16);
+    std::vector<int32_t> mixed(300, 1);
+    const std::vector<int32_t> tail = random_slots(220, 3);
+    mixed.insert(mixed.end(), tail.begin(), tail.end());
+    run(gpu, sorted, 520, 256, 208, 16, mixed, DType::kBF16);
+    run(gpu, sorted, 520, 256, 200, 16, mixed, DType::kBF16);
     run(gpu, sorted, 40, 256, 128, 16, random_slots(40, 3), DType::kBF16);
     run(gpu, sorted, 40, 264, 128, 16, random_slots(40, 3), DType::kF16);  // rows not 16-byte multiples
     // Edge slot patterns: all -1, all one slot, alternating.

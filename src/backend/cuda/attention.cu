@@ -1,7 +1,7 @@
 // CUDA paged attention, entry point and decode path. A step whose every sequence brings
 // one query (max_query_len == 1) runs the decode kernel below; any other step runs the
-// variable-length prefill kernel (attention_prefill.cu), which handles one-query
-// sequences mixed into the same batch as well.
+// variable-length prefill kernel (attention_prefill.cu) for its multi-token sequences and
+// the decode kernel for the one-query sequences mixed into the same batch.
 //
 // Decode: flash-decoding split-K. Each block owns one sequence, `gc` query heads that
 // share one KV head (the GQA group, or a divisor of it <= 8) and one partition of
@@ -60,8 +60,8 @@ decode_kernel(AttentionParams p, float* __restrict__ part, int gc, int max_split
   float* ml = smem + S::kFloats - 2 * GMAX;  // [GMAX][2]
 
   const int s = blockIdx.z, split = blockIdx.x, h0 = blockIdx.y * gc, kvh = h0 / p.group;
-  const int row = p.query_start[s];
-  if (p.query_start[s + 1] - row <= 0) return;
+  const int row = p.query_start[s], q_len = p.query_start[s + 1] - row;
+  if (q_len <= 0 || (p.mixed && q_len != 1)) return;
   const int len = p.seq_lens[s];
   const int start = split * kPart;
   if (start >= len) return;
@@ -177,8 +177,8 @@ decode_kernel(AttentionParams p, float* __restrict__ part, int gc, int max_split
 // Merges the partitions of each (sequence, head): grid (num_heads, num_seqs), HD threads.
 __global__ void combine_kernel(AttentionParams p, const float* __restrict__ part, int hd, int max_splits) {
   const int h = blockIdx.x, s = blockIdx.y, e = threadIdx.x;
-  const int row = p.query_start[s];
-  if (p.query_start[s + 1] - row <= 0 || e >= hd) return;
+  const int row = p.query_start[s], q_len = p.query_start[s + 1] - row;
+  if (q_len <= 0 || (p.mixed && q_len != 1) || e >= hd) return;
   const int splits = min(max_splits, (p.seq_lens[s] + kPart - 1) / kPart);
   const float* base = part + (static_cast<int64_t>(s) * p.num_heads + h) * max_splits * (hd + 2);
   float mx = -INFINITY;
@@ -240,8 +240,11 @@ void CudaBackend::attention(Tensor out, Tensor q, Tensor k_cache, Tensor v_cache
   p.scale = scale;
 
   if (meta.max_query_len > 1) {
+    // The decode sequences of a mixed step go to the decode kernels below, which split
+    // their keys across blocks; in the prefill kernel each was one block walking all its
+    // keys for one query row.
+    p.mixed = true;
     cuda::attention_prefill(p, k_cache.dtype, static_cast<int>(hd), meta.max_query_len, stream_);
-    return;
   }
   check(meta.max_seq_len >= 1, "attention: meta.max_seq_len must bound the sequence lengths");
   const int gc = heads_per_block(p.group);

@@ -29,6 +29,9 @@ struct AttentionParams {
   int group = 0;  // num_heads / num_kv_heads
   int num_seqs = 0;
   float scale = 1.f;
+  // A step with multi-token sequences runs both kernels over all its sequences: the prefill
+  // kernel skips the ones with a single query, the decode kernels take only those.
+  bool mixed = false;
 };
 
 // Start of the K (or V) row of head kvh at position t of sequence s.

@@ -1,6 +1,7 @@
-// CUDA paged attention for steps with multi-token sequences (prefill, chunked prefill,
-// mixed with decode sequences): variable-length causal attention, FlashAttention-2 style
-// on the CUDA cores in f32. Correctness first; a tensor-core version can replace it.
+// CUDA paged attention for the multi-token sequences of a step (prefill, chunked prefill;
+// the one-query sequences mixed in go to the decode kernel): variable-length causal
+// attention, FlashAttention-2 style on the CUDA cores in f32. Correctness first; a
+// tensor-core version can replace it.
 //
 // A block owns (sequence, query head, 32 consecutive queries of that sequence): its 4 warps
 // take 8 query rows each. K/V tiles of 32 keys are gathered through the block table into
@@ -45,7 +46,7 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(AttentionParams p) {
   const int q_begin = p.query_start[s];
   const int q_len = p.query_start[s + 1] - q_begin;
   const int q0 = blockIdx.x * kBq;
-  if (q0 >= q_len) return;
+  if (q0 >= q_len || (p.mixed && q_len == 1)) return;  // single queries: the decode kernel's
   const int ctx = p.seq_lens[s] - q_len;  // keys before this chunk
   const int last_key = ctx + min(q0 + kBq, q_len) - 1;
   const T* k_cache = static_cast<const T*>(p.k_cache);

@@ -12,7 +12,9 @@
 //           column split, 8 columns per lane per step with 16-byte loads; the lanes' sums
 //           are added through shared memory. grid (tiles, splits, G x rank blocks).
 //   expand: a thread owns one output row o for the tile's 16 tokens; the tile's t rows
-//           (the split partials summed in a fixed order) sit in shared memory.
+//           (the split partials summed in a fixed order) sit in shared memory. From 512
+//           tokens with bf16 stacks, tiles that are one run of consecutive tokens (prefill)
+//           are lora_expand_mma.cu's, on tensor cores, and this kernel skips them.
 // Results are deterministic (fixed summation order): graph == eager, bitwise. Grids depend
 // only on n and the stack shapes, never on which tokens carry an adapter, so a captured
 // graph stays right whatever the slots are at replay (rules 3 and 4); tokens without an
@@ -36,9 +38,12 @@ constexpr int kLaneCols = 8;                             // shrink: columns per 
 constexpr int kSplitAlign = 32 * kLaneCols;              // split widths are multiples of 256
 constexpr int kThreads = 256;                            // expand: one output row per thread
 constexpr int kMaxRank = 512;
+constexpr int64_t kExpandBlocks = 4096;                  // expand: target grid size
+constexpr int64_t kMmaExpandMinN = 512;                  // expand: tensor cores from this many tokens
 
 using GroupArgs = cuda::LoraGroupArgs;
 using cuda::lora_slot_of;
+using cuda::lora_tile_is_run;
 using cuda::lora_token_at;
 
 // Eight consecutive stack elements kept in their own type (half the registers of floats
@@ -178,19 +183,21 @@ shrink_kernel(float* __restrict__ part, const float* __restrict__ x, GroupArgs a
 }
 
 // y_g[i, o] += b_g[slot_i][o, :] . t_i with t_i = sum over splits of part[g, s, i, :].
-// grid (ceil(n / 16), ceil(max out / 256), G): a block takes 16 sorted tokens and 256
-// output rows, one per thread. The tile's t rows (stride rs = R rounded up to 8, zero
-// padded) are summed into shared memory first. Per 8 ranks a thread issues the B loads of
-// every run among the 16 tokens before using them, so a tile of 16 different adapters
-// (decode) keeps 16 loads in flight. Dynamic shared memory: 16 x rs floats.
+// grid (ceil(n / 16), row blocks, G): a block takes 16 sorted tokens and walks the output
+// rows 256 at a time (one per thread) from 256 * blockIdx.y in steps of 256 * gridDim.y, so
+// the tile's setup (its tokens, slots and t rows) is paid once for many row blocks. The t
+// rows (stride rs = R rounded up to 8, zero padded) are summed into shared memory first.
+// Per 8 ranks a thread issues the B loads of every run among the 16 tokens before using
+// them, so a tile of 16 different adapters (decode) keeps 16 loads in flight. Dynamic
+// shared memory: 16 x rs floats.
 template <typename T>
 __global__ void __launch_bounds__(kThreads, 3)
 expand_kernel(GroupArgs args, const float* __restrict__ part, int splits, const int32_t* __restrict__ token_slot,
-              const int32_t* __restrict__ sorted, int n, int rank, int num_slots) {
+              const int32_t* __restrict__ sorted, int n, int rank, int num_slots, bool skip_runs) {
   extern __shared__ __align__(16) float ts[];  // [16][rs]
   __shared__ int tok[kTileTokens], slot[kTileTokens];
-  const int g = blockIdx.z, out = args.out[g], o0 = blockIdx.y * kThreads;
-  if (o0 >= out) return;  // uniform: this member has fewer outputs than the largest
+  const int g = blockIdx.z, out = args.out[g];
+  if (blockIdx.y * kThreads >= out) return;  // uniform: this member has fewer outputs than the largest
   const int p0 = blockIdx.x * kTileTokens;
   if (threadIdx.x < kTileTokens) {
     const int p = p0 + threadIdx.x;
@@ -202,7 +209,7 @@ expand_kernel(GroupArgs args, const float* __restrict__ part, int splits, const 
   bool any = false;
 #pragma unroll
   for (int m = 0; m < kTileTokens; ++m) any |= slot[m] >= 0;
-  if (!any) return;  // uniform
+  if (!any || (skip_runs && lora_tile_is_run(tok, slot))) return;  // uniform; runs: lora_expand_mma.cu's
   const int rs = (rank + 7) / 8 * 8;
   const float* part_g = part + static_cast<int64_t>(g) * splits * n * rank;
   for (int idx = threadIdx.x; idx < kTileTokens * rs; idx += kThreads) {
@@ -213,44 +220,44 @@ expand_kernel(GroupArgs args, const float* __restrict__ part, int splits, const 
     ts[idx] = s;
   }
   __syncthreads();
-  const int o = o0 + threadIdx.x;
-  if (o >= out) return;
   const T* b = static_cast<const T*>(args.b[g]);
   const bool vec = (static_cast<int64_t>(rank) * sizeof(T)) % 16 == 0 && cuda::aligned16(b);
-  // The y rows are read up front, all in flight at once: the stores below could alias
-  // them as far as the compiler knows, which would serialise 16 read-add-write trips.
   float* y = args.y[g];
-  float acc[kTileTokens];
+  for (int o = blockIdx.y * kThreads + threadIdx.x; o < out; o += gridDim.y * kThreads) {
+    // The y rows are read up front, all in flight at once: the stores below could alias
+    // them as far as the compiler knows, which would serialise 16 read-add-write trips.
+    float acc[kTileTokens];
 #pragma unroll
-  for (int m = 0; m < kTileTokens; ++m) acc[m] = slot[m] >= 0 ? y[static_cast<int64_t>(tok[m]) * out + o] : 0.f;
-  constexpr int kGroup = sizeof(T) == 4 ? 4 : 8;  // tokens whose B loads are issued together
-  for (int rb = 0; rb < rank; rb += 8) {
-    const int valid = rank - rb;
-    Row8<T> cur;
+    for (int m = 0; m < kTileTokens; ++m) acc[m] = slot[m] >= 0 ? y[static_cast<int64_t>(tok[m]) * out + o] : 0.f;
+    constexpr int kGroup = sizeof(T) == 4 ? 4 : 8;  // tokens whose B loads are issued together
+    for (int rb = 0; rb < rank; rb += 8) {
+      const int valid = rank - rb;
+      Row8<T> cur;
 #pragma unroll
-    for (int m0 = 0; m0 < kTileTokens; m0 += kGroup) {
-      Row8<T> br[kGroup];
+      for (int m0 = 0; m0 < kTileTokens; m0 += kGroup) {
+        Row8<T> br[kGroup];
 #pragma unroll
-      for (int i = 0; i < kGroup; ++i) {
-        const int m = m0 + i;
-        if (slot[m] >= 0 && (m == 0 || slot[m] != slot[m - 1]))
-          br[i].load(b + (static_cast<int64_t>(slot[m]) * out + o) * rank + rb, valid, vec);
-      }
+        for (int i = 0; i < kGroup; ++i) {
+          const int m = m0 + i;
+          if (slot[m] >= 0 && (m == 0 || slot[m] != slot[m - 1]))
+            br[i].load(b + (static_cast<int64_t>(slot[m]) * out + o) * rank + rb, valid, vec);
+        }
 #pragma unroll
-      for (int i = 0; i < kGroup; ++i) {
-        const int m = m0 + i;
-        if (slot[m] < 0) continue;
-        if (m == 0 || slot[m] != slot[m - 1]) cur = br[i];  // else the run goes on, maybe from the last group
-        const float4 t0 = *reinterpret_cast<const float4*>(ts + m * rs + rb);
-        const float4 t1 = *reinterpret_cast<const float4*>(ts + m * rs + rb + 4);
-        const float tv[8] = {t0.x, t0.y, t0.z, t0.w, t1.x, t1.y, t1.z, t1.w};
-        acc[m] = cur.dot(tv, acc[m]);
+        for (int i = 0; i < kGroup; ++i) {
+          const int m = m0 + i;
+          if (slot[m] < 0) continue;
+          if (m == 0 || slot[m] != slot[m - 1]) cur = br[i];  // else the run goes on, maybe from the last group
+          const float4 t0 = *reinterpret_cast<const float4*>(ts + m * rs + rb);
+          const float4 t1 = *reinterpret_cast<const float4*>(ts + m * rs + rb + 4);
+          const float tv[8] = {t0.x, t0.y, t0.z, t0.w, t1.x, t1.y, t1.z, t1.w};
+          acc[m] = cur.dot(tv, acc[m]);
+        }
       }
     }
-  }
 #pragma unroll
-  for (int m = 0; m < kTileTokens; ++m)
-    if (slot[m] >= 0) y[static_cast<int64_t>(tok[m]) * out + o] = acc[m];
+    for (int m = 0; m < kTileTokens; ++m)
+      if (slot[m] >= 0) y[static_cast<int64_t>(tok[m]) * out + o] = acc[m];
+  }
 }
 
 // t[g, i, r] = sum_c part[g, c, i, r] for tokens with a slot. grid over G x n x R.
@@ -358,14 +365,24 @@ void CudaBackend::lora_expand_parts(const LoraGroup& g, const float* part, int c
                              static_cast<int>(num_slots), b0.dtype, stream_);
     return;
   }
+  // Prefill-sized batches with bf16 stacks: the one-run tiles on tensor cores first, this
+  // kernel for the rest. Decode batches (below kMmaExpandMinN) have hardly any such tiles.
+  const bool mma = n >= kMmaExpandMinN && cuda::lora_mma_expand_fits(b0.dtype, args, g.count, static_cast<int>(rank));
+  if (mma)
+    cuda::lora_mma_expand(args, g.count, static_cast<int>(max_out), part, chunks, meta.token_slot.ptr<int32_t>(),
+                          sorted_ptr(meta), static_cast<int>(n), static_cast<int>(rank), static_cast<int>(num_slots),
+                          stream_);
   const size_t smem = sizeof(float) * kTileTokens * static_cast<size_t>(cuda::ceil_div(rank, 8) * 8);
-  const dim3 grid(static_cast<unsigned>(cuda::ceil_div(n, kTileTokens)),
-                  static_cast<unsigned>(cuda::ceil_div(max_out, kThreads)), static_cast<unsigned>(g.count));
+  // Row blocks per tile: enough blocks for a few waves (~1,024), each walking as many
+  // 256-row blocks as that leaves; one row block each when the tiles are few (decode).
+  const int64_t tiles = cuda::ceil_div(n, kTileTokens), row_blocks = cuda::ceil_div(max_out, kThreads);
+  const int64_t walkers = std::clamp<int64_t>(cuda::ceil_div(kExpandBlocks, tiles * g.count), 1, row_blocks);
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(walkers), static_cast<unsigned>(g.count));
   cuda::dispatch_float(b0.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     expand_kernel<T><<<grid, kThreads, smem, stream_>>>(args, part, chunks, meta.token_slot.ptr<int32_t>(),
                                                         sorted_ptr(meta), static_cast<int>(n),
-                                                        static_cast<int>(rank), static_cast<int>(num_slots));
+                                                        static_cast<int>(rank), static_cast<int>(num_slots), mma);
     cuda::launch_check();
   }, "lora: b_stack must be F32, F16 or BF16");
 }

@@ -1,7 +1,8 @@
-// Shared by the two CUDA multi-LoRA kernel sets: lora.cu (tiles of 16 slot-sorted tokens,
-// used from 16 tokens up: prefill segments and large decode batches) and lora_gather.cu
-// (one token per block, used below 16 tokens: small decode batches, where latency rules).
-// Both write and read the same shrink partials, [G, splits, n, R] f32.
+// Shared by the CUDA multi-LoRA kernel sets: lora.cu (tiles of 16 slot-sorted tokens,
+// used from 16 tokens up: prefill segments and large decode batches), lora_expand_mma.cu
+// (the expand of prefill tiles on tensor cores, for bf16 stacks) and lora_gather.cu (one
+// token per block, used below 16 tokens: small decode batches, where latency rules). All
+// write and read the same shrink partials, [G, splits, n, R] f32.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +33,17 @@ __device__ __forceinline__ int lora_slot_of(const int32_t* token_slot, int tok, 
   return s < num_slots ? s : -1;
 }
 
+// Whether a tile of 16 sorted positions (tok, slot: the tile's tokens and their slots, -1
+// past n) is one run of 16 consecutive tokens under one adapter: a prefill chunk's body.
+// Those tiles take the tensor-core expand when it runs (lora_expand_mma.cu), and the
+// CUDA-core expand then skips them; both decide with this one predicate.
+__device__ __forceinline__ bool lora_tile_is_run(const int* tok, const int* slot) {
+  bool run = slot[0] >= 0;
+#pragma unroll
+  for (int m = 1; m < 16; ++m) run &= slot[m] == slot[0] && tok[m] == tok[0] + m;
+  return run;
+}
+
 // lora_gather.cu. part: [G, ceil(in / kLoraGatherSplit), n, R].
 void lora_gather_shrink(float* part, const float* x, const LoraGroupArgs& args, int members,
                         const int32_t* token_slot, const int32_t* sorted, int n, int in, int rank, int num_slots,
@@ -40,5 +52,13 @@ void lora_gather_shrink(float* part, const float* x, const LoraGroupArgs& args, 
 void lora_gather_expand(const LoraGroupArgs& args, int members, int max_out, const float* part, int chunks,
                         const int32_t* token_slot, const int32_t* sorted, int n, int rank, int num_slots,
                         DType stack_type, cudaStream_t stream);
+
+// lora_expand_mma.cu: whether it takes these operands (bf16 stacks, rank and every out a
+// multiple of 16, 32-byte aligned y and b), and the expand of the one-run tiles (the rest
+// is left to the CUDA-core expand, called with skip_runs).
+bool lora_mma_expand_fits(DType stack_type, const LoraGroupArgs& args, int members, int rank);
+void lora_mma_expand(const LoraGroupArgs& args, int members, int max_out, const float* part, int splits,
+                     const int32_t* token_slot, const int32_t* sorted, int n, int rank, int num_slots,
+                     cudaStream_t stream);
 
 }  // namespace quiver::cuda
