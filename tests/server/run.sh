@@ -212,9 +212,11 @@ completion() {
 if [ "$(completion dyn)" = "$(completion r8_all)" ] && [ -n "$(completion dyn)" ]; then pass "runtime adapter dyn generates like r8_all"
 else fail "dyn vs r8_all: $(completion dyn) vs $(completion r8_all)"; fi
 
-# Unload while a request on the adapter is running: the request finishes normally.
+# Unload while a request on the adapter is running: the request finishes normally. 64 x 250
+# tokens (the fixture's context is 256): long enough that a loaded CI machine still unloads
+# before it ends (16 x 120 once finished first).
 curl -sN "${AUTH[@]}" "$A_URL/v1/completions" \
-  -d '{"model": "dyn", "prompt": [5, 6, 7], "n": 16, "max_tokens": 120, "ignore_eos": true, "stream": true}' \
+  -d '{"model": "dyn", "prompt": [5, 6, 7], "n": 64, "max_tokens": 250, "ignore_eos": true, "stream": true}' \
   >"$WORK/running.sse" &
 STREAM_PID=$!
 for _ in $(seq 100); do [ -s "$WORK/running.sse" ] && break; sleep 0.02; done
