@@ -104,6 +104,7 @@ class CudaBackend : public Backend {
 
   CudaBackendOptions options_;
   int num_sms_ = 0;
+  bool pdl_ = false;  // launch the decode-path kernels with programmatic serialisation
   cudaStream_t stream_ = nullptr;
   // LoRA shrink runs here beside the base GEMV (project()); fork_/join_ order it.
   cudaStream_t side_stream_ = nullptr;
