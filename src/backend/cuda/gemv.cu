@@ -186,7 +186,7 @@ void launch_tokens(cudaStream_t stream, bool pdl, int variant, const GemvGroup& 
 
 }  // namespace
 
-void CudaBackend::gemv(const MatmulGroup& g, Tensor x) {
+void CudaBackend::gemv(const MatmulGroup& g, Tensor x, bool pdl) {
   const int64_t n = x.dim(0), in = x.dim(1);
   check(n >= 1 && n <= cuda::kGemvMaxTokens, "gemv: 1..16 tokens");
   check(in < (int64_t{1} << 31), "gemv: dimension above 2^31");
@@ -208,9 +208,9 @@ void CudaBackend::gemv(const MatmulGroup& g, Tensor x) {
     constexpr int E = cuda::Vec16<W>::E;
     const int ni = static_cast<int>(n), ii = static_cast<int>(in);
     if (in % E == 0 && aligned) {
-      launch_tokens<W, true>(stream_, pdl_, options_.gemv_variant, grp, g.count, x.ptr<float>(), ni, ii);
+      launch_tokens<W, true>(stream_, pdl, options_.gemv_variant, grp, g.count, x.ptr<float>(), ni, ii);
     } else {
-      launch_tokens<W, false>(stream_, pdl_, options_.gemv_variant, grp, g.count, x.ptr<float>(), ni, ii);
+      launch_tokens<W, false>(stream_, pdl, options_.gemv_variant, grp, g.count, x.ptr<float>(), ni, ii);
     }
   }, "matmul: weight must be F32, F16 or BF16");
 }

@@ -398,7 +398,10 @@ void CudaBackend::lora_group(const LoraGroup& g, Tensor x, Tensor /*t*/, const L
 
 // The shrink reads only x, so it runs on the side stream while the base GEMV streams the
 // weights on the main one (a fork/join that stream capture records as graph edges); the
-// expand, which adds into the GEMV's output, waits for both.
+// expand, which adds into the GEMV's output, waits for both. That GEMV is launched without
+// programmatic serialisation: launched early, its blocks would hold the SMs (waiting for x)
+// that the shrink needs when x is ready, and the expand waits for the shrink (batch 1 with
+// an adapter measured 5.45 -> 5.77 ms with it).
 void CudaBackend::project(const MatmulGroup& g, const LoraGroup* lora, Tensor x, Tensor t, const LoraMeta& meta) {
   if (lora == nullptr || x.dim(0) == 0 || lora->a_stack[0].dim(1) == 0) {
     matmul_group(g, x);
@@ -411,7 +414,7 @@ void CudaBackend::project(const MatmulGroup& g, const LoraGroup* lora, Tensor x,
   int chunks = 0;
   const float* part = lora_shrink_parts(*lora, x, meta, &chunks, side_stream_);
   cuda::cuda_check(cudaEventRecord(join_, side_stream_));
-  matmul_group(g, x);
+  matmul_group_launch(g, x, false);
   cuda::cuda_check(cudaStreamWaitEvent(stream_, join_, 0));
   lora_expand_parts(*lora, part, chunks, x.dim(0), meta);
 }
