@@ -2,8 +2,11 @@
 # Run THERE (one H200): the same GPU tests and 7B decode benches on several source trees, so
 # one device call compares branches (kernel experiments) against main. Prepare here:
 #   for b in main pdl lora-occupancy; do
-#     rm -rf build-trees/$b && mkdir -p build-trees/$b && git archive $b | tar -x -C build-trees/$b --exclude=models
+#     rm -rf build-trees/$b && mkdir -p build-trees/$b &&
+#       git archive $b | tar -x -C build-trees/$b --exclude=models --exclude='tests/fixtures/*' &&
+#       git archive $b tests/fixtures/llama3_bf16 | tar -x -C build-trees/$b
 #   done
+# (the GPU tests need only that fixture; the device takes 64 MiB of files in all)
 # then call the device tool with carry [".deps", "build-trees"] and
 #   TREES="main pdl lora-occupancy" bash tools/gpu/compare_trees.sh
 # Variables: TARGETS (GPU tests, default: graphs, lora, groups, ops), BS (decode batches,

@@ -70,6 +70,7 @@ void CudaBackend::matmul_group_launch(const MatmulGroup& g, Tensor x, bool pdl) 
     check(w.ndim == 2 && y.ndim == 2, "matmul: w and y must be 2-d");
     check(w.dim(1) == in && y.dim(0) == n && y.dim(1) == w.dim(0), "matmul: shape mismatch");
     check(bias.empty() || (bias.numel() == w.dim(0) && bias.dtype != DType::kI32), "matmul: bias must be [out] float");
+    check(w.dtype == g.w[0].dtype, "matmul_group: members must share the weight dtype");
     check(w.dim(0) < (int64_t{1} << 31), "matmul: dimension above 2^31");
   }
   check(n < (int64_t{1} << 31) && in < (int64_t{1} << 31), "matmul: dimension above 2^31");
@@ -94,8 +95,7 @@ void CudaBackend::matmul_cublas(const MatmulGroup& g, Tensor x) {
   const int64_t n = x.dim(0), in = x.dim(1);
   const int n_ = static_cast<int>(n), k_ = static_cast<int>(in);
   const float one = 1.f, zero = 0.f;
-  const DType wt = g.w[0].dtype;
-  for (int i = 0; i < g.count; ++i) check(g.w[i].dtype == wt, "matmul_group: members must share the weight dtype");
+  const DType wt = g.w[0].dtype;  // shared by the members (matmul_group)
   const void* xs = x.data;
   const void* lo = nullptr;
   cudaDataType_t type = CUDA_R_32F;

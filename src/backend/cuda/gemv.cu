@@ -189,13 +189,10 @@ void launch_tokens(cudaStream_t stream, bool pdl, int variant, const GemvGroup& 
 void CudaBackend::gemv(const MatmulGroup& g, Tensor x, bool pdl) {
   const int64_t n = x.dim(0), in = x.dim(1);
   check(n >= 1 && n <= cuda::kGemvMaxTokens, "gemv: 1..16 tokens");
-  check(in < (int64_t{1} << 31), "gemv: dimension above 2^31");
-  const DType wt = g.w[0].dtype;
+  const DType wt = g.w[0].dtype;  // matmul_group checked the shapes, sizes and shared dtype
   bool aligned = cuda::aligned16(x.data);
   GemvGroup grp;
   for (int i = 0; i < g.count; ++i) {
-    check(g.w[i].dtype == wt, "matmul_group: members must share the weight dtype");
-    check(g.w[i].dim(0) < (int64_t{1} << 31), "gemv: dimension above 2^31");
     aligned &= cuda::aligned16(g.w[i].data);
     grp.w[i] = g.w[i].data;
     grp.y[i] = g.y[i].ptr<float>();

@@ -199,12 +199,7 @@ expand_kernel(GroupArgs args, const float* __restrict__ part, int splits, const 
   const int g = blockIdx.z, out = args.out[g];
   if (blockIdx.y * kThreads >= out) return;  // uniform: this member has fewer outputs than the largest
   const int p0 = blockIdx.x * kTileTokens;
-  if (threadIdx.x < kTileTokens) {
-    const int p = p0 + threadIdx.x;
-    const int t = p < n ? lora_token_at(sorted, p) : 0;
-    tok[threadIdx.x] = t;
-    slot[threadIdx.x] = p < n ? lora_slot_of(token_slot, t, num_slots) : -1;
-  }
+  cuda::lora_load_tile(tok, slot, sorted, token_slot, p0, n, num_slots);
   __syncthreads();
   bool any = false;
 #pragma unroll
@@ -260,19 +255,15 @@ expand_kernel(GroupArgs args, const float* __restrict__ part, int splits, const 
   }
 }
 
-// t[g, i, r] = sum_c part[g, c, i, r] for tokens with a slot. grid over G x n x R.
+// t[i, r] = sum_c part[c, i, r] for tokens with a slot (one member). grid over n x R.
 __global__ void reduce_kernel(float* __restrict__ t, const float* __restrict__ part, int chunks,
-                              const int32_t* __restrict__ token_slot, int n, int rank, int num_slots, int members) {
+                              const int32_t* __restrict__ token_slot, int n, int rank, int num_slots) {
   const int64_t per = static_cast<int64_t>(n) * rank;
-  const int64_t idx = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  if (idx >= per * members) return;
-  const int64_t g = idx / per, i = idx % per;
-  const int slot = token_slot[i / rank];
-  if (slot < 0 || slot >= num_slots) return;
-  const float* p = part + g * chunks * per + i;
+  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (i >= per || lora_slot_of(token_slot, static_cast<int>(i / rank), num_slots) < 0) return;
   float s = 0.f;
-  for (int c = 0; c < chunks; ++c) s += p[c * per];
-  t[idx] = s;
+  for (int c = 0; c < chunks; ++c) s += part[c * per + i];
+  t[i] = s;
 }
 
 void check_meta(const LoraMeta& meta, int64_t n, const char* op) {
@@ -433,7 +424,7 @@ void CudaBackend::lora_shrink(Tensor t, Tensor x, Tensor a_stack, const LoraMeta
   const int64_t count = n * rank;
   reduce_kernel<<<static_cast<unsigned>(cuda::ceil_div(count, kThreads)), kThreads, 0, stream_>>>(
       t.ptr<float>(), part, chunks, meta.token_slot.ptr<int32_t>(), static_cast<int>(n), static_cast<int>(rank),
-      static_cast<int>(a_stack.dim(0)), 1);
+      static_cast<int>(a_stack.dim(0)));
   cuda::launch_check();
 }
 

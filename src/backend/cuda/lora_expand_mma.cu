@@ -43,11 +43,7 @@ mma_expand_kernel(LoraGroupArgs args, const float* __restrict__ part, int splits
   const int g = blockIdx.z, out = args.out[g];
   const int p0 = blockIdx.x * kTok;
   if (blockIdx.y * kBlockCols >= out || p0 + kTok > n) return;  // uniform; partial tiles are the other kernel's
-  if (threadIdx.x < kTok) {
-    const int t = lora_token_at(sorted, p0 + threadIdx.x);
-    tok[threadIdx.x] = t;
-    slot[threadIdx.x] = lora_slot_of(token_slot, t, num_slots);
-  }
+  lora_load_tile(tok, slot, sorted, token_slot, p0, n, num_slots);  // a full tile: p0 + 16 <= n
   __syncthreads();
   if (!lora_tile_is_run(tok, slot)) return;  // uniform
   const int rp = rank + 8;  // padded row: 16-byte multiple, as wmma wants

@@ -46,12 +46,7 @@ gather_shrink_kernel(float* __restrict__ part, const float* __restrict__ x, Lora
   __shared__ __align__(16) float xs[kTile][kChunk];
   const int p0 = blockIdx.x * kTile, c = blockIdx.y, g = blockIdx.z;
   const int count = min(kTile, n - p0);
-  if (threadIdx.x < kTile) {
-    const int m = threadIdx.x;
-    const int t = m < count ? lora_token_at(sorted, p0 + m) : 0;
-    tok[m] = t;
-    slot[m] = m < count ? lora_slot_of(token_slot, t, num_slots) : -1;
-  }
+  lora_load_tile(tok, slot, sorted, token_slot, p0, n, num_slots);
   __syncthreads();
   bool any = false;
   for (int m = 0; m < count; ++m) any |= slot[m] >= 0;
@@ -64,7 +59,7 @@ gather_shrink_kernel(float* __restrict__ part, const float* __restrict__ x, Lora
   __syncthreads();
   const T* a = static_cast<const T*>(args.a[g]);
   // 16-byte loads need every row start aligned: in * sizeof(T) a multiple of 16.
-  const bool vec = (static_cast<int64_t>(in) * sizeof(T)) % 16 == 0 && (reinterpret_cast<uintptr_t>(a) & 15u) == 0;
+  const bool vec = (static_cast<int64_t>(in) * sizeof(T)) % 16 == 0 && aligned16(a);
   float* part_c = part + (static_cast<int64_t>(g) * gridDim.y + c) * n * rank;
   const int items = count * rank;
   int tpi = 1;
@@ -149,7 +144,7 @@ gather_expand_kernel(LoraGroupArgs args, const float* __restrict__ part, int chu
   constexpr int E = Vec16<T>::E;
   float s = 0.f;
   int r = 0;
-  if ((static_cast<int64_t>(rank) * sizeof(T)) % 16 == 0 && (reinterpret_cast<uintptr_t>(b) & 15u) == 0) {
+  if ((static_cast<int64_t>(rank) * sizeof(T)) % 16 == 0 && aligned16(b)) {
     for (; r < rank; r += E) {
       float f[E];
       Vec16<T>::unpack(load16(brow + r), f);

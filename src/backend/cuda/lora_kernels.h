@@ -33,6 +33,18 @@ __device__ __forceinline__ int lora_slot_of(const int32_t* token_slot, int tok, 
   return s < num_slots ? s : -1;
 }
 
+// Threads 0..15 of a block fill a tile's tokens and slots: positions p0 .. p0 + 15 of the
+// walk, slot -1 (and token 0) past n. The caller synchronises before reading them.
+__device__ __forceinline__ void lora_load_tile(int* tok, int* slot, const int32_t* sorted, const int32_t* token_slot,
+                                               int p0, int n, int num_slots) {
+  if (threadIdx.x < 16) {
+    const int p = p0 + threadIdx.x;
+    const int t = p < n ? lora_token_at(sorted, p) : 0;
+    tok[threadIdx.x] = t;
+    slot[threadIdx.x] = p < n ? lora_slot_of(token_slot, t, num_slots) : -1;
+  }
+}
+
 // Whether a tile of 16 sorted positions (tok, slot: the tile's tokens and their slots, -1
 // past n) is one run of 16 consecutive tokens under one adapter: a prefill chunk's body.
 // Those tiles take the tensor-core expand when it runs (lora_expand_mma.cu), and the
