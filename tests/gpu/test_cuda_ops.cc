@@ -1,8 +1,9 @@
 // link: qv_backend
 // CUDA backend vs the scalar reference, op by op, on awkward shapes: memory and copies,
-// dummy-weight fill (bitwise), embedding, rms_norm / add_rms_norm, rope, kv_write, silu_mul / add / gather_rows and
-// matmul on every path (GEMV, cuBLAS, cuBLAS with split activations). Attention and LoRA
-// have their own files. Every case prints its error; skips without a GPU.
+// dummy-weight fill (bitwise), a kernel chain with and without pdl (bitwise), embedding,
+// rms_norm / add_rms_norm, rope, kv_write, silu_mul / add / gather_rows and matmul on every
+// path (GEMV, cuBLAS, cuBLAS with split activations). Attention and LoRA have their own
+// files. Every case prints its error; skips without a GPU.
 #include <algorithm>
 #include <numeric>
 
@@ -51,6 +52,54 @@ TEST_F(CudaOps, FillUniformMatchesHostBitwise) {
                   bytes);
       EXPECT_EQ(differ, 0u);
     }
+}
+
+// Programmatic dependent launch changes when kernels may start, never what they compute:
+// a decode-shaped chain (embedding, add_rms_norm, GEMV, rope, silu_mul, GEMV, add), run
+// 50 times back to back without a host sync, gives the same bits with and without pdl.
+// A kernel reading its predecessor's output before pdl_wait() would show up here.
+TEST_F(CudaOps, PdlChainMatchesPlainLaunches) {
+  CudaBackendOptions plain_options;
+  plain_options.pdl = false;
+  auto plain = variant_backend(plain_options);
+  ASSERT_NE(plain, nullptr);
+  const int64_t n = 3, d = 512, f = 1376, heads = 4, hd = 128, vocab = 100, positions = 64;
+  HostTensor table = random_tensor(rng_, DType::kBF16, {vocab, d});
+  HostTensor norm_w = random_tensor(rng_, DType::kBF16, {d});
+  HostTensor w_up = random_tensor(rng_, DType::kBF16, {2 * f, d}, 0.05f);
+  HostTensor w_down = random_tensor(rng_, DType::kBF16, {d, f}, 0.05f);
+  HostTensor cos_sin = random_tensor(rng_, DType::kF32, {positions, hd});
+  HostTensor ids = host_i32({n}, {5, 77, 99});
+  HostTensor pos = host_i32({n}, {0, 17, 63});
+  std::vector<std::vector<float>> results;
+  for (Backend* b : {gpu_.get(), plain.get()}) {
+    DeviceTensor t = upload(b, table), nw = upload(b, norm_w), up = upload(b, w_up), down = upload(b, w_down);
+    DeviceTensor cs = upload(b, cos_sin), gid = upload(b, ids), gpos = upload(b, pos);
+    Buffer x(b, n * d * 4), h(b, n * d * 4), res(b, n * d * 4), gu(b, n * 2 * f * 4), act(b, n * f * 4);
+    auto f32 = [](Buffer& buf, const std::vector<int64_t>& shape) {
+      return make_view(buf.data(), DType::kF32, shape, Device::kCuda);
+    };
+    b->fill_zero(res.data(), n * d * 4);
+    for (int rep = 0; rep < 50; ++rep) {
+      b->embedding(f32(x, {n, d}), t.t, gid.t);
+      b->add_rms_norm(f32(h, {n, d}), f32(res, {n, d}), f32(x, {n, d}), nw.t, 1e-5f);
+      b->matmul(f32(gu, {n, 2 * f}), f32(h, {n, d}), up.t, Tensor());
+      Tensor q = make_view(gu.data(), DType::kF32, {n, heads, hd}, Device::kCuda);
+      Tensor k = make_view(static_cast<float*>(gu.data()) + n * heads * hd, DType::kF32, {n, 1, hd}, Device::kCuda);
+      b->rope(q, k, gpos.t, cs.t);
+      Tensor gate = make_view(gu.data(), DType::kF32, {n, f}, Device::kCuda);
+      Tensor upv = make_view(static_cast<float*>(gu.data()) + n * f, DType::kF32, {n, f}, Device::kCuda);
+      b->silu_mul(f32(act, {n, f}), gate, upv);
+      b->matmul(f32(x, {n, d}), f32(act, {n, f}), down.t, Tensor());
+      b->add(f32(res, {n, d}), f32(x, {n, d}));
+    }
+    results.push_back(download(b, f32(res, {n, d})));
+  }
+  size_t differ = 0;
+  for (size_t i = 0; i < results[0].size(); ++i)
+    differ += std::memcmp(&results[0][i], &results[1][i], sizeof(float)) != 0;
+  std::printf("pdl chain: %zu of %zu values differ from plain launches\n", differ, results[0].size());
+  EXPECT_EQ(differ, 0u);
 }
 
 TEST_F(CudaOps, Embedding) {

@@ -20,6 +20,8 @@ __device__ __forceinline__ float silu_mul1(float g, float u) { return g / (1.0f 
 
 // out = silu(gate) * up over `count` elements; vec: float4 over count / 4 groups.
 __global__ void silu_mul_kernel(float* out, const float* gate, const float* up, int64_t count, bool vec) {
+  cuda::pdl_wait();  // launched with pdl (cuda_common.h)
+  cuda::pdl_trigger();
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   const int64_t start = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (vec) {
@@ -36,6 +38,8 @@ __global__ void silu_mul_kernel(float* out, const float* gate, const float* up, 
 
 // y += x over `count` elements.
 __global__ void add_kernel(float* y, const float* x, int64_t count, bool vec) {
+  cuda::pdl_wait();  // launched with pdl (cuda_common.h)
+  cuda::pdl_trigger();
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   const int64_t start = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (vec) {
@@ -53,6 +57,8 @@ __global__ void add_kernel(float* y, const float* x, int64_t count, bool vec) {
 // reported from the device).
 __global__ void gather_rows_kernel(float* __restrict__ out, const float* __restrict__ x,
                                    const int32_t* __restrict__ rows, int64_t num_rows, int64_t d) {
+  cuda::pdl_wait();  // launched with pdl (cuda_common.h)
+  cuda::pdl_trigger();
   const int64_t i = blockIdx.x;
   const int64_t r = rows[i];
   float* o = out + i * d;
@@ -75,9 +81,8 @@ void CudaBackend::silu_mul(Tensor out, Tensor gate, Tensor up) {
   if (count == 0) return;
   const bool vec = count % 4 == 0 && cuda::aligned16(out.data) && cuda::aligned16(gate.data) &&
                    cuda::aligned16(up.data);
-  silu_mul_kernel<<<grid_for(vec ? count / 4 : count, num_sms_), kThreads, 0, stream_>>>(
-      out.ptr<float>(), gate.ptr<float>(), up.ptr<float>(), count, vec);
-  cuda::launch_check();
+  cuda::launch_kernel(silu_mul_kernel, grid_for(vec ? count / 4 : count, num_sms_), kThreads, 0, stream_, pdl_,
+                      out.ptr<float>(), gate.ptr<float>(), up.ptr<float>(), count, vec);
 }
 
 void CudaBackend::add(Tensor y, Tensor x) {
@@ -87,9 +92,8 @@ void CudaBackend::add(Tensor y, Tensor x) {
   check(x.numel() == count, "add: shape mismatch");
   if (count == 0) return;
   const bool vec = count % 4 == 0 && cuda::aligned16(y.data) && cuda::aligned16(x.data);
-  add_kernel<<<grid_for(vec ? count / 4 : count, num_sms_), kThreads, 0, stream_>>>(y.ptr<float>(), x.ptr<float>(),
-                                                                                     count, vec);
-  cuda::launch_check();
+  cuda::launch_kernel(add_kernel, grid_for(vec ? count / 4 : count, num_sms_), kThreads, 0, stream_, pdl_,
+                      y.ptr<float>(), x.ptr<float>(), count, vec);
 }
 
 void CudaBackend::gather_rows(Tensor out, Tensor x, Tensor rows) {
@@ -100,8 +104,8 @@ void CudaBackend::gather_rows(Tensor out, Tensor x, Tensor rows) {
   check(out.dim(1) == d && rows.numel() == m, "gather_rows: shape mismatch");
   if (m == 0 || d == 0) return;
   const int threads = static_cast<int>(std::clamp<int64_t>((d + 31) / 32 * 32, 32, 512));
-  gather_rows_kernel<<<static_cast<unsigned>(m), threads, 0, stream_>>>(out.ptr<float>(), x.ptr<float>(),
-                                                                          rows.ptr<int32_t>(), x.dim(0), d);
+  cuda::launch_kernel(gather_rows_kernel, static_cast<unsigned>(m), threads, 0, stream_, pdl_, out.ptr<float>(),
+                      x.ptr<float>(), rows.ptr<int32_t>(), x.dim(0), d);
   cuda::launch_check();
 }
 

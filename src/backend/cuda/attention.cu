@@ -51,6 +51,8 @@ struct DecodeShape {
 template <typename T, int HD, int GMAX>
 __global__ void __launch_bounds__(kThreads)
 decode_kernel(AttentionParams p, float* __restrict__ part, int gc, int max_splits) {
+  cuda::pdl_wait();  // launched with pdl (cuda_common.h)
+  cuda::pdl_trigger();
   using S = DecodeShape<T, HD, GMAX>;
   constexpr int E = S::E, NV = S::NV, KL = S::KL;
   __shared__ __align__(16) float smem[S::kFloats];
@@ -176,6 +178,8 @@ decode_kernel(AttentionParams p, float* __restrict__ part, int gc, int max_split
 
 // Merges the partitions of each (sequence, head): grid (num_heads, num_seqs), HD threads.
 __global__ void combine_kernel(AttentionParams p, const float* __restrict__ part, int hd, int max_splits) {
+  cuda::pdl_wait();  // launched with pdl (cuda_common.h)
+  cuda::pdl_trigger();
   const int h = blockIdx.x, s = blockIdx.y, e = threadIdx.x;
   const int row = p.query_start[s], q_len = p.query_start[s + 1] - row;
   if (q_len <= 0 || (p.mixed && q_len != 1) || e >= hd) return;
@@ -260,18 +264,15 @@ void CudaBackend::attention(Tensor out, Tensor q, Tensor k_cache, Tensor v_cache
     using T = typename decltype(tag)::type;
     cuda::dispatch_head_dim(hd, [&](auto hd_c) {
       constexpr int HD = decltype(hd_c)::value;
-      if (gc == 1) decode_kernel<T, HD, 1><<<grid, kThreads, 0, stream_>>>(p, part, gc, max_splits);
-      else if (gc == 2) decode_kernel<T, HD, 2><<<grid, kThreads, 0, stream_>>>(p, part, gc, max_splits);
-      else if (gc <= 4) decode_kernel<T, HD, 4><<<grid, kThreads, 0, stream_>>>(p, part, gc, max_splits);
-      else decode_kernel<T, HD, 8><<<grid, kThreads, 0, stream_>>>(p, part, gc, max_splits);
-      cuda::launch_check();
+      auto kernel = gc == 1 ? decode_kernel<T, HD, 1> : gc == 2 ? decode_kernel<T, HD, 2>
+                  : gc <= 4 ? decode_kernel<T, HD, 4> : decode_kernel<T, HD, 8>;
+      cuda::launch_kernel(kernel, grid, kThreads, 0, stream_, pdl_, p, part, gc, max_splits);
     });
   }, "attention: cache must be F32, F16 or BF16");
   if (max_splits > 1) {
     const int threads = static_cast<int>((hd + 31) / 32 * 32);
-    combine_kernel<<<dim3(static_cast<unsigned>(num_heads), static_cast<unsigned>(meta.num_seqs)), threads, 0,
-                     stream_>>>(p, part, static_cast<int>(hd), max_splits);
-    cuda::launch_check();
+    cuda::launch_kernel(combine_kernel, dim3(static_cast<unsigned>(num_heads), static_cast<unsigned>(meta.num_seqs)),
+                        threads, 0, stream_, pdl_, p, part, static_cast<int>(hd), max_splits);
   }
 }
 

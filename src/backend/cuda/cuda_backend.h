@@ -95,7 +95,10 @@ class CudaBackend : public Backend {
 
   // cuBLAS path of matmul (gemm.cu); the GEMV path is gemv.cu.
   void matmul_cublas(const MatmulGroup& g, Tensor x);
-  void gemv(const MatmulGroup& g, Tensor x);
+  // matmul_group with the GEMV launched with programmatic serialisation or not (pdl_ for
+  // matmul_group; project() turns it off beside the LoRA shrink, see there).
+  void matmul_group_launch(const MatmulGroup& g, Tensor x, bool pdl);
+  void gemv(const MatmulGroup& g, Tensor x, bool pdl);
   // LoRA (lora.cu): shrink partial sums into lora_scratch_ ([G, chunks, n, R]), and the
   // expand that adds them up and applies B.
   float* lora_shrink_parts(const LoraGroup& g, Tensor x, const LoraMeta& meta, int* chunks, cudaStream_t stream);
@@ -104,6 +107,7 @@ class CudaBackend : public Backend {
 
   CudaBackendOptions options_;
   int num_sms_ = 0;
+  bool pdl_ = false;  // launch the decode-path kernels with programmatic serialisation
   cudaStream_t stream_ = nullptr;
   // LoRA shrink runs here beside the base GEMV (project()); fork_/join_ order it.
   cudaStream_t side_stream_ = nullptr;

@@ -22,6 +22,10 @@ struct CudaBackendOptions {
   // GEMV launch shape for 16-bit weights: 0 = 4 rows per block (default), 1 = 2 rows and
   // deeper load pipelining, 2 = 8 rows. A tuning knob for bench_cuda_ops, not for users.
   int gemv_variant = 0;
+  // Programmatic dependent launch for the decode-path kernels on sm_90+: each may be
+  // scheduled while its predecessor finishes, and the GEMV starts streaming its weights
+  // before the previous kernel's output is ready (cuda_common.h, pdl_wait).
+  bool pdl = true;
   // When true, the cuBLAS path splits x = hi + lo (two 16-bit GEMMs, twice the math) so
   // bf16/f16-weight matmuls keep ~f32 accuracy (rel. error ~1e-5 instead of ~3e-3).
   bool gemm_split_activations = false;

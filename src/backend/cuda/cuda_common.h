@@ -142,6 +142,45 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   return total;
 }
 
+// ---- programmatic dependent launch (sm_90+) ---------------------------------------------
+// A kernel launched with launch(..., pdl = true, ...) may be scheduled while the kernel
+// before it in the stream is still finishing. So every block of such a kernel calls
+// pdl_wait() before it reads or writes anything an earlier kernel touches (weights, which
+// nothing writes, may be read before), and calls it even when it has nothing to do: the
+// kernel's completion then implies its predecessor's, which keeps the chain transitive.
+// pdl_trigger() lets the next kernel be scheduled early. Both are no-ops below sm_90.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...), with programmatic stream serialisation
+// when pdl (the kernel must then follow the pdl_wait() contract above).
+template <typename... Params, typename... Args>
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl,
+                   Args&&... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  if (pdl) {
+    config.attrs = attribute;
+    config.numAttrs = 1;
+  }
+  cuda_check(cudaLaunchKernelEx(&config, kernel, static_cast<Params>(std::forward<Args>(args))...));
+}
+
 // ---- dtype dispatch (host) ---------------------------------------------------------------
 template <typename T>
 struct TypeTag {

@@ -13,6 +13,8 @@ namespace {
 template <typename T>
 __global__ void embedding_kernel(float* __restrict__ out, const T* __restrict__ table,
                                  const int32_t* __restrict__ ids, int64_t vocab, int64_t d) {
+  cuda::pdl_wait();  // launched with pdl (cuda_common.h)
+  cuda::pdl_trigger();
   const int64_t i = blockIdx.x;
   const int32_t id = ids[i];
   float* o = out + i * d;
@@ -35,9 +37,8 @@ void CudaBackend::embedding(Tensor out, Tensor table, Tensor ids) {
   cuda::dispatch_float(table.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const int threads = static_cast<int>(std::min<int64_t>(256, (d + 31) / 32 * 32));
-    embedding_kernel<T><<<static_cast<unsigned>(n), threads, 0, stream_>>>(
-        out.ptr<float>(), table.ptr<T>(), ids.ptr<int32_t>(), table.dim(0), d);
-    cuda::launch_check();
+    cuda::launch_kernel(embedding_kernel<T>, static_cast<unsigned>(n), threads, 0, stream_, pdl_, out.ptr<float>(),
+                        table.ptr<T>(), ids.ptr<int32_t>(), table.dim(0), d);
   }, "embedding: table must be F32, F16 or BF16");
 }
 

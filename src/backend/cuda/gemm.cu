@@ -57,7 +57,9 @@ void CudaBackend::matmul(Tensor y, Tensor x, Tensor w, Tensor bias) {
   matmul_group(g, x);
 }
 
-void CudaBackend::matmul_group(const MatmulGroup& g, Tensor x) {
+void CudaBackend::matmul_group(const MatmulGroup& g, Tensor x) { matmul_group_launch(g, x, pdl_); }
+
+void CudaBackend::matmul_group_launch(const MatmulGroup& g, Tensor x, bool pdl) {
   check(g.count >= 1 && g.count <= kMaxGroup, "matmul_group: 1..3 members");
   cuda::check_f32(x, "matmul: x must be f32 on the GPU");
   check(x.ndim == 2, "matmul: x must be 2-d");
@@ -82,7 +84,7 @@ void CudaBackend::matmul_group(const MatmulGroup& g, Tensor x) {
     return;
   }
   if (n <= options_.gemv_max_n) {
-    gemv(g, x);  // members without rows get no blocks
+    gemv(g, x, pdl);  // members without rows get no blocks
   } else {
     matmul_cublas(g, x);
   }

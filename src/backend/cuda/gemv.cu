@@ -65,6 +65,9 @@ gemv_kernel(GemvGroup grp, const float* __restrict__ x, int n, int in) {
 #pragma unroll
     for (int t = 0; t < NT; ++t) acc[r][t] = 0.f;
 
+  // Launched with pdl: the first round of weight loads (which no kernel writes) is issued
+  // before waiting for the previous kernel, whose output x is read only after the wait.
+  bool waited = false;
   for (int c0 = warp; c0 < num_chunks; c0 += kWarps * U) {
     // All weight loads of this round first: ROWS * U independent 16-byte loads in flight.
     Raw raw[U][ROWS];
@@ -78,6 +81,11 @@ gemv_kernel(GemvGroup grp, const float* __restrict__ x, int n, int in) {
           else raw[u][r] = wrow[r][k];
         }
       }
+    }
+    if (!waited) {
+      cuda::pdl_wait();
+      cuda::pdl_trigger();
+      waited = true;
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -114,6 +122,7 @@ gemv_kernel(GemvGroup grp, const float* __restrict__ x, int n, int in) {
     }
   }
 
+  if (!waited) cuda::pdl_wait();  // a warp with no columns still writes y below
 #pragma unroll
   for (int r = 0; r < ROWS; ++r)
 #pragma unroll
@@ -135,7 +144,7 @@ gemv_kernel(GemvGroup grp, const float* __restrict__ x, int n, int in) {
 }
 
 template <typename W, int NT, int ROWS, int U, bool VEC>
-void launch_config(cudaStream_t stream, GemvGroup grp, int count, const float* x, int n, int in) {
+void launch_config(cudaStream_t stream, bool pdl, GemvGroup grp, int count, const float* x, int n, int in) {
   int blocks = 0;
   for (int g = 0; g < count; ++g) {
     blocks += static_cast<int>(cuda::ceil_div(grp.out[g], ROWS));
@@ -143,8 +152,8 @@ void launch_config(cudaStream_t stream, GemvGroup grp, int count, const float* x
   }
   for (int g = count; g < kMaxGroup; ++g) grp.block_end[g] = blocks;
   if (blocks == 0) return;  // every member is empty
-  gemv_kernel<W, NT, ROWS, U, VEC><<<static_cast<unsigned>(blocks), kWarps * 32, 0, stream>>>(grp, x, n, in);
-  cuda::launch_check();
+  cuda::launch_kernel(gemv_kernel<W, NT, ROWS, U, VEC>, static_cast<unsigned>(blocks), kWarps * 32, 0, stream, pdl, grp,
+                      x, n, in);
 }
 
 // Rows per block (ROWS) and rounds of loads in flight (U) per token bucket: more rows reuse
@@ -152,32 +161,32 @@ void launch_config(cudaStream_t stream, GemvGroup grp, int count, const float* x
 // Variants 1 and 2 (16-bit weights, vector path only) are tuning experiments that
 // CudaBackendOptions::gemv_variant selects; 0 is the default everywhere.
 template <typename W, int NT, bool VEC>
-void launch(cudaStream_t stream, int variant, const GemvGroup& grp, int count, const float* x, int n, int in) {
+void launch(cudaStream_t stream, bool pdl, int variant, const GemvGroup& grp, int count, const float* x, int n, int in) {
   if constexpr (VEC && sizeof(W) == 2) {
     if (variant == 1) {  // 2 rows, deeper pipelining: more, smaller blocks
-      launch_config<W, NT, 2, (NT <= 2 ? 8 : NT <= 8 ? 4 : 2), VEC>(stream, grp, count, x, n, in);
+      launch_config<W, NT, 2, (NT <= 2 ? 8 : NT <= 8 ? 4 : 2), VEC>(stream, pdl, grp, count, x, n, in);
       return;
     }
     if (variant == 2) {  // 8 rows: x loads reused by 8 rows
-      launch_config<W, NT, 8, (NT <= 2 ? 2 : 1), VEC>(stream, grp, count, x, n, in);
+      launch_config<W, NT, 8, (NT <= 2 ? 2 : 1), VEC>(stream, pdl, grp, count, x, n, in);
       return;
     }
   }
-  launch_config<W, NT, 4, (NT <= 2 ? 4 : NT <= 8 ? 2 : 1), VEC>(stream, grp, count, x, n, in);
+  launch_config<W, NT, 4, (NT <= 2 ? 4 : NT <= 8 ? 2 : 1), VEC>(stream, pdl, grp, count, x, n, in);
 }
 
 template <typename W, bool VEC>
-void launch_tokens(cudaStream_t stream, int variant, const GemvGroup& grp, int count, const float* x, int n, int in) {
-  if (n == 1) launch<W, 1, VEC>(stream, variant, grp, count, x, n, in);
-  else if (n == 2) launch<W, 2, VEC>(stream, variant, grp, count, x, n, in);
-  else if (n <= 4) launch<W, 4, VEC>(stream, variant, grp, count, x, n, in);
-  else if (n <= 8) launch<W, 8, VEC>(stream, variant, grp, count, x, n, in);
-  else launch<W, 16, VEC>(stream, variant, grp, count, x, n, in);
+void launch_tokens(cudaStream_t stream, bool pdl, int variant, const GemvGroup& grp, int count, const float* x, int n, int in) {
+  if (n == 1) launch<W, 1, VEC>(stream, pdl, variant, grp, count, x, n, in);
+  else if (n == 2) launch<W, 2, VEC>(stream, pdl, variant, grp, count, x, n, in);
+  else if (n <= 4) launch<W, 4, VEC>(stream, pdl, variant, grp, count, x, n, in);
+  else if (n <= 8) launch<W, 8, VEC>(stream, pdl, variant, grp, count, x, n, in);
+  else launch<W, 16, VEC>(stream, pdl, variant, grp, count, x, n, in);
 }
 
 }  // namespace
 
-void CudaBackend::gemv(const MatmulGroup& g, Tensor x) {
+void CudaBackend::gemv(const MatmulGroup& g, Tensor x, bool pdl) {
   const int64_t n = x.dim(0), in = x.dim(1);
   check(n >= 1 && n <= cuda::kGemvMaxTokens, "gemv: 1..16 tokens");
   const DType wt = g.w[0].dtype;  // matmul_group checked the shapes, sizes and shared dtype
@@ -196,9 +205,9 @@ void CudaBackend::gemv(const MatmulGroup& g, Tensor x) {
     constexpr int E = cuda::Vec16<W>::E;
     const int ni = static_cast<int>(n), ii = static_cast<int>(in);
     if (in % E == 0 && aligned) {
-      launch_tokens<W, true>(stream_, options_.gemv_variant, grp, g.count, x.ptr<float>(), ni, ii);
+      launch_tokens<W, true>(stream_, pdl, options_.gemv_variant, grp, g.count, x.ptr<float>(), ni, ii);
     } else {
-      launch_tokens<W, false>(stream_, options_.gemv_variant, grp, g.count, x.ptr<float>(), ni, ii);
+      launch_tokens<W, false>(stream_, pdl, options_.gemv_variant, grp, g.count, x.ptr<float>(), ni, ii);
     }
   }, "matmul: weight must be F32, F16 or BF16");
 }

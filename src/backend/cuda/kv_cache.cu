@@ -16,6 +16,8 @@ template <typename T>
 __global__ void kv_write_kernel(T* __restrict__ k_cache, T* __restrict__ v_cache, const float* __restrict__ k,
                                 const float* __restrict__ v, const int32_t* __restrict__ slot_mapping,
                                 int64_t row, int64_t num_slots) {
+  cuda::pdl_wait();  // launched with pdl (cuda_common.h)
+  cuda::pdl_trigger();
   const int64_t i = blockIdx.x;
   const int64_t slot = slot_mapping[i];
   if (slot < 0 || slot >= num_slots) return;
@@ -41,10 +43,9 @@ void CudaBackend::kv_write(Tensor k_cache, Tensor v_cache, Tensor k, Tensor v, T
   const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(cuda::ceil_div(row, kThreads)));
   cuda::dispatch_float(k_cache.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    kv_write_kernel<T><<<grid, kThreads, 0, stream_>>>(
-        k_cache.ptr<T>(), v_cache.ptr<T>(), k.ptr<float>(), v.ptr<float>(), slot_mapping.ptr<int32_t>(), row,
-        k_cache.dim(0) * k_cache.dim(1));
-    cuda::launch_check();
+    cuda::launch_kernel(kv_write_kernel<T>, grid, kThreads, 0, stream_, pdl_, k_cache.ptr<T>(), v_cache.ptr<T>(),
+                        k.ptr<float>(), v.ptr<float>(), slot_mapping.ptr<int32_t>(), row,
+                        k_cache.dim(0) * k_cache.dim(1));
   }, "kv_write: cache must be F32, F16 or BF16");
 }
 

@@ -4,15 +4,16 @@
 //   expand  y_g[i, :] += b_g[slot_i] @ sum_s part[g, s, i, :]
 // From 16 tokens up both kernels take the tokens 16 at a time in LoraMeta::sorted_tokens
 // order, so a tile holds runs of tokens that share an adapter: one request's prefill chunk
-// is one long run (segments), a large decode batch mostly short runs. Within a tile an
-// adapter's weights are loaded once per run and used for every token of the run from
-// registers, so prefill reads each A/B chunk once per 16 tokens. Below 16 tokens the gather
+// is one long run (segments), a large decode batch mostly short runs. An adapter's weights
+// are loaded once per run of a warp's tokens and used for each token of the run from
+// registers. Below 16 tokens the gather
 // kernels of lora_gather.cu (one token per block: latency first) write the same partials.
 //   shrink: a warp owns 4 tokens x 8 ranks (32 accumulators per lane) over the block's
 //           column split, 8 columns per lane per step with 16-byte loads; the lanes' sums
 //           are added through shared memory. grid (tiles, splits, G x rank blocks).
-//   expand: a thread owns one output row o for the tile's 16 tokens; the tile's t rows
-//           (the split partials summed in a fixed order) sit in shared memory. From 512
+//   expand: a lane owns one output row o for 4 of the tile's tokens, all its loads of a
+//           16-rank step in flight at once; the tile's t rows (the split partials summed
+//           in a fixed order) sit in shared memory. From 512
 //           tokens with bf16 stacks, tiles that are one run of consecutive tokens (prefill)
 //           are lora_expand_mma.cu's, on tensor cores, and this kernel skips them.
 // Results are deterministic (fixed summation order): graph == eager, bitwise. Grids depend
@@ -36,9 +37,10 @@ constexpr int kShrinkWarps = kTileTokens / kWarpTokens;  // 4
 constexpr int kRankBlock = 8;                            // shrink: ranks per block
 constexpr int kLaneCols = 8;                             // shrink: columns per lane per step
 constexpr int kSplitAlign = 32 * kLaneCols;              // split widths are multiples of 256
-constexpr int kThreads = 256;                            // expand: one output row per thread
+constexpr int kExpandWarps = kTileTokens / kWarpTokens;  // expand: 4 tokens per warp
+constexpr int kThreads = 256;                            // reduce
 constexpr int kMaxRank = 512;
-constexpr int64_t kExpandBlocks = 4096;                  // expand: target grid size
+constexpr int64_t kExpandBlocks = 2048;                  // expand: target grid size
 constexpr int64_t kMmaExpandMinN = 512;                  // expand: tensor cores from this many tokens
 
 using GroupArgs = cuda::LoraGroupArgs;
@@ -183,31 +185,31 @@ shrink_kernel(float* __restrict__ part, const float* __restrict__ x, GroupArgs a
 }
 
 // y_g[i, o] += b_g[slot_i][o, :] . t_i with t_i = sum over splits of part[g, s, i, :].
-// grid (ceil(n / 16), row blocks, G): a block takes 16 sorted tokens and walks the output
-// rows 256 at a time (one per thread) from 256 * blockIdx.y in steps of 256 * gridDim.y, so
-// the tile's setup (its tokens, slots and t rows) is paid once for many row blocks. The t
-// rows (stride rs = R rounded up to 8, zero padded) are summed into shared memory first.
-// Per 8 ranks a thread issues the B loads of every run among the 16 tokens before using
-// them, so a tile of 16 different adapters (decode) keeps 16 loads in flight. Dynamic
-// shared memory: 16 x rs floats.
+// grid (ceil(n / 16), walkers, G), 4 warps. A block takes 16 sorted tokens; warp w takes
+// positions 4w .. 4w + 3 of them, and lane l output row o = o0 + l, where o0 walks the rows
+// 32 at a time from 32 * blockIdx.y in steps of 32 * gridDim.y (the tile's setup, its
+// tokens and t rows, is paid once for many rows). Per 16 ranks a lane issues the y loads of
+// its 4 tokens and the B loads of every run among them (one per run: tokens of a run share
+// the row) before any use, so one memory round trip serves a step whether the 4 tokens are
+// 4 adapters (decode) or one (prefill; the 4 warps then read the same rows, from L1). The
+// t rows (stride rs = R rounded up to 16, zero padded) sit in shared memory.
 template <typename T>
-__global__ void __launch_bounds__(kThreads, 3)
+__global__ void __launch_bounds__(kExpandWarps * 32)
 expand_kernel(GroupArgs args, const float* __restrict__ part, int splits, const int32_t* __restrict__ token_slot,
               const int32_t* __restrict__ sorted, int n, int rank, int num_slots, bool skip_runs) {
   extern __shared__ __align__(16) float ts[];  // [16][rs]
   __shared__ int tok[kTileTokens], slot[kTileTokens];
   const int g = blockIdx.z, out = args.out[g];
-  if (blockIdx.y * kThreads >= out) return;  // uniform: this member has fewer outputs than the largest
-  const int p0 = blockIdx.x * kTileTokens;
-  cuda::lora_load_tile(tok, slot, sorted, token_slot, p0, n, num_slots);
+  if (blockIdx.y * 32 >= out) return;  // uniform: this member has fewer outputs than the largest
+  cuda::lora_load_tile(tok, slot, sorted, token_slot, blockIdx.x * kTileTokens, n, num_slots);
   __syncthreads();
   bool any = false;
 #pragma unroll
   for (int m = 0; m < kTileTokens; ++m) any |= slot[m] >= 0;
   if (!any || (skip_runs && lora_tile_is_run(tok, slot))) return;  // uniform; runs: lora_expand_mma.cu's
-  const int rs = (rank + 7) / 8 * 8;
+  const int rs = (rank + 15) / 16 * 16;
   const float* part_g = part + static_cast<int64_t>(g) * splits * n * rank;
-  for (int idx = threadIdx.x; idx < kTileTokens * rs; idx += kThreads) {
+  for (int idx = threadIdx.x; idx < kTileTokens * rs; idx += kExpandWarps * 32) {
     const int m = idx / rs, r = idx % rs;
     float s = 0.f;
     if (slot[m] >= 0 && r < rank)
@@ -215,43 +217,56 @@ expand_kernel(GroupArgs args, const float* __restrict__ part, int splits, const 
     ts[idx] = s;
   }
   __syncthreads();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, m0 = warp * kWarpTokens;
+  int wtok[kWarpTokens], wslot[kWarpTokens];
+  bool start[kWarpTokens], live = false;
+#pragma unroll
+  for (int j = 0; j < kWarpTokens; ++j) {
+    wtok[j] = tok[m0 + j];
+    wslot[j] = slot[m0 + j];
+    start[j] = wslot[j] >= 0 && (j == 0 || wslot[j] != wslot[j - 1]);
+    live |= wslot[j] >= 0;
+  }
+  if (!live) return;  // warp-uniform, and no block barrier follows
   const T* b = static_cast<const T*>(args.b[g]);
   const bool vec = (static_cast<int64_t>(rank) * sizeof(T)) % 16 == 0 && cuda::aligned16(b);
   float* y = args.y[g];
-  for (int o = blockIdx.y * kThreads + threadIdx.x; o < out; o += gridDim.y * kThreads) {
-    // The y rows are read up front, all in flight at once: the stores below could alias
-    // them as far as the compiler knows, which would serialise 16 read-add-write trips.
-    float acc[kTileTokens];
+  for (int o = blockIdx.y * 32 + lane; o - lane < out; o += gridDim.y * 32) {
+    const bool row = o < out;
+    float acc[kWarpTokens];
 #pragma unroll
-    for (int m = 0; m < kTileTokens; ++m) acc[m] = slot[m] >= 0 ? y[static_cast<int64_t>(tok[m]) * out + o] : 0.f;
-    constexpr int kGroup = sizeof(T) == 4 ? 4 : 8;  // tokens whose B loads are issued together
-    for (int rb = 0; rb < rank; rb += 8) {
-      const int valid = rank - rb;
-      Row8<T> cur;
+    for (int j = 0; j < kWarpTokens; ++j)
+      acc[j] = row && wslot[j] >= 0 ? y[static_cast<int64_t>(wtok[j]) * out + o] : 0.f;
+    for (int rb = 0; rb < rank; rb += 16) {
+      const int valid = row ? rank - rb : 0;
+      Row8<T> br[kWarpTokens][2];
 #pragma unroll
-      for (int m0 = 0; m0 < kTileTokens; m0 += kGroup) {
-        Row8<T> br[kGroup];
+      for (int j = 0; j < kWarpTokens; ++j) {
+        if (!start[j]) continue;
+        const T* brow = b + (static_cast<int64_t>(wslot[j]) * out + o) * rank + rb;
+        br[j][0].load(brow, valid, vec);
+        br[j][1].load(brow + 8, valid - 8, vec);
+      }
+      Row8<T> cur[2];
 #pragma unroll
-        for (int i = 0; i < kGroup; ++i) {
-          const int m = m0 + i;
-          if (slot[m] >= 0 && (m == 0 || slot[m] != slot[m - 1]))
-            br[i].load(b + (static_cast<int64_t>(slot[m]) * out + o) * rank + rb, valid, vec);
+      for (int j = 0; j < kWarpTokens; ++j) {
+        if (wslot[j] < 0) continue;
+        if (start[j]) cur[0] = br[j][0], cur[1] = br[j][1];  // else the run goes on
+        const float* t = ts + (m0 + j) * rs + rb;
+        float tv[2][8];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float4 t0 = *reinterpret_cast<const float4*>(t + 8 * h);
+          const float4 t1 = *reinterpret_cast<const float4*>(t + 8 * h + 4);
+          tv[h][0] = t0.x, tv[h][1] = t0.y, tv[h][2] = t0.z, tv[h][3] = t0.w;
+          tv[h][4] = t1.x, tv[h][5] = t1.y, tv[h][6] = t1.z, tv[h][7] = t1.w;
         }
-#pragma unroll
-        for (int i = 0; i < kGroup; ++i) {
-          const int m = m0 + i;
-          if (slot[m] < 0) continue;
-          if (m == 0 || slot[m] != slot[m - 1]) cur = br[i];  // else the run goes on, maybe from the last group
-          const float4 t0 = *reinterpret_cast<const float4*>(ts + m * rs + rb);
-          const float4 t1 = *reinterpret_cast<const float4*>(ts + m * rs + rb + 4);
-          const float tv[8] = {t0.x, t0.y, t0.z, t0.w, t1.x, t1.y, t1.z, t1.w};
-          acc[m] = cur.dot(tv, acc[m]);
-        }
+        acc[j] = cur[1].dot(tv[1], cur[0].dot(tv[0], acc[j]));
       }
     }
 #pragma unroll
-    for (int m = 0; m < kTileTokens; ++m)
-      if (slot[m] >= 0) y[static_cast<int64_t>(tok[m]) * out + o] = acc[m];
+    for (int j = 0; j < kWarpTokens; ++j)
+      if (row && wslot[j] >= 0) y[static_cast<int64_t>(wtok[j]) * out + o] = acc[j];
   }
 }
 
@@ -363,15 +378,15 @@ void CudaBackend::lora_expand_parts(const LoraGroup& g, const float* part, int c
     cuda::lora_mma_expand(args, g.count, static_cast<int>(max_out), part, chunks, meta.token_slot.ptr<int32_t>(),
                           sorted_ptr(meta), static_cast<int>(n), static_cast<int>(rank), static_cast<int>(num_slots),
                           stream_);
-  const size_t smem = sizeof(float) * kTileTokens * static_cast<size_t>(cuda::ceil_div(rank, 8) * 8);
-  // Row blocks per tile: enough blocks for a few waves (~1,024), each walking as many
-  // 256-row blocks as that leaves; one row block each when the tiles are few (decode).
-  const int64_t tiles = cuda::ceil_div(n, kTileTokens), row_blocks = cuda::ceil_div(max_out, kThreads);
-  const int64_t walkers = std::clamp<int64_t>(cuda::ceil_div(kExpandBlocks, tiles * g.count), 1, row_blocks);
+  const size_t smem = sizeof(float) * kTileTokens * static_cast<size_t>(cuda::ceil_div(rank, 16) * 16);
+  // Row walkers per tile: enough blocks for about one wave (~2,048), each walking as many
+  // 32-row steps as that leaves; one step each when the tiles are few (small decode batches).
+  const int64_t tiles = cuda::ceil_div(n, kTileTokens), row_steps = cuda::ceil_div(max_out, 32);
+  const int64_t walkers = std::clamp<int64_t>(cuda::ceil_div(kExpandBlocks, tiles * g.count), 1, row_steps);
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(walkers), static_cast<unsigned>(g.count));
   cuda::dispatch_float(b0.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    expand_kernel<T><<<grid, kThreads, smem, stream_>>>(args, part, chunks, meta.token_slot.ptr<int32_t>(),
+    expand_kernel<T><<<grid, kExpandWarps * 32, smem, stream_>>>(args, part, chunks, meta.token_slot.ptr<int32_t>(),
                                                         sorted_ptr(meta), static_cast<int>(n),
                                                         static_cast<int>(rank), static_cast<int>(num_slots), mma);
     cuda::launch_check();
@@ -389,7 +404,10 @@ void CudaBackend::lora_group(const LoraGroup& g, Tensor x, Tensor /*t*/, const L
 
 // The shrink reads only x, so it runs on the side stream while the base GEMV streams the
 // weights on the main one (a fork/join that stream capture records as graph edges); the
-// expand, which adds into the GEMV's output, waits for both.
+// expand, which adds into the GEMV's output, waits for both. That GEMV is launched without
+// programmatic serialisation: launched early, its blocks would hold the SMs (waiting for x)
+// that the shrink needs when x is ready, and the expand waits for the shrink (batch 1 with
+// an adapter measured 5.45 -> 5.77 ms with it).
 void CudaBackend::project(const MatmulGroup& g, const LoraGroup* lora, Tensor x, Tensor t, const LoraMeta& meta) {
   if (lora == nullptr || x.dim(0) == 0 || lora->a_stack[0].dim(1) == 0) {
     matmul_group(g, x);
@@ -402,7 +420,7 @@ void CudaBackend::project(const MatmulGroup& g, const LoraGroup* lora, Tensor x,
   int chunks = 0;
   const float* part = lora_shrink_parts(*lora, x, meta, &chunks, side_stream_);
   cuda::cuda_check(cudaEventRecord(join_, side_stream_));
-  matmul_group(g, x);
+  matmul_group_launch(g, x, false);
   cuda::cuda_check(cudaStreamWaitEvent(stream_, join_, 0));
   lora_expand_parts(*lora, part, chunks, x.dim(0), meta);
 }

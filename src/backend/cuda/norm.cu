@@ -15,6 +15,8 @@ namespace {
 template <typename W, bool ADD>
 __global__ void rms_norm_kernel(float* __restrict__ out, float* residual, const float* x,
                                 const W* __restrict__ w, int64_t d, float eps, bool vec) {
+  cuda::pdl_wait();  // launched with pdl (cuda_common.h)
+  cuda::pdl_trigger();
   __shared__ float red[32];
   const int64_t row = blockIdx.x;
   const float* xr = x + row * d;
@@ -60,7 +62,7 @@ __global__ void rms_norm_kernel(float* __restrict__ out, float* residual, const 
 }
 
 template <bool ADD>
-void launch_rms_norm(cudaStream_t stream, Tensor out, Tensor residual, Tensor x, Tensor w, float eps) {
+void launch_rms_norm(cudaStream_t stream, bool pdl, Tensor out, Tensor residual, Tensor x, Tensor w, float eps) {
   cuda::check_f32(out, "rms_norm: out must be f32 on the GPU");
   cuda::check_f32(x, "rms_norm: x must be f32 on the GPU");
   check(x.ndim == 2 && out.ndim == 2, "rms_norm: x and out must be [n, d]");
@@ -77,20 +79,19 @@ void launch_rms_norm(cudaStream_t stream, Tensor out, Tensor residual, Tensor x,
   const int threads = static_cast<int>(std::clamp<int64_t>((work + 31) / 32 * 32, 32, 512));
   cuda::dispatch_float(w.dtype, [&](auto tag) {
     using W = typename decltype(tag)::type;
-    rms_norm_kernel<W, ADD><<<static_cast<unsigned>(n), threads, 0, stream>>>(
-        out.ptr<float>(), ADD ? residual.ptr<float>() : nullptr, x.ptr<float>(), w.ptr<W>(), d, eps, vec);
-    cuda::launch_check();
+    cuda::launch_kernel(rms_norm_kernel<W, ADD>, static_cast<unsigned>(n), threads, 0, stream, pdl, out.ptr<float>(),
+                        ADD ? residual.ptr<float>() : nullptr, x.ptr<float>(), w.ptr<W>(), d, eps, vec);
   }, "rms_norm: weight must be F32, F16 or BF16");
 }
 
 }  // namespace
 
 void CudaBackend::rms_norm(Tensor out, Tensor x, Tensor w, float eps) {
-  launch_rms_norm<false>(stream_, out, Tensor(), x, w, eps);
+  launch_rms_norm<false>(stream_, pdl_, out, Tensor(), x, w, eps);
 }
 
 void CudaBackend::add_rms_norm(Tensor out, Tensor residual, Tensor x, Tensor w, float eps) {
-  launch_rms_norm<true>(stream_, out, residual, x, w, eps);
+  launch_rms_norm<true>(stream_, pdl_, out, residual, x, w, eps);
 }
 
 }  // namespace quiver

@@ -15,6 +15,8 @@ namespace {
 // cannot be reported from the device: its rows become NaN.
 __global__ void rope_kernel(float* __restrict__ q, float* __restrict__ k, const int32_t* __restrict__ positions,
                             const float* __restrict__ cos_sin, int num_heads, int num_kv, int hd, int max_pos) {
+  cuda::pdl_wait();  // launched with pdl (cuda_common.h)
+  cuda::pdl_trigger();
   const int64_t i = blockIdx.x;
   const int half = hd / 2;
   const int pos = positions[i];
@@ -51,10 +53,9 @@ void CudaBackend::rope(Tensor q, Tensor k, Tensor positions, Tensor cos_sin) {
   const int64_t pairs = (q.dim(1) + k.dim(1)) * (hd / 2);
   constexpr int kThreads = 128;
   const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(cuda::ceil_div(pairs, kThreads)));
-  rope_kernel<<<grid, kThreads, 0, stream_>>>(
-      q.ptr<float>(), k.ptr<float>(), positions.ptr<int32_t>(), cos_sin.ptr<float>(), static_cast<int>(q.dim(1)),
-      static_cast<int>(k.dim(1)), static_cast<int>(hd), static_cast<int>(cos_sin.dim(0)));
-  cuda::launch_check();
+  cuda::launch_kernel(rope_kernel, grid, kThreads, 0, stream_, pdl_, q.ptr<float>(), k.ptr<float>(),
+                      positions.ptr<int32_t>(), cos_sin.ptr<float>(), static_cast<int>(q.dim(1)),
+                      static_cast<int>(k.dim(1)), static_cast<int>(hd), static_cast<int>(cos_sin.dim(0)));
 }
 
 }  // namespace quiver
