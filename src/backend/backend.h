@@ -98,6 +98,10 @@ class Backend {
   virtual ~Backend() = default;
   virtual Device device() const = 0;
   virtual std::string name() const = 0;
+  // The accelerator's name and memory, for defaults that depend on them (engine_defaults.h);
+  // host backends report none.
+  virtual std::string device_name() const { return ""; }
+  virtual int64_t device_memory_bytes() const { return 0; }
 
   // ---- memory -------------------------------------------------------------
   // Allocations are 64-byte aligned. free(nullptr) is a no-op.

@@ -97,6 +97,7 @@ int run_serve(ServeOptions& o) {
   std::signal(SIGPIPE, SIG_IGN);
 
   if (o.server.allow_runtime_lora_updating) o.engine.args.enable_lora = true;
+  o.engine.args.usage = EngineUsage::kServer;
   Status s = finalize_engine_flags(&o.engine);
   if (s.is_ok()) s = finalize_cors(&o);
   if (!s.is_ok()) {

@@ -8,6 +8,10 @@
 
 namespace quiver {
 
+// Who drives the engine; some defaults differ (engine_defaults.h), as vLLM's do between its
+// LLM class and its OpenAI-compatible server.
+enum class EngineUsage { kOffline, kServer };
+
 struct EngineArgs {
   std::string model;                 // HF model folder
   std::string load_format = "auto";  // "auto" (safetensors) or "dummy" (random weights from config.json)
@@ -30,7 +34,7 @@ struct EngineArgs {
   std::vector<std::pair<std::string, std::string>> lora_modules;  // name -> path, registered at start
 
   int max_num_seqs = 256;
-  int max_num_batched_tokens = 2048;
+  int max_num_batched_tokens = 0;    // 0 = by device and usage (engine_defaults.h)
   int max_model_len = 0;             // 0 = the model's max_position_embeddings
   int block_size = 16;
   int num_kv_blocks = 0;             // 0 = from kv_cache_memory
@@ -38,6 +42,7 @@ struct EngineArgs {
   bool enable_prefix_caching = true;
   bool enforce_eager = false;
   bool trace = false;                // one log line per step on stderr
+  EngineUsage usage = EngineUsage::kOffline;
 };
 
 }  // namespace quiver

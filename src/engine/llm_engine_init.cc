@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "engine/device_sampling.h"
+#include "engine/engine_defaults.h"
 #include "engine/engine_lora_slots.h"
 #include "engine/llm_engine.h"
 #include "engine/model_runner.h"
@@ -35,7 +36,8 @@ Status LLMEngine::init(const EngineArgs& args) {
   rng_state_ = args.seed;
   QV_ASSIGN_OR_RETURN(config_, load_model_config(args.model));
   if (args.max_num_seqs < 1) return Status::error("--max-num-seqs must be at least 1");
-  if (args.max_num_batched_tokens < 1) return Status::error("--max-num-batched-tokens must be at least 1");
+  if (args.max_num_batched_tokens < 0)
+    return Status::error("--max-num-batched-tokens must be at least 1 (or 0: the device's default)");
   if (args.block_size < 1 || args.block_size > 1024) return Status::error("--block-size must be in [1, 1024]");
   if (args.enable_lora) {
     if (args.max_loras < 1) return Status::error("--max-loras must be at least 1");
@@ -62,6 +64,9 @@ Status LLMEngine::init(const EngineArgs& args) {
   bo.cuda_split_activations = args.matmul_precision == "highest";
   backend_ = make_backend(bo, &err);
   if (!backend_) return Status::error(err);
+  if (args_.max_num_batched_tokens == 0)
+    args_.max_num_batched_tokens =
+        default_max_num_batched_tokens(backend_->device_name(), backend_->device_memory_bytes(), args.usage);
   if (!backend_->supports_head_dim(config_.head_dim))
     return Status::error("the " + backend_->name() + " backend has no attention kernel for head_dim " +
                          std::to_string(config_.head_dim) +
@@ -130,14 +135,14 @@ Status LLMEngine::init(const EngineArgs& args) {
 
   SchedulerConfig sc;
   sc.max_num_seqs = args.max_num_seqs;
-  sc.max_num_batched_tokens = args.max_num_batched_tokens;
+  sc.max_num_batched_tokens = args_.max_num_batched_tokens;
   sc.max_loras = args.enable_lora ? args.max_loras : 0;
   sc.max_model_len = max_model_len_;
   sc.enable_prefix_caching = args.enable_prefix_caching;
   scheduler_ = std::make_unique<Scheduler>(sc, blocks_.get(), slot_provider_.get());
 
   RunnerLimits limits;
-  limits.max_num_batched_tokens = args.max_num_batched_tokens;
+  limits.max_num_batched_tokens = args_.max_num_batched_tokens;
   limits.max_num_seqs = args.max_num_seqs;
   limits.max_blocks_per_seq = blocks_per_seq;
   limits.max_model_len = max_model_len_;

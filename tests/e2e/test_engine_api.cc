@@ -69,6 +69,25 @@ TEST(EngineApi, MaxLoraRankOutOfRangeIsRefused) {
   }
 }
 
+// The step token budget: 0 (the default) resolves to the device's value (2,048 on the CPU;
+// engine_defaults.h), which args() then reports; an explicit value is kept; a negative one
+// is refused naming the flag.
+TEST(EngineApi, TokenBudgetResolvesByDeviceAndNegativeIsRefused) {
+  EngineArgs a;
+  a.model = kModel.string();
+  auto e = LLMEngine::create(a);
+  ASSERT_TRUE(e.is_ok()) << e.message();
+  EXPECT_EQ(e.value()->args().max_num_batched_tokens, 2048);
+  a.max_num_batched_tokens = 96;
+  e = LLMEngine::create(a);
+  ASSERT_TRUE(e.is_ok()) << e.message();
+  EXPECT_EQ(e.value()->args().max_num_batched_tokens, 96);
+  a.max_num_batched_tokens = -1;
+  e = LLMEngine::create(a);
+  ASSERT_FALSE(e.is_ok());
+  EXPECT_NE(e.message().find("--max-num-batched-tokens must be at least 1"), std::string::npos) << e.message();
+}
+
 TEST(EngineApi, SeededSamplingIsTheSameAloneAndBatched) {
   SamplingParams p;
   p.temperature = 0.9f;

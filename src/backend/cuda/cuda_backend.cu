@@ -17,6 +17,10 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options) : options_(options) 
   check(options_.gemv_variant >= 0 && options_.gemv_variant <= 2, "CudaBackendOptions::gemv_variant must be 0, 1 or 2");
   cuda_check(cudaSetDevice(options_.device));
   cuda_check(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, options_.device));
+  cudaDeviceProp prop{};
+  cuda_check(cudaGetDeviceProperties(&prop, options_.device));
+  device_name_ = prop.name;
+  device_memory_bytes_ = static_cast<int64_t>(prop.totalGlobalMem);
   int major = 0;
   cuda_check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, options_.device));
   pdl_ = options_.pdl && major >= 9;

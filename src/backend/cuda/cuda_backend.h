@@ -35,6 +35,8 @@ class CudaBackend : public Backend {
 
   Device device() const override { return Device::kCuda; }
   std::string name() const override { return "cuda"; }
+  std::string device_name() const override { return device_name_; }
+  int64_t device_memory_bytes() const override { return device_memory_bytes_; }
 
   // ---- memory (cuda_backend.cu) ----
   void* alloc(size_t bytes) override;
@@ -107,6 +109,8 @@ class CudaBackend : public Backend {
 
   CudaBackendOptions options_;
   int num_sms_ = 0;
+  std::string device_name_;
+  int64_t device_memory_bytes_ = 0;
   bool pdl_ = false;  // launch the decode-path kernels with programmatic serialisation
   cudaStream_t stream_ = nullptr;
   // LoRA shrink runs here beside the base GEMV (project()); fork_/join_ order it.
