@@ -6,7 +6,9 @@
 //   reporting weight GB/s and the fraction of the H200's measured copy ceiling (4.26 TB/s,
 //   DESIGN.md section 5); one prefill-sized product reports TFLOP/s;
 // - LoRA of a q/k/v-shaped group (3 members, in = out = 4096, rank 16, bf16 stacks of 64
-//   slots) at n = 1 / 8 / 32 / 64 / 2048 tokens, all on one adapter or each on its own.
+//   slots) at n = 1 / 8 / 32 / 64 / 256 / 2048 tokens, all on one adapter or token i on
+//   slot i % 64 (at 256: four tokens per adapter, as in issue 6 (c)), reporting the time
+//   over the byte floor (adapters + x + the f32 y read and written, at 4.26 TB/s).
 //
 // Every benchmark cycles through enough copies of its weights (>= 512 MiB) that they cannot
 // sit in the 60 MB L2, so GB/s is HBM bandwidth. Timing: kCallsPerRound calls enqueued
@@ -186,8 +188,11 @@ void BM_CudaLoraGroup(benchmark::State& state) {
   });
   const double adapters = static_cast<double>(distinct ? std::min(n, slots) : 1);
   const double adapter_bytes = adapters * static_cast<double>(members * rank * (in + out)) * 2;
+  // The least a group must move: the adapters, x once, y read and written (f32).
+  const double floor_bytes = adapter_bytes + static_cast<double>(n * in * 4 + members * n * out * 8);
   state.counters["us"] = s * 1e6;
   state.counters["adapter GB/s"] = adapter_bytes / s / 1e9;
+  state.counters["x floor"] = s / (floor_bytes / kCeilingBytesPerSecond);
   state.SetLabel(distinct ? "one adapter per token" : "one adapter");
 }
 
