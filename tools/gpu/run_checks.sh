@@ -5,7 +5,10 @@
 #   FIX       every HF fixture on CUDA vs HF and vs the CPU (run_engine_fixtures.sh)
 #   VERIFY    `quiver verify` graph vs eager on two fixtures
 #   NCU       per-kernel times of the first eager forward passes (NCU_BS, NCU_IN, NCU_SKIP,
-#             NCU_COUNT; by default a 2,048-token prefill step with 8 adapters)
+#             NCU_COUNT; by default a 2,048-token prefill step with 8 adapters). NCU_ADAPTERS
+#             (default NCU_BS) and NCU_KERNELS (a kernel-name regex) narrow it: issue 6 (c)'s
+#             decode LoRA is NCU_BS=256 NCU_IN=1 NCU_ADAPTERS=64 NCU_KERNELS='shrink|expand'
+#             NCU_COUNT=8 (one layer: 256 one-token prompts, four per adapter, sorted by slot)
 #   BENCHC    256 requests over 64 adapters with --trace (BENCHC_OUT output tokens)
 #   BENCHAB   LoRA vs base at batch 1/8/32/64 (BENCHAB_BS, BENCHAB_OUT, BENCHAB_FLAGS);
 #             BENCHAB_EAGER adds batch 1 with --enforce-eager
@@ -54,9 +57,11 @@ if [ -n "${VERIFY:-}" ]; then  # graph vs eager, bitwise, on two fixtures with a
 fi
 B=(./$build/quiver bench --model bench/configs/llama-2-7b --load-format dummy --dtype bfloat16 --device cuda --lora-rank 16)
 if [ -n "${NCU:-}" ]; then  # defaults: the first step is one 2,048-token prefill over 8 adapters
+  kfilter=()
+  [ -n "${NCU_KERNELS:-}" ] && kfilter=(--kernel-name "regex:$NCU_KERNELS")
   timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip ${NCU_SKIP:-0} \
-    --launch-count ${NCU_COUNT:-1400} "${B[@]}" --batch-size ${NCU_BS:-8} --input-len ${NCU_IN:-256} --output-len 2 \
-    --num-adapters ${NCU_BS:-8} --num-iters 1 --warmup-steps 0 --max-num-seqs ${NCU_BS:-8} --kv-cache-memory 16GiB \
+    --launch-count ${NCU_COUNT:-1400} "${kfilter[@]}" "${B[@]}" --batch-size ${NCU_BS:-8} --input-len ${NCU_IN:-256} \
+    --output-len 2 --num-adapters ${NCU_ADAPTERS:-${NCU_BS:-8}} --num-iters 1 --warmup-steps 0 --max-num-seqs ${NCU_BS:-8} --kv-cache-memory 16GiB \
     --enforce-eager --lora-dtype bfloat16 >"$OUT/ncu.csv" 2>"$OUT/ncu.err"
   echo "ncu rc=$? $(wc -l <"$OUT/ncu.csv") lines"; tail -3 "$OUT/ncu.err"
   # Per forward pass (each starts with the embedding kernel): total and the largest kernels.
