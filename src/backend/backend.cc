@@ -42,6 +42,20 @@ void Backend::matmul_group(const MatmulGroup& g, Tensor x) {
   for (int i = 0; i < g.count; ++i) matmul(g.y[i], x, g.w[i], g.bias[i]);
 }
 
+DType Backend::gemm_input_type(int64_t /*n*/, DType /*w*/) const { return DType::kF32; }
+
+void Backend::rms_norm_x16(Tensor, Tensor, Tensor, Tensor, float) {
+  check(false, name() + " backend has no 16-bit GEMM inputs (gemm_input_type is float32)");
+}
+
+void Backend::add_rms_norm_x16(Tensor, Tensor, Tensor, Tensor, Tensor, float) {
+  check(false, name() + " backend has no 16-bit GEMM inputs (gemm_input_type is float32)");
+}
+
+void Backend::silu_mul_x16(Tensor, Tensor, Tensor, Tensor) {
+  check(false, name() + " backend has no 16-bit GEMM inputs (gemm_input_type is float32)");
+}
+
 void Backend::project(const MatmulGroup& g, const LoraGroup* lora, Tensor x, Tensor t, const LoraMeta& meta) {
   matmul_group(g, x);
   if (lora != nullptr) lora_group(*lora, x, t, meta);

@@ -56,6 +56,9 @@ struct MatmulGroup {
   Tensor y[kMaxGroup];     // [n, out_g] f32
   Tensor w[kMaxGroup];     // [out_g, in]
   Tensor bias[kMaxGroup];  // [out_g] or empty
+  // x already rounded to the type gemm_input_type names ([n, in]), or empty: a backend
+  // that rounds x before multiplying then takes this copy instead of converting x again.
+  Tensor x16;
 };
 struct LoraGroup {
   int count = 0;
@@ -173,6 +176,19 @@ class Backend {
   // A model projection: matmul_group, then (lora non-null) lora_group on the same members.
   // Device backends may overlap the two (the shrink needs only x).
   virtual void project(const MatmulGroup& g, const LoraGroup* lora, Tensor x, Tensor t, const LoraMeta& meta);
+
+  // ---- 16-bit GEMM inputs ---------------------------------------------------
+  // The type matmul_group rounds an f32 x of n tokens to before multiplying weights of type
+  // w (CUDA's cuBLAS path: w's 16-bit type), or kF32 when it multiplies f32 x directly.
+  // When it is 16-bit, the op that produces x can write that copy as well (the *_x16 forms
+  // below) and pass it as MatmulGroup::x16: one kernel and one pass over x fewer per
+  // projection, and bitwise the same result (the same round-to-nearest-even).
+  virtual DType gemm_input_type(int64_t n, DType w) const;
+  // rms_norm / add_rms_norm / silu_mul that also write out16 = out rounded to out16's dtype
+  // (bf16 or f16). Only backends whose gemm_input_type can be 16-bit implement them.
+  virtual void rms_norm_x16(Tensor out, Tensor out16, Tensor x, Tensor w, float eps);
+  virtual void add_rms_norm_x16(Tensor out, Tensor out16, Tensor residual, Tensor x, Tensor w, float eps);
+  virtual void silu_mul_x16(Tensor out, Tensor out16, Tensor gate, Tensor up);
 
   // ---- sampling on the device (GPU sampling inside decode graphs) ----------------------
   // For each of `rows` rows of logits [rows, vocab] f32 picks a token and reports what the

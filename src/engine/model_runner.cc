@@ -52,7 +52,8 @@ ModelRunner::ModelRunner(const LlamaModel* model, KvCache* kv, const LoraSlotPoo
       lora_(lora),
       limits_(limits),
       backend_(model->backend()),
-      ws_(model->backend(), model->config(), limits.max_num_batched_tokens, lora ? lora->max_rank() : 1),
+      ws_(model->backend(), model->config(), model->linear_dtype(), limits.max_num_batched_tokens,
+          lora ? lora->max_rank() : 1),
       buckets_(decode_buckets(std::min(limits.max_num_seqs, limits.max_num_batched_tokens))) {
   const int64_t t = limits_.max_num_batched_tokens, s = limits_.max_num_seqs;
   const int64_t max_bucket = buckets_.empty() ? 0 : buckets_.back();

@@ -5,7 +5,7 @@
 
 namespace quiver {
 
-Workspace::Workspace(Backend* b, const ModelConfig& c, int max_tokens_, int max_lora_rank)
+Workspace::Workspace(Backend* b, const ModelConfig& c, DType linear_dtype, int max_tokens_, int max_lora_rank)
     : max_tokens(max_tokens_),
       hidden(b, sizeof(float) * max_tokens_ * c.hidden_size),
       residual(b, sizeof(float) * max_tokens_ * c.hidden_size),
@@ -17,7 +17,13 @@ Workspace::Workspace(Backend* b, const ModelConfig& c, int max_tokens_, int max_
       gate(b, sizeof(float) * max_tokens_ * c.intermediate_size),
       up(b, sizeof(float) * max_tokens_ * c.intermediate_size),
       lora_tmp(b, sizeof(float) * max_tokens_ * std::max(1, max_lora_rank)),
-      selected(b, sizeof(float) * max_tokens_ * c.hidden_size) {}
+      selected(b, sizeof(float) * max_tokens_ * c.hidden_size) {
+  // gemm_input_type only turns 16-bit above some token count, so max_tokens decides.
+  if (b->gemm_input_type(max_tokens_, linear_dtype) != DType::kF32) {
+    normed16 = Buffer(b, size_t{2} * max_tokens_ * c.hidden_size);
+    gate16 = Buffer(b, size_t{2} * max_tokens_ * c.intermediate_size);
+  }
+}
 
 LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, Backend* backend, int64_t max_positions)
     : config_(std::move(config)), weights_(std::move(weights)), backend_(backend) {
@@ -46,9 +52,11 @@ void LlamaModel::project(const MatmulGroup& g, const LoraTarget* targets, Tensor
   backend_->project(g, &lg, x, t, step.lora);
 }
 
-// A group of `count` projections of one input, members listed as (y, w, bias).
-static MatmulGroup group(std::initializer_list<std::array<Tensor, 3>> members) {
+// A group of `count` projections of one input, members listed as (y, w, bias); x16: the
+// input's 16-bit copy, or empty (MatmulGroup::x16).
+static MatmulGroup group(std::initializer_list<std::array<Tensor, 3>> members, Tensor x16 = Tensor()) {
   MatmulGroup g;
+  g.x16 = x16;
   for (const auto& [y, w, bias] : members) {
     g.y[g.count] = y;
     g.w[g.count] = w;
@@ -74,16 +82,33 @@ void LlamaModel::forward(const StepTensors& step, Workspace& ws, const KvCacheVi
   Tensor gate = ws.gate.tensor(DType::kF32, {n, c.intermediate_size});
   Tensor up = ws.up.tensor(DType::kF32, {n, c.intermediate_size});
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  // The 16-bit copies of the q/k/v, gate/up and down inputs, when the backend's matmuls
+  // want them (Backend::gemm_input_type); the o input is converted by the matmul itself.
+  const DType x16 = backend_->gemm_input_type(n, linear_dtype());
+  const bool fold = x16 != DType::kF32 && ws.normed16.data() != nullptr;
+  const Tensor normed16 = fold ? ws.normed16.tensor(x16, {n, c.hidden_size}) : Tensor();
+  const Tensor gate16 = fold ? ws.gate16.tensor(x16, {n, c.intermediate_size}) : Tensor();
+  auto add_norm = [&](const Tensor& w, bool feeds_matmul) {
+    if (fold && feeds_matmul) {
+      backend_->add_rms_norm_x16(normed, normed16, hidden, branch, w, eps);
+    } else {
+      backend_->add_rms_norm(normed, hidden, branch, w, eps);
+    }
+  };
 
   backend_->embedding(hidden, weights_.embed, step.token_ids);
-  backend_->rms_norm(normed, hidden, weights_.layers[0].attn_norm, eps);
+  if (fold) {
+    backend_->rms_norm_x16(normed, normed16, hidden, weights_.layers[0].attn_norm, eps);
+  } else {
+    backend_->rms_norm(normed, hidden, weights_.layers[0].attn_norm, eps);
+  }
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerWeights& w = weights_.layers[l];
     static constexpr LoraTarget kQkv[] = {LoraTarget::kQ, LoraTarget::kK, LoraTarget::kV};
     static constexpr LoraTarget kO[] = {LoraTarget::kO};
     static constexpr LoraTarget kGateUp[] = {LoraTarget::kGate, LoraTarget::kUp};
     static constexpr LoraTarget kDown[] = {LoraTarget::kDown};
-    project(group({{q, w.wq, w.bq}, {k, w.wk, w.bk}, {v, w.wv, w.bv}}), kQkv, normed, l, step, ws, lora);
+    project(group({{q, w.wq, w.bq}, {k, w.wk, w.bk}, {v, w.wv, w.bv}}, normed16), kQkv, normed, l, step, ws, lora);
     Tensor q3 = q.view({n, c.num_heads, c.head_dim});
     Tensor k3 = k.view({n, c.num_kv_heads, c.head_dim});
     Tensor v3 = v.view({n, c.num_kv_heads, c.head_dim});
@@ -91,12 +116,16 @@ void LlamaModel::forward(const StepTensors& step, Workspace& ws, const KvCacheVi
     backend_->kv_write(kv.k[l], kv.v[l], k3, v3, step.slot_mapping);
     backend_->attention(attn.view({n, c.num_heads, c.head_dim}), q3, kv.k[l], kv.v[l], step.attn, scale);
     project(group({{branch, w.wo, Tensor()}}), kO, attn, l, step, ws, lora);
-    backend_->add_rms_norm(normed, hidden, branch, w.mlp_norm, eps);
-    project(group({{gate, w.w_gate, Tensor()}, {up, w.w_up, Tensor()}}), kGateUp, normed, l, step, ws, lora);
-    backend_->silu_mul(gate, gate, up);
-    project(group({{branch, w.w_down, Tensor()}}), kDown, gate, l, step, ws, lora);
-    const Tensor& next_norm = l + 1 < c.num_layers ? weights_.layers[l + 1].attn_norm : weights_.final_norm;
-    backend_->add_rms_norm(normed, hidden, branch, next_norm, eps);
+    add_norm(w.mlp_norm, true);
+    project(group({{gate, w.w_gate, Tensor()}, {up, w.w_up, Tensor()}}, normed16), kGateUp, normed, l, step, ws, lora);
+    if (fold) {
+      backend_->silu_mul_x16(gate, gate16, gate, up);
+    } else {
+      backend_->silu_mul(gate, gate, up);
+    }
+    project(group({{branch, w.w_down, Tensor()}}, gate16), kDown, gate, l, step, ws, lora);
+    const bool last = l + 1 == c.num_layers;  // the final norm feeds lm_head's rows, not a group
+    add_norm(last ? weights_.final_norm : weights_.layers[l + 1].attn_norm, !last);
   }
   if (step.num_logit_rows > 0) {
     Tensor sel = ws.selected.tensor(DType::kF32, {step.num_logit_rows, c.hidden_size});

@@ -27,13 +27,17 @@ struct StepTensors {
   bool lora_active = false;
 };
 
-// Activation buffers for up to max_tokens tokens per step, allocated once.
+// Activation buffers for up to max_tokens tokens per step, allocated once. linear_dtype:
+// the projections' weight type; when the backend multiplies such weights by a 16-bit copy
+// of x (Backend::gemm_input_type), normed16 and gate16 hold the copies the norms and
+// silu_mul write beside their f32 outputs.
 struct Workspace {
-  Workspace(Backend* backend, const ModelConfig& c, int max_tokens, int max_lora_rank);
+  Workspace(Backend* backend, const ModelConfig& c, DType linear_dtype, int max_tokens, int max_lora_rank);
   int max_tokens;
   Buffer hidden, residual, normed;  // [T, hidden]
   Buffer q, k, v, attn_out;         // [T, q_size], [T, kv_size] x2, [T, q_size]
   Buffer gate, up;                  // [T, intermediate]
+  Buffer normed16, gate16;          // [T, hidden], [T, intermediate] 16-bit, or none
   Buffer lora_tmp;                  // [T, max_lora_rank]
   Buffer selected;                  // [T, hidden] rows whose logits are wanted
 };
@@ -48,6 +52,8 @@ class LlamaModel {
 
   const ModelConfig& config() const { return config_; }
   const LlamaWeights& weights() const { return weights_; }
+  // The projections' weight type (every layer's q/k/v/o/gate/up/down share it).
+  DType linear_dtype() const { return weights_.layers.empty() ? DType::kF32 : weights_.layers[0].wq.dtype; }
   Backend* backend() const { return backend_; }
 
   // Runs the layers over step.num_tokens tokens, writing K/V into the cache, and leaves

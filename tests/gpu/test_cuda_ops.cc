@@ -1,8 +1,9 @@
 // link: qv_backend
 // CUDA backend vs the scalar reference, op by op, on awkward shapes: memory and copies,
 // dummy-weight fill (bitwise), a kernel chain with and without pdl (bitwise), embedding,
-// rms_norm / add_rms_norm, rope, kv_write, silu_mul / add / gather_rows and matmul on every
-// path (GEMV, cuBLAS, cuBLAS with split activations). Attention and LoRA have their own
+// rms_norm / add_rms_norm, rope, kv_write, silu_mul / add / gather_rows, the 16-bit GEMM
+// input copies (bitwise), and matmul on every path (GEMV, cuBLAS, cuBLAS with split
+// activations). Attention and LoRA have their own
 // files. Every case prints its error; skips without a GPU.
 #include <algorithm>
 #include <numeric>
@@ -226,6 +227,83 @@ TEST_F(CudaOps, ElementWise) {
         expect_close("gather_rows m=" + std::to_string(m) + " " + tag, download(gpu_.get(), ghout.t), hout.as_f32(), 0);
       }
     }
+}
+
+// The rounded value a 16-bit copy must hold (round to nearest even, as the matmul's own
+// conversion before cuBLAS).
+std::vector<float> rounded(const std::vector<float>& v, DType t) {
+  std::vector<float> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i)
+    r[i] = t == DType::kBF16 ? bf16_to_f32(f32_to_bf16(v[i])) : f16_to_f32(f32_to_f16(v[i]));
+  return r;
+}
+
+// The *_x16 ops write the same f32 output as the plain ops and, beside it, that output
+// rounded to 16 bits; a matmul_group handed that copy (MatmulGroup::x16) gives bitwise the
+// result of converting x itself. gemm_input_type says when the copy is wanted.
+TEST_F(CudaOps, X16CopiesAreTheMatmulsOwnConversion) {
+  const int gemv_max_n = CudaBackendOptions{}.gemv_max_n;
+  EXPECT_EQ(gpu_->gemm_input_type(gemv_max_n, DType::kBF16), DType::kF32);
+  EXPECT_EQ(gpu_->gemm_input_type(gemv_max_n + 1, DType::kBF16), DType::kBF16);
+  EXPECT_EQ(gpu_->gemm_input_type(gemv_max_n + 1, DType::kF16), DType::kF16);
+  EXPECT_EQ(gpu_->gemm_input_type(1000, DType::kF32), DType::kF32);
+  CudaBackendOptions o;
+  o.gemm_split_activations = true;
+  auto split = variant_backend(o);
+  ASSERT_NE(split, nullptr);
+  EXPECT_EQ(split->gemm_input_type(1000, DType::kBF16), DType::kF32);  // it multiplies hi + lo, not one copy
+  for (DType t : {DType::kBF16, DType::kF16})
+    for (int64_t d : {17, 130, 4096})
+      for (int64_t n : {3, 33}) {
+        const std::string tag = std::string(name_of(t)) + " n=" + std::to_string(n) + " d=" + std::to_string(d);
+        HostTensor x = random_tensor(rng_, DType::kF32, {n, d}, 3.f), w = random_tensor(rng_, t, {d});
+        HostTensor res = random_tensor(rng_, DType::kF32, {n, d}, 2.f), out = random_tensor(rng_, DType::kF32, {n, d});
+        HostTensor out16 = random_tensor(rng_, t, {n, d});
+        DeviceTensor gx = upload(gpu_.get(), x), gw = upload(gpu_.get(), w), go = upload(gpu_.get(), out);
+        DeviceTensor gplain = upload(gpu_.get(), out), g16 = upload(gpu_.get(), out16);
+        DeviceTensor gr1 = upload(gpu_.get(), res), gr2 = upload(gpu_.get(), res);
+
+        gpu_->rms_norm(gplain.t, gx.t, gw.t, 1e-5f);
+        gpu_->rms_norm_x16(go.t, g16.t, gx.t, gw.t, 1e-5f);
+        std::vector<float> want = download(gpu_.get(), gplain.t);
+        expect_close("rms_norm_x16 out " + tag, download(gpu_.get(), go.t), want, 0);
+        expect_close("rms_norm_x16 out16 " + tag, download(gpu_.get(), g16.t), rounded(want, t), 0);
+
+        gpu_->add_rms_norm(gplain.t, gr1.t, gx.t, gw.t, 1e-6f);
+        gpu_->add_rms_norm_x16(go.t, g16.t, gr2.t, gx.t, gw.t, 1e-6f);
+        want = download(gpu_.get(), gplain.t);
+        expect_close("add_rms_norm_x16 out " + tag, download(gpu_.get(), go.t), want, 0);
+        expect_close("add_rms_norm_x16 residual " + tag, download(gpu_.get(), gr2.t), download(gpu_.get(), gr1.t), 0);
+        expect_close("add_rms_norm_x16 out16 " + tag, download(gpu_.get(), g16.t), rounded(want, t), 0);
+
+        // silu_mul in place on its gate, as the model calls it.
+        DeviceTensor gate1 = upload(gpu_.get(), x), gate2 = upload(gpu_.get(), x), gu = upload(gpu_.get(), res);
+        gpu_->silu_mul(gate1.t, gate1.t, gu.t);
+        gpu_->silu_mul_x16(gate2.t, g16.t, gate2.t, gu.t);
+        want = download(gpu_.get(), gate1.t);
+        expect_close("silu_mul_x16 out " + tag, download(gpu_.get(), gate2.t), want, 0);
+        expect_close("silu_mul_x16 out16 " + tag, download(gpu_.get(), g16.t), rounded(want, t), 0);
+
+        // Two members, each with its own output; the copy is the silu_mul output's.
+        HostTensor w1 = random_tensor(rng_, t, {40, d}, 0.5f), w2 = random_tensor(rng_, t, {24, d}, 0.5f);
+        HostTensor y1 = random_tensor(rng_, DType::kF32, {n, 40}), y2 = random_tensor(rng_, DType::kF32, {n, 24});
+        DeviceTensor gw1 = upload(gpu_.get(), w1), gw2 = upload(gpu_.get(), w2);
+        DeviceTensor a1 = upload(gpu_.get(), y1), a2 = upload(gpu_.get(), y2), b1 = upload(gpu_.get(), y1),
+                     b2 = upload(gpu_.get(), y2);
+        MatmulGroup g;
+        g.count = 2;
+        g.w[0] = gw1.t;
+        g.w[1] = gw2.t;
+        g.y[0] = a1.t;
+        g.y[1] = a2.t;
+        gpu_->matmul_group(g, gate2.t);
+        g.y[0] = b1.t;
+        g.y[1] = b2.t;
+        g.x16 = g16.t;
+        gpu_->matmul_group(g, gate2.t);
+        expect_close("matmul_group with x16, member 0 " + tag, download(gpu_.get(), b1.t), download(gpu_.get(), a1.t), 0);
+        expect_close("matmul_group with x16, member 1 " + tag, download(gpu_.get(), b2.t), download(gpu_.get(), a2.t), 0);
+      }
 }
 
 // One matmul case on `gpu` vs the reference. misalign: the weight starts one element past

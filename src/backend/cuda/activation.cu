@@ -18,8 +18,10 @@ unsigned grid_for(int64_t work, int num_sms) {
 
 __device__ __forceinline__ float silu_mul1(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
-// out = silu(gate) * up over `count` elements; vec: float4 over count / 4 groups.
-__global__ void silu_mul_kernel(float* out, const float* gate, const float* up, int64_t count, bool vec) {
+// out = silu(gate) * up over `count` elements; vec: float4 over count / 4 groups. out16 (or
+// null): out again, rounded (store_x16).
+__global__ void silu_mul_kernel(float* out, void* __restrict__ out16, bool bf16, const float* gate, const float* up,
+                                int64_t count, bool vec) {
   cuda::pdl_wait();  // launched with pdl (cuda_common.h)
   cuda::pdl_trigger();
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
@@ -28,11 +30,18 @@ __global__ void silu_mul_kernel(float* out, const float* gate, const float* up, 
     for (int64_t i = start; i < count / 4; i += stride) {
       const float4 g = reinterpret_cast<const float4*>(gate)[i];
       const float4 u = reinterpret_cast<const float4*>(up)[i];
-      reinterpret_cast<float4*>(out)[i] =
-          make_float4(silu_mul1(g.x, u.x), silu_mul1(g.y, u.y), silu_mul1(g.z, u.z), silu_mul1(g.w, u.w));
+      const float4 r = make_float4(silu_mul1(g.x, u.x), silu_mul1(g.y, u.y), silu_mul1(g.z, u.z), silu_mul1(g.w, u.w));
+      reinterpret_cast<float4*>(out)[i] = r;
+      cuda::store_x16(out16, 4 * i, r.x, bf16);
+      cuda::store_x16(out16, 4 * i + 1, r.y, bf16);
+      cuda::store_x16(out16, 4 * i + 2, r.z, bf16);
+      cuda::store_x16(out16, 4 * i + 3, r.w, bf16);
     }
   } else {
-    for (int64_t i = start; i < count; i += stride) out[i] = silu_mul1(gate[i], up[i]);
+    for (int64_t i = start; i < count; i += stride) {
+      out[i] = silu_mul1(gate[i], up[i]);
+      cuda::store_x16(out16, i, out[i], bf16);
+    }
   }
 }
 
@@ -72,17 +81,21 @@ __global__ void gather_rows_kernel(float* __restrict__ out, const float* __restr
 
 }  // namespace
 
-void CudaBackend::silu_mul(Tensor out, Tensor gate, Tensor up) {
+void CudaBackend::silu_mul(Tensor out, Tensor gate, Tensor up) { silu_mul_x16(out, Tensor(), gate, up); }
+
+void CudaBackend::silu_mul_x16(Tensor out, Tensor out16, Tensor gate, Tensor up) {
   cuda::check_f32(out, "silu_mul: out must be f32 on the GPU");
   cuda::check_f32(gate, "silu_mul: gate must be f32 on the GPU");
   cuda::check_f32(up, "silu_mul: up must be f32 on the GPU");
+  cuda::check_x16(out16, out, "silu_mul: out16 must be bf16 or f16 on the GPU, out's shape");
   const int64_t count = out.numel();
   check(gate.numel() == count && up.numel() == count, "silu_mul: shape mismatch");
   if (count == 0) return;
   const bool vec = count % 4 == 0 && cuda::aligned16(out.data) && cuda::aligned16(gate.data) &&
                    cuda::aligned16(up.data);
   cuda::launch_kernel(silu_mul_kernel, grid_for(vec ? count / 4 : count, num_sms_), kThreads, 0, stream_, pdl_,
-                      out.ptr<float>(), gate.ptr<float>(), up.ptr<float>(), count, vec);
+                      out.ptr<float>(), out16.data, out16.dtype == DType::kBF16, gate.ptr<float>(), up.ptr<float>(),
+                      count, vec);
 }
 
 void CudaBackend::add(Tensor y, Tensor x) {

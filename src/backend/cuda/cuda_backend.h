@@ -59,6 +59,10 @@ class CudaBackend : public Backend {
   void attention(Tensor out, Tensor q, Tensor k_cache, Tensor v_cache, const AttentionMeta& meta,
                  float scale) override;
   void silu_mul(Tensor out, Tensor gate, Tensor up) override;
+  DType gemm_input_type(int64_t n, DType w) const override;  // gemm.cu
+  void rms_norm_x16(Tensor out, Tensor out16, Tensor x, Tensor w, float eps) override;
+  void add_rms_norm_x16(Tensor out, Tensor out16, Tensor residual, Tensor x, Tensor w, float eps) override;
+  void silu_mul_x16(Tensor out, Tensor out16, Tensor gate, Tensor up) override;
   void add(Tensor y, Tensor x) override;
   void gather_rows(Tensor out, Tensor x, Tensor rows) override;
   void lora_shrink(Tensor t, Tensor x, Tensor a_stack, const LoraMeta& meta) override;

@@ -59,6 +59,27 @@ __device__ __forceinline__ __half from_f32<__half>(float v) { return __float2hal
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
+// A 16-bit copy of an f32 activation (MatmulGroup::x16): p[i] = v rounded to nearest even,
+// bf16 when bf16, else f16; nothing when p is null. The same rounding as the conversion
+// before cuBLAS (gemm.cu), so a GEMM on the copy is bitwise the GEMM on the conversion.
+__device__ __forceinline__ void store_x16(void* p, int64_t i, float v, bool bf16) {
+  if (p == nullptr) return;
+  if (bf16) {
+    static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
+  } else {
+    static_cast<__half*>(p)[i] = __float2half_rn(v);
+  }
+}
+
+// Checks an optional 16-bit copy of `out` (the *_x16 ops): empty, or bf16/f16 on the GPU
+// with out's shape.
+inline void check_x16(const Tensor& out16, const Tensor& out, const char* what) {
+  if (out16.empty()) return;
+  check((out16.dtype == DType::kBF16 || out16.dtype == DType::kF16) && out16.device == Device::kCuda &&
+            out16.numel() == out.numel(),
+        what);
+}
+
 // A 16-byte vector of T, unpacked to floats. E = elements per vector.
 template <typename T>
 struct Vec16 {

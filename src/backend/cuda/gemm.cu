@@ -6,6 +6,8 @@
 //   buffer and multiplied on the tensor cores with f32 accumulation and f32 output. The
 //   rounding of x costs ~2^-9 relative (bf16); with gemm_split_activations, x = hi + lo
 //   is multiplied in two GEMMs (the second accumulates, beta = 1), which restores ~2^-17.
+// A producer may hand over x already rounded (MatmulGroup::x16, gemm_input_type): the
+// conversion is then skipped, with the same bits going into the GEMM.
 // cuBLAS is row-major-agnostic: row-major y^T = w x^T is column-major y = op_T(w) x with
 // every leading dimension equal to the row length.
 #include <algorithm>
@@ -90,7 +92,13 @@ void CudaBackend::matmul_group_launch(const MatmulGroup& g, Tensor x, bool pdl) 
   }
 }
 
-// x is converted to the weights' 16-bit type once for the whole group, then one GEMM per member.
+DType CudaBackend::gemm_input_type(int64_t n, DType w) const {
+  const bool rounds = n > options_.gemv_max_n && !options_.gemm_split_activations;
+  return rounds && (w == DType::kBF16 || w == DType::kF16) ? w : DType::kF32;
+}
+
+// x is converted to the weights' 16-bit type once for the whole group (unless g.x16 is that
+// conversion already), then one GEMM per member.
 void CudaBackend::matmul_cublas(const MatmulGroup& g, Tensor x) {
   const int64_t n = x.dim(0), in = x.dim(1);
   const int n_ = static_cast<int>(n), k_ = static_cast<int>(in);
@@ -101,8 +109,14 @@ void CudaBackend::matmul_cublas(const MatmulGroup& g, Tensor x) {
   cudaDataType_t type = CUDA_R_32F;
   if (wt != DType::kF32) {
     check(wt == DType::kBF16 || wt == DType::kF16, "matmul: weight must be F32, F16 or BF16");
-    const bool split = options_.gemm_split_activations;
     type = wt == DType::kBF16 ? CUDA_R_16BF : CUDA_R_16F;
+  }
+  if (wt != DType::kF32 && !g.x16.empty() && !options_.gemm_split_activations) {
+    check(g.x16.dtype == wt && g.x16.device == Device::kCuda && g.x16.numel() == n * in,
+          "matmul: x16 must be x rounded to the weights' dtype, [n, in] on the GPU");
+    xs = g.x16.data;
+  } else if (wt != DType::kF32) {
+    const bool split = options_.gemm_split_activations;
     char* hi = static_cast<char*>(scratch(matmul_scratch_, matmul_scratch_bytes(n, in, split), "matmul"));
     char* low = split ? hi + static_cast<size_t>(n * in) * 2 : nullptr;
     cuda::dispatch_float(wt, [&](auto tag) {

@@ -9,12 +9,12 @@ namespace quiver {
 namespace {
 
 // out: [n, d] f32; x: [n, d] f32; w: [d] W. ADD: residual[n, d] += x first, and the norm
-// is taken of the updated residual. Each thread reads back only elements it wrote itself
+// is taken of the updated residual. out16 (or null): out again, rounded (store_x16). Each thread reads back only elements it wrote itself
 // (same index mapping in both passes), so no barrier is needed between write and read.
 // vec: d % 4 == 0 and every row pointer 16-byte aligned (float4 path).
 template <typename W, bool ADD>
-__global__ void rms_norm_kernel(float* __restrict__ out, float* residual, const float* x,
-                                const W* __restrict__ w, int64_t d, float eps, bool vec) {
+__global__ void rms_norm_kernel(float* __restrict__ out, void* __restrict__ out16, bool bf16, float* residual,
+                                const float* x, const W* __restrict__ w, int64_t d, float eps, bool vec) {
   cuda::pdl_wait();  // launched with pdl (cuda_common.h)
   cuda::pdl_trigger();
   __shared__ float red[32];
@@ -55,15 +55,24 @@ __global__ void rms_norm_kernel(float* __restrict__ out, float* residual, const 
       float4 r = make_float4(cuda::to_f32(w[e]) * (a.x * inv), cuda::to_f32(w[e + 1]) * (a.y * inv),
                              cuda::to_f32(w[e + 2]) * (a.z * inv), cuda::to_f32(w[e + 3]) * (a.w * inv));
       reinterpret_cast<float4*>(o)[j] = r;
+      cuda::store_x16(out16, row * d + e, r.x, bf16);
+      cuda::store_x16(out16, row * d + e + 1, r.y, bf16);
+      cuda::store_x16(out16, row * d + e + 2, r.z, bf16);
+      cuda::store_x16(out16, row * d + e + 3, r.w, bf16);
     }
   } else {
-    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) o[j] = cuda::to_f32(w[j]) * (src[j] * inv);
+    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+      o[j] = cuda::to_f32(w[j]) * (src[j] * inv);
+      cuda::store_x16(out16, row * d + j, o[j], bf16);
+    }
   }
 }
 
 template <bool ADD>
-void launch_rms_norm(cudaStream_t stream, bool pdl, Tensor out, Tensor residual, Tensor x, Tensor w, float eps) {
+void launch_rms_norm(cudaStream_t stream, bool pdl, Tensor out, Tensor out16, Tensor residual, Tensor x, Tensor w,
+                     float eps) {
   cuda::check_f32(out, "rms_norm: out must be f32 on the GPU");
+  cuda::check_x16(out16, out, "rms_norm: out16 must be bf16 or f16 on the GPU, out's shape");
   cuda::check_f32(x, "rms_norm: x must be f32 on the GPU");
   check(x.ndim == 2 && out.ndim == 2, "rms_norm: x and out must be [n, d]");
   const int64_t n = x.dim(0), d = x.dim(1);
@@ -80,18 +89,27 @@ void launch_rms_norm(cudaStream_t stream, bool pdl, Tensor out, Tensor residual,
   cuda::dispatch_float(w.dtype, [&](auto tag) {
     using W = typename decltype(tag)::type;
     cuda::launch_kernel(rms_norm_kernel<W, ADD>, static_cast<unsigned>(n), threads, 0, stream, pdl, out.ptr<float>(),
-                        ADD ? residual.ptr<float>() : nullptr, x.ptr<float>(), w.ptr<W>(), d, eps, vec);
+                        out16.data, out16.dtype == DType::kBF16, ADD ? residual.ptr<float>() : nullptr,
+                        x.ptr<float>(), w.ptr<W>(), d, eps, vec);
   }, "rms_norm: weight must be F32, F16 or BF16");
 }
 
 }  // namespace
 
 void CudaBackend::rms_norm(Tensor out, Tensor x, Tensor w, float eps) {
-  launch_rms_norm<false>(stream_, pdl_, out, Tensor(), x, w, eps);
+  launch_rms_norm<false>(stream_, pdl_, out, Tensor(), Tensor(), x, w, eps);
 }
 
 void CudaBackend::add_rms_norm(Tensor out, Tensor residual, Tensor x, Tensor w, float eps) {
-  launch_rms_norm<true>(stream_, pdl_, out, residual, x, w, eps);
+  launch_rms_norm<true>(stream_, pdl_, out, Tensor(), residual, x, w, eps);
+}
+
+void CudaBackend::rms_norm_x16(Tensor out, Tensor out16, Tensor x, Tensor w, float eps) {
+  launch_rms_norm<false>(stream_, pdl_, out, out16, Tensor(), x, w, eps);
+}
+
+void CudaBackend::add_rms_norm_x16(Tensor out, Tensor out16, Tensor residual, Tensor x, Tensor w, float eps) {
+  launch_rms_norm<true>(stream_, pdl_, out, out16, residual, x, w, eps);
 }
 
 }  // namespace quiver
