@@ -111,9 +111,10 @@ void CudaBackend::matmul_cublas(const MatmulGroup& g, Tensor x) {
     check(wt == DType::kBF16 || wt == DType::kF16, "matmul: weight must be F32, F16 or BF16");
     type = wt == DType::kBF16 ? CUDA_R_16BF : CUDA_R_16F;
   }
-  if (wt != DType::kF32 && !g.x16.empty() && !options_.gemm_split_activations) {
-    check(g.x16.dtype == wt && g.x16.device == Device::kCuda && g.x16.numel() == n * in,
-          "matmul: x16 must be x rounded to the weights' dtype, [n, in] on the GPU");
+  // A copy in another 16-bit type than these weights' (a checkpoint mixing f16 and bf16
+  // projections) is not used: x is converted as usual.
+  if (wt != DType::kF32 && !g.x16.empty() && g.x16.dtype == wt && !options_.gemm_split_activations) {
+    check(g.x16.device == Device::kCuda && g.x16.numel() == n * in, "matmul: x16 must be [n, in] on the GPU");
     xs = g.x16.data;
   } else if (wt != DType::kF32) {
     const bool split = options_.gemm_split_activations;
