@@ -8,13 +8,15 @@
 #             NCU_COUNT; by default a 2,048-token prefill step with 8 adapters). NCU_ADAPTERS
 #             (default NCU_BS) and NCU_KERNELS (a kernel-name regex) narrow it: issue 6 (c)'s
 #             decode LoRA is NCU_BS=256 NCU_IN=1 NCU_ADAPTERS=64 NCU_KERNELS='shrink|expand'
-#             NCU_COUNT=8 (one layer: 256 one-token prompts, four per adapter, sorted by slot)
+#             NCU_COUNT=8 (one layer: 256 one-token prompts, four per adapter, sorted by slot).
+#             NCU_DETAIL=1 adds NCU_DETAIL_METRICS (bytes, occupancy, stalls) per kernel
 #   BENCHC    256 requests over 64 adapters with --trace (BENCHC_OUT output tokens)
 #   BENCHAB   LoRA vs base at batch 1/8/32/64 (BENCHAB_BS, BENCHAB_OUT, BENCHAB_FLAGS);
 #             BENCHAB_EAGER adds batch 1 with --enforce-eager
 # Chat-template expectations are re-rendered there with `python3 tools/make_chat_fixtures.py`.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+: "${NCU_DETAIL_METRICS:=dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum,launch__registers_per_thread,launch__occupancy_limit_registers,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,smsp__average_warp_latency_issue_stalled_long_scoreboard.ratio,smsp__average_warp_latency_issue_stalled_barrier.ratio,smsp__average_warp_latency_issue_stalled_short_scoreboard.ratio,dram__throughput.avg.pct_of_peak_sustained_elapsed}"
 : "${OUT:=/tmp/quiver_out}"
 # Logs go to /tmp/diag_logs and come back packed in $OUT/logs.tgz (few files: the device returns
 # only a limited number).
@@ -59,17 +61,30 @@ B=(./$build/quiver bench --model bench/configs/llama-2-7b --load-format dummy --
 if [ -n "${NCU:-}" ]; then  # defaults: the first step is one 2,048-token prefill over 8 adapters
   kfilter=()
   [ -n "${NCU_KERNELS:-}" ] && kfilter=(--kernel-name "regex:$NCU_KERNELS")
-  timeout 200 ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip ${NCU_SKIP:-0} \
+  # NCU_DETAIL: per kernel, what bounds it (bytes, occupancy, warp stalls) instead of time only.
+  what=(--metrics gpu__time_duration.sum)
+  [ -n "${NCU_DETAIL:-}" ] && what=(--metrics "gpu__time_duration.sum,$NCU_DETAIL_METRICS")
+  timeout 200 ncu --clock-control none "${what[@]}" --csv --launch-skip ${NCU_SKIP:-0} \
     --launch-count ${NCU_COUNT:-1400} "${kfilter[@]}" "${B[@]}" --batch-size ${NCU_BS:-8} --input-len ${NCU_IN:-256} \
     --output-len 2 --num-adapters ${NCU_ADAPTERS:-${NCU_BS:-8}} --num-iters 1 --warmup-steps 0 --max-num-seqs ${NCU_BS:-8} --kv-cache-memory 16GiB \
     --enforce-eager --lora-dtype bfloat16 >"$OUT/ncu.csv" 2>"$OUT/ncu.err"
   echo "ncu rc=$? $(wc -l <"$OUT/ncu.csv") lines"; tail -3 "$OUT/ncu.err"
   # Per forward pass (each starts with the embedding kernel): total and the largest kernels.
-  python3 - "$OUT/ncu.csv" <<'PY'
+  # With NCU_DETAIL, every profiled kernel's metrics instead.
+  python3 - "$OUT/ncu.csv" "${NCU_DETAIL:-}" <<'PY'
 import csv, sys, collections
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
 hdr = rows[0]; rows = rows[1:]
 ki = hdr.index("Kernel Name"); vi = hdr.index("Metric Value"); ui = hdr.index("Metric Unit")
+mi = hdr.index("Metric Name"); ii = hdr.index("ID"); gi = hdr.index("Grid Size")
+if sys.argv[2]:
+    kernels = collections.OrderedDict()
+    for r in rows:
+        kernels.setdefault(r[ii], [r[ki].split("(")[0][-60:] + " grid " + r[gi]]).append(f"{r[mi]} = {r[vi]} {r[ui]}")
+    for lines in kernels.values():
+        print(lines[0]); print("\n".join("    " + l for l in lines[1:]))
+    sys.exit(0)
+rows = [r for r in rows if r[mi] == "gpu__time_duration.sum"]
 steps = []
 for r in rows:
     name = r[ki].split("(")[0]
