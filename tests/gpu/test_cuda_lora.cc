@@ -2,9 +2,8 @@
 // CUDA LoRA shrink/expand vs the reference: ranks 1..100, slot -1 rows that must stay
 // untouched, mixed slots in runs of every length, awkward in/out sizes, token counts from
 // 1 to 600 (tiles of 16 sorted tokens, `in` split 4 to 16 ways; from 512 tokens with bf16
-// stacks the tensor-core expand of one-run tiles), with the tokens in their
-// own order and walked through a slot-sorted permutation (LoraMeta::sorted_tokens, as the
-// engine passes).
+// stacks the tensor-core expand of one-run tiles), with the tokens in their own order and
+// walked through a slot-sorted permutation (LoraMeta::sorted_tokens, as the engine passes).
 // Tolerance 1e-4 of max |ref|. Skips without a GPU.
 #include <algorithm>
 

@@ -106,7 +106,6 @@ void CudaBackend::gather_rows(Tensor out, Tensor x, Tensor rows) {
   const int threads = static_cast<int>(std::clamp<int64_t>((d + 31) / 32 * 32, 32, 512));
   cuda::launch_kernel(gather_rows_kernel, static_cast<unsigned>(m), threads, 0, stream_, pdl_, out.ptr<float>(),
                       x.ptr<float>(), rows.ptr<int32_t>(), x.dim(0), d);
-  cuda::launch_check();
 }
 
 }  // namespace quiver

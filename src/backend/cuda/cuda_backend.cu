@@ -16,14 +16,12 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options) : options_(options) 
         "CudaBackendOptions::gemv_max_n must be in [0, 16]");
   check(options_.gemv_variant >= 0 && options_.gemv_variant <= 2, "CudaBackendOptions::gemv_variant must be 0, 1 or 2");
   cuda_check(cudaSetDevice(options_.device));
-  cuda_check(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, options_.device));
   cudaDeviceProp prop{};
   cuda_check(cudaGetDeviceProperties(&prop, options_.device));
+  num_sms_ = prop.multiProcessorCount;
   device_name_ = prop.name;
   device_memory_bytes_ = static_cast<int64_t>(prop.totalGlobalMem);
-  int major = 0;
-  cuda_check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, options_.device));
-  pdl_ = options_.pdl && major >= 9;
+  pdl_ = options_.pdl && prop.major >= 9;
   // Non-blocking: the legacy default stream must never serialise with (or break capture of)
   // this stream's work.
   cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));

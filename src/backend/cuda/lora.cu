@@ -6,16 +6,16 @@
 // order, so a tile holds runs of tokens that share an adapter: one request's prefill chunk
 // is one long run (segments), a large decode batch mostly short runs. An adapter's weights
 // are loaded once per run of a warp's tokens and used for each token of the run from
-// registers. Below 16 tokens the gather
-// kernels of lora_gather.cu (one token per block: latency first) write the same partials.
+// registers. Below 16 tokens the gather kernels of lora_gather.cu (one token per block:
+// latency first) write the same partials.
 //   shrink: a warp owns 4 tokens x 8 ranks (32 accumulators per lane) over the block's
 //           column split, 8 columns per lane per step with 16-byte loads; the lanes' sums
 //           are added through shared memory. grid (tiles, splits, G x rank blocks).
 //   expand: a lane owns 4 output rows for 4 of the tile's tokens, the y loads and the first
 //           run's B loads of a step in flight at once; the tile's t rows (the split
-//           partials summed in a fixed order) sit in shared memory. From 512
-//           tokens with bf16 stacks, tiles that are one run of consecutive tokens (prefill)
-//           are lora_expand_mma.cu's, on tensor cores, and this kernel skips them.
+//           partials summed in a fixed order) sit in shared memory. From 512 tokens with
+//           bf16 stacks, tiles that are one run of consecutive tokens (prefill) are
+//           lora_expand_mma.cu's, on tensor cores, and this kernel skips them.
 // Results are deterministic (fixed summation order): graph == eager, bitwise. Grids depend
 // only on n and the stack shapes, never on which tokens carry an adapter, so a captured
 // graph stays right whatever the slots are at replay (rules 3 and 4); tokens without an
