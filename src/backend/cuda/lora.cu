@@ -11,10 +11,10 @@
 //   shrink: a warp owns 4 tokens x 8 ranks (32 accumulators per lane) over the block's
 //           column split, 8 columns per lane per step with 16-byte loads; the lanes' sums
 //           are added through shared memory. grid (tiles, splits, G x rank blocks).
-//   expand: a lane owns one output row o for 4 of the tile's tokens, all its loads of a
-//           16-rank step in flight at once; the tile's t rows (the split partials summed
-//           in a fixed order) sit in shared memory. From 512 tokens with bf16 stacks,
-//           tiles that are one run of consecutive tokens (prefill) are
+//   expand: a lane owns 4 output rows for 4 of the tile's tokens, the y loads and the first
+//           run's B loads of a step in flight at once; the tile's t rows (the split
+//           partials summed in a fixed order) sit in shared memory. From 512 tokens with
+//           bf16 stacks, tiles that are one run of consecutive tokens (prefill) are
 //           lora_expand_mma.cu's, on tensor cores, and this kernel skips them.
 // Results are deterministic (fixed summation order): graph == eager, bitwise. Grids depend
 // only on n and the stack shapes, never on which tokens carry an adapter, so a captured
@@ -38,9 +38,10 @@ constexpr int kRankBlock = 8;                            // shrink: ranks per bl
 constexpr int kLaneCols = 8;                             // shrink: columns per lane per step
 constexpr int kSplitAlign = 32 * kLaneCols;              // split widths are multiples of 256
 constexpr int kExpandWarps = kTileTokens / kWarpTokens;  // expand: 4 tokens per warp
+constexpr int kExpandRows = 4;                           // expand: output rows per lane and step
 constexpr int kThreads = 256;                            // reduce
 constexpr int kMaxRank = 512;
-constexpr int64_t kExpandBlocks = 2048;                  // expand: target grid size
+constexpr int64_t kExpandBlocks = 1024;                  // expand: target grid size
 constexpr int64_t kMmaExpandMinN = 512;                  // expand: tensor cores from this many tokens
 
 using GroupArgs = cuda::LoraGroupArgs;
@@ -186,21 +187,24 @@ shrink_kernel(float* __restrict__ part, const float* __restrict__ x, GroupArgs a
 
 // y_g[i, o] += b_g[slot_i][o, :] . t_i with t_i = sum over splits of part[g, s, i, :].
 // grid (ceil(n / 16), walkers, G), 4 warps. A block takes 16 sorted tokens; warp w takes
-// positions 4w .. 4w + 3 of them, and lane l output row o = o0 + l, where o0 walks the rows
-// 32 at a time from 32 * blockIdx.y in steps of 32 * gridDim.y (the tile's setup, its
-// tokens and t rows, is paid once for many rows). Per 16 ranks a lane issues the y loads of
-// its 4 tokens and the B loads of every run among them (one per run: tokens of a run share
-// the row) before any use, so one memory round trip serves a step whether the 4 tokens are
-// 4 adapters (decode) or one (prefill; the 4 warps then read the same rows, from L1). The
-// t rows (stride rs = R rounded up to 16, zero padded) sit in shared memory.
+// positions 4w .. 4w + 3 of them, and lane l the kExpandRows output rows o0 + l + 32 i, where
+// o0 walks the rows 128 at a time from 128 * blockIdx.y in steps of 128 * gridDim.y (the
+// tile's setup, its tokens and t rows, is paid once for all of a block's rows). Per step a
+// lane issues the y loads of its tokens for its 4 rows, and the B loads of the first run
+// among the tokens, before using any: a decode tile whose 4 tokens share an adapter costs
+// one memory round trip per 128 rows, 24 loads in flight per lane. Each further run costs a
+// round of B loads. Prefill tiles (one run; the 4 warps read the same B rows, from L1) and
+// ranks above 16 loop the same way. The t rows (stride rs = R rounded up to 16, zero
+// padded) sit in shared memory.
 template <typename T>
-__global__ void __launch_bounds__(kExpandWarps * 32)
+__global__ void __launch_bounds__(kExpandWarps * 32, 4)  // 4 blocks per SM: at most 128 registers
 expand_kernel(GroupArgs args, const float* __restrict__ part, int splits, const int32_t* __restrict__ token_slot,
               const int32_t* __restrict__ sorted, int n, int rank, int num_slots, bool skip_runs) {
   extern __shared__ __align__(16) float ts[];  // [16][rs]
   __shared__ int tok[kTileTokens], slot[kTileTokens];
+  constexpr int kStep = 32 * kExpandRows;  // rows per block step
   const int g = blockIdx.z, out = args.out[g];
-  if (blockIdx.y * 32 >= out) return;  // uniform: this member has fewer outputs than the largest
+  if (blockIdx.y * kStep >= out) return;  // uniform: this member has fewer outputs than the largest
   cuda::lora_load_tile(tok, slot, sorted, token_slot, blockIdx.x * kTileTokens, n, num_slots);
   __syncthreads();
   bool any = false;
@@ -218,55 +222,63 @@ expand_kernel(GroupArgs args, const float* __restrict__ part, int splits, const 
   }
   __syncthreads();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, m0 = warp * kWarpTokens;
-  int wtok[kWarpTokens], wslot[kWarpTokens];
-  bool start[kWarpTokens], live = false;
+  // Per token of the warp: its token, slot, and the position of its run's first token.
+  int wtok[kWarpTokens], wslot[kWarpTokens], run_of[kWarpTokens];
+  bool live = false;
 #pragma unroll
   for (int j = 0; j < kWarpTokens; ++j) {
     wtok[j] = tok[m0 + j];
     wslot[j] = slot[m0 + j];
-    start[j] = wslot[j] >= 0 && (j == 0 || wslot[j] != wslot[j - 1]);
+    run_of[j] = j > 0 && wslot[j] == wslot[j - 1] ? run_of[j - 1] : j;
     live |= wslot[j] >= 0;
   }
   if (!live) return;  // warp-uniform, and no block barrier follows
   const T* b = static_cast<const T*>(args.b[g]);
   const bool vec = (static_cast<int64_t>(rank) * sizeof(T)) % 16 == 0 && cuda::aligned16(b);
   float* y = args.y[g];
-  for (int o = blockIdx.y * 32 + lane; o - lane < out; o += gridDim.y * 32) {
-    const bool row = o < out;
-    float acc[kWarpTokens];
+  for (int o0 = blockIdx.y * kStep; o0 < out; o0 += gridDim.y * kStep) {
+    const int ol = o0 + lane;  // row i of the lane: ol + 32 i
+    float* yrow[kWarpTokens];  // y[tok_j, ol]; row i at + 32 i
+#pragma unroll
+    for (int j = 0; j < kWarpTokens; ++j) yrow[j] = y + static_cast<int64_t>(wtok[j]) * out + ol;
+    float acc[kWarpTokens][kExpandRows];
 #pragma unroll
     for (int j = 0; j < kWarpTokens; ++j)
-      acc[j] = row && wslot[j] >= 0 ? y[static_cast<int64_t>(wtok[j]) * out + o] : 0.f;
-    for (int rb = 0; rb < rank; rb += 16) {
-      const int valid = row ? rank - rb : 0;
-      Row8<T> br[kWarpTokens][2];
 #pragma unroll
-      for (int j = 0; j < kWarpTokens; ++j) {
-        if (!start[j]) continue;
-        const T* brow = b + (static_cast<int64_t>(wslot[j]) * out + o) * rank + rb;
-        br[j][0].load(brow, valid, vec);
-        br[j][1].load(brow + 8, valid - 8, vec);
-      }
-      Row8<T> cur[2];
+      for (int i = 0; i < kExpandRows; ++i) acc[j][i] = wslot[j] >= 0 && ol + 32 * i < out ? yrow[j][32 * i] : 0.f;
 #pragma unroll
-      for (int j = 0; j < kWarpTokens; ++j) {
-        if (wslot[j] < 0) continue;
-        if (start[j]) cur[0] = br[j][0], cur[1] = br[j][1];  // else the run goes on
-        const float* t = ts + (m0 + j) * rs + rb;
-        float tv[2][8];
+    for (int j = 0; j < kWarpTokens; ++j) {
+      if (wslot[j] < 0 || run_of[j] != j) continue;  // warp-uniform: not the start of a run
+      const T* b_run = b + static_cast<int64_t>(wslot[j]) * out * rank;
+      for (int rb = 0; rb < rank; rb += 16) {
+        Row8<T> br[kExpandRows][2];
+        const T* brow = b_run + static_cast<int64_t>(ol) * rank + rb;
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const float4 t0 = *reinterpret_cast<const float4*>(t + 8 * h);
-          const float4 t1 = *reinterpret_cast<const float4*>(t + 8 * h + 4);
-          tv[h][0] = t0.x, tv[h][1] = t0.y, tv[h][2] = t0.z, tv[h][3] = t0.w;
-          tv[h][4] = t1.x, tv[h][5] = t1.y, tv[h][6] = t1.z, tv[h][7] = t1.w;
+        for (int i = 0; i < kExpandRows; ++i) {
+          const int valid = ol + 32 * i < out ? rank - rb : 0;
+          br[i][0].load(brow + 32 * i * rank, valid, vec);
+          br[i][1].load(brow + 32 * i * rank + 8, valid - 8, vec);
         }
-        acc[j] = cur[1].dot(tv[1], cur[0].dot(tv[0], acc[j]));
+#pragma unroll
+        for (int m = j; m < kWarpTokens; ++m) {
+          if (wslot[m] < 0 || run_of[m] != j) continue;  // warp-uniform: m is not in this run
+          const float* t = ts + (m0 + m) * rs + rb;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {  // ranks rb + 8h .. + 7
+            const float4 t0 = *reinterpret_cast<const float4*>(t + 8 * h);
+            const float4 t1 = *reinterpret_cast<const float4*>(t + 8 * h + 4);
+            const float tv[8] = {t0.x, t0.y, t0.z, t0.w, t1.x, t1.y, t1.z, t1.w};
+#pragma unroll
+            for (int i = 0; i < kExpandRows; ++i) acc[m][i] = br[i][h].dot(tv, acc[m][i]);
+          }
+        }
       }
     }
 #pragma unroll
     for (int j = 0; j < kWarpTokens; ++j)
-      if (row && wslot[j] >= 0) y[static_cast<int64_t>(wtok[j]) * out + o] = acc[j];
+#pragma unroll
+      for (int i = 0; i < kExpandRows; ++i)
+        if (wslot[j] >= 0 && ol + 32 * i < out) yrow[j][32 * i] = acc[j][i];
   }
 }
 
@@ -379,9 +391,9 @@ void CudaBackend::lora_expand_parts(const LoraGroup& g, const float* part, int c
                           sorted_ptr(meta), static_cast<int>(n), static_cast<int>(rank), static_cast<int>(num_slots),
                           stream_);
   const size_t smem = sizeof(float) * kTileTokens * static_cast<size_t>(cuda::ceil_div(rank, 16) * 16);
-  // Row walkers per tile: enough blocks for about one wave (~2,048), each walking as many
-  // 32-row steps as that leaves; one step each when the tiles are few (small decode batches).
-  const int64_t tiles = cuda::ceil_div(n, kTileTokens), row_steps = cuda::ceil_div(max_out, 32);
+  // Row walkers per tile: enough blocks for about one wave (~1,024), each walking as many
+  // 128-row steps as that leaves; one step each when the tiles are few (small decode batches).
+  const int64_t tiles = cuda::ceil_div(n, kTileTokens), row_steps = cuda::ceil_div(max_out, 32 * kExpandRows);
   const int64_t walkers = std::clamp<int64_t>(cuda::ceil_div(kExpandBlocks, tiles * g.count), 1, row_steps);
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(walkers), static_cast<unsigned>(g.count));
   cuda::dispatch_float(b0.dtype, [&](auto tag) {
