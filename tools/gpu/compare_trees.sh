@@ -10,7 +10,8 @@
 # then call the device tool with carry [".deps", "build-trees"] and
 #   TREES="main pdl lora-occupancy" bash tools/gpu/compare_trees.sh
 # Variables: TARGETS (GPU tests, default: graphs, lora, groups, ops), BS (decode batches,
-# default "1 8 64"), BENCHC=1 (also the 256-request case). Logs come back in $OUT/logs.tgz;
+# default "1 8 64"; BATCH:ADAPTERS, e.g. 256:64, for fewer adapters than requests),
+# BENCHC=1 (also the 256-request case). Logs come back in $OUT/logs.tgz;
 # the last lines printed are one row per (tree, batch): base and LoRA step p50.
 # NOTEST="main": trees whose GPU tests are skipped (only built and benched), e.g. a baseline
 # whose tests already passed in an earlier run.
@@ -47,11 +48,13 @@ for tree in ${TREES:?name the trees under build-trees/}; do
   if [ $failed = 1 ]; then summary+=("$tree: tests FAILED, no benches"); continue; fi
   bench=("$dir/build-gpu/quiver" bench --model "$dir/bench/configs/llama-2-7b" --load-format dummy --dtype bfloat16
     --device cuda --lora-rank 16 --lora-dtype bfloat16)
-  for bs in ${BS:-1 8 64}; do
-    timeout 90 "${bench[@]}" --batch-size "$bs" --input-len 128 --output-len 64 --num-adapters "$bs" --compare base \
-      --num-iters 1 --max-num-seqs "$bs" --kv-cache-memory 16GiB >"$log/bench_b$bs.log" 2>&1
+  for entry in ${BS:-1 8 64}; do
+    bs=${entry%%:*} adapters=${entry#*:} kv=16GiB
+    [ "$bs" -gt 64 ] && kv=48GiB
+    timeout 90 "${bench[@]}" --batch-size "$bs" --input-len 128 --output-len 64 --num-adapters "$adapters" --compare base \
+      --num-iters 1 --max-num-seqs "$bs" --kv-cache-memory $kv >"$log/bench_b$bs.log" 2>&1
     p50=$(grep -E "^  decode " "$log/bench_b$bs.log" | sed -E 's/.*p50 +([0-9.]+).*/\1/' | tr '\n' ' ')
-    summary+=("$tree: batch $bs decode step p50 (LoRA, base) ms: $p50")
+    summary+=("$tree: batch $bs over $adapters adapters, decode step p50 (LoRA, base) ms: $p50")
   done
   if [ -n "${BENCHC:-}" ]; then
     timeout 120 "${bench[@]}" --batch-size 256 --input-len 256 --output-len 128 --num-adapters 64 --num-iters 1 \

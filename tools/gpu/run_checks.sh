@@ -5,7 +5,7 @@
 #   FIX       every HF fixture on CUDA vs HF and vs the CPU (run_engine_fixtures.sh)
 #   VERIFY    `quiver verify` graph vs eager on two fixtures
 #   NCU       per-kernel times of the first eager forward passes (NCU_BS, NCU_IN, NCU_SKIP,
-#             NCU_COUNT; by default a 2,048-token prefill step with 8 adapters). NCU_ADAPTERS
+#             NCU_COUNT, NCU_T: its time limit, 200 s; by default a 2,048-token prefill step with 8 adapters). NCU_ADAPTERS
 #             (default NCU_BS) and NCU_KERNELS (a kernel-name regex) narrow it: issue 6 (c)'s
 #             decode LoRA is NCU_BS=256 NCU_IN=1 NCU_ADAPTERS=64 NCU_KERNELS='shrink|expand'
 #             NCU_COUNT=8 (one layer: 256 one-token prompts, four per adapter, sorted by slot).
@@ -64,7 +64,7 @@ if [ -n "${NCU:-}" ]; then  # defaults: the first step is one 2,048-token prefil
   # NCU_DETAIL: per kernel, what bounds it (bytes, occupancy, warp stalls) instead of time only.
   what=(--metrics gpu__time_duration.sum)
   [ -n "${NCU_DETAIL:-}" ] && what=(--metrics "gpu__time_duration.sum,$NCU_DETAIL_METRICS")
-  timeout 200 ncu --clock-control none "${what[@]}" --csv --launch-skip ${NCU_SKIP:-0} \
+  timeout ${NCU_T:-200} ncu --clock-control none "${what[@]}" --csv --launch-skip ${NCU_SKIP:-0} \
     --launch-count ${NCU_COUNT:-1400} "${kfilter[@]}" "${B[@]}" --batch-size ${NCU_BS:-8} --input-len ${NCU_IN:-256} \
     --output-len 2 --num-adapters ${NCU_ADAPTERS:-${NCU_BS:-8}} --num-iters 1 --warmup-steps 0 --max-num-seqs ${NCU_BS:-8} --kv-cache-memory 16GiB \
     --enforce-eager --lora-dtype bfloat16 >"$OUT/ncu.csv" 2>"$OUT/ncu.err"
