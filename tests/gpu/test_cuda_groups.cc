@@ -2,7 +2,8 @@
 // Grouped ops on CUDA (one launch for q/k/v or gate/up) vs the reference's member-by-member
 // defaults: matmul_group on the GEMV path (every token bucket, with and without biases,
 // members of different sizes as in GQA) and on cuBLAS; lora_group with 1..3 members,
-// slot-sorted token order, slot -1 rows untouched. Skips without a GPU.
+// slot-sorted token order, slot -1 rows untouched; project() with the tensor-core shrink of
+// prefill tiles from x's bf16 copy. Skips without a GPU.
 #include "gpu/cuda_test_util.h"
 
 namespace quiver::test {
@@ -94,6 +95,63 @@ class CudaGroups : public CudaTest {
       expect_close(tag, download(gpu, gy[i].t), y[i].as_f32(), 1e-4);
     }
   }
+
+  // project() on a prefill-sized batch with bf16 stacks and bf16 matmul weights: from 512
+  // tokens the shrink of one-run tiles reads x's bf16 copy on tensor cores (handed over as
+  // MatmulGroup::x16, or made by project() when none is), the other tiles stay on CUDA
+  // cores. The weights are zero, so y is the LoRA term alone; x holds bf16 values, so the
+  // reference on f32 x is the same sum. slots: per token, in token order.
+  void check_project_x16(int64_t in, const std::vector<int64_t>& outs, int64_t rank, const std::vector<int32_t>& slots,
+                         bool give_x16, DType st = DType::kBF16) {
+    const int64_t n = static_cast<int64_t>(slots.size()), num_slots = 3;
+    std::vector<int32_t> order;
+    lora_sorted_tokens(slots, &order);
+    const HostTensor x16 = random_tensor(rng_, DType::kBF16, {n, in});
+    HostTensor x = host_f32({n, in}, x16.as_f32());
+    HostTensor hslots = host_i32({n}, slots), horder = host_i32({n}, order);
+    HostTensor t = random_tensor(rng_, DType::kF32, {n, rank});
+    std::vector<HostTensor> a, b, y, w;
+    for (int64_t out : outs) {
+      a.push_back(random_tensor(rng_, st, {num_slots, rank, in}, 0.5f));
+      b.push_back(random_tensor(rng_, st, {num_slots, out, rank}, 0.5f));
+      y.push_back(host_f32({n, out}, std::vector<float>(static_cast<size_t>(n * out), 0.f)));
+      w.push_back(host_f32({out, in}, std::vector<float>(static_cast<size_t>(out * in), 0.f), DType::kBF16));
+    }
+    Backend* gpu = gpu_.get();
+    DeviceTensor gx = upload(gpu, x), gx16 = upload(gpu, x16), gs = upload(gpu, hslots), go = upload(gpu, horder);
+    DeviceTensor gt = upload(gpu, t);
+    std::vector<DeviceTensor> ga, gb, gy, gw;
+    LoraGroup hg, dg;
+    MatmulGroup mg;
+    hg.count = dg.count = mg.count = static_cast<int>(outs.size());
+    for (size_t i = 0; i < outs.size(); ++i) {
+      ga.push_back(upload(gpu, a[i]));
+      gb.push_back(upload(gpu, b[i]));
+      gy.push_back(upload(gpu, random_tensor(rng_, DType::kF32, {n, outs[i]}, 9.f)));  // the matmul overwrites
+      gw.push_back(upload(gpu, w[i]));
+      hg.y[i] = y[i].view();
+      hg.a_stack[i] = a[i].view();
+      hg.b_stack[i] = b[i].view();
+      dg.y[i] = mg.y[i] = gy[i].t;
+      dg.a_stack[i] = ga[i].t;
+      dg.b_stack[i] = gb[i].t;
+      mg.w[i] = gw[i].t;
+    }
+    if (give_x16) mg.x16 = gx16.t;
+    LoraMeta hmeta, dmeta;
+    hmeta.token_slot = hslots.view();
+    dmeta.token_slot = gs.t;
+    dmeta.sorted_tokens = go.t;
+    ref_.lora_group(hg, x.view(), t.view(), hmeta);
+    gpu->project(mg, &dg, gx.t, gt.t, dmeta);
+    for (size_t i = 0; i < outs.size(); ++i) {
+      char tag[200];
+      std::snprintf(tag, sizeof tag, "project %s x16 %s n=%lld in=%lld r=%lld member %zu/%zu out=%lld", name_of(st),
+                    give_x16 ? "given" : "made", static_cast<long long>(n), static_cast<long long>(in),
+                    static_cast<long long>(rank), i, outs.size(), static_cast<long long>(outs[i]));
+      expect_close(tag, download(gpu, gy[i].t), y[i].as_f32(), 1e-4);
+    }
+  }
 };
 
 TEST_F(CudaGroups, MatmulGroupGemvEveryBucket) {
@@ -122,6 +180,21 @@ TEST_F(CudaGroups, LoraGroup) {
         check_lora_group(n, 300, {700, 700}, rank, st);
         check_lora_group(n, 1100, {300}, rank, st);
       }
+}
+
+TEST_F(CudaGroups, ProjectPrefillShrinkFromX16) {
+  // Runs of one adapter (tiles that are one run, and tiles where runs meet), base-model
+  // tokens, and a tail of short runs; tokens interleaved so the slot-sorted walk matters.
+  std::vector<int32_t> slots;
+  for (int i = 0; i < 600; ++i) slots.push_back(i < 250 ? (i % 2 ? 0 : 2) : i < 300 ? -1 : i < 560 ? 1 : i % 3);
+  check_project_x16(4096, {512, 128, 128}, 16, slots, true);  // q/k/v
+  check_project_x16(1096, {300}, 100, slots, true);           // in not a multiple of 32, 4 rank passes
+  check_project_x16(256, {256}, 64, slots, false);            // o: project() makes the copy
+  check_project_x16(512, {200, 200}, 8, slots, true, DType::kF32);  // f32 stacks: CUDA cores only
+  // Every tile one run: four requests of 128 tokens.
+  std::vector<int32_t> four(512);
+  for (size_t i = 0; i < four.size(); ++i) four[i] = static_cast<int32_t>(i / 128) % 3;
+  check_project_x16(2048, {256, 256}, 32, four, true);
 }
 
 }  // namespace

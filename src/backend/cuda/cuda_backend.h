@@ -101,13 +101,19 @@ class CudaBackend : public Backend {
 
   // cuBLAS path of matmul (gemm.cu); the GEMV path is gemv.cu.
   void matmul_cublas(const MatmulGroup& g, Tensor x);
+  // x rounded to the 16-bit weight type wt in matmul_scratch_, as matmul_cublas multiplies
+  // it when no MatmulGroup::x16 is given; *low (when non-null) gets the low terms of the
+  // split conversion (options_.gemm_split_activations), else null.
+  Tensor convert_for_gemm(Tensor x, DType wt, void** low);
   // matmul_group with the GEMV launched with programmatic serialisation or not (pdl_ for
   // matmul_group; project() turns it off beside the LoRA shrink, see there).
   void matmul_group_launch(const MatmulGroup& g, Tensor x, bool pdl);
   void gemv(const MatmulGroup& g, Tensor x, bool pdl);
   // LoRA (lora.cu): shrink partial sums into lora_scratch_ ([G, chunks, n, R]), and the
-  // expand that adds them up and applies B.
-  float* lora_shrink_parts(const LoraGroup& g, Tensor x, const LoraMeta& meta, int* chunks, cudaStream_t stream);
+  // expand that adds them up and applies B. x16: x's bf16 copy or empty; from 512 tokens the
+  // shrink of one-run tiles reads it on tensor cores (lora_shrink_mma.cu).
+  float* lora_shrink_parts(const LoraGroup& g, Tensor x, const Tensor& x16, const LoraMeta& meta, int* chunks,
+                           cudaStream_t stream);
   void lora_expand_parts(const LoraGroup& g, const float* part, int chunks, int64_t n, const LoraMeta& meta);
   void add_bias(Tensor y, Tensor bias);
 

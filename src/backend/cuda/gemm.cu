@@ -117,16 +117,8 @@ void CudaBackend::matmul_cublas(const MatmulGroup& g, Tensor x) {
     check(g.x16.device == Device::kCuda && g.x16.numel() == n * in, "matmul: x16 must be [n, in] on the GPU");
     xs = g.x16.data;
   } else if (wt != DType::kF32) {
-    const bool split = options_.gemm_split_activations;
-    char* hi = static_cast<char*>(scratch(matmul_scratch_, matmul_scratch_bytes(n, in, split), "matmul"));
-    char* low = split ? hi + static_cast<size_t>(n * in) * 2 : nullptr;
-    cuda::dispatch_float(wt, [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      convert_kernel<T><<<grid_for(n * in, num_sms_), kThreads, 0, stream_>>>(
-          reinterpret_cast<T*>(hi), reinterpret_cast<T*>(low), x.ptr<float>(), n * in);
-      cuda::launch_check();
-    }, "matmul: weight must be F32, F16 or BF16");
-    xs = hi;
+    void* low = nullptr;
+    xs = convert_for_gemm(x, wt, &low).data;
     lo = low;
   }
   for (int i = 0; i < g.count; ++i) {
@@ -149,6 +141,21 @@ void CudaBackend::matmul_cublas(const MatmulGroup& g, Tensor x) {
     }
     if (!g.bias[i].empty()) add_bias(y, g.bias[i]);
   }
+}
+
+Tensor CudaBackend::convert_for_gemm(Tensor x, DType wt, void** low) {
+  const int64_t n = x.dim(0), in = x.dim(1);
+  const bool split = options_.gemm_split_activations;
+  char* hi = static_cast<char*>(scratch(matmul_scratch_, matmul_scratch_bytes(n, in, split), "matmul"));
+  char* lo = split ? hi + static_cast<size_t>(n * in) * 2 : nullptr;
+  cuda::dispatch_float(wt, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    convert_kernel<T><<<grid_for(n * in, num_sms_), kThreads, 0, stream_>>>(
+        reinterpret_cast<T*>(hi), reinterpret_cast<T*>(lo), x.ptr<float>(), n * in);
+    cuda::launch_check();
+  }, "matmul: weight must be F32, F16 or BF16");
+  if (low != nullptr) *low = lo;
+  return Tensor(hi, wt, {n, in}, Device::kCuda);
 }
 
 void CudaBackend::add_bias(Tensor y, Tensor bias) {

@@ -43,11 +43,13 @@ constexpr int kThreads = 256;                            // reduce
 constexpr int kMaxRank = 512;
 constexpr int64_t kExpandBlocks = 1024;                  // expand: target grid size
 constexpr int64_t kMmaExpandMinN = 512;                  // expand: tensor cores from this many tokens
+constexpr int64_t kMmaShrinkMinN = 512;                  // shrink: the same, given x16
 
 using GroupArgs = cuda::LoraGroupArgs;
 using cuda::lora_slot_of;
 using cuda::lora_tile_is_run;
 using cuda::lora_token_at;
+using cuda::lora_warp_tile_is_run;
 
 // Eight consecutive stack elements kept in their own type (half the registers of floats
 // for 16-bit stacks). load: 16-byte loads when vec (aligned rows) and all 8 are in range,
@@ -93,6 +95,7 @@ __device__ __forceinline__ V pick4(int j, const V (&v)[kWarpTokens]) {
 }
 
 // part: [G, splits, n, R] f32. grid (ceil(n / 16), splits, G * rank_blocks), 4 warps.
+// skip_runs: tiles that are one run are lora_shrink_mma.cu's, and left alone here.
 // Warp w takes sorted positions 16 * blockIdx.x + 4w .. +3 and ranks r0 .. r0 + 7 over the
 // columns [k0, k0 + split_cols): each lane walks 8 columns at a time, loads x for its 4
 // tokens, and A's 8 rows once per run of equal slots among them. Lanes' sums meet in a
@@ -101,10 +104,13 @@ template <typename T>
 __global__ void __launch_bounds__(kShrinkWarps * 32)
 shrink_kernel(float* __restrict__ part, const float* __restrict__ x, GroupArgs args,
               const int32_t* __restrict__ token_slot, const int32_t* __restrict__ sorted, int n, int in, int rank,
-              int num_slots, int split_cols, int rank_blocks) {
+              int num_slots, int split_cols, int rank_blocks, bool skip_runs) {
   __shared__ float red[kShrinkWarps][kWarpTokens * kRankBlock][33];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int split = blockIdx.y, g = blockIdx.z / rank_blocks, r0 = (blockIdx.z % rank_blocks) * kRankBlock;
+  int tok0, slot0;
+  if (skip_runs && lora_warp_tile_is_run(sorted, token_slot, blockIdx.x * kTileTokens, n, num_slots, &tok0, &slot0))
+    return;  // warp-uniform: lora_shrink_mma.cu's tile
   const int p0 = blockIdx.x * kTileTokens + warp * kWarpTokens;
   int tok[kWarpTokens], slot[kWarpTokens];
   bool any = false;
@@ -313,8 +319,8 @@ int split_columns(int64_t n, int64_t in) {
 
 }  // namespace
 
-float* CudaBackend::lora_shrink_parts(const LoraGroup& g, Tensor x, const LoraMeta& meta, int* chunks,
-                                     cudaStream_t stream) {
+float* CudaBackend::lora_shrink_parts(const LoraGroup& g, Tensor x, const Tensor& x16, const LoraMeta& meta,
+                                     int* chunks, cudaStream_t stream) {
   cuda::check_f32(x, "lora: x must be f32 on the GPU");
   check(x.ndim == 2, "lora: x must be [n, in]");
   const int64_t n = x.dim(0), in = x.dim(1);
@@ -342,6 +348,12 @@ float* CudaBackend::lora_shrink_parts(const LoraGroup& g, Tensor x, const LoraMe
                              static_cast<int>(num_slots), a0.dtype, stream);
     return part;
   }
+  // Prefill-sized batches given x's bf16 copy: the one-run tiles on tensor cores first.
+  const bool mma = n >= kMmaShrinkMinN && cuda::lora_mma_shrink_fits(a0.dtype, args, g.count, x16, n, in);
+  if (mma)
+    cuda::lora_mma_shrink(part, x16.data, args, g.count, meta.token_slot.ptr<int32_t>(), sorted_ptr(meta),
+                          static_cast<int>(n), static_cast<int>(in), static_cast<int>(rank),
+                          static_cast<int>(num_slots), split_cols, *chunks, stream);
   const int rank_blocks = static_cast<int>(cuda::ceil_div(rank, kRankBlock));
   const dim3 grid(static_cast<unsigned>(cuda::ceil_div(n, kTileTokens)), static_cast<unsigned>(*chunks),
                   static_cast<unsigned>(g.count * rank_blocks));
@@ -349,7 +361,7 @@ float* CudaBackend::lora_shrink_parts(const LoraGroup& g, Tensor x, const LoraMe
     using T = typename decltype(tag)::type;
     shrink_kernel<T><<<grid, kShrinkWarps * 32, 0, stream>>>(
         part, x.ptr<float>(), args, meta.token_slot.ptr<int32_t>(), sorted_ptr(meta), static_cast<int>(n),
-        static_cast<int>(in), static_cast<int>(rank), static_cast<int>(num_slots), split_cols, rank_blocks);
+        static_cast<int>(in), static_cast<int>(rank), static_cast<int>(num_slots), split_cols, rank_blocks, mma);
     cuda::launch_check();
   }, "lora: a_stack must be F32, F16 or BF16");
   return part;
@@ -410,7 +422,7 @@ void CudaBackend::lora_group(const LoraGroup& g, Tensor x, Tensor /*t*/, const L
   const int64_t n = x.dim(0);
   if (n == 0 || g.a_stack[0].dim(1) == 0) return;
   int chunks = 0;
-  const float* part = lora_shrink_parts(g, x, meta, &chunks, stream_);
+  const float* part = lora_shrink_parts(g, x, Tensor(), meta, &chunks, stream_);
   lora_expand_parts(g, part, chunks, n, meta);
 }
 
@@ -427,12 +439,20 @@ void CudaBackend::project(const MatmulGroup& g, const LoraGroup* lora, Tensor x,
     return;
   }
   check(lora->count >= 1 && lora->count <= kMaxGroup, "project: 1..3 LoRA members");
+  // A prefill-sized group that the matmul multiplies in bf16 and that came without x's bf16
+  // copy (o: the attention output) gets it here, before the fork, so the shrink can read it.
+  MatmulGroup gm = g;
+  const int64_t n = x.dim(0);
+  const DType wt = g.w[0].dtype;
+  if (gm.x16.empty() && n >= kMmaShrinkMinN && lora->a_stack[0].dtype == DType::kBF16 &&
+      gemm_input_type(n, wt) == DType::kBF16 && x.dtype == DType::kF32 && x.ndim == 2)
+    gm.x16 = convert_for_gemm(x, wt, nullptr);
   cuda::cuda_check(cudaEventRecord(fork_, stream_));
   cuda::cuda_check(cudaStreamWaitEvent(side_stream_, fork_, 0));
   int chunks = 0;
-  const float* part = lora_shrink_parts(*lora, x, meta, &chunks, side_stream_);
+  const float* part = lora_shrink_parts(*lora, x, gm.x16, meta, &chunks, side_stream_);
   cuda::cuda_check(cudaEventRecord(join_, side_stream_));
-  matmul_group_launch(g, x, false);
+  matmul_group_launch(gm, x, false);
   cuda::cuda_check(cudaStreamWaitEvent(stream_, join_, 0));
   lora_expand_parts(*lora, part, chunks, x.dim(0), meta);
 }
@@ -447,7 +467,7 @@ void CudaBackend::lora_shrink(Tensor t, Tensor x, Tensor a_stack, const LoraMeta
   g.count = 1;
   g.a_stack[0] = a_stack;
   int chunks = 0;
-  const float* part = lora_shrink_parts(g, x, meta, &chunks, stream_);
+  const float* part = lora_shrink_parts(g, x, Tensor(), meta, &chunks, stream_);
   const int64_t count = n * rank;
   reduce_kernel<<<static_cast<unsigned>(cuda::ceil_div(count, kThreads)), kThreads, 0, stream_>>>(
       t.ptr<float>(), part, chunks, meta.token_slot.ptr<int32_t>(), static_cast<int>(n), static_cast<int>(rank),

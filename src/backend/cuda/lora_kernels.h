@@ -1,8 +1,9 @@
 // Shared by the CUDA multi-LoRA kernel sets: lora.cu (tiles of 16 slot-sorted tokens,
-// used from 16 tokens up: prefill segments and large decode batches), lora_expand_mma.cu
-// (the expand of prefill tiles on tensor cores, for bf16 stacks) and lora_gather.cu (one
-// token per block, used below 16 tokens: small decode batches, where latency rules). All
-// write and read the same shrink partials, [G, splits, n, R] f32.
+// used from 16 tokens up: prefill segments and large decode batches), lora_shrink_mma.cu
+// and lora_expand_mma.cu (the shrink and expand of prefill tiles on tensor cores, for bf16
+// stacks) and lora_gather.cu (one token per block, used below 16 tokens: small decode
+// batches, where latency rules). All write and read the same shrink partials,
+// [G, splits, n, R] f32.
 #pragma once
 
 #include <cstdint>
@@ -56,6 +57,22 @@ __device__ __forceinline__ bool lora_tile_is_run(const int* tok, const int* slot
   return run;
 }
 
+// lora_tile_is_run for a whole warp (all 32 lanes call it): the tile at sorted positions
+// p0 .. p0 + 15, lanes 0..15 reading one position each. *tok0 and *slot0 get the tile's
+// first token and its slot. The shrink kernels decide with it which of them takes a tile.
+__device__ __forceinline__ bool lora_warp_tile_is_run(const int32_t* sorted, const int32_t* token_slot, int p0, int n,
+                                                      int num_slots, int* tok0, int* slot0) {
+  const int lane = threadIdx.x & 31;
+  int t = 0, s = -1;
+  if (lane < 16 && p0 + lane < n) {
+    t = lora_token_at(sorted, p0 + lane);
+    s = lora_slot_of(token_slot, t, num_slots);
+  }
+  *tok0 = __shfl_sync(0xffffffffu, t, 0);
+  *slot0 = __shfl_sync(0xffffffffu, s, 0);
+  return __all_sync(0xffffffffu, lane >= 16 || (*slot0 >= 0 && s == *slot0 && t == *tok0 + lane));
+}
+
 // lora_gather.cu. part: [G, ceil(in / kLoraGatherSplit), n, R].
 void lora_gather_shrink(float* part, const float* x, const LoraGroupArgs& args, int members,
                         const int32_t* token_slot, const int32_t* sorted, int n, int in, int rank, int num_slots,
@@ -64,6 +81,16 @@ void lora_gather_shrink(float* part, const float* x, const LoraGroupArgs& args, 
 void lora_gather_expand(const LoraGroupArgs& args, int members, int max_out, const float* part, int chunks,
                         const int32_t* token_slot, const int32_t* sorted, int n, int rank, int num_slots,
                         DType stack_type, cudaStream_t stream);
+
+// lora_shrink_mma.cu: whether it takes these operands (bf16 stacks and a bf16 x16 [n, in],
+// in a multiple of 8, 16-byte aligned rows), and the shrink of the one-run tiles from x16
+// (the rest is left to the CUDA-core shrink, called with skip_runs). split_cols and splits
+// as the CUDA-core shrink's, so both write the same partials.
+bool lora_mma_shrink_fits(DType stack_type, const LoraGroupArgs& args, int members, const Tensor& x16, int64_t n,
+                          int64_t in);
+void lora_mma_shrink(float* part, const void* x16, const LoraGroupArgs& args, int members, const int32_t* token_slot,
+                     const int32_t* sorted, int n, int in, int rank, int num_slots, int split_cols, int splits,
+                     cudaStream_t stream);
 
 // lora_expand_mma.cu: whether it takes these operands (bf16 stacks, rank and every out a
 // multiple of 16, 32-byte aligned y and b), and the expand of the one-run tiles (the rest
