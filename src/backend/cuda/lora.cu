@@ -338,7 +338,13 @@ float* CudaBackend::lora_shrink_parts(const LoraGroup& g, Tensor x, const Tensor
   check(rank <= kMaxRank, "lora: rank above 512");
   check_meta(meta, n, "lora");
   const bool gather = n <= cuda::kLoraGatherMaxN;
-  const int split_cols = gather ? cuda::kLoraGatherSplit : split_columns(n, in);
+  // Prefill-sized batches given x's bf16 copy: the one-run tiles on tensor cores, with
+  // splits of their own (the CUDA-core shrink of the other tiles takes the same).
+  const bool mma = n >= kMmaShrinkMinN && cuda::lora_mma_shrink_fits(a0.dtype, args, g.count, x16, n, in);
+  const int split_cols = gather ? cuda::kLoraGatherSplit
+                         : mma  ? cuda::lora_mma_shrink_split(n, in, g.count, static_cast<int>(rank), num_sms_,
+                                                             kSplitAlign)
+                                : split_columns(n, in);
   *chunks = static_cast<int>(cuda::ceil_div(in, split_cols));
   const size_t bytes = sizeof(float) * static_cast<size_t>(g.count * *chunks) * n * rank;  // [G, splits, n, R]
   float* part = static_cast<float*>(scratch(lora_scratch_, bytes, "lora"));
@@ -348,8 +354,6 @@ float* CudaBackend::lora_shrink_parts(const LoraGroup& g, Tensor x, const Tensor
                              static_cast<int>(num_slots), a0.dtype, stream);
     return part;
   }
-  // Prefill-sized batches given x's bf16 copy: the one-run tiles on tensor cores first.
-  const bool mma = n >= kMmaShrinkMinN && cuda::lora_mma_shrink_fits(a0.dtype, args, g.count, x16, n, in);
   if (mma)
     cuda::lora_mma_shrink(part, x16.data, args, g.count, meta.token_slot.ptr<int32_t>(), sorted_ptr(meta),
                           static_cast<int>(n), static_cast<int>(in), static_cast<int>(rank),

@@ -84,10 +84,12 @@ void lora_gather_expand(const LoraGroupArgs& args, int members, int max_out, con
 
 // lora_shrink_mma.cu: whether it takes these operands (bf16 stacks and a bf16 x16 [n, in],
 // in a multiple of 8, 16-byte aligned rows), and the shrink of the one-run tiles from x16
-// (the rest is left to the CUDA-core shrink, called with skip_runs). split_cols and splits
-// as the CUDA-core shrink's, so both write the same partials.
+// (the rest is left to the CUDA-core shrink, called with skip_runs and the same split_cols
+// and splits, so both write the same partials).
 bool lora_mma_shrink_fits(DType stack_type, const LoraGroupArgs& args, int members, const Tensor& x16, int64_t n,
                           int64_t in);
+// Columns per split (a multiple of align) that give the tensor-core shrink enough warps.
+int lora_mma_shrink_split(int64_t n, int64_t in, int members, int rank, int num_sms, int align);
 void lora_mma_shrink(float* part, const void* x16, const LoraGroupArgs& args, int members, const int32_t* token_slot,
                      const int32_t* sorted, int n, int in, int rank, int num_slots, int split_cols, int splits,
                      cudaStream_t stream);
