@@ -11,7 +11,7 @@
 #   TREES="main pdl lora-occupancy" bash tools/gpu/compare_trees.sh
 # Variables: TARGETS (GPU tests, default: graphs, lora, groups, ops), BS (decode batches,
 # default "1 8 64"; BATCH:ADAPTERS, e.g. 256:64, for fewer adapters than requests),
-# BENCHC=1 (also the 256-request case). Logs come back in $OUT/logs.tgz;
+# BENCHC=1 (also the 256-request case, BENCHC_ITERS iterations, default 1). Logs come back in $OUT/logs.tgz;
 # the last lines printed are one row per (tree, batch): base and LoRA step p50.
 # NOTEST="main": trees whose GPU tests are skipped (only built and benched), e.g. a baseline
 # whose tests already passed in an earlier run.
@@ -57,7 +57,7 @@ for tree in ${TREES:?name the trees under build-trees/}; do
     summary+=("$tree: batch $bs over $adapters adapters, decode step p50 (LoRA, base) ms: $p50")
   done
   if [ -n "${BENCHC:-}" ]; then
-    timeout 120 "${bench[@]}" --batch-size 256 --input-len 256 --output-len 128 --num-adapters 64 --num-iters 1 \
+    timeout 150 "${bench[@]}" --batch-size 256 --input-len 256 --output-len 128 --num-adapters 64 --num-iters ${BENCHC_ITERS:-1} \
       --warmup-steps 2 --kv-cache-memory 56GiB >"$log/bench_c.log" 2>&1
     summary+=("$tree: 256 requests over 64 adapters: $(grep -E '^  end-to-end' "$log/bench_c.log" | tr -s ' ')")
   fi
