@@ -22,8 +22,7 @@ __device__ __forceinline__ float silu_mul1(float g, float u) { return g / (1.0f 
 // null): out again, rounded (store_x16).
 __global__ void silu_mul_kernel(float* out, void* __restrict__ out16, bool bf16, const float* gate, const float* up,
                                 int64_t count, bool vec) {
-  cuda::pdl_wait();  // launched with pdl (cuda_common.h)
-  cuda::pdl_trigger();
+  cuda::pdl_enter();  // launched with pdl (cuda_common.h)
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   const int64_t start = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (vec) {
@@ -47,8 +46,7 @@ __global__ void silu_mul_kernel(float* out, void* __restrict__ out16, bool bf16,
 
 // y += x over `count` elements.
 __global__ void add_kernel(float* y, const float* x, int64_t count, bool vec) {
-  cuda::pdl_wait();  // launched with pdl (cuda_common.h)
-  cuda::pdl_trigger();
+  cuda::pdl_enter();  // launched with pdl (cuda_common.h)
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   const int64_t start = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (vec) {
@@ -66,8 +64,7 @@ __global__ void add_kernel(float* y, const float* x, int64_t count, bool vec) {
 // reported from the device).
 __global__ void gather_rows_kernel(float* __restrict__ out, const float* __restrict__ x,
                                    const int32_t* __restrict__ rows, int64_t num_rows, int64_t d) {
-  cuda::pdl_wait();  // launched with pdl (cuda_common.h)
-  cuda::pdl_trigger();
+  cuda::pdl_enter();  // launched with pdl (cuda_common.h)
   const int64_t i = blockIdx.x;
   const int64_t r = rows[i];
   float* o = out + i * d;

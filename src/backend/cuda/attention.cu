@@ -51,8 +51,7 @@ struct DecodeShape {
 template <typename T, int HD, int GMAX>
 __global__ void __launch_bounds__(kThreads)
 decode_kernel(AttentionParams p, float* __restrict__ part, int gc, int max_splits) {
-  cuda::pdl_wait();  // launched with pdl (cuda_common.h)
-  cuda::pdl_trigger();
+  cuda::pdl_enter();  // launched with pdl (cuda_common.h)
   using S = DecodeShape<T, HD, GMAX>;
   constexpr int E = S::E, NV = S::NV, KL = S::KL;
   __shared__ __align__(16) float smem[S::kFloats];
@@ -178,8 +177,7 @@ decode_kernel(AttentionParams p, float* __restrict__ part, int gc, int max_split
 
 // Merges the partitions of each (sequence, head): grid (num_heads, num_seqs), HD threads.
 __global__ void combine_kernel(AttentionParams p, const float* __restrict__ part, int hd, int max_splits) {
-  cuda::pdl_wait();  // launched with pdl (cuda_common.h)
-  cuda::pdl_trigger();
+  cuda::pdl_enter();  // launched with pdl (cuda_common.h)
   const int h = blockIdx.x, s = blockIdx.y, e = threadIdx.x;
   const int row = p.query_start[s], q_len = p.query_start[s + 1] - row;
   if (q_len <= 0 || (p.mixed && q_len != 1) || e >= hd) return;

@@ -182,6 +182,13 @@ __device__ __forceinline__ void pdl_trigger() {
 #endif
 }
 
+// The usual opening of a kernel launched with pdl: wait for the predecessor, then let the
+// successor be scheduled.
+__device__ __forceinline__ void pdl_enter() {
+  pdl_wait();
+  pdl_trigger();
+}
+
 // kernel<<<grid, block, smem, stream>>>(args...), with programmatic stream serialisation
 // when pdl (the kernel must then follow the pdl_wait() contract above).
 template <typename... Params, typename... Args>

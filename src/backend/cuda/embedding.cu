@@ -13,8 +13,7 @@ namespace {
 template <typename T>
 __global__ void embedding_kernel(float* __restrict__ out, const T* __restrict__ table,
                                  const int32_t* __restrict__ ids, int64_t vocab, int64_t d) {
-  cuda::pdl_wait();  // launched with pdl (cuda_common.h)
-  cuda::pdl_trigger();
+  cuda::pdl_enter();  // launched with pdl (cuda_common.h)
   const int64_t i = blockIdx.x;
   const int32_t id = ids[i];
   float* o = out + i * d;

@@ -83,8 +83,7 @@ gemv_kernel(GemvGroup grp, const float* __restrict__ x, int n, int in) {
       }
     }
     if (!waited) {
-      cuda::pdl_wait();
-      cuda::pdl_trigger();
+      cuda::pdl_enter();
       waited = true;
     }
 #pragma unroll

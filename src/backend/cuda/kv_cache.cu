@@ -16,8 +16,7 @@ template <typename T>
 __global__ void kv_write_kernel(T* __restrict__ k_cache, T* __restrict__ v_cache, const float* __restrict__ k,
                                 const float* __restrict__ v, const int32_t* __restrict__ slot_mapping,
                                 int64_t row, int64_t num_slots) {
-  cuda::pdl_wait();  // launched with pdl (cuda_common.h)
-  cuda::pdl_trigger();
+  cuda::pdl_enter();  // launched with pdl (cuda_common.h)
   const int64_t i = blockIdx.x;
   const int64_t slot = slot_mapping[i];
   if (slot < 0 || slot >= num_slots) return;

@@ -146,10 +146,13 @@ shrink_kernel(float* __restrict__ part, const float* __restrict__ x, GroupArgs a
       }
     }
     Row8<T> ar[kRankBlock];
-    if (uniform) {  // one run of 4 (prefill): each A element converted once, used 4 times
-      const T* arow = a + (static_cast<int64_t>(slot[0]) * rank + r0) * in + k;
+    auto load_a = [&](int s) {  // this slot's 8 rows at column k, all loads in flight
+      const T* arow = a + (static_cast<int64_t>(s) * rank + r0) * in + k;
 #pragma unroll
       for (int r = 0; r < kRankBlock; ++r) ar[r].load(arow + static_cast<int64_t>(r) * in, r0 + r < rank ? valid : 0, avec);
+    };
+    if (uniform) {  // one run of 4 (prefill): each A element converted once, used 4 times
+      load_a(slot[0]);
 #pragma unroll
       for (int r = 0; r < kRankBlock; ++r) {
         float af[8];
@@ -164,11 +167,7 @@ shrink_kernel(float* __restrict__ part, const float* __restrict__ x, GroupArgs a
 #pragma unroll
     for (int j = 0; j < kWarpTokens; ++j) {
       if (slot[j] < 0) continue;  // uniform
-      if (j == 0 || slot[j] != slot[j - 1]) {  // a new run: this slot's 16 rows, all loads in flight
-        const T* arow = a + (static_cast<int64_t>(slot[j]) * rank + r0) * in + k;
-#pragma unroll
-        for (int r = 0; r < kRankBlock; ++r) ar[r].load(arow + static_cast<int64_t>(r) * in, r0 + r < rank ? valid : 0, avec);
-      }
+      if (j == 0 || slot[j] != slot[j - 1]) load_a(slot[j]);  // a new run
 #pragma unroll
       for (int r = 0; r < kRankBlock; ++r) acc[j][r] = ar[r].dot(xv[j], acc[j][r]);
     }
@@ -221,10 +220,7 @@ expand_kernel(GroupArgs args, const float* __restrict__ part, int splits, const 
   const float* part_g = part + static_cast<int64_t>(g) * splits * n * rank;
   for (int idx = threadIdx.x; idx < kTileTokens * rs; idx += kExpandWarps * 32) {
     const int m = idx / rs, r = idx % rs;
-    float s = 0.f;
-    if (slot[m] >= 0 && r < rank)
-      for (int sp = 0; sp < splits; ++sp) s += part_g[(static_cast<int64_t>(sp) * n + tok[m]) * rank + r];
-    ts[idx] = s;
+    ts[idx] = slot[m] >= 0 && r < rank ? cuda::lora_part_sum(part_g, splits, n, rank, tok[m], r) : 0.f;
   }
   __syncthreads();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, m0 = warp * kWarpTokens;
@@ -294,9 +290,7 @@ __global__ void reduce_kernel(float* __restrict__ t, const float* __restrict__ p
   const int64_t per = static_cast<int64_t>(n) * rank;
   const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (i >= per || lora_slot_of(token_slot, static_cast<int>(i / rank), num_slots) < 0) return;
-  float s = 0.f;
-  for (int c = 0; c < chunks; ++c) s += part[c * per + i];
-  t[i] = s;
+  t[i] = cuda::lora_part_sum(part, chunks, n, rank, static_cast<int>(i / rank), static_cast<int>(i % rank));
 }
 
 void check_meta(const LoraMeta& meta, int64_t n, const char* op) {

@@ -52,8 +52,7 @@ mma_expand_kernel(LoraGroupArgs args, const float* __restrict__ part, int splits
   const float* part_g = part + static_cast<int64_t>(g) * splits * n * rank;
   for (int idx = threadIdx.x; idx < kTok * rank; idx += kWarps * 32) {
     const int m = idx / rank, r = idx % rank;
-    float s = 0.f;
-    for (int sp = 0; sp < splits; ++sp) s += part_g[(static_cast<int64_t>(sp) * n + tok[m]) * rank + r];
+    const float s = lora_part_sum(part_g, splits, n, rank, tok[m], r);
     const Bf16 hi = __float2bfloat16_rn(s);
     th[m * rp + r] = hi;
     tl[m * rp + r] = __float2bfloat16_rn(s - __bfloat162float(hi));

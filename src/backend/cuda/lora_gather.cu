@@ -112,9 +112,7 @@ __device__ __forceinline__ void reduce_parts(float* ts, float* red, const float*
     }
   } else {
     for (int rr = threadIdx.x; rr < rank; rr += kThreads) {
-      float t = 0.f;
-      for (int c = 0; c < chunks; ++c) t += part_g[(static_cast<int64_t>(c) * n + tok) * rank + rr];
-      ts[rr] = t;
+      ts[rr] = lora_part_sum(part_g, chunks, n, rank, tok, rr);
     }
   }
   __syncthreads();

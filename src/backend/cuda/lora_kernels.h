@@ -34,6 +34,14 @@ __device__ __forceinline__ int lora_slot_of(const int32_t* token_slot, int tok, 
   return s < num_slots ? s : -1;
 }
 
+// t[tok, r] of one member: its split partials part_g[s, tok, r] ([splits, n, R]) summed in
+// split order, the one fixed order every expand uses (so graph == eager, bitwise).
+__device__ __forceinline__ float lora_part_sum(const float* part_g, int splits, int n, int rank, int tok, int r) {
+  float s = 0.f;
+  for (int sp = 0; sp < splits; ++sp) s += part_g[(static_cast<int64_t>(sp) * n + tok) * rank + r];
+  return s;
+}
+
 // Threads 0..15 of a block fill a tile's tokens and slots: positions p0 .. p0 + 15 of the
 // walk, slot -1 (and token 0) past n. The caller synchronises before reading them.
 __device__ __forceinline__ void lora_load_tile(int* tok, int* slot, const int32_t* sorted, const int32_t* token_slot,

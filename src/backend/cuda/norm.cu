@@ -15,8 +15,7 @@ namespace {
 template <typename W, bool ADD>
 __global__ void rms_norm_kernel(float* __restrict__ out, void* __restrict__ out16, bool bf16, float* residual,
                                 const float* x, const W* __restrict__ w, int64_t d, float eps, bool vec) {
-  cuda::pdl_wait();  // launched with pdl (cuda_common.h)
-  cuda::pdl_trigger();
+  cuda::pdl_enter();  // launched with pdl (cuda_common.h)
   __shared__ float red[32];
   const int64_t row = blockIdx.x;
   const float* xr = x + row * d;

@@ -15,8 +15,7 @@ namespace {
 // cannot be reported from the device: its rows become NaN.
 __global__ void rope_kernel(float* __restrict__ q, float* __restrict__ k, const int32_t* __restrict__ positions,
                             const float* __restrict__ cos_sin, int num_heads, int num_kv, int hd, int max_pos) {
-  cuda::pdl_wait();  // launched with pdl (cuda_common.h)
-  cuda::pdl_trigger();
+  cuda::pdl_enter();  // launched with pdl (cuda_common.h)
   const int64_t i = blockIdx.x;
   const int half = hd / 2;
   const int pos = positions[i];
