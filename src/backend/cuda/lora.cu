@@ -11,6 +11,9 @@
 //   shrink: a warp owns 4 tokens x 8 ranks (32 accumulators per lane) over the block's
 //           column split, 8 columns per lane per step with 16-byte loads; the lanes' sums
 //           are added through shared memory. grid (tiles, splits, G x rank blocks).
+//           From 512 tokens with bf16 stacks and x's bf16 copy (MatmulGroup::x16), tiles
+//           that are one run are lora_shrink_mma.cu's, on tensor cores, and this kernel
+//           skips them.
 //   expand: a lane owns 4 output rows for 4 of the tile's tokens, the y loads and the first
 //           run's B loads of a step in flight at once; the tile's t rows (the split
 //           partials summed in a fixed order) sit in shared memory. From 512 tokens with
