@@ -30,7 +30,7 @@ struct EngineArgs {
   int max_loras = 1;
   int max_lora_rank = 16;
   int max_cpu_loras = 0;             // 0 = max_loras
-  std::string lora_dtype = "float32";  // LoRA slot stacks: float32 (exact PEFT) | bfloat16 (half the reads)
+  std::string lora_dtype = "float32";  // LoRA slot stacks: float32 (exact PEFT) | bfloat16 (half the reads) | auto
   std::vector<std::pair<std::string, std::string>> lora_modules;  // name -> path, registered at start
 
   int max_num_seqs = 256;

@@ -46,8 +46,11 @@ Status LLMEngine::init(const EngineArgs& args) {
       return Status::error("--max-lora-rank must be in [1, 512]");
     if (args.max_cpu_loras != 0 && args.max_cpu_loras < args.max_loras)
       return Status::error("--max-cpu-loras must be >= --max-loras");
-    if (args.lora_dtype != "float32" && args.lora_dtype != "bfloat16")
-      return Status::error("unknown --lora-dtype '" + args.lora_dtype + "' (supported: float32, bfloat16)");
+    if (args.lora_dtype != "float32" && args.lora_dtype != "bfloat16" && args.lora_dtype != "auto")
+      return Status::error("unknown --lora-dtype '" + args.lora_dtype + "' (supported: auto, float32, bfloat16)");
+    // "auto" (vLLM's lora_dtype default): the model's dtype where the stacks have it, so a
+    // bf16 model keeps bf16 stacks; float32 for f32 and f16 models. args() reports the choice.
+    if (args.lora_dtype == "auto") args_.lora_dtype = config_.dtype == DType::kBF16 ? "bfloat16" : "float32";
   }
   max_model_len_ = args.max_model_len > 0 ? args.max_model_len : static_cast<int>(config_.max_position_embeddings);
   if (max_model_len_ > config_.max_position_embeddings)
@@ -122,7 +125,7 @@ Status LLMEngine::init(const EngineArgs& args) {
   if (args.enable_lora) {
     const int cpu_loras = args.max_cpu_loras > 0 ? args.max_cpu_loras : args.max_loras;
     adapters_ = std::make_unique<AdapterRegistry>(config_, args.max_lora_rank, cpu_loras);
-    const DType lora_dtype = args.lora_dtype == "bfloat16" ? DType::kBF16 : DType::kF32;
+    const DType lora_dtype = args_.lora_dtype == "bfloat16" ? DType::kBF16 : DType::kF32;
     slots_ = std::make_unique<LoraSlotPool>(backend_.get(), config_, args.max_loras, args.max_lora_rank, lora_dtype);
     for (const auto& [name, path] : args.lora_modules) {
       auto added = adapters_->add(name, path);

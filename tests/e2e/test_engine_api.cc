@@ -88,6 +88,27 @@ TEST(EngineApi, TokenBudgetResolvesByDeviceAndNegativeIsRefused) {
   EXPECT_NE(e.message().find("--max-num-batched-tokens must be at least 1"), std::string::npos) << e.message();
 }
 
+// --lora-dtype auto (vLLM's lora_dtype default) takes the model's dtype where the slot
+// stacks have it: bf16 stacks for a bf16 model, float32 for an f32 one; args() reports the
+// resolved value. An unknown value is refused naming the flag.
+TEST(EngineApi, LoraDtypeAutoFollowsTheModel) {
+  EngineArgs a;
+  a.enable_lora = true;
+  a.lora_dtype = "auto";
+  a.model = kModel.string();  // float32
+  auto e = LLMEngine::create(a);
+  ASSERT_TRUE(e.is_ok()) << e.message();
+  EXPECT_EQ(e.value()->args().lora_dtype, "float32");
+  a.model = (kRoot / "tests/fixtures/llama3_bf16").string();
+  e = LLMEngine::create(a);
+  ASSERT_TRUE(e.is_ok()) << e.message();
+  EXPECT_EQ(e.value()->args().lora_dtype, "bfloat16");
+  a.lora_dtype = "float16";
+  e = LLMEngine::create(a);
+  ASSERT_FALSE(e.is_ok());
+  EXPECT_NE(e.message().find("unknown --lora-dtype 'float16'"), std::string::npos) << e.message();
+}
+
 TEST(EngineApi, SeededSamplingIsTheSameAloneAndBatched) {
   SamplingParams p;
   p.temperature = 0.9f;
