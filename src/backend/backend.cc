@@ -44,16 +44,21 @@ void Backend::matmul_group(const MatmulGroup& g, Tensor x) {
 
 DType Backend::gemm_input_type(int64_t /*n*/, DType /*w*/) const { return DType::kF32; }
 
-void Backend::rms_norm_x16(Tensor, Tensor, Tensor, Tensor, float) {
-  check(false, name() + " backend has no 16-bit GEMM inputs (gemm_input_type is float32)");
+// Without the copy these are the plain ops, on every backend; only backends whose
+// gemm_input_type can be 16-bit write one.
+void Backend::rms_norm_x16(Tensor out, Tensor out16, Tensor x, Tensor w, float eps) {
+  check(out16.empty(), name() + " backend has no 16-bit GEMM inputs (gemm_input_type is float32)");
+  rms_norm(out, x, w, eps);
 }
 
-void Backend::add_rms_norm_x16(Tensor, Tensor, Tensor, Tensor, Tensor, float) {
-  check(false, name() + " backend has no 16-bit GEMM inputs (gemm_input_type is float32)");
+void Backend::add_rms_norm_x16(Tensor out, Tensor out16, Tensor residual, Tensor x, Tensor w, float eps) {
+  check(out16.empty(), name() + " backend has no 16-bit GEMM inputs (gemm_input_type is float32)");
+  add_rms_norm(out, residual, x, w, eps);
 }
 
-void Backend::silu_mul_x16(Tensor, Tensor, Tensor, Tensor) {
-  check(false, name() + " backend has no 16-bit GEMM inputs (gemm_input_type is float32)");
+void Backend::silu_mul_x16(Tensor out, Tensor out16, Tensor gate, Tensor up) {
+  check(out16.empty(), name() + " backend has no 16-bit GEMM inputs (gemm_input_type is float32)");
+  silu_mul(out, gate, up);
 }
 
 void Backend::project(const MatmulGroup& g, const LoraGroup* lora, Tensor x, Tensor t, const LoraMeta& meta) {

@@ -185,7 +185,8 @@ class Backend {
   // projection, and bitwise the same result (the same round-to-nearest-even).
   virtual DType gemm_input_type(int64_t n, DType w) const;
   // rms_norm / add_rms_norm / silu_mul that also write out16 = out rounded to out16's dtype
-  // (bf16 or f16). Only backends whose gemm_input_type can be 16-bit implement them.
+  // (bf16 or f16). An empty out16 makes them the plain ops on every backend; a copy needs a
+  // backend whose gemm_input_type can be 16-bit.
   virtual void rms_norm_x16(Tensor out, Tensor out16, Tensor x, Tensor w, float eps);
   virtual void add_rms_norm_x16(Tensor out, Tensor out16, Tensor residual, Tensor x, Tensor w, float eps);
   virtual void silu_mul_x16(Tensor out, Tensor out16, Tensor gate, Tensor up);

@@ -83,25 +83,15 @@ void LlamaModel::forward(const StepTensors& step, Workspace& ws, const KvCacheVi
   Tensor up = ws.up.tensor(DType::kF32, {n, c.intermediate_size});
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   // The 16-bit copies of the q/k/v, gate/up and down inputs, when the backend's matmuls
-  // want them (Backend::gemm_input_type); the o input is converted by the matmul itself.
+  // want them (Backend::gemm_input_type), else empty (the *_x16 ops are then the plain
+  // ones). The o input is left to the backend to convert.
   const DType x16 = backend_->gemm_input_type(n, linear_dtype());
   const bool fold = x16 != DType::kF32 && ws.normed16.data() != nullptr;
   const Tensor normed16 = fold ? ws.normed16.tensor(x16, {n, c.hidden_size}) : Tensor();
   const Tensor gate16 = fold ? ws.gate16.tensor(x16, {n, c.intermediate_size}) : Tensor();
-  auto add_norm = [&](const Tensor& w, bool feeds_matmul) {
-    if (fold && feeds_matmul) {
-      backend_->add_rms_norm_x16(normed, normed16, hidden, branch, w, eps);
-    } else {
-      backend_->add_rms_norm(normed, hidden, branch, w, eps);
-    }
-  };
 
   backend_->embedding(hidden, weights_.embed, step.token_ids);
-  if (fold) {
-    backend_->rms_norm_x16(normed, normed16, hidden, weights_.layers[0].attn_norm, eps);
-  } else {
-    backend_->rms_norm(normed, hidden, weights_.layers[0].attn_norm, eps);
-  }
+  backend_->rms_norm_x16(normed, normed16, hidden, weights_.layers[0].attn_norm, eps);
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerWeights& w = weights_.layers[l];
     static constexpr LoraTarget kQkv[] = {LoraTarget::kQ, LoraTarget::kK, LoraTarget::kV};
@@ -116,16 +106,15 @@ void LlamaModel::forward(const StepTensors& step, Workspace& ws, const KvCacheVi
     backend_->kv_write(kv.k[l], kv.v[l], k3, v3, step.slot_mapping);
     backend_->attention(attn.view({n, c.num_heads, c.head_dim}), q3, kv.k[l], kv.v[l], step.attn, scale);
     project(group({{branch, w.wo, Tensor()}}), kO, attn, l, step, ws, lora);
-    add_norm(w.mlp_norm, true);
+    backend_->add_rms_norm_x16(normed, normed16, hidden, branch, w.mlp_norm, eps);
     project(group({{gate, w.w_gate, Tensor()}, {up, w.w_up, Tensor()}}, normed16), kGateUp, normed, l, step, ws, lora);
-    if (fold) {
-      backend_->silu_mul_x16(gate, gate16, gate, up);
-    } else {
-      backend_->silu_mul(gate, gate, up);
-    }
+    backend_->silu_mul_x16(gate, gate16, gate, up);
     project(group({{branch, w.w_down, Tensor()}}, gate16), kDown, gate, l, step, ws, lora);
-    const bool last = l + 1 == c.num_layers;  // the final norm feeds lm_head's rows, not a group
-    add_norm(last ? weights_.final_norm : weights_.layers[l + 1].attn_norm, !last);
+    if (l + 1 < c.num_layers) {
+      backend_->add_rms_norm_x16(normed, normed16, hidden, branch, weights_.layers[l + 1].attn_norm, eps);
+    } else {  // the final norm feeds lm_head's rows, not a group: no copy
+      backend_->add_rms_norm(normed, hidden, branch, weights_.final_norm, eps);
+    }
   }
   if (step.num_logit_rows > 0) {
     Tensor sel = ws.selected.tensor(DType::kF32, {step.num_logit_rows, c.hidden_size});
