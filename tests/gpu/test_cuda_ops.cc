@@ -3,8 +3,8 @@
 // dummy-weight fill (bitwise), a kernel chain with and without pdl (bitwise), embedding,
 // rms_norm / add_rms_norm, rope, kv_write, silu_mul / add / gather_rows, the 16-bit GEMM
 // input copies (bitwise), and matmul on every path (GEMV, cuBLAS, cuBLAS with split
-// activations). Attention and LoRA have their own
-// files. Every case prints its error; skips without a GPU.
+// activations). Attention and LoRA have their own files. Every case prints its error;
+// skips without a GPU.
 #include <algorithm>
 #include <numeric>
 

@@ -11,8 +11,9 @@
 #   TREES="main pdl lora-occupancy" bash tools/gpu/compare_trees.sh
 # Variables: TARGETS (GPU tests, default: graphs, lora, groups, ops), BS (decode batches,
 # default "1 8 64"; BATCH:ADAPTERS, e.g. 256:64, for fewer adapters than requests),
-# BENCHC=1 (also the 256-request case, BENCHC_ITERS iterations, default 1). Logs come back in $OUT/logs.tgz;
-# the last lines printed are one row per (tree, batch): base and LoRA step p50.
+# BENCHC=1 (also the 256-request case, BENCHC_ITERS iterations, default 1). Logs come
+# back in $OUT/logs.tgz; the last lines printed are one row per (tree, batch): base and
+# LoRA step p50.
 # NOTEST="main": trees whose GPU tests are skipped (only built and benched), e.g. a baseline
 # whose tests already passed in an earlier run.
 set -uo pipefail

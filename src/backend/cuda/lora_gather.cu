@@ -34,9 +34,10 @@ __device__ __forceinline__ void load8(float (&f)[8], const T* p, int valid, bool
 }
 
 // part: [G, chunks, n, R] f32. grid (ceil(n / 16), chunks, G); chunk = kc = 64 columns
-// (short dot products, many blocks for a few tokens). Each (token m, rank r) item is a group of tpi threads (a power of two, as many as the items
-// leave room for, so one token still uses the whole block) that split the chunk's columns
-// 8 at a time and reduce with shuffles; all lanes of a warp run the same iterations.
+// (short dot products, many blocks for a few tokens). Each (token m, rank r) item is a
+// group of tpi threads (a power of two, as many as the items leave room for, so one token
+// still uses the whole block) that split the chunk's columns 8 at a time and reduce with
+// shuffles; all lanes of a warp run the same iterations.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
 gather_shrink_kernel(float* __restrict__ part, const float* __restrict__ x, LoraGroupArgs args,

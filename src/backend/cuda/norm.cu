@@ -9,8 +9,9 @@ namespace quiver {
 namespace {
 
 // out: [n, d] f32; x: [n, d] f32; w: [d] W. ADD: residual[n, d] += x first, and the norm
-// is taken of the updated residual. out16 (or null): out again, rounded (store_x16). Each thread reads back only elements it wrote itself
-// (same index mapping in both passes), so no barrier is needed between write and read.
+// is taken of the updated residual. out16 (or null): out again, rounded (store_x16). Each
+// thread reads back only elements it wrote itself (same index mapping in both passes), so
+// no barrier is needed between write and read.
 // vec: d % 4 == 0 and every row pointer 16-byte aligned (float4 path).
 template <typename W, bool ADD>
 __global__ void rms_norm_kernel(float* __restrict__ out, void* __restrict__ out16, bool bf16, float* residual,
