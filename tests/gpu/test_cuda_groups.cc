@@ -3,7 +3,8 @@
 // defaults: matmul_group on the GEMV path (every token bucket, with and without biases,
 // members of different sizes as in GQA) and on cuBLAS; lora_group with 1..3 members,
 // slot-sorted token order, slot -1 rows untouched; project() with the tensor-core shrink of
-// prefill tiles from x's bf16 copy. Skips without a GPU.
+// prefill tiles from x's bf16 copy, and project() on decode batches of 1..4 tokens (the
+// GEMV with the LoRA folded in, gemv_lora.cu, and its fallbacks). Skips without a GPU.
 #include "gpu/cuda_test_util.h"
 
 namespace quiver::test {
@@ -96,6 +97,73 @@ class CudaGroups : public CudaTest {
     }
   }
 
+  // project() on a decode batch (matmul + biases + LoRA) against the reference's matmul_group
+  // then lora_group, twice on the same operands with new slots: gemv_lora.cu's counters
+  // must be back at zero after each launch, and the slots are read at run time. Slots
+  // include -1 and one past the stack (no adapter).
+  void check_project_decode(int64_t n, int64_t in, const std::vector<int64_t>& outs, int64_t rank, DType wt,
+                            DType st) {
+    const int64_t num_slots = 4;
+    HostTensor x = random_tensor(rng_, DType::kF32, {n, in});
+    std::vector<HostTensor> a, b, w, bias;
+    for (int64_t out : outs) {
+      a.push_back(random_tensor(rng_, st, {num_slots, rank, in}, 0.5f));
+      b.push_back(random_tensor(rng_, st, {num_slots, out, rank}, 0.5f));
+      w.push_back(random_tensor(rng_, wt, {out, in}, 0.5f));
+      bias.push_back(random_tensor(rng_, wt, {out}));
+    }
+    Backend* gpu = gpu_.get();
+    DeviceTensor gx = upload(gpu, x);
+    std::vector<DeviceTensor> ga, gb, gw, gbias, gy;
+    for (size_t i = 0; i < outs.size(); ++i) {
+      ga.push_back(upload(gpu, a[i]));
+      gb.push_back(upload(gpu, b[i]));
+      gw.push_back(upload(gpu, w[i]));
+      gbias.push_back(upload(gpu, bias[i]));
+      gy.push_back(upload(gpu, random_tensor(rng_, DType::kF32, {n, outs[i]}, 9.f)));  // overwritten
+    }
+    for (int round = 0; round < 2; ++round) {
+      std::vector<int32_t> slots(static_cast<size_t>(n));
+      for (auto& s : slots) s = static_cast<int32_t>(rng_() % (num_slots + 2)) - 1;  // -1 .. num_slots
+      slots[0] = round;  // at least one token with an adapter
+      std::vector<int32_t> ref_slots = slots;  // the reference rejects a slot past the stack
+      for (auto& s : ref_slots) s = s < num_slots ? s : -1;
+      HostTensor hslots = host_i32({n}, ref_slots), t = random_tensor(rng_, DType::kF32, {n, rank});
+      DeviceTensor gs = upload(gpu, host_i32({n}, slots)), gt = upload(gpu, t);
+      std::vector<HostTensor> y;
+      MatmulGroup hm, dm;
+      LoraGroup hl, dl;
+      hm.count = dm.count = hl.count = dl.count = static_cast<int>(outs.size());
+      for (size_t i = 0; i < outs.size(); ++i) {
+        y.push_back(host_f32({n, outs[i]}, std::vector<float>(static_cast<size_t>(n * outs[i]), 0.f)));
+        const bool has_bias = i != 1;  // the middle member without bias
+        hm.y[i] = hl.y[i] = y[i].view();
+        hm.w[i] = w[i].view();
+        hm.bias[i] = has_bias ? bias[i].view() : Tensor();
+        hl.a_stack[i] = a[i].view();
+        hl.b_stack[i] = b[i].view();
+        dm.y[i] = dl.y[i] = gy[i].t;
+        dm.w[i] = gw[i].t;
+        dm.bias[i] = has_bias ? gbias[i].t : Tensor();
+        dl.a_stack[i] = ga[i].t;
+        dl.b_stack[i] = gb[i].t;
+      }
+      LoraMeta hmeta, dmeta;
+      hmeta.token_slot = hslots.view();
+      dmeta.token_slot = gs.t;
+      ref_.matmul_group(hm, x.view());
+      ref_.lora_group(hl, x.view(), t.view(), hmeta);
+      gpu->project(dm, &dl, gx.t, gt.t, dmeta);
+      for (size_t i = 0; i < outs.size(); ++i) {
+        char tag[200];
+        std::snprintf(tag, sizeof tag, "project decode w %s stacks %s n=%lld in=%lld r=%lld round %d member %zu/%zu",
+                      name_of(wt), name_of(st), static_cast<long long>(n), static_cast<long long>(in),
+                      static_cast<long long>(rank), round, i, outs.size());
+        expect_close(tag, download(gpu, gy[i].t), y[i].as_f32(), 1e-4);
+      }
+    }
+  }
+
   // project() on a prefill-sized batch with bf16 stacks and bf16 matmul weights: from 512
   // tokens the shrink of one-run tiles reads x's bf16 copy on tensor cores (handed over as
   // MatmulGroup::x16, or made by project() when none is), the other tiles stay on CUDA
@@ -180,6 +248,25 @@ TEST_F(CudaGroups, LoraGroup) {
         check_lora_group(n, 300, {700, 700}, rank, st);
         check_lora_group(n, 1100, {300}, rank, st);
       }
+}
+
+TEST_F(CudaGroups, ProjectDecodeGemvLora) {
+  // Stacks in the weights' type or f32 take the fused launch; f16 stacks beside bf16
+  // weights, and in not a multiple of 8, take the GEMV + gather kernels instead.
+  const std::pair<DType, DType> types[] = {{DType::kF32, DType::kF32},  {DType::kF16, DType::kF16},
+                                           {DType::kBF16, DType::kBF16}, {DType::kBF16, DType::kF32},
+                                           {DType::kF16, DType::kF32},  {DType::kBF16, DType::kF16}};
+  for (const auto& [wt, st] : types)
+    for (int64_t n : {1, 2, 3, 4})
+      for (int64_t rank : {1, 16, 40}) {
+        check_project_decode(n, 512, {512, 128, 128}, rank, wt, st);  // q, k, v
+        check_project_decode(n, 304, {700, 700}, rank, wt, st);       // gate, up; a partial chunk
+      }
+  for (int64_t n : {1, 4}) {
+    check_project_decode(n, 1104, {300}, 64, DType::kBF16, DType::kBF16);
+    check_project_decode(n, 300, {200}, 16, DType::kBF16, DType::kBF16);  // in % 8 != 0
+    check_project_decode(n, 256, {96}, 512, DType::kBF16, DType::kF32);   // the largest rank
+  }
 }
 
 TEST_F(CudaGroups, ProjectPrefillShrinkFromX16) {

@@ -61,7 +61,7 @@ void CudaBackend::matmul(Tensor y, Tensor x, Tensor w, Tensor bias) {
 
 void CudaBackend::matmul_group(const MatmulGroup& g, Tensor x) { matmul_group_launch(g, x, pdl_); }
 
-void CudaBackend::matmul_group_launch(const MatmulGroup& g, Tensor x, bool pdl) {
+void CudaBackend::check_group(const MatmulGroup& g, Tensor x) const {
   check(g.count >= 1 && g.count <= kMaxGroup, "matmul_group: 1..3 members");
   cuda::check_f32(x, "matmul: x must be f32 on the GPU");
   check(x.ndim == 2, "matmul: x must be 2-d");
@@ -76,6 +76,11 @@ void CudaBackend::matmul_group_launch(const MatmulGroup& g, Tensor x, bool pdl) 
     check(w.dim(0) < (int64_t{1} << 31), "matmul: dimension above 2^31");
   }
   check(n < (int64_t{1} << 31) && in < (int64_t{1} << 31), "matmul: dimension above 2^31");
+}
+
+void CudaBackend::matmul_group_launch(const MatmulGroup& g, Tensor x, bool pdl) {
+  check_group(g, x);
+  const int64_t n = x.dim(0), in = x.dim(1);
   if (n == 0) return;
   if (in == 0) {  // an empty sum: y = bias
     for (int i = 0; i < g.count; ++i) {
