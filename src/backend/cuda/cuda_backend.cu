@@ -35,8 +35,6 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options) : options_(options) 
   cublas_check(cublasSetWorkspace(cublas_, cublas_workspace_, options_.cublas_workspace_bytes));
   // No TF32 anywhere: f32 weights must match the reference to 1e-4.
   cublas_check(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
-  cuda_check(cudaMalloc(&gemv_sync_, sizeof(unsigned) * kGemvSyncStride * kGemvSyncSets));
-  cuda_check(cudaMemset(gemv_sync_, 0, sizeof(unsigned) * kGemvSyncStride * kGemvSyncSets));
   cuda::configure_attention_kernels();
 }
 
@@ -49,7 +47,6 @@ CudaBackend::~CudaBackend() {
   cudaFree(matmul_scratch_.ptr);
   cudaFree(attention_scratch_.ptr);
   cudaFree(lora_scratch_.ptr);
-  cudaFree(gemv_sync_);
   cublasDestroy(cublas_);
   cudaFree(cublas_workspace_);
   cudaEventDestroy(fork_);

@@ -111,8 +111,9 @@ class CudaBackend : public Backend {
   void gemv(const MatmulGroup& g, Tensor x, bool pdl);
   // The shape checks of matmul_group (gemm.cu).
   void check_group(const MatmulGroup& g, Tensor x) const;
-  // project() for a decode batch of n <= 4 tokens in one launch, the LoRA folded into the
-  // GEMV (gemv_lora.cu); false, with nothing launched, where it does not take the operands.
+  // project() for a decode batch of n <= 4 tokens: a small shrink kernel, then the GEMV with
+  // the expand folded in (gemv_lora.cu); false, with nothing launched, where it does not
+  // take the operands.
   bool gemv_lora(const MatmulGroup& g, const LoraGroup& lora, Tensor x, const LoraMeta& meta);
   // LoRA (lora.cu): shrink partial sums into lora_scratch_ ([G, chunks, n, R]), and the
   // expand that adds them up and applies B. x16: x's bf16 copy or empty; from 512 tokens the
@@ -131,12 +132,6 @@ class CudaBackend : public Backend {
   // LoRA shrink runs here beside the base GEMV (project()); fork_/join_ order it.
   cudaStream_t side_stream_ = nullptr;
   cudaEvent_t fork_ = nullptr, join_ = nullptr;
-  // gemv_lora's counter sets, a ring of kGemvSyncSets x kGemvSyncStride, zero between
-  // launches (each launch's last block resets its own); the next launch takes set next_.
-  static constexpr int kGemvSyncStride = 32;  // one 128-byte line per set
-  static constexpr int kGemvSyncSets = 64;
-  unsigned* gemv_sync_ = nullptr;
-  int gemv_sync_next_ = 0;
   cublasHandle_t cublas_ = nullptr;
   void* cublas_workspace_ = nullptr;
   Scratch matmul_scratch_;     // x converted to 16 bits: [n, in] (twice that when split)

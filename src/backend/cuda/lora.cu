@@ -433,7 +433,7 @@ void CudaBackend::lora_group(const LoraGroup& g, Tensor x, Tensor /*t*/, const L
 // programmatic serialisation: launched early, its blocks would hold the SMs (waiting for x)
 // that the shrink needs when x is ready, and the expand waits for the shrink (batch 1 with
 // an adapter measured 5.45 -> 5.77 ms with it). Decode batches of up to 4 tokens skip all
-// of that: gemv_lora.cu folds the shrink and the expand into the GEMV's one launch.
+// of that: gemv_lora.cu runs a small shrink, then the GEMV with the expand folded in.
 void CudaBackend::project(const MatmulGroup& g, const LoraGroup* lora, Tensor x, Tensor t, const LoraMeta& meta) {
   if (lora == nullptr || x.dim(0) == 0 || lora->a_stack[0].dim(1) == 0) {
     matmul_group(g, x);
@@ -441,7 +441,7 @@ void CudaBackend::project(const MatmulGroup& g, const LoraGroup* lora, Tensor x,
     return;
   }
   check(lora->count >= 1 && lora->count <= kMaxGroup, "project: 1..3 LoRA members");
-  if (gemv_lora(g, *lora, x, meta)) return;  // a small decode batch: one launch
+  if (gemv_lora(g, *lora, x, meta)) return;  // a small decode batch: two launches
   // A prefill-sized group that the matmul multiplies in bf16 and that came without x's bf16
   // copy (o: the attention output) gets it here, before the fork, so the shrink can read it.
   MatmulGroup gm = g;
