@@ -46,10 +46,12 @@ __device__ __forceinline__ int gemv_member(const GemvGroup& grp, int b, int* fir
 // vector of w (E elements) per chunk; otherwise one element per lane per chunk. Opens the
 // kernel's programmatic serialisation (pdl_enter): the first round of weight loads, which
 // no kernel writes, is issued before waiting for the previous kernel, whose output x is
-// read only after the wait. Every warp passes the wait, with or without columns.
-template <typename W, int NT, int ROWS, int U, bool VEC>
+// read only after the wait. Every warp passes the wait, with or without columns, and then
+// calls after_wait() once: loads of other kernels' outputs issued there are in flight
+// while the weights stream.
+template <typename W, int NT, int ROWS, int U, bool VEC, typename AfterWait>
 __device__ __forceinline__ void gemv_dot(const W* const (&wrow)[ROWS], const float* __restrict__ x, int n, int in,
-                                         float (&acc)[ROWS][NT]) {
+                                         float (&acc)[ROWS][NT], AfterWait&& after_wait) {
   constexpr int E = VEC ? Vec16<W>::E : 1;
   constexpr int kChunk = 32 * E;
   using Raw = std::conditional_t<VEC, uint4, W>;
@@ -77,6 +79,7 @@ __device__ __forceinline__ void gemv_dot(const W* const (&wrow)[ROWS], const flo
     }
     if (!waited) {
       pdl_enter();
+      after_wait();
       waited = true;
     }
 #pragma unroll
@@ -113,7 +116,17 @@ __device__ __forceinline__ void gemv_dot(const W* const (&wrow)[ROWS], const flo
       }
     }
   }
-  if (!waited) pdl_wait();  // a warp without columns: the block still writes after it
+  if (!waited) {  // a warp without columns: the block still writes after the wait
+    pdl_wait();
+    after_wait();
+  }
+}
+
+// gemv_dot with nothing to load after the wait.
+template <typename W, int NT, int ROWS, int U, bool VEC>
+__device__ __forceinline__ void gemv_dot(const W* const (&wrow)[ROWS], const float* __restrict__ x, int n, int in,
+                                         float (&acc)[ROWS][NT]) {
+  gemv_dot<W, NT, ROWS, U, VEC>(wrow, x, n, in, acc, [] {});
 }
 
 // red[w][r * NT + t] = warp w's sum of acc[r][t] (t < n), then a block barrier.

@@ -76,7 +76,7 @@ gemv_lora_shrink_kernel(LoraArgs lora, const float* __restrict__ x, int n, int i
 }
 
 template <typename W, typename T, int NT, int U>
-__global__ void __launch_bounds__(kGemvWarps * 32, NT == 1 ? 5 : 1)
+__global__ void __launch_bounds__(kGemvWarps * 32, NT == 1 ? 5 : NT == 4 ? 4 : 1)
 gemv_lora_kernel(GemvGroup grp, LoraArgs lora, const float* __restrict__ x, int n, int in) {
   __shared__ float red[kGemvWarps][kRows * NT];
   __shared__ float delta[kRows * NT];
@@ -87,37 +87,42 @@ gemv_lora_kernel(GemvGroup grp, LoraArgs lora, const float* __restrict__ x, int 
   const T* __restrict__ b = static_cast<const T*>(cuda::gemv_pick(g, lora.b));
   const int out = cuda::gemv_pick(g, grp.out);
   const int row0 = (blockIdx.x - first_block) * kRows;
-  // This warp's items (row r, token t) = item warp + 4j: their B rows' first 32 ranks are
-  // loaded now, beside the weights; the slots never come from the previous kernels.
-  const T* brow[NT];
+  // This warp's items (row r, token t) = item warp + 4j, all of one token t (kRows is the
+  // warp count): their B rows' first 32 ranks are loaded now, beside the weights (the
+  // slots never come from the previous kernels), and right after the wait t's first 32
+  // entries, the shrink's split partials summed in split order, for the epilogue.
+  const int t = warp % NT;
+  const int slot = t < n ? cuda::lora_slot_of(lora.token_slot, t, lora.num_slots) : -1;
+  const float* part = lora.part + (static_cast<int64_t>(g) * lora.splits * n + t) * lora.rank;
+  const int64_t stride = static_cast<int64_t>(n) * lora.rank;  // between splits
+  const T* bslot = slot < 0 ? nullptr : b + static_cast<int64_t>(slot) * out * lora.rank;  // [out, R]
   float bv[NT];
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
-    const int item = warp + kGemvWarps * j, r = item / NT, t = item % NT, row = row0 + r;
-    const int slot = t < n && row < out ? cuda::lora_slot_of(lora.token_slot, t, lora.num_slots) : -1;
-    brow[j] = slot < 0 ? nullptr : b + (static_cast<int64_t>(slot) * out + row) * lora.rank;
-    bv[j] = brow[j] != nullptr && lane < lora.rank ? cuda::to_f32(brow[j][lane]) : 0.f;
+    const int row = row0 + (warp + kGemvWarps * j) / NT;
+    bv[j] = bslot != nullptr && row < out && lane < lora.rank ? cuda::to_f32(bslot[row * lora.rank + lane]) : 0.f;
   }
+  float tv = 0.f;
   const W* wrow[kRows];
   cuda::gemv_rows<W, kRows>(wrow, w, row0, out, in);
   float acc[kRows][NT];
-  cuda::gemv_dot<W, NT, kRows, U, true>(wrow, x, n, in, acc);  // past the wait: t is written
+  cuda::gemv_dot<W, NT, kRows, U, true>(wrow, x, n, in, acc, [&] {
+    if (slot >= 0 && lane < lora.rank)
+      for (int s = 0; s < lora.splits; ++s) tv += __ldcg(part + s * stride + lane);
+  });
   cuda::gemv_warp_sums<NT, kRows>(red, acc, n);
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
-    const int item = warp + kGemvWarps * j, t = item % NT;
-    float p = 0.f;
-    if (brow[j] != nullptr) {  // warp-uniform
-      const float* part = lora.part + (static_cast<int64_t>(g) * lora.splits * n + t) * lora.rank;
-      const int64_t stride = static_cast<int64_t>(n) * lora.rank;
-      for (int r = lane; r < lora.rank; r += 32) {
-        float tv = 0.f;
-        for (int s = 0; s < lora.splits; ++s) tv += part[s * stride + r];
-        p = fmaf(r < 32 ? bv[j] : cuda::to_f32(brow[j][r]), tv, p);
+    const int row = row0 + (warp + kGemvWarps * j) / NT;
+    float p = bv[j] * tv;
+    if (bslot != nullptr && row < out)  // warp-uniform; ranks past 32 (rare) are loaded here
+      for (int r = lane + 32; r < lora.rank; r += 32) {
+        float tr = 0.f;
+        for (int s = 0; s < lora.splits; ++s) tr += __ldcg(part + s * stride + r);
+        p = fmaf(cuda::to_f32(bslot[static_cast<int64_t>(row) * lora.rank + r]), tr, p);
       }
-    }
     p = cuda::warp_sum(p);
-    if (lane == 0) delta[item] = p;
+    if (lane == 0) delta[warp + kGemvWarps * j] = p;
   }
   __syncthreads();
   cuda::gemv_store<NT, kRows>(grp, g, red, row0, n, delta);
