@@ -31,7 +31,8 @@ using cuda::kGemvWarps;
 
 constexpr int kRows = kGemvWarps;  // rows per block: the GEMV's item groups are per warp
 constexpr int kMaxTokens = 4;
-constexpr int kSplitCols = 2048;   // shrink: columns per block (a multiple of 256)
+constexpr int kSplitCols = 4096;   // shrink: columns per block (a multiple of 256)
+constexpr int kEarlySplits = 3;    // GEMV: t partials loaded right after the wait
 
 struct LoraArgs {
   const void* a[kMaxGroup] = {};  // [S, R, in]
@@ -102,15 +103,25 @@ gemv_lora_kernel(GemvGroup grp, LoraArgs lora, const float* __restrict__ x, int 
     const int row = row0 + (warp + kGemvWarps * j) / NT;
     bv[j] = bslot != nullptr && row < out && lane < lora.rank ? cuda::to_f32(bslot[row * lora.rank + lane]) : 0.f;
   }
-  float tv = 0.f;
+  float tp[kEarlySplits];  // loaded after the wait, first used in the epilogue
+#pragma unroll
+  for (int s = 0; s < kEarlySplits; ++s) tp[s] = 0.f;
   const W* wrow[kRows];
   cuda::gemv_rows<W, kRows>(wrow, w, row0, out, in);
   float acc[kRows][NT];
   cuda::gemv_dot<W, NT, kRows, U, true>(wrow, x, n, in, acc, [&] {
-    if (slot >= 0 && lane < lora.rank)
-      for (int s = 0; s < lora.splits; ++s) tv += __ldcg(part + s * stride + lane);
+    if (slot >= 0 && lane < lora.rank) {
+#pragma unroll
+      for (int s = 0; s < kEarlySplits; ++s)
+        if (s < lora.splits) tp[s] = __ldcg(part + s * stride + lane);
+    }
   });
   cuda::gemv_warp_sums<NT, kRows>(red, acc, n);
+  float tv = 0.f;  // t[lane], its partials in split order
+#pragma unroll
+  for (int s = 0; s < kEarlySplits; ++s) tv += tp[s];
+  if (slot >= 0 && lane < lora.rank)
+    for (int s = kEarlySplits; s < lora.splits; ++s) tv += __ldcg(part + s * stride + lane);
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
     const int row = row0 + (warp + kGemvWarps * j) / NT;
