@@ -111,7 +111,7 @@ class CudaBackend : public Backend {
   void gemv(const MatmulGroup& g, Tensor x, bool pdl);
   // The shape checks of matmul_group (gemm.cu).
   void check_group(const MatmulGroup& g, Tensor x) const;
-  // project() for a decode batch of n <= 4 tokens: a small shrink kernel, then the GEMV with
+  // project() for a decode batch of n <= 2 tokens: a small shrink kernel, then the GEMV with
   // the expand folded in (gemv_lora.cu); false, with nothing launched, where it does not
   // take the operands.
   bool gemv_lora(const MatmulGroup& g, const LoraGroup& lora, Tensor x, const LoraMeta& meta);

@@ -1,9 +1,9 @@
-// The decode GEMV with the batch's LoRA folded in: for n <= 4 tokens, two launches compute
+// The decode GEMV with the batch's LoRA folded in: for n <= 2 tokens, two launches compute
 //   y_g[t, :] = x[t] @ w_g^T (+ bias_g) + b_g[slot_t] @ (a_g[slot_t] @ x[t])
 // where project() otherwise runs a shrink on a side stream, the GEMV, and an expand after
 // the join (three kernels and a fork/join per projection group: at batch 1 that latency,
 // not the adapter's bytes, was the LoRA's cost).
-//   shrink  a few blocks: (member g, token t, 4 ranks, 2,048 columns) each, the A rows
+//   shrink  a few blocks: (member g, token t, 4 ranks, 4,096 columns) each, the A rows
 //           against x[t] with gemv.cuh's loop, into split partials t_part[g, s, t, r];
 //   GEMV    gemv.cuh's blocks; each loads its rows' B entries before it waits, and adds
 //           b_g[slot_t][row] . t (the partials summed in split order) to its sums.
@@ -30,7 +30,7 @@ using cuda::GemvGroup;
 using cuda::kGemvWarps;
 
 constexpr int kRows = kGemvWarps;  // rows per block: the GEMV's item groups are per warp
-constexpr int kMaxTokens = 4;
+constexpr int kMaxTokens = 2;  // 4 tokens measured 7.53 ms against 7.16 for the three kernels
 constexpr int kSplitCols = 4096;   // shrink: columns per block (a multiple of 256)
 constexpr int kEarlySplits = 3;    // GEMV: t partials loaded right after the wait
 
@@ -77,7 +77,7 @@ gemv_lora_shrink_kernel(LoraArgs lora, const float* __restrict__ x, int n, int i
 }
 
 template <typename W, typename T, int NT, int U>
-__global__ void __launch_bounds__(kGemvWarps * 32, NT == 1 ? 5 : NT == 4 ? 4 : 1)
+__global__ void __launch_bounds__(kGemvWarps * 32, NT == 1 ? 5 : 1)
 gemv_lora_kernel(GemvGroup grp, LoraArgs lora, const float* __restrict__ x, int n, int in) {
   __shared__ float red[kGemvWarps][kRows * NT];
   __shared__ float delta[kRows * NT];
@@ -142,7 +142,7 @@ gemv_lora_kernel(GemvGroup grp, LoraArgs lora, const float* __restrict__ x, int 
 template <typename W, typename T, int NT>
 void launch(cudaStream_t stream, bool pdl, GemvGroup grp, const LoraArgs& lora, int count, const float* x, int n,
             int in) {
-  constexpr int U = NT <= 2 ? 4 : 2;  // gemv.cu's rounds in flight for 4 rows
+  constexpr int U = 4;  // gemv.cu's rounds in flight for 4 rows and 1-2 tokens
   const dim3 shrink_grid(static_cast<unsigned>(count * n * lora.rank_blocks), static_cast<unsigned>(lora.splits));
   cuda::launch_kernel(gemv_lora_shrink_kernel<T>, shrink_grid, kGemvWarps * 32, 0, stream, pdl, lora, x, n, in);
   const int blocks = cuda::gemv_blocks<kRows>(grp, count);
@@ -155,8 +155,7 @@ template <typename W, typename T>
 void launch_tokens(cudaStream_t stream, bool pdl, const GemvGroup& grp, const LoraArgs& lora, int count,
                    const float* x, int n, int in) {
   if (n == 1) launch<W, T, 1>(stream, pdl, grp, lora, count, x, n, in);
-  else if (n == 2) launch<W, T, 2>(stream, pdl, grp, lora, count, x, n, in);
-  else launch<W, T, 4>(stream, pdl, grp, lora, count, x, n, in);
+  else launch<W, T, 2>(stream, pdl, grp, lora, count, x, n, in);
 }
 
 }  // namespace

@@ -135,15 +135,34 @@ gather_expand_kernel(LoraGroupArgs args, const float* __restrict__ part, int chu
   const int tok = lora_token_at(sorted, blockIdx.x);
   const int slot = lora_slot_of(token_slot, tok, num_slots);
   if (slot < 0) return;  // uniform
-  reduce_parts(ts, red, part + static_cast<int64_t>(g) * chunks * n * rank, chunks, n, tok, rank);
   const int o = o0 + threadIdx.x;
-  if (o >= out) return;
+  const bool mine = o < out;
   const T* b = static_cast<const T*>(args.b[g]);
-  const T* brow = b + (static_cast<int64_t>(slot) * out + o) * rank;
-  constexpr int E = Vec16<T>::E;
+  const T* brow = b + (static_cast<int64_t>(slot) * out + (mine ? o : 0)) * rank;
+  float* y = args.y[g] + static_cast<int64_t>(tok) * out + o;
+  // The B row's first kPre vectors and y are loaded before the partials are summed (loads
+  // in flight across the block's barriers instead of one after another).
+  constexpr int E = Vec16<T>::E, kPre = 4;
+  const bool vec = (static_cast<int64_t>(rank) * sizeof(T)) % 16 == 0 && aligned16(b);
+  const int pre = vec ? min(rank / E, kPre) : 0;
+  uint4 bpre[kPre];
+#pragma unroll
+  for (int v = 0; v < kPre; ++v)
+    if (mine && v < pre) bpre[v] = load16(brow + v * E);
+  const float y0 = mine ? *y : 0.f;
+  reduce_parts(ts, red, part + static_cast<int64_t>(g) * chunks * n * rank, chunks, n, tok, rank);
+  if (!mine) return;
   float s = 0.f;
-  int r = 0;
-  if ((static_cast<int64_t>(rank) * sizeof(T)) % 16 == 0 && aligned16(b)) {
+#pragma unroll
+  for (int v = 0; v < kPre; ++v) {
+    if (v >= pre) break;
+    float f[E];
+    Vec16<T>::unpack(bpre[v], f);
+#pragma unroll
+    for (int e = 0; e < E; ++e) s = fmaf(f[e], ts[v * E + e], s);
+  }
+  int r = pre * E;
+  if (vec) {
     for (; r < rank; r += E) {
       float f[E];
       Vec16<T>::unpack(load16(brow + r), f);
@@ -152,7 +171,7 @@ gather_expand_kernel(LoraGroupArgs args, const float* __restrict__ part, int chu
     }
   }
   for (; r < rank; ++r) s = fmaf(to_f32(brow[r]), ts[r], s);
-  args.y[g][static_cast<int64_t>(tok) * out + o] += s;
+  *y = y0 + s;
 }
 
 }  // namespace
