@@ -53,33 +53,7 @@ using cuda::lora_slot_of;
 using cuda::lora_tile_is_run;
 using cuda::lora_token_at;
 using cuda::lora_warp_tile_is_run;
-
-// Eight consecutive stack elements kept in their own type (half the registers of floats
-// for 16-bit stacks). load: 16-byte loads when vec (aligned rows) and all 8 are in range,
-// else element loads with zeros past `valid`.
-template <typename T>
-struct alignas(16) Row8 {
-  T v[8];
-  __device__ __forceinline__ void load(const T* p, int valid, bool vec) {
-    if (vec && valid >= 8) {
-      constexpr int kVecs = static_cast<int>(sizeof(T)) * 8 / 16;
-#pragma unroll
-      for (int i = 0; i < kVecs; ++i) reinterpret_cast<uint4*>(v)[i] = cuda::load16(p + i * (16 / sizeof(T)));
-    } else {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) v[e] = e < valid ? p[e] : cuda::from_f32<T>(0.f);
-    }
-  }
-  __device__ __forceinline__ void to_f32(float (&f)[8]) const {
-#pragma unroll
-    for (int e = 0; e < 8; ++e) f[e] = cuda::to_f32(v[e]);
-  }
-  __device__ __forceinline__ float dot(const float (&x)[8], float acc) const {
-#pragma unroll
-    for (int e = 0; e < 8; ++e) acc = fmaf(cuda::to_f32(v[e]), x[e], acc);
-    return acc;
-  }
-};
+using cuda::Row8;
 
 // x[0..8) of an f32 row, zeros past `valid`.
 __device__ __forceinline__ void load_x8(float (&f)[8], const float* p, int valid, bool vec) {

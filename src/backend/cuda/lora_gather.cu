@@ -15,25 +15,7 @@ constexpr int kThreads = 256;
 constexpr int kChunk = kLoraGatherSplit;
 constexpr int kOutPerBlock = kThreads;  // expand: one output per thread
 
-// Loads 8 consecutive elements as floats (zeros past `valid`); vec: 16-byte aligned rows.
-template <typename T>
-__device__ __forceinline__ void load8(float (&f)[8], const T* p, int valid, bool vec) {
-  if (vec && valid >= 8) {
-    constexpr int E = Vec16<T>::E;
-#pragma unroll
-    for (int v = 0; v < 8 / E; ++v) {
-      float part[E];
-      Vec16<T>::unpack(load16(p + v * E), part);
-#pragma unroll
-      for (int e = 0; e < E; ++e) f[v * E + e] = part[e];
-    }
-  } else {
-#pragma unroll
-    for (int j = 0; j < 8; ++j) f[j] = j < valid ? to_f32(p[j]) : 0.f;
-  }
-}
-
-// part: [G, chunks, n, R] f32. grid (ceil(n / 16), chunks, G); chunk = kc = 64 columns
+// part: [G, chunks, n, R] f32. grid (ceil(n / 16), chunks, G); chunk = kChunk = 64 columns
 // (short dot products, many blocks for a few tokens). Each (token m, rank r) item is a
 // group of tpi threads (a power of two, as many as the items leave room for, so one token
 // still uses the whole block) that split the chunk's columns 8 at a time and reduce with
@@ -42,7 +24,7 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads)
 gather_shrink_kernel(float* __restrict__ part, const float* __restrict__ x, LoraGroupArgs args,
                      const int32_t* __restrict__ token_slot, const int32_t* __restrict__ sorted, int n, int in,
-                     int rank, int num_slots, int kc) {
+                     int rank, int num_slots) {
   __shared__ int tok[kTile], slot[kTile];
   __shared__ __align__(16) float xs[kTile][kChunk];
   const int p0 = blockIdx.x * kTile, c = blockIdx.y, g = blockIdx.z;
@@ -52,9 +34,9 @@ gather_shrink_kernel(float* __restrict__ part, const float* __restrict__ x, Lora
   bool any = false;
   for (int m = 0; m < count; ++m) any |= slot[m] >= 0;
   if (!any) return;  // uniform
-  const int k0 = c * kc, width = min(kc, in - k0);
-  for (int idx = threadIdx.x; idx < kTile * kc; idx += kThreads) {
-    const int m = idx / kc, kk = idx % kc;
+  const int k0 = c * kChunk, width = min(kChunk, in - k0);
+  for (int idx = threadIdx.x; idx < kTile * kChunk; idx += kThreads) {
+    const int m = idx / kChunk, kk = idx % kChunk;
     xs[m][kk] = (m < count && kk < width && slot[m] >= 0) ? x[static_cast<int64_t>(tok[m]) * in + k0 + kk] : 0.f;
   }
   __syncthreads();
@@ -64,7 +46,7 @@ gather_shrink_kernel(float* __restrict__ part, const float* __restrict__ x, Lora
   float* part_c = part + (static_cast<int64_t>(g) * gridDim.y + c) * n * rank;
   const int items = count * rank;
   int tpi = 1;
-  while (tpi < 32 && tpi * 2 * items <= kThreads && tpi * 2 * 8 <= kc) tpi *= 2;
+  while (tpi < 32 && tpi * 2 * items <= kThreads && tpi * 2 * 8 <= kChunk) tpi *= 2;
   const int groups = kThreads / tpi, sub = threadIdx.x % tpi;
   for (int base = 0; base < items; base += groups) {
     const int item = base + static_cast<int>(threadIdx.x) / tpi;
@@ -76,7 +58,9 @@ gather_shrink_kernel(float* __restrict__ part, const float* __restrict__ x, Lora
 #pragma unroll 4
       for (int k = sub * 8; k < width; k += tpi * 8) {
         float af[8];
-        load8(af, arow + k, width - k, vec);
+        Row8<T> row;
+        row.load(arow + k, width - k, vec);
+        row.to_f32(af);
         const float4 x0 = *reinterpret_cast<const float4*>(&xs[m][k]);
         const float4 x1 = *reinterpret_cast<const float4*>(&xs[m][k + 4]);
         acc = fmaf(af[0], x0.x, acc);
@@ -183,8 +167,7 @@ void lora_gather_shrink(float* part, const float* x, const LoraGroupArgs& args, 
                   static_cast<unsigned>(members));
   dispatch_float(stack_type, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    gather_shrink_kernel<T><<<grid, kThreads, 0, stream>>>(part, x, args, token_slot, sorted, n, in, rank, num_slots,
-                                                           kChunk);
+    gather_shrink_kernel<T><<<grid, kThreads, 0, stream>>>(part, x, args, token_slot, sorted, n, in, rank, num_slots);
     launch_check();
   }, "lora: a_stack must be F32, F16 or BF16");
 }

@@ -81,6 +81,33 @@ __device__ __forceinline__ bool lora_warp_tile_is_run(const int32_t* sorted, con
   return __all_sync(0xffffffffu, lane >= 16 || (*slot0 >= 0 && s == *slot0 && t == *tok0 + lane));
 }
 
+// Eight consecutive stack elements kept in their own type (half the registers of floats
+// for 16-bit stacks). load: 16-byte loads when vec (aligned rows) and all 8 are in range,
+// else element loads with zeros past `valid`.
+template <typename T>
+struct alignas(16) Row8 {
+  T v[8];
+  __device__ __forceinline__ void load(const T* p, int valid, bool vec) {
+    if (vec && valid >= 8) {
+      constexpr int kVecs = static_cast<int>(sizeof(T)) * 8 / 16;
+#pragma unroll
+      for (int i = 0; i < kVecs; ++i) reinterpret_cast<uint4*>(v)[i] = load16(p + i * (16 / sizeof(T)));
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[e] = e < valid ? p[e] : from_f32<T>(0.f);
+    }
+  }
+  __device__ __forceinline__ void to_f32(float (&f)[8]) const {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) f[e] = quiver::cuda::to_f32(v[e]);
+  }
+  __device__ __forceinline__ float dot(const float (&x)[8], float acc) const {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc = fmaf(quiver::cuda::to_f32(v[e]), x[e], acc);
+    return acc;
+  }
+};
+
 // lora_gather.cu. part: [G, ceil(in / kLoraGatherSplit), n, R].
 void lora_gather_shrink(float* part, const float* x, const LoraGroupArgs& args, int members,
                         const int32_t* token_slot, const int32_t* sorted, int n, int in, int rank, int num_slots,
