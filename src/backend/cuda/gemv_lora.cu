@@ -4,7 +4,7 @@
 // the join (three kernels and a fork/join per projection group: at batch 1 that latency,
 // not the adapter's bytes, was the LoRA's cost).
 //   shrink  a few blocks: (member g, token t, 4 ranks, 4,096 columns) each, the A rows
-//           against x[t] with gemv.cuh's loop, into split partials t_part[g, s, t, r];
+//           against x[t] with gemv.cuh's loop, into split partials part[g, s, t, r];
 //   GEMV    gemv.cuh's blocks; each loads its rows' B entries before it waits, and adds
 //           b_g[slot_t][row] . t (the partials summed in split order) to its sums.
 // Both are chained by programmatic serialisation: the shrink lets the GEMV be scheduled at
@@ -30,7 +30,7 @@ using cuda::GemvGroup;
 using cuda::kGemvWarps;
 
 constexpr int kRows = kGemvWarps;  // rows per block: the GEMV's item groups are per warp
-constexpr int kMaxTokens = 2;  // 4 tokens measured 7.53 ms against 7.16 for the three kernels
+constexpr int kMaxTokens = 2;      // 4 measured 7.53 ms a step against 7.16 for the 3 kernels
 constexpr int kSplitCols = 4096;   // shrink: columns per block (a multiple of 256)
 constexpr int kEarlySplits = 3;    // GEMV: t partials loaded right after the wait
 
