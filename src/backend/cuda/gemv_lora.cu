@@ -168,7 +168,7 @@ bool CudaBackend::gemv_lora(const MatmulGroup& g, const LoraGroup& lora, Tensor 
   if (n < 1 || n > std::min(options_.gemv_max_n, kMaxTokens) || options_.gemv_variant != 0) return false;
   if (lora.count != g.count || (st != wt && st != DType::kF32) || a0.ndim != 3) return false;
   const int64_t num_slots = a0.dim(0), rank = a0.dim(1);
-  if (rank < 1 || rank > 512 || in < 8 || in % 8 != 0) return false;
+  if (rank < 1 || rank > cuda::kLoraMaxRank || in < 8 || in % 8 != 0) return false;
   bool aligned = cuda::aligned16(x.data);
   GemvGroup grp = cuda::gemv_group(g, &aligned);
   LoraArgs args;
@@ -184,7 +184,7 @@ bool CudaBackend::gemv_lora(const MatmulGroup& g, const LoraGroup& lora, Tensor 
     args.b[i] = b.data;
   }
   if (!aligned) return false;
-  check(meta.token_slot.dtype == DType::kI32 && meta.token_slot.numel() >= n, "lora: token_slot must be i32 [n]");
+  cuda::check_lora_meta(meta, n, "lora");
   args.token_slot = meta.token_slot.ptr<int32_t>();
   args.rank = static_cast<int>(rank);
   args.num_slots = static_cast<int>(num_slots);

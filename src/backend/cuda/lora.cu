@@ -43,7 +43,6 @@ constexpr int kSplitAlign = 32 * kLaneCols;              // split widths are mul
 constexpr int kExpandWarps = kTileTokens / kWarpTokens;  // expand: 4 tokens per warp
 constexpr int kExpandRows = 4;                           // expand: output rows per lane and step
 constexpr int kThreads = 256;                            // reduce
-constexpr int kMaxRank = 512;
 constexpr int64_t kExpandBlocks = 1024;                  // expand: target grid size
 constexpr int64_t kMmaExpandMinN = 512;                  // expand: tensor cores from this many tokens
 constexpr int64_t kMmaShrinkMinN = 512;                  // shrink: the same, given x16
@@ -270,13 +269,6 @@ __global__ void reduce_kernel(float* __restrict__ t, const float* __restrict__ p
   t[i] = cuda::lora_part_sum(part, chunks, n, rank, static_cast<int>(i / rank), static_cast<int>(i % rank));
 }
 
-void check_meta(const LoraMeta& meta, int64_t n, const char* op) {
-  check(meta.token_slot.dtype == DType::kI32 && meta.token_slot.numel() >= n,
-        std::string(op) + ": token_slot must be i32 [n]");
-  check(meta.sorted_tokens.empty() || (meta.sorted_tokens.dtype == DType::kI32 && meta.sorted_tokens.numel() == n),
-        std::string(op) + ": sorted_tokens must be empty or i32 [n]");
-}
-
 const int32_t* sorted_ptr(const LoraMeta& meta) {
   return meta.sorted_tokens.empty() ? nullptr : meta.sorted_tokens.ptr<int32_t>();
 }
@@ -306,8 +298,8 @@ float* CudaBackend::lora_shrink_parts(const LoraGroup& g, Tensor x, const Tensor
     args.a[i] = a.data;
   }
   check(n < (int64_t{1} << 31) && in < (int64_t{1} << 31), "lora: dimensions out of range");
-  check(rank <= kMaxRank, "lora: rank above 512");
-  check_meta(meta, n, "lora");
+  check(rank <= cuda::kLoraMaxRank, "lora: rank above 512");
+  cuda::check_lora_meta(meta, n, "lora");
   const bool gather = n <= cuda::kLoraGatherMaxN;
   // Prefill-sized batches given x's bf16 copy: the one-run tiles on tensor cores, with
   // splits of their own (the CUDA-core shrink of the other tiles takes the same).
@@ -361,8 +353,8 @@ void CudaBackend::lora_expand_parts(const LoraGroup& g, const float* part, int c
     args.out[i] = static_cast<int>(y.dim(1));
     max_out = std::max(max_out, y.dim(1));
   }
-  check(rank <= kMaxRank, "lora: rank above 512");
-  check_meta(meta, n, "lora");
+  check(rank <= cuda::kLoraMaxRank, "lora: rank above 512");
+  cuda::check_lora_meta(meta, n, "lora");
   if (max_out == 0) return;
   if (n <= cuda::kLoraGatherMaxN) {
     cuda::lora_gather_expand(args, g.count, static_cast<int>(max_out), part, chunks, meta.token_slot.ptr<int32_t>(),

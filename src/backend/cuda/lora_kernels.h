@@ -7,11 +7,23 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_common.h"
 
 namespace quiver::cuda {
+
+// The largest rank the kernels take (the engine's --max-lora-rank bound).
+inline constexpr int kLoraMaxRank = 512;
+
+// Checks a LoraMeta for n tokens: token_slot i32 [>= n], sorted_tokens empty or i32 [n].
+inline void check_lora_meta(const LoraMeta& meta, int64_t n, const char* op) {
+  check(meta.token_slot.dtype == DType::kI32 && meta.token_slot.numel() >= n,
+        std::string(op) + ": token_slot must be i32 [n]");
+  check(meta.sorted_tokens.empty() || (meta.sorted_tokens.dtype == DType::kI32 && meta.sorted_tokens.numel() == n),
+        std::string(op) + ": sorted_tokens must be empty or i32 [n]");
+}
 
 // Below this many tokens the gather kernels run.
 inline constexpr int kLoraGatherMaxN = 15;
