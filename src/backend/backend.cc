@@ -46,6 +46,12 @@ DType Backend::gemm_input_type(int64_t /*n*/, DType /*w*/) const { return DType:
 
 // Without the copy these are the plain ops, on every backend; only backends whose
 // gemm_input_type can be 16-bit write one.
+void Backend::rope_kv_write(Tensor q, Tensor k, Tensor v, Tensor positions, Tensor cos_sin, Tensor k_cache,
+                            Tensor v_cache, Tensor slot_mapping) {
+  rope(q, k, positions, cos_sin);
+  kv_write(k_cache, v_cache, k, v, slot_mapping);
+}
+
 void Backend::rms_norm_x16(Tensor out, Tensor out16, Tensor x, Tensor w, float eps) {
   check(out16.empty(), name() + " backend has no 16-bit GEMM inputs (gemm_input_type is float32)");
   rms_norm(out, x, w, eps);

@@ -147,6 +147,12 @@ class Backend {
   // k, v: [n, num_kv_heads, head_dim] f32; slot_mapping: [n] i32
   virtual void kv_write(Tensor k_cache, Tensor v_cache, Tensor k, Tensor v, Tensor slot_mapping) = 0;
 
+  // rope(q, k), then kv_write of the rotated k and of v: the same results, in one pass over
+  // this step's q/k/v on a device backend (one kernel fewer per layer). The default runs
+  // the two ops.
+  virtual void rope_kv_write(Tensor q, Tensor k, Tensor v, Tensor positions, Tensor cos_sin, Tensor k_cache,
+                             Tensor v_cache, Tensor slot_mapping);
+
   // Causal GQA attention through block tables (see AttentionMeta).
   // out, q: [n, num_heads, head_dim] f32; num_heads % num_kv_heads == 0.
   virtual void attention(Tensor out, Tensor q, Tensor k_cache, Tensor v_cache, const AttentionMeta& meta,

@@ -102,8 +102,7 @@ void LlamaModel::forward(const StepTensors& step, Workspace& ws, const KvCacheVi
     Tensor q3 = q.view({n, c.num_heads, c.head_dim});
     Tensor k3 = k.view({n, c.num_kv_heads, c.head_dim});
     Tensor v3 = v.view({n, c.num_kv_heads, c.head_dim});
-    backend_->rope(q3, k3, step.positions, cos_sin_);
-    backend_->kv_write(kv.k[l], kv.v[l], k3, v3, step.slot_mapping);
+    backend_->rope_kv_write(q3, k3, v3, step.positions, cos_sin_, kv.k[l], kv.v[l], step.slot_mapping);
     backend_->attention(attn.view({n, c.num_heads, c.head_dim}), q3, kv.k[l], kv.v[l], step.attn, scale);
     project(group({{branch, w.wo, Tensor()}}), kO, attn, l, step, ws, lora);
     backend_->add_rms_norm_x16(normed, normed16, hidden, branch, w.mlp_norm, eps);

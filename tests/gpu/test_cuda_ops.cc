@@ -1,9 +1,9 @@
 // link: qv_backend
 // CUDA backend vs the scalar reference, op by op, on awkward shapes: memory and copies,
 // dummy-weight fill (bitwise), a kernel chain with and without pdl (bitwise), embedding,
-// rms_norm / add_rms_norm, rope, kv_write, silu_mul / add / gather_rows, the 16-bit GEMM
-// input copies (bitwise), and matmul on every path (GEMV, cuBLAS, cuBLAS with split
-// activations). Attention and LoRA have their own files. Every case prints its error;
+// rms_norm / add_rms_norm, rope, kv_write, rope_kv_write, silu_mul / add / gather_rows,
+// the 16-bit GEMM input copies (bitwise), and matmul on every path (GEMV, cuBLAS, cuBLAS
+// with split activations). Attention and LoRA have their own files. Every case prints its error;
 // skips without a GPU.
 #include <algorithm>
 #include <numeric>
@@ -198,6 +198,46 @@ TEST_F(CudaOps, KvWrite) {
             expect_close("kv_write k " + tag, download(gpu_.get(), gkc.t), kc.as_f32(), 0);
             expect_close("kv_write v " + tag, download(gpu_.get(), gvc.t), vc.as_f32(), 0);
           }
+}
+
+// rope_kv_write (one kernel) against the reference's rope then kv_write: q and k rotated in
+// place, the rotated k and v in the cache, padding slots untouched; GQA and MHA shapes.
+TEST_F(CudaOps, RopeKvWrite) {
+  const int64_t max_pos = 512, bs = 16;
+  for (DType t : kFloatTypes)
+    for (int64_t hd : {8, 64, 128})
+      for (auto [h, kv] : {std::pair<int64_t, int64_t>{4, 4}, {8, 2}, {6, 1}})
+        for (int64_t n : {1, 3, 13, 33}) {
+          std::vector<float> cs(static_cast<size_t>(max_pos * hd));
+          for (auto& c : cs) c = static_cast<float>(rng_() % 2001) / 1000.f - 1.f;
+          HostTensor table = host_f32({max_pos, hd}, cs);
+          std::vector<int32_t> pos(static_cast<size_t>(n));
+          for (auto& p : pos) p = static_cast<int32_t>(rng_() % max_pos);
+          const int64_t num_blocks = (n + bs - 1) / bs + 2, num_slots = num_blocks * bs;
+          std::vector<int32_t> slots(static_cast<size_t>(num_slots));
+          std::iota(slots.begin(), slots.end(), 0);
+          std::shuffle(slots.begin(), slots.end(), rng_);
+          slots.resize(static_cast<size_t>(n));
+          for (size_t i = 1; i < slots.size(); i += 4) slots[i] = -1;  // padding tokens
+          HostTensor hp = host_i32({n}, pos), hs = host_i32({n}, slots);
+          HostTensor q = random_tensor(rng_, DType::kF32, {n, h, hd}, 2.f), k = random_tensor(rng_, DType::kF32, {n, kv, hd});
+          HostTensor v = random_tensor(rng_, DType::kF32, {n, kv, hd});
+          HostTensor kc = random_tensor(rng_, t, {num_blocks, bs, kv, hd}), vc = random_tensor(rng_, t, {num_blocks, bs, kv, hd});
+          Backend* gpu = gpu_.get();
+          DeviceTensor gq = upload(gpu, q), gk = upload(gpu, k), gv = upload(gpu, v), gp = upload(gpu, hp);
+          DeviceTensor gs = upload(gpu, hs), gkc = upload(gpu, kc), gvc = upload(gpu, vc), gtable = upload(gpu, table);
+          ref_.rope(q.view(), k.view(), hp.view(), table.view());
+          ref_.kv_write(kc.view(), vc.view(), k.view(), v.view(), hs.view());
+          gpu->rope_kv_write(gq.t, gk.t, gv.t, gp.t, gtable.t, gkc.t, gvc.t, gs.t);
+          const std::string tag = std::string(name_of(t)) + " hd=" + std::to_string(hd) + " heads=" +
+                                  std::to_string(h) + "/" + std::to_string(kv) + " n=" + std::to_string(n);
+          // A k value one f32 ulp away from the reference's may round to the other 16-bit neighbour.
+          const double cache_tol = t == DType::kF32 ? 1e-5 : 1e-2;
+          expect_close("rope_kv_write q " + tag, download(gpu, gq.t), q.as_f32(), 1e-5);
+          expect_close("rope_kv_write k " + tag, download(gpu, gk.t), k.as_f32(), 1e-5);
+          expect_close("rope_kv_write k cache " + tag, download(gpu, gkc.t), kc.as_f32(), cache_tol);
+          expect_close("rope_kv_write v cache " + tag, download(gpu, gvc.t), vc.as_f32(), 0);
+        }
 }
 
 TEST_F(CudaOps, ElementWise) {

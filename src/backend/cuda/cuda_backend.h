@@ -56,6 +56,8 @@ class CudaBackend : public Backend {
   void matmul(Tensor y, Tensor x, Tensor w, Tensor bias) override;
   void rope(Tensor q, Tensor k, Tensor positions, Tensor cos_sin) override;
   void kv_write(Tensor k_cache, Tensor v_cache, Tensor k, Tensor v, Tensor slot_mapping) override;
+  void rope_kv_write(Tensor q, Tensor k, Tensor v, Tensor positions, Tensor cos_sin, Tensor k_cache, Tensor v_cache,
+                     Tensor slot_mapping) override;  // rope.cu
   void attention(Tensor out, Tensor q, Tensor k_cache, Tensor v_cache, const AttentionMeta& meta,
                  float scale) override;
   void silu_mul(Tensor out, Tensor gate, Tensor up) override;

@@ -1,6 +1,8 @@
 // CUDA rotate-half RoPE (HF convention), in place on q and k: one thread per (token, head,
 // pair) with pairs (j, j + head_dim/2); grid (tokens, pair chunks of 128), so a decode step
-// of one token still spreads over many multiprocessors.
+// of one token still spreads over many multiprocessors. rope_kv_write is the same kernel
+// with the KV write of kv_cache.cu folded in: a k pair's thread also stores its two
+// rotated values into the cache, and one more thread per v pair copies v there.
 #include <algorithm>
 #include <cmath>
 
@@ -10,35 +12,86 @@
 namespace quiver {
 namespace {
 
-// q: [n, num_heads, hd]; k: [n, num_kv, hd]; positions: [n]; cos_sin: [max_pos, hd] with
+// q: [n, num_heads, hd]; k, v: [n, num_kv, hd]; positions: [n]; cos_sin: [max_pos, hd] with
 // row p = cos(p*f_0..f_{h-1}), sin(p*f_0..f_{h-1}), h = hd/2. A position outside the table
-// cannot be reported from the device: its rows become NaN.
-__global__ void rope_kernel(float* __restrict__ q, float* __restrict__ k, const int32_t* __restrict__ positions,
-                            const float* __restrict__ cos_sin, int num_heads, int num_kv, int hd, int max_pos) {
+// cannot be reported from the device: its rows become NaN. Per token, units [0, H*half) are
+// q pairs, [H*half, (H+KV)*half) k pairs, rotated in place; with a slot_mapping (rope_kv_write)
+// the k pairs are also stored at their slot and units up to (H+2KV)*half store v's pairs.
+// Caches [slots, KV * hd]; slot -1 (padding) or past the cache: no store, as in
+// kv_write_kernel.
+template <typename T>
+__global__ void rope_kv_write_kernel(float* __restrict__ q, float* __restrict__ k, const float* __restrict__ v,
+                                     const int32_t* __restrict__ positions, const float* __restrict__ cos_sin,
+                                     T* __restrict__ k_cache, T* __restrict__ v_cache,
+                                     const int32_t* __restrict__ slot_mapping, int num_heads, int num_kv, int hd,
+                                     int max_pos, int64_t num_slots) {
   cuda::pdl_enter();  // launched with pdl (cuda_common.h)
   const int64_t i = blockIdx.x;
   const int half = hd / 2;
+  const int p = blockIdx.y * blockDim.x + threadIdx.x;
+  if (p >= (num_heads + 2 * num_kv) * half) return;
+  const int head = p / half, j = p - head * half;
+  const int64_t slot = slot_mapping != nullptr ? slot_mapping[i] : -1;
+  const bool store = slot >= 0 && slot < num_slots;
+  const int64_t row = static_cast<int64_t>(num_kv) * hd;
+  if (head >= num_heads + num_kv) {  // a v pair: stored as it is
+    const int kvh = head - num_heads - num_kv;
+    if (!store) return;
+    const float* src = v + i * row + kvh * hd;
+    v_cache[slot * row + kvh * hd + j] = cuda::from_f32<T>(src[j]);
+    v_cache[slot * row + kvh * hd + j + half] = cuda::from_f32<T>(src[j + half]);
+    return;
+  }
   const int pos = positions[i];
   const bool valid = pos >= 0 && pos < max_pos;
-  const float* cs = cos_sin + static_cast<int64_t>(valid ? pos : 0) * hd;
-  const int pairs = (num_heads + num_kv) * half;
-  const int p = blockIdx.y * blockDim.x + threadIdx.x;
-  if (p < pairs) {
-    const int head = p / half, j = p - head * half;
-    float* v = head < num_heads ? q + (i * num_heads + head) * hd : k + (i * num_kv + head - num_heads) * hd;
-    if (!valid) {
-      v[j] = NAN;
-      v[j + half] = NAN;
-      return;
-    }
+  float* x = head < num_heads ? q + (i * num_heads + head) * hd : k + (i * num_kv + head - num_heads) * hd;
+  float lo = NAN, hi = NAN;  // a position outside the table: NaN rows, as rope_kernel
+  if (valid) {
+    const float* cs = cos_sin + static_cast<int64_t>(pos) * hd;
     const float c = cs[j], s = cs[half + j];
-    const float a = v[j], b = v[j + half];
-    v[j] = a * c - b * s;
-    v[j + half] = b * c + a * s;
+    const float a = x[j], b = x[j + half];
+    lo = a * c - b * s;
+    hi = b * c + a * s;
+  }
+  x[j] = lo;
+  x[j + half] = hi;
+  if (head >= num_heads && store) {
+    const int64_t at = slot * row + static_cast<int64_t>(head - num_heads) * hd;
+    k_cache[at + j] = cuda::from_f32<T>(lo);
+    k_cache[at + j + half] = cuda::from_f32<T>(hi);
   }
 }
 
 }  // namespace
+
+void CudaBackend::rope_kv_write(Tensor q, Tensor k, Tensor v, Tensor positions, Tensor cos_sin, Tensor k_cache,
+                                Tensor v_cache, Tensor slot_mapping) {
+  cuda::check_f32(q, "rope: q must be f32 on the GPU");
+  cuda::check_f32(k, "rope: k must be f32 on the GPU");
+  cuda::check_f32(v, "kv_write: v must be f32 on the GPU");
+  cuda::check_f32(cos_sin, "rope: cos_sin must be f32 on the GPU");
+  check(q.ndim == 3 && k.ndim == 3 && positions.dtype == DType::kI32, "rope: bad operand types");
+  const int64_t n = q.dim(0), hd = q.dim(2), num_kv = k.dim(1);
+  check(k.dim(0) == n && k.dim(2) == hd && positions.numel() == n && hd % 2 == 0 && cos_sin.dim(1) == hd,
+        "rope: shape mismatch");
+  check(k_cache.ndim == 4 && v_cache.ndim == 4 && k_cache.dtype == v_cache.dtype, "kv_write: bad caches");
+  check(slot_mapping.dtype == DType::kI32, "kv_write: slot_mapping must be i32");
+  check(k_cache.dim(2) == num_kv && k_cache.dim(3) == hd && v.numel() == k.numel() && slot_mapping.numel() == n,
+        "kv_write: shape mismatch");
+  check(v_cache.numel() == k_cache.numel(), "kv_write: k and v caches differ in shape");
+  if (n == 0) return;
+  const int64_t units = (q.dim(1) + 2 * num_kv) * (hd / 2);
+  constexpr int kThreads = 128;
+  const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(cuda::ceil_div(units, kThreads)));
+  cuda::dispatch_float(k_cache.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    cuda::launch_kernel(rope_kv_write_kernel<T>, grid, kThreads, 0, stream_, pdl_, q.ptr<float>(), k.ptr<float>(),
+                        v.ptr<float>(), positions.ptr<int32_t>(), cos_sin.ptr<float>(), k_cache.ptr<T>(),
+                        v_cache.ptr<T>(), slot_mapping.ptr<int32_t>(), static_cast<int>(q.dim(1)),
+                        static_cast<int>(num_kv), static_cast<int>(hd), static_cast<int>(cos_sin.dim(0)),
+                        k_cache.dim(0) * k_cache.dim(1));
+  }, "kv_write: cache must be F32, F16 or BF16");
+}
 
 void CudaBackend::rope(Tensor q, Tensor k, Tensor positions, Tensor cos_sin) {
   cuda::check_f32(q, "rope: q must be f32 on the GPU");
@@ -52,9 +105,11 @@ void CudaBackend::rope(Tensor q, Tensor k, Tensor positions, Tensor cos_sin) {
   const int64_t pairs = (q.dim(1) + k.dim(1)) * (hd / 2);
   constexpr int kThreads = 128;
   const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(cuda::ceil_div(pairs, kThreads)));
-  cuda::launch_kernel(rope_kernel, grid, kThreads, 0, stream_, pdl_, q.ptr<float>(), k.ptr<float>(),
-                      positions.ptr<int32_t>(), cos_sin.ptr<float>(), static_cast<int>(q.dim(1)),
-                      static_cast<int>(k.dim(1)), static_cast<int>(hd), static_cast<int>(cos_sin.dim(0)));
+  cuda::launch_kernel(rope_kv_write_kernel<float>, grid, kThreads, 0, stream_, pdl_, q.ptr<float>(), k.ptr<float>(),
+                      static_cast<const float*>(nullptr), positions.ptr<int32_t>(), cos_sin.ptr<float>(),
+                      static_cast<float*>(nullptr), static_cast<float*>(nullptr),
+                      static_cast<const int32_t*>(nullptr), static_cast<int>(q.dim(1)), static_cast<int>(k.dim(1)),
+                      static_cast<int>(hd), static_cast<int>(cos_sin.dim(0)), int64_t{0});
 }
 
 }  // namespace quiver
