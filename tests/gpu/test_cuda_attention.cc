@@ -112,6 +112,9 @@ TEST_F(CudaAttention, DecodeLooseBoundsAndBatchOne) {
   run({DType::kBF16, 16, 8, 2, 128, kDecodeSeqs, 0, 3000}, "decode loose");
   run({DType::kBF16, 16, 32, 32, 128, {{1, 2000}}}, "decode batch1");
   run({DType::kF32, 1, 4, 1, 64, {{1, 1}}, 0, 7}, "decode single");
+  // Past 8 partitions of 256 keys, and every partition length (32 .. 256) in one batch.
+  run({DType::kBF16, 16, 32, 32, 128, {{1, 3001}}, 0, 4096}, "decode long");
+  run({DType::kBF16, 16, 8, 8, 128, {{1, 31}, {1, 33}, {1, 300}, {1, 520}, {1, 1030}, {1, 2049}}}, "decode parts");
 }
 
 // Small heads: NV = 1 (16-bit kv, hd 8) up to 4 (f32, hd 16) vectors per row, so the decode

@@ -4,16 +4,23 @@
 // the decode kernel for the one-query sequences mixed into the same batch.
 //
 // Decode: flash-decoding split-K. Each block owns one sequence, `gc` query heads that
-// share one KV head (the GQA group, or a divisor of it <= 8) and one partition of
-// kPart keys. K rows are read once per block and used by all gc heads:
+// share one KV head (the GQA group, or a divisor of it <= 8) and one partition of the
+// sequence's keys. The partition length depends on the sequence length only
+// (decode_part_len: about an eighth of it, a power of two from 32 to kPart keys), never on
+// the grid, so a graph captured for the longest context and an eager step split a sequence
+// the same way and agree bitwise. Short contexts (the batch-1 case) thus still spread over
+// up to 8 blocks per head instead of leaving one block per head to walk them serially.
+// K rows are read once per block and used by all gc heads:
 //   1. scores: one thread per key computes its gc dot products (K row in 16-byte vectors,
-//      q broadcast from shared memory) into shared memory;
+//      all in flight at once, q broadcast from shared memory) into shared memory;
 //   2. softmax of the partition per head (max, exp, sum) by one warp per head;
 //   3. P V: threads split each V row into 16-byte vectors and the keys among themselves,
-//      accumulating gc heads in registers, then reduce over keys in shared memory.
-// With one partition the block writes the output; otherwise it writes (o, max, sum) and
-// a combine kernel merges the partitions. The grid is (max splits, heads / gc, seqs),
-// from meta.max_seq_len (a host upper bound); blocks past their sequence's end exit.
+//      accumulating gc heads in registers, then reduce over keys in shared memory. The
+//      first kVRounds V rows of every thread are loaded before phase 1, so their latency
+//      overlaps the scores'.
+// With one partition in the grid the block writes the output; otherwise it writes (o, max,
+// sum) and a combine kernel merges the partitions. The grid is (max splits, heads / gc,
+// seqs), from meta.max_seq_len (a host upper bound); blocks past their sequence's end exit.
 #include <algorithm>
 #include <cmath>
 
@@ -25,8 +32,30 @@ namespace {
 
 using cuda::AttentionParams;
 
-constexpr int kPart = 256;     // keys per split-K partition
-constexpr int kThreads = 128;  // decode block
+constexpr int kPart = 256;        // most keys per split-K partition
+constexpr int kMinPart = 32;      // fewest keys per partition
+constexpr int kTargetSplits = 8;  // partitions per sequence below 8 * kPart keys
+constexpr int kThreads = 128;     // decode block
+constexpr int kVRounds = 4;       // V rows per thread in flight in phase 3
+
+// Keys per partition for a sequence of len keys: ceil(len / kTargetSplits) rounded up to a
+// power of two, within [kMinPart, kPart]. A function of len alone (see the top).
+__host__ __device__ inline int decode_part_len(int len) {
+  int part = kMinPart;
+  while (part < kPart && part * kTargetSplits < len) part *= 2;
+  return part;
+}
+
+// Partitions of a sequence of len keys, and the most for any len <= max_len (the grid).
+__host__ __device__ inline int decode_splits(int len) {
+  const int part = decode_part_len(len);
+  return (len + part - 1) / part;
+}
+int decode_max_splits(int64_t max_len) {
+  const int64_t m = std::max<int64_t>(max_len, 1);
+  return static_cast<int>(std::max<int64_t>(std::min<int64_t>(kTargetSplits, cuda::ceil_div(m, kMinPart)),
+                                            cuda::ceil_div(m, kPart)));
+}
 
 template <typename T, int HD, int GMAX>
 struct DecodeShape {
@@ -64,11 +93,21 @@ decode_kernel(AttentionParams p, float* __restrict__ part, int gc, int max_split
   const int row = p.query_start[s], q_len = p.query_start[s + 1] - row;
   if (q_len <= 0 || (p.mixed && q_len != 1)) return;
   const int len = p.seq_lens[s];
-  const int start = split * kPart;
+  const int part_len = decode_part_len(len);
+  const int start = split * part_len;
   if (start >= len) return;
-  const int nk = min(len - start, kPart);
+  const int nk = min(len - start, part_len);
   const T* k_cache = static_cast<const T*>(p.k_cache);
   const T* v_cache = static_cast<const T*>(p.v_cache);
+
+  // Phase 3's first V rows: thread (kl, ev) takes vector ev of keys kl, kl + KL, ...
+  const int kl = threadIdx.x / NV, ev = threadIdx.x % NV;
+  uint4 vraw[kVRounds];
+#pragma unroll
+  for (int u = 0; u < kVRounds; ++u) {
+    const int tl = kl + u * KL;
+    if (kl < KL && tl < nk) vraw[u] = cuda::load16(cuda::kv_row(v_cache, p, s, start + tl, kvh, HD) + ev * E);
+  }
 
   // q, pre-scaled, for the block's heads.
   for (int i = threadIdx.x; i < gc * HD; i += kThreads) {
@@ -83,10 +122,18 @@ decode_kernel(AttentionParams p, float* __restrict__ part, int gc, int max_split
     float acc[GMAX];
 #pragma unroll
     for (int g = 0; g < GMAX; ++g) acc[g] = 0.f;
-#pragma unroll 4
-    for (int v = 0; v < NV; ++v) {
+    constexpr int kMaxIn = GMAX <= 2 ? 16 : 8;  // K vectors in flight (registers)
+    constexpr int kIn = NV < kMaxIn ? NV : kMaxIn;
+    uint4 kraw[kIn];
+#pragma unroll
+    for (int v0 = 0; v0 < NV; v0 += kIn) {
+#pragma unroll
+    for (int v = 0; v < kIn; ++v) kraw[v] = cuda::load16(krow + (v0 + v) * E);
+#pragma unroll
+    for (int vi = 0; vi < kIn; ++vi) {
+      const int v = v0 + vi;
       float kf[E];
-      cuda::Vec16<T>::unpack(cuda::load16(krow + v * E), kf);
+      cuda::Vec16<T>::unpack(kraw[vi], kf);
 #pragma unroll
       for (int g = 0; g < GMAX; ++g) {
         if (g >= gc) break;
@@ -100,6 +147,7 @@ decode_kernel(AttentionParams p, float* __restrict__ part, int gc, int max_split
           acc[g] = fmaf(qq.w, kf[4 * e4 + 3], acc[g]);
         }
       }
+    }
     }
 #pragma unroll
     for (int g = 0; g < GMAX; ++g)
@@ -127,23 +175,35 @@ decode_kernel(AttentionParams p, float* __restrict__ part, int gc, int max_split
   }
   __syncthreads();
 
-  // 3. P V: thread (kl, ev) takes vector ev of the V rows of keys kl, kl + KL, ...
-  const int kl = threadIdx.x / NV, ev = threadIdx.x % NV;
+  // 3. P V: rounds of kVRounds V rows per thread, the next round's loads issued before
+  // this round's products.
   float acc[GMAX][E];
 #pragma unroll
   for (int g = 0; g < GMAX; ++g)
 #pragma unroll
     for (int e = 0; e < E; ++e) acc[g][e] = 0.f;
   if (kl < KL) {
-    for (int tl = kl; tl < nk; tl += KL) {
-      float vf[E];
-      cuda::Vec16<T>::unpack(cuda::load16(cuda::kv_row(v_cache, p, s, start + tl, kvh, HD) + ev * E), vf);
+    for (int tl0 = kl; tl0 < nk; tl0 += kVRounds * KL) {
+      uint4 cur[kVRounds];
 #pragma unroll
-      for (int g = 0; g < GMAX; ++g) {
-        if (g >= gc) break;
-        const float pr = sc[g * kPart + tl];
+      for (int u = 0; u < kVRounds; ++u) {
+        cur[u] = vraw[u];
+        const int tn = tl0 + (kVRounds + u) * KL;
+        if (tn < nk) vraw[u] = cuda::load16(cuda::kv_row(v_cache, p, s, start + tn, kvh, HD) + ev * E);
+      }
 #pragma unroll
-        for (int e = 0; e < E; ++e) acc[g][e] = fmaf(pr, vf[e], acc[g][e]);
+      for (int u = 0; u < kVRounds; ++u) {
+        const int tl = tl0 + u * KL;
+        if (tl >= nk) break;
+        float vf[E];
+        cuda::Vec16<T>::unpack(cur[u], vf);
+#pragma unroll
+        for (int g = 0; g < GMAX; ++g) {
+          if (g >= gc) break;
+          const float pr = sc[g * kPart + tl];
+#pragma unroll
+          for (int e = 0; e < E; ++e) acc[g][e] = fmaf(pr, vf[e], acc[g][e]);
+        }
       }
     }
   }
@@ -181,7 +241,7 @@ __global__ void combine_kernel(AttentionParams p, const float* __restrict__ part
   const int h = blockIdx.x, s = blockIdx.y, e = threadIdx.x;
   const int row = p.query_start[s], q_len = p.query_start[s + 1] - row;
   if (q_len <= 0 || (p.mixed && q_len != 1) || e >= hd) return;
-  const int splits = min(max_splits, (p.seq_lens[s] + kPart - 1) / kPart);
+  const int splits = min(max_splits, decode_splits(p.seq_lens[s]));
   const float* base = part + (static_cast<int64_t>(s) * p.num_heads + h) * max_splits * (hd + 2);
   float mx = -INFINITY;
   for (int i = 0; i < splits; ++i) mx = fmaxf(mx, base[i * (hd + 2) + hd]);
@@ -250,7 +310,7 @@ void CudaBackend::attention(Tensor out, Tensor q, Tensor k_cache, Tensor v_cache
   }
   check(meta.max_seq_len >= 1, "attention: meta.max_seq_len must bound the sequence lengths");
   const int gc = heads_per_block(p.group);
-  const int max_splits = static_cast<int>(cuda::ceil_div(meta.max_seq_len, kPart));
+  const int max_splits = decode_max_splits(meta.max_seq_len);
   float* part = nullptr;
   if (max_splits > 1) {
     part = static_cast<float*>(
@@ -278,7 +338,7 @@ bool CudaBackend::supports_head_dim(int64_t hd) const { return cuda::has_attenti
 
 void CudaBackend::reserve_attention_scratch(int64_t max_seqs, int64_t num_heads, int64_t head_dim,
                                             int64_t max_seq_len) {
-  const int64_t max_splits = cuda::ceil_div(max_seq_len, kPart);
+  const int64_t max_splits = decode_max_splits(max_seq_len);
   if (max_splits > 1) scratch(attention_scratch_, partials_bytes(max_seqs, num_heads, head_dim, max_splits), "attention");
 }
 
