@@ -18,9 +18,11 @@
 //      accumulating gc heads in registers, then reduce over keys in shared memory. The
 //      first kVRounds V rows of every thread are loaded before phase 1, so their latency
 //      overlaps the scores'.
-// With one partition in the grid the block writes the output; otherwise it writes (o, max,
-// sum) and a combine kernel merges the partitions. The grid is (max splits, heads / gc,
-// seqs), from meta.max_seq_len (a host upper bound); blocks past their sequence's end exit.
+// With one partition in the grid the block writes the output. Otherwise it writes (o, max,
+// sum), and the block that finishes its (sequence, head group) last, by an atomic count,
+// merges the partitions in partition order (no combine kernel; the count goes back to 0
+// for the next launch or replay). The grid is (max splits, heads / gc, seqs), from
+// meta.max_seq_len (a host upper bound); blocks past their sequence's end exit.
 #include <algorithm>
 #include <cmath>
 
@@ -75,11 +77,26 @@ struct DecodeShape {
   static_assert(kFloats * sizeof(float) <= 48 * 1024, "decode shared memory above the static limit");
 };
 
-// part: [num_seqs, num_heads, max_splits, HD + 2] f32 (o unnormalised, max, sum), used
-// when max_splits > 1.
+// Element e of head h's output from its `splits` partitions at base ([splits][hd + 2]:
+// o unnormalised, max, sum), merged in partition order.
+__device__ __forceinline__ float merge_partitions(const float* base, int splits, int hd, int e) {
+  float mx = -INFINITY;
+  for (int i = 0; i < splits; ++i) mx = fmaxf(mx, __ldcg(base + i * (hd + 2) + hd));
+  float sum = 0.f, o = 0.f;
+  for (int i = 0; i < splits; ++i) {
+    const float* pi = base + i * (hd + 2);
+    const float w = expf(__ldcg(pi + hd) - mx);
+    sum += __ldcg(pi + hd + 1) * w;
+    o += __ldcg(pi + e) * w;
+  }
+  return o / sum;
+}
+
+// part: [num_seqs, num_heads, max_splits, HD + 2] f32 (o unnormalised, max, sum) and
+// counts: [num_seqs, num_heads / gc] i32, zero; both used when max_splits > 1.
 template <typename T, int HD, int GMAX>
 __global__ void __launch_bounds__(kThreads)
-decode_kernel(AttentionParams p, float* __restrict__ part, int gc, int max_splits) {
+decode_kernel(AttentionParams p, float* __restrict__ part, int* __restrict__ counts, int gc, int max_splits) {
   cuda::pdl_enter();  // launched with pdl (cuda_common.h)
   using S = DecodeShape<T, HD, GMAX>;
   constexpr int E = S::E, NV = S::NV, KL = S::KL;
@@ -124,30 +141,32 @@ decode_kernel(AttentionParams p, float* __restrict__ part, int gc, int max_split
     for (int g = 0; g < GMAX; ++g) acc[g] = 0.f;
     constexpr int kMaxIn = GMAX <= 2 ? 16 : 8;  // K vectors in flight (registers)
     constexpr int kIn = NV < kMaxIn ? NV : kMaxIn;
-    uint4 kraw[kIn];
 #pragma unroll
     for (int v0 = 0; v0 < NV; v0 += kIn) {
+      uint4 kraw[kIn];
 #pragma unroll
-    for (int v = 0; v < kIn; ++v) kraw[v] = cuda::load16(krow + (v0 + v) * E);
+      for (int v = 0; v < kIn; ++v)
+        if (v0 + v < NV) kraw[v] = cuda::load16(krow + (v0 + v) * E);
 #pragma unroll
-    for (int vi = 0; vi < kIn; ++vi) {
-      const int v = v0 + vi;
-      float kf[E];
-      cuda::Vec16<T>::unpack(kraw[vi], kf);
+      for (int vi = 0; vi < kIn; ++vi) {
+        const int v = v0 + vi;
+        if (v >= NV) break;  // NV not a multiple of kIn (f32, head_dim 80)
+        float kf[E];
+        cuda::Vec16<T>::unpack(kraw[vi], kf);
 #pragma unroll
-      for (int g = 0; g < GMAX; ++g) {
-        if (g >= gc) break;
-        const float4* qv = reinterpret_cast<const float4*>(q_s + g * HD + v * E);
+        for (int g = 0; g < GMAX; ++g) {
+          if (g >= gc) break;
+          const float4* qv = reinterpret_cast<const float4*>(q_s + g * HD + v * E);
 #pragma unroll
-        for (int e4 = 0; e4 < E / 4; ++e4) {
-          const float4 qq = qv[e4];
-          acc[g] = fmaf(qq.x, kf[4 * e4], acc[g]);
-          acc[g] = fmaf(qq.y, kf[4 * e4 + 1], acc[g]);
-          acc[g] = fmaf(qq.z, kf[4 * e4 + 2], acc[g]);
-          acc[g] = fmaf(qq.w, kf[4 * e4 + 3], acc[g]);
+          for (int e4 = 0; e4 < E / 4; ++e4) {
+            const float4 qq = qv[e4];
+            acc[g] = fmaf(qq.x, kf[4 * e4], acc[g]);
+            acc[g] = fmaf(qq.y, kf[4 * e4 + 1], acc[g]);
+            acc[g] = fmaf(qq.z, kf[4 * e4 + 2], acc[g]);
+            acc[g] = fmaf(qq.w, kf[4 * e4 + 3], acc[g]);
+          }
         }
       }
-    }
     }
 #pragma unroll
     for (int g = 0; g < GMAX; ++g)
@@ -233,26 +252,25 @@ decode_kernel(AttentionParams p, float* __restrict__ part, int gc, int max_split
       }
     }
   }
-}
-
-// Merges the partitions of each (sequence, head): grid (num_heads, num_seqs), HD threads.
-__global__ void combine_kernel(AttentionParams p, const float* __restrict__ part, int hd, int max_splits) {
-  cuda::pdl_enter();  // launched with pdl (cuda_common.h)
-  const int h = blockIdx.x, s = blockIdx.y, e = threadIdx.x;
-  const int row = p.query_start[s], q_len = p.query_start[s + 1] - row;
-  if (q_len <= 0 || (p.mixed && q_len != 1) || e >= hd) return;
-  const int splits = min(max_splits, decode_splits(p.seq_lens[s]));
-  const float* base = part + (static_cast<int64_t>(s) * p.num_heads + h) * max_splits * (hd + 2);
-  float mx = -INFINITY;
-  for (int i = 0; i < splits; ++i) mx = fmaxf(mx, base[i * (hd + 2) + hd]);
-  float sum = 0.f, o = 0.f;
-  for (int i = 0; i < splits; ++i) {
-    const float* pi = base + i * (hd + 2);
-    const float w = expf(pi[hd] - mx);
-    sum += pi[hd + 1] * w;
-    o += pi[e] * w;
+  if (max_splits == 1) return;
+  // The last block of this (sequence, head group) to finish merges the partitions.
+  __shared__ bool last;
+  __threadfence();  // this block's partials are visible before its count is
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int* count = counts + static_cast<int64_t>(s) * gridDim.y + blockIdx.y;
+    last = atomicAdd(count, 1) == decode_splits(len) - 1;
+    if (last) *count = 0;  // every partition has counted: ready for the next launch
   }
-  p.out[(static_cast<int64_t>(row) * p.num_heads + h) * hd + e] = o / sum;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const int splits = decode_splits(len);
+  for (int i = threadIdx.x; i < gc * HD; i += kThreads) {
+    const int g = i / HD, e = i % HD, h = h0 + g;
+    const float* base = part + (static_cast<int64_t>(s) * p.num_heads + h) * max_splits * (HD + 2);
+    p.out[(static_cast<int64_t>(row) * p.num_heads + h) * HD + e] = merge_partitions(base, splits, HD, e);
+  }
 }
 
 // Heads per decode block: the largest divisor of the GQA group that is at most 8.
@@ -264,6 +282,10 @@ int heads_per_block(int group) {
 
 size_t partials_bytes(int64_t num_seqs, int64_t num_heads, int64_t hd, int64_t max_splits) {
   return static_cast<size_t>(num_seqs * num_heads * max_splits * (hd + 2)) * sizeof(float);
+}
+
+size_t counts_bytes(int64_t num_seqs, int64_t head_groups) {
+  return static_cast<size_t>(num_seqs * head_groups) * sizeof(int);
 }
 
 }  // namespace
@@ -312,9 +334,11 @@ void CudaBackend::attention(Tensor out, Tensor q, Tensor k_cache, Tensor v_cache
   const int gc = heads_per_block(p.group);
   const int max_splits = decode_max_splits(meta.max_seq_len);
   float* part = nullptr;
+  int* counts = nullptr;
   if (max_splits > 1) {
     part = static_cast<float*>(
         scratch(attention_scratch_, partials_bytes(meta.num_seqs, num_heads, hd, max_splits), "attention"));
+    counts = static_cast<int*>(scratch(attention_counts_, counts_bytes(meta.num_seqs, num_heads / gc), "attention"));
   }
   const dim3 grid(static_cast<unsigned>(max_splits), static_cast<unsigned>(num_heads / gc),
                   static_cast<unsigned>(meta.num_seqs));
@@ -324,14 +348,9 @@ void CudaBackend::attention(Tensor out, Tensor q, Tensor k_cache, Tensor v_cache
       constexpr int HD = decltype(hd_c)::value;
       auto kernel = gc == 1 ? decode_kernel<T, HD, 1> : gc == 2 ? decode_kernel<T, HD, 2>
                   : gc <= 4 ? decode_kernel<T, HD, 4> : decode_kernel<T, HD, 8>;
-      cuda::launch_kernel(kernel, grid, kThreads, 0, stream_, pdl_, p, part, gc, max_splits);
+      cuda::launch_kernel(kernel, grid, kThreads, 0, stream_, pdl_, p, part, counts, gc, max_splits);
     });
   }, "attention: cache must be F32, F16 or BF16");
-  if (max_splits > 1) {
-    const int threads = static_cast<int>((hd + 31) / 32 * 32);
-    cuda::launch_kernel(combine_kernel, dim3(static_cast<unsigned>(num_heads), static_cast<unsigned>(meta.num_seqs)),
-                        threads, 0, stream_, pdl_, p, part, static_cast<int>(hd), max_splits);
-  }
 }
 
 bool CudaBackend::supports_head_dim(int64_t hd) const { return cuda::has_attention_head_dim(hd); }
@@ -339,7 +358,10 @@ bool CudaBackend::supports_head_dim(int64_t hd) const { return cuda::has_attenti
 void CudaBackend::reserve_attention_scratch(int64_t max_seqs, int64_t num_heads, int64_t head_dim,
                                             int64_t max_seq_len) {
   const int64_t max_splits = decode_max_splits(max_seq_len);
-  if (max_splits > 1) scratch(attention_scratch_, partials_bytes(max_seqs, num_heads, head_dim, max_splits), "attention");
+  if (max_splits > 1) {
+    scratch(attention_scratch_, partials_bytes(max_seqs, num_heads, head_dim, max_splits), "attention");
+    scratch(attention_counts_, counts_bytes(max_seqs, num_heads), "attention");  // head groups <= heads
+  }
 }
 
 }  // namespace quiver

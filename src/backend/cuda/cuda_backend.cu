@@ -46,6 +46,7 @@ CudaBackend::~CudaBackend() {
   for (void* p : weights_) cudaFree(p);
   cudaFree(matmul_scratch_.ptr);
   cudaFree(attention_scratch_.ptr);
+  cudaFree(attention_counts_.ptr);
   cudaFree(lora_scratch_.ptr);
   cublasDestroy(cublas_);
   cudaFree(cublas_workspace_);
@@ -129,6 +130,7 @@ void* CudaBackend::scratch(Scratch& s, size_t bytes, const char* what) {
   s.ptr = nullptr;
   s.bytes = 0;
   cuda_check(cudaMalloc(&s.ptr, rounded));
+  cuda_check(cudaMemsetAsync(s.ptr, 0, rounded, stream_));
   s.bytes = rounded;
   return s.ptr;
 }

@@ -93,7 +93,8 @@ class CudaBackend : public Backend {
   void reserve_attention_scratch(int64_t max_seqs, int64_t num_heads, int64_t head_dim, int64_t max_seq_len);
 
  private:
-  // A device buffer that only ever grows, and never while stream_ is capturing.
+  // A device buffer that only ever grows, and never while stream_ is capturing; zeroed
+  // when allocated.
   struct Scratch {
     void* ptr = nullptr;
     size_t bytes = 0;
@@ -138,6 +139,9 @@ class CudaBackend : public Backend {
   void* cublas_workspace_ = nullptr;
   Scratch matmul_scratch_;     // x converted to 16 bits: [n, in] (twice that when split)
   Scratch attention_scratch_;  // split-K partials: [num_seqs, num_heads, max_splits, head_dim + 2] f32
+  // Per (sequence, head group) counts of finished decode partitions, i32. Zero between
+  // launches: the last partition's block merges them and resets its count (attention.cu).
+  Scratch attention_counts_;
   Scratch lora_scratch_;       // LoRA shrink partials: [G, chunks, n, max_rank] f32
   std::vector<void*> weights_;  // import_weight uploads, freed at destruction
   // Instantiated graphs (id = index). Scratch that grows once graphs exist is not freed
