@@ -115,6 +115,10 @@ TEST_F(CudaAttention, DecodeLooseBoundsAndBatchOne) {
   // Past 8 partitions of 256 keys, and every partition length (32 .. 256) in one batch.
   run({DType::kBF16, 16, 32, 32, 128, {{1, 3001}}, 0, 4096}, "decode long");
   run({DType::kBF16, 16, 8, 8, 128, {{1, 31}, {1, 33}, {1, 300}, {1, 520}, {1, 1030}, {1, 2049}}}, "decode parts");
+  // Enough sequences and heads for one partition per 256 keys (the large-batch target).
+  std::vector<SeqSpec> many;
+  for (int i = 0; i < 48; ++i) many.push_back({1, 1 + 61 * i});
+  run({DType::kBF16, 16, 32, 32, 128, many}, "decode many");
 }
 
 // Small heads: NV = 1 (16-bit kv, hd 8) up to 4 (f32, hd 16) vectors per row, so the decode

@@ -5,11 +5,13 @@
 //
 // Decode: flash-decoding split-K. Each block owns one sequence, `gc` query heads that
 // share one KV head (the GQA group, or a divisor of it <= 8) and one partition of the
-// sequence's keys. The partition length depends on the sequence length only
-// (decode_part_len: about an eighth of it, a power of two from 32 to kPart keys), never on
-// the grid, so a graph captured for the longest context and an eager step split a sequence
-// the same way and agree bitwise. Short contexts (the batch-1 case) thus still spread over
-// up to 8 blocks per head instead of leaving one block per head to walk them serially.
+// sequence's keys. The partition length (decode_part_len, a power of two from 32 to kPart
+// keys) is about len / target, where target (1..8 partitions per sequence) is what the
+// batch needs to give the GPU enough blocks: 8 at batch 1 (so a short context does not
+// leave one block per head walking it serially), 1 from a few dozen sequences (where more,
+// smaller blocks measured slower). target depends on the number of sequences and heads,
+// never on max_seq_len, so a graph captured for the longest context and the same padded
+// batch run eagerly split every sequence the same way and agree bitwise.
 // K rows are read once per block and used by all gc heads:
 //   1. scores: one thread per key computes its gc dot products (K row in 16-byte vectors,
 //      all in flight at once, q broadcast from shared memory) into shared memory;
@@ -36,27 +38,34 @@ using cuda::AttentionParams;
 
 constexpr int kPart = 256;        // most keys per split-K partition
 constexpr int kMinPart = 32;      // fewest keys per partition
-constexpr int kTargetSplits = 8;  // partitions per sequence below 8 * kPart keys
+constexpr int kMaxTarget = 8;     // most partitions per sequence below 8 * kPart keys
+constexpr int kBlocksPerSm = 8;   // decode blocks per SM the target aims at
 constexpr int kThreads = 128;     // decode block
 constexpr int kVRounds = 4;       // V rows per thread in flight in phase 3
 
-// Keys per partition for a sequence of len keys: ceil(len / kTargetSplits) rounded up to a
-// power of two, within [kMinPart, kPart]. A function of len alone (see the top).
-__host__ __device__ inline int decode_part_len(int len) {
+// Partitions per sequence the batch wants: enough blocks for kBlocksPerSm per SM.
+int decode_target(int64_t num_seqs, int64_t head_groups, int num_sms) {
+  const int64_t blocks = std::max<int64_t>(num_seqs * head_groups, 1);
+  return static_cast<int>(std::clamp<int64_t>(cuda::ceil_div(int64_t{kBlocksPerSm} * num_sms, blocks), 1, kMaxTarget));
+}
+
+// Keys per partition for a sequence of len keys: len / target rounded up to a power of
+// two, within [kMinPart, kPart]. A function of (len, target) alone (see the top).
+__host__ __device__ inline int decode_part_len(int len, int target) {
   int part = kMinPart;
-  while (part < kPart && part * kTargetSplits < len) part *= 2;
+  while (part < kPart && part * target < len) part *= 2;
   return part;
 }
 
 // Partitions of a sequence of len keys, and the most for any len <= max_len (the grid).
-__host__ __device__ inline int decode_splits(int len) {
-  const int part = decode_part_len(len);
+__host__ __device__ inline int decode_splits(int len, int target) {
+  const int part = decode_part_len(len, target);
   return (len + part - 1) / part;
 }
-int decode_max_splits(int64_t max_len) {
+int decode_max_splits(int64_t max_len, int target) {
   const int64_t m = std::max<int64_t>(max_len, 1);
-  return static_cast<int>(std::max<int64_t>(std::min<int64_t>(kTargetSplits, cuda::ceil_div(m, kMinPart)),
-                                            cuda::ceil_div(m, kPart)));
+  return static_cast<int>(
+      std::max<int64_t>(std::min<int64_t>(target, cuda::ceil_div(m, kMinPart)), cuda::ceil_div(m, kPart)));
 }
 
 template <typename T, int HD, int GMAX>
@@ -96,7 +105,8 @@ __device__ __forceinline__ float merge_partitions(const float* base, int splits,
 // counts: [num_seqs, num_heads / gc] i32, zero; both used when max_splits > 1.
 template <typename T, int HD, int GMAX>
 __global__ void __launch_bounds__(kThreads)
-decode_kernel(AttentionParams p, float* __restrict__ part, int* __restrict__ counts, int gc, int max_splits) {
+decode_kernel(AttentionParams p, float* __restrict__ part, int* __restrict__ counts, int gc, int max_splits,
+              int target) {
   cuda::pdl_enter();  // launched with pdl (cuda_common.h)
   using S = DecodeShape<T, HD, GMAX>;
   constexpr int E = S::E, NV = S::NV, KL = S::KL;
@@ -110,7 +120,7 @@ decode_kernel(AttentionParams p, float* __restrict__ part, int* __restrict__ cou
   const int row = p.query_start[s], q_len = p.query_start[s + 1] - row;
   if (q_len <= 0 || (p.mixed && q_len != 1)) return;
   const int len = p.seq_lens[s];
-  const int part_len = decode_part_len(len);
+  const int part_len = decode_part_len(len, target);
   const int start = split * part_len;
   if (start >= len) return;
   const int nk = min(len - start, part_len);
@@ -259,13 +269,13 @@ decode_kernel(AttentionParams p, float* __restrict__ part, int* __restrict__ cou
   __syncthreads();
   if (threadIdx.x == 0) {
     int* count = counts + static_cast<int64_t>(s) * gridDim.y + blockIdx.y;
-    last = atomicAdd(count, 1) == decode_splits(len) - 1;
+    last = atomicAdd(count, 1) == decode_splits(len, target) - 1;
     if (last) *count = 0;  // every partition has counted: ready for the next launch
   }
   __syncthreads();
   if (!last) return;
   __threadfence();
-  const int splits = decode_splits(len);
+  const int splits = decode_splits(len, target);
   for (int i = threadIdx.x; i < gc * HD; i += kThreads) {
     const int g = i / HD, e = i % HD, h = h0 + g;
     const float* base = part + (static_cast<int64_t>(s) * p.num_heads + h) * max_splits * (HD + 2);
@@ -332,7 +342,8 @@ void CudaBackend::attention(Tensor out, Tensor q, Tensor k_cache, Tensor v_cache
   }
   check(meta.max_seq_len >= 1, "attention: meta.max_seq_len must bound the sequence lengths");
   const int gc = heads_per_block(p.group);
-  const int max_splits = decode_max_splits(meta.max_seq_len);
+  const int target = decode_target(meta.num_seqs, num_heads / gc, num_sms_);
+  const int max_splits = decode_max_splits(meta.max_seq_len, target);
   float* part = nullptr;
   int* counts = nullptr;
   if (max_splits > 1) {
@@ -348,7 +359,7 @@ void CudaBackend::attention(Tensor out, Tensor q, Tensor k_cache, Tensor v_cache
       constexpr int HD = decltype(hd_c)::value;
       auto kernel = gc == 1 ? decode_kernel<T, HD, 1> : gc == 2 ? decode_kernel<T, HD, 2>
                   : gc <= 4 ? decode_kernel<T, HD, 4> : decode_kernel<T, HD, 8>;
-      cuda::launch_kernel(kernel, grid, kThreads, 0, stream_, pdl_, p, part, counts, gc, max_splits);
+      cuda::launch_kernel(kernel, grid, kThreads, 0, stream_, pdl_, p, part, counts, gc, max_splits, target);
     });
   }, "attention: cache must be F32, F16 or BF16");
 }
@@ -357,7 +368,9 @@ bool CudaBackend::supports_head_dim(int64_t hd) const { return cuda::has_attenti
 
 void CudaBackend::reserve_attention_scratch(int64_t max_seqs, int64_t num_heads, int64_t head_dim,
                                             int64_t max_seq_len) {
-  const int64_t max_splits = decode_max_splits(max_seq_len);
+  // The target is highest for the fewest sequences and head groups, the grid is widest
+  // for the most: the bound takes both.
+  const int64_t max_splits = decode_max_splits(max_seq_len, kMaxTarget);
   if (max_splits > 1) {
     scratch(attention_scratch_, partials_bytes(max_seqs, num_heads, head_dim, max_splits), "attention");
     scratch(attention_counts_, counts_bytes(max_seqs, num_heads), "attention");  // head groups <= heads
