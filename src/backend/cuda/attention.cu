@@ -5,13 +5,10 @@
 //
 // Decode: flash-decoding split-K. Each block owns one sequence, `gc` query heads that
 // share one KV head (the GQA group, or a divisor of it <= 8) and one partition of the
-// sequence's keys. The partition length (decode_part_len, a power of two from 32 to kPart
-// keys) is about len / target, where target (1..8 partitions per sequence) is what the
-// batch needs to give the GPU enough blocks: 8 at batch 1 (so a short context does not
-// leave one block per head walking it serially), 1 from a few dozen sequences (where more,
-// smaller blocks measured slower). target depends on the number of sequences and heads,
-// never on max_seq_len, so a graph captured for the longest context and the same padded
-// batch run eagerly split every sequence the same way and agree bitwise.
+// sequence's keys (decode_split.h: 8 partitions per sequence at batch 1, so a short
+// context does not leave one block per head walking it serially; one per 256 keys from a
+// few dozen sequences, where more, smaller blocks measured slower; never dependent on
+// max_seq_len, so graph and eager agree bitwise).
 // K rows are read once per block and used by all gc heads:
 //   1. scores: one thread per key computes its gc dot products (K row in 16-byte vectors,
 //      all in flight at once, q broadcast from shared memory) into shared memory;
@@ -30,43 +27,21 @@
 
 #include "backend/cuda/attention.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/decode_split.h"
 
 namespace quiver {
 namespace {
 
 using cuda::AttentionParams;
 
-constexpr int kPart = 256;        // most keys per split-K partition
-constexpr int kMinPart = 32;      // fewest keys per partition
-constexpr int kMaxTarget = 8;     // most partitions per sequence below 8 * kPart keys
-constexpr int kBlocksPerSm = 8;   // decode blocks per SM the target aims at
-constexpr int kThreads = 128;     // decode block
-constexpr int kVRounds = 4;       // V rows per thread in flight in phase 3
+using cuda::decode_max_splits;
+using cuda::decode_part_len;
+using cuda::decode_splits;
+using cuda::decode_target;
 
-// Partitions per sequence the batch wants: enough blocks for kBlocksPerSm per SM.
-int decode_target(int64_t num_seqs, int64_t head_groups, int num_sms) {
-  const int64_t blocks = std::max<int64_t>(num_seqs * head_groups, 1);
-  return static_cast<int>(std::clamp<int64_t>(cuda::ceil_div(int64_t{kBlocksPerSm} * num_sms, blocks), 1, kMaxTarget));
-}
-
-// Keys per partition for a sequence of len keys: len / target rounded up to a power of
-// two, within [kMinPart, kPart]. A function of (len, target) alone (see the top).
-__host__ __device__ inline int decode_part_len(int len, int target) {
-  int part = kMinPart;
-  while (part < kPart && part * target < len) part *= 2;
-  return part;
-}
-
-// Partitions of a sequence of len keys, and the most for any len <= max_len (the grid).
-__host__ __device__ inline int decode_splits(int len, int target) {
-  const int part = decode_part_len(len, target);
-  return (len + part - 1) / part;
-}
-int decode_max_splits(int64_t max_len, int target) {
-  const int64_t m = std::max<int64_t>(max_len, 1);
-  return static_cast<int>(
-      std::max<int64_t>(std::min<int64_t>(target, cuda::ceil_div(m, kMinPart)), cuda::ceil_div(m, kPart)));
-}
+constexpr int kPart = cuda::kDecodePartMax;  // the scores' shared memory holds a partition
+constexpr int kThreads = 128;               // decode block
+constexpr int kVRounds = 4;                 // V rows per thread in flight in phase 3
 
 template <typename T, int HD, int GMAX>
 struct DecodeShape {
@@ -370,7 +345,7 @@ void CudaBackend::reserve_attention_scratch(int64_t max_seqs, int64_t num_heads,
                                             int64_t max_seq_len) {
   // The target is highest for the fewest sequences and head groups, the grid is widest
   // for the most: the bound takes both.
-  const int64_t max_splits = decode_max_splits(max_seq_len, kMaxTarget);
+  const int64_t max_splits = decode_max_splits(max_seq_len, cuda::kDecodeMaxTarget);
   if (max_splits > 1) {
     scratch(attention_scratch_, partials_bytes(max_seqs, num_heads, head_dim, max_splits), "attention");
     scratch(attention_counts_, counts_bytes(max_seqs, num_heads), "attention");  // head groups <= heads
