@@ -104,11 +104,12 @@ decode_kernel(AttentionParams p, float* __restrict__ part, int* __restrict__ cou
 
   // Phase 3's first V rows: thread (kl, ev) takes vector ev of keys kl, kl + KL, ...
   const int kl = threadIdx.x / NV, ev = threadIdx.x % NV;
+  const auto load_v = [&](int tl) { return cuda::load16(cuda::kv_row(v_cache, p, s, start + tl, kvh, HD) + ev * E); };
   uint4 vraw[kVRounds];
 #pragma unroll
   for (int u = 0; u < kVRounds; ++u) {
     const int tl = kl + u * KL;
-    if (kl < KL && tl < nk) vraw[u] = cuda::load16(cuda::kv_row(v_cache, p, s, start + tl, kvh, HD) + ev * E);
+    if (kl < KL && tl < nk) vraw[u] = load_v(tl);
   }
 
   // q, pre-scaled, for the block's heads.
@@ -193,7 +194,7 @@ decode_kernel(AttentionParams p, float* __restrict__ part, int* __restrict__ cou
       for (int u = 0; u < kVRounds; ++u) {
         cur[u] = vraw[u];
         const int tn = tl0 + (kVRounds + u) * KL;
-        if (tn < nk) vraw[u] = cuda::load16(cuda::kv_row(v_cache, p, s, start + tn, kvh, HD) + ev * E);
+        if (tn < nk) vraw[u] = load_v(tn);
       }
 #pragma unroll
       for (int u = 0; u < kVRounds; ++u) {
@@ -242,15 +243,15 @@ decode_kernel(AttentionParams p, float* __restrict__ part, int* __restrict__ cou
   __shared__ bool last;
   __threadfence();  // this block's partials are visible before its count is
   __syncthreads();
+  const int splits = decode_splits(len, target);
   if (threadIdx.x == 0) {
     int* count = counts + static_cast<int64_t>(s) * gridDim.y + blockIdx.y;
-    last = atomicAdd(count, 1) == decode_splits(len, target) - 1;
+    last = atomicAdd(count, 1) == splits - 1;
     if (last) *count = 0;  // every partition has counted: ready for the next launch
   }
   __syncthreads();
   if (!last) return;
   __threadfence();
-  const int splits = decode_splits(len, target);
   for (int i = threadIdx.x; i < gc * HD; i += kThreads) {
     const int g = i / HD, e = i % HD, h = h0 + g;
     const float* base = part + (static_cast<int64_t>(s) * p.num_heads + h) * max_splits * (HD + 2);
