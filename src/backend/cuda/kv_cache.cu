@@ -29,7 +29,7 @@ __global__ void kv_write_kernel(T* __restrict__ k_cache, T* __restrict__ v_cache
 
 }  // namespace
 
-void CudaBackend::kv_write(Tensor k_cache, Tensor v_cache, Tensor k, Tensor v, Tensor slot_mapping) {
+void CudaBackend::check_kv_write(Tensor k_cache, Tensor v_cache, Tensor k, Tensor v, Tensor slot_mapping) {
   cuda::check_f32(k, "kv_write: k must be f32 on the GPU");
   cuda::check_f32(v, "kv_write: v must be f32 on the GPU");
   check(k_cache.ndim == 4 && v_cache.ndim == 4 && k_cache.dtype == v_cache.dtype, "kv_write: bad caches");
@@ -37,6 +37,11 @@ void CudaBackend::kv_write(Tensor k_cache, Tensor v_cache, Tensor k, Tensor v, T
   const int64_t n = k.dim(0), row = k_cache.dim(2) * k_cache.dim(3);
   check(k.numel() == n * row && v.numel() == n * row && slot_mapping.numel() == n, "kv_write: shape mismatch");
   check(v_cache.numel() == k_cache.numel(), "kv_write: k and v caches differ in shape");
+}
+
+void CudaBackend::kv_write(Tensor k_cache, Tensor v_cache, Tensor k, Tensor v, Tensor slot_mapping) {
+  check_kv_write(k_cache, v_cache, k, v, slot_mapping);
+  const int64_t n = k.dim(0), row = k_cache.dim(2) * k_cache.dim(3);
   if (n == 0) return;
   constexpr int kThreads = 256;
   const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(cuda::ceil_div(row, kThreads)));

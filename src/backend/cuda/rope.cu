@@ -62,38 +62,8 @@ __global__ void rope_kv_write_kernel(float* __restrict__ q, float* __restrict__ 
   }
 }
 
-}  // namespace
-
-void CudaBackend::rope_kv_write(Tensor q, Tensor k, Tensor v, Tensor positions, Tensor cos_sin, Tensor k_cache,
-                                Tensor v_cache, Tensor slot_mapping) {
-  cuda::check_f32(q, "rope: q must be f32 on the GPU");
-  cuda::check_f32(k, "rope: k must be f32 on the GPU");
-  cuda::check_f32(v, "kv_write: v must be f32 on the GPU");
-  cuda::check_f32(cos_sin, "rope: cos_sin must be f32 on the GPU");
-  check(q.ndim == 3 && k.ndim == 3 && positions.dtype == DType::kI32, "rope: bad operand types");
-  const int64_t n = q.dim(0), hd = q.dim(2), num_kv = k.dim(1);
-  check(k.dim(0) == n && k.dim(2) == hd && positions.numel() == n && hd % 2 == 0 && cos_sin.dim(1) == hd,
-        "rope: shape mismatch");
-  check(k_cache.ndim == 4 && v_cache.ndim == 4 && k_cache.dtype == v_cache.dtype, "kv_write: bad caches");
-  check(slot_mapping.dtype == DType::kI32, "kv_write: slot_mapping must be i32");
-  check(k_cache.dim(2) == num_kv && k_cache.dim(3) == hd && v.numel() == k.numel() && slot_mapping.numel() == n,
-        "kv_write: shape mismatch");
-  check(v_cache.numel() == k_cache.numel(), "kv_write: k and v caches differ in shape");
-  if (n == 0) return;
-  const int64_t units = (q.dim(1) + 2 * num_kv) * (hd / 2);
-  constexpr int kThreads = 128;
-  const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(cuda::ceil_div(units, kThreads)));
-  cuda::dispatch_float(k_cache.dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    cuda::launch_kernel(rope_kv_write_kernel<T>, grid, kThreads, 0, stream_, pdl_, q.ptr<float>(), k.ptr<float>(),
-                        v.ptr<float>(), positions.ptr<int32_t>(), cos_sin.ptr<float>(), k_cache.ptr<T>(),
-                        v_cache.ptr<T>(), slot_mapping.ptr<int32_t>(), static_cast<int>(q.dim(1)),
-                        static_cast<int>(num_kv), static_cast<int>(hd), static_cast<int>(cos_sin.dim(0)),
-                        k_cache.dim(0) * k_cache.dim(1));
-  }, "kv_write: cache must be F32, F16 or BF16");
-}
-
-void CudaBackend::rope(Tensor q, Tensor k, Tensor positions, Tensor cos_sin) {
+// rope's operand checks, for rope and rope_kv_write.
+void check_rope(Tensor q, Tensor k, Tensor positions, Tensor cos_sin) {
   cuda::check_f32(q, "rope: q must be f32 on the GPU");
   cuda::check_f32(k, "rope: k must be f32 on the GPU");
   cuda::check_f32(cos_sin, "rope: cos_sin must be f32 on the GPU");
@@ -101,15 +71,40 @@ void CudaBackend::rope(Tensor q, Tensor k, Tensor positions, Tensor cos_sin) {
   const int64_t n = q.dim(0), hd = q.dim(2);
   check(k.dim(0) == n && k.dim(2) == hd && positions.numel() == n && hd % 2 == 0 && cos_sin.dim(1) == hd,
         "rope: shape mismatch");
+}
+
+// One thread per q and k pair, and per v pair when slot_mapping is given (rope_kv_write).
+template <typename T>
+void launch_rope(cudaStream_t stream, bool pdl, Tensor q, Tensor k, const float* v, Tensor positions, Tensor cos_sin,
+                 T* k_cache, T* v_cache, const int32_t* slot_mapping, int64_t num_slots) {
+  const int64_t n = q.dim(0), hd = q.dim(2), num_kv = k.dim(1);
   if (n == 0) return;
-  const int64_t pairs = (q.dim(1) + k.dim(1)) * (hd / 2);
+  const int64_t units = (q.dim(1) + (slot_mapping != nullptr ? 2 : 1) * num_kv) * (hd / 2);
   constexpr int kThreads = 128;
-  const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(cuda::ceil_div(pairs, kThreads)));
-  cuda::launch_kernel(rope_kv_write_kernel<float>, grid, kThreads, 0, stream_, pdl_, q.ptr<float>(), k.ptr<float>(),
-                      static_cast<const float*>(nullptr), positions.ptr<int32_t>(), cos_sin.ptr<float>(),
-                      static_cast<float*>(nullptr), static_cast<float*>(nullptr),
-                      static_cast<const int32_t*>(nullptr), static_cast<int>(q.dim(1)), static_cast<int>(k.dim(1)),
-                      static_cast<int>(hd), static_cast<int>(cos_sin.dim(0)), int64_t{0});
+  const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(cuda::ceil_div(units, kThreads)));
+  cuda::launch_kernel(rope_kv_write_kernel<T>, grid, kThreads, 0, stream, pdl, q.ptr<float>(), k.ptr<float>(), v,
+                      positions.ptr<int32_t>(), cos_sin.ptr<float>(), k_cache, v_cache, slot_mapping,
+                      static_cast<int>(q.dim(1)), static_cast<int>(num_kv), static_cast<int>(hd),
+                      static_cast<int>(cos_sin.dim(0)), num_slots);
+}
+
+}  // namespace
+
+void CudaBackend::rope_kv_write(Tensor q, Tensor k, Tensor v, Tensor positions, Tensor cos_sin, Tensor k_cache,
+                                Tensor v_cache, Tensor slot_mapping) {
+  check_rope(q, k, positions, cos_sin);
+  check_kv_write(k_cache, v_cache, k, v, slot_mapping);
+  check(k_cache.dim(2) == k.dim(1) && k_cache.dim(3) == k.dim(2), "kv_write: shape mismatch");  // heads as k's
+  cuda::dispatch_float(k_cache.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    launch_rope<T>(stream_, pdl_, q, k, v.ptr<float>(), positions, cos_sin, k_cache.ptr<T>(), v_cache.ptr<T>(),
+                   slot_mapping.ptr<int32_t>(), k_cache.dim(0) * k_cache.dim(1));
+  }, "kv_write: cache must be F32, F16 or BF16");
+}
+
+void CudaBackend::rope(Tensor q, Tensor k, Tensor positions, Tensor cos_sin) {
+  check_rope(q, k, positions, cos_sin);
+  launch_rope<float>(stream_, pdl_, q, k, nullptr, positions, cos_sin, nullptr, nullptr, nullptr, 0);
 }
 
 }  // namespace quiver
