@@ -15,7 +15,19 @@ namespace {
 
 const DType kFloatTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
 
-class CudaOps : public CudaTest {};
+class CudaOps : public CudaTest {
+ protected:
+  // n distinct cache slots out of num_slots, shuffled, with every pad_step-th token from
+  // first_pad on as padding (-1).
+  std::vector<int32_t> shuffled_slots(int64_t num_slots, int64_t n, size_t first_pad, size_t pad_step) {
+    std::vector<int32_t> slots(static_cast<size_t>(num_slots));
+    std::iota(slots.begin(), slots.end(), 0);
+    std::shuffle(slots.begin(), slots.end(), rng_);
+    slots.resize(static_cast<size_t>(n));
+    for (size_t i = first_pad; i < slots.size(); i += pad_step) slots[i] = -1;
+    return slots;
+  }
+};
 
 TEST_F(CudaOps, MemoryRoundTrip) {
   const size_t count = 1000;
@@ -180,13 +192,8 @@ TEST_F(CudaOps, KvWrite) {
       for (int64_t kv : {1, 2})
         for (int64_t hd : {8, 16, 32, 80, 128})
           for (int64_t n : {1, 13, 40}) {
-            const int64_t num_blocks = (n + bs - 1) / bs + 3, num_slots = num_blocks * bs;
-            std::vector<int32_t> slots(static_cast<size_t>(num_slots));
-            std::iota(slots.begin(), slots.end(), 0);
-            std::shuffle(slots.begin(), slots.end(), rng_);
-            slots.resize(static_cast<size_t>(n));
-            for (size_t i = 0; i < slots.size(); i += 5) slots[i] = -1;  // padding tokens
-            HostTensor hs = host_i32({n}, slots);
+            const int64_t num_blocks = (n + bs - 1) / bs + 3;
+            HostTensor hs = host_i32({n}, shuffled_slots(num_blocks * bs, n, 0, 5));
             HostTensor kc = random_tensor(rng_, t, {num_blocks, bs, kv, hd}), vc = random_tensor(rng_, t, {num_blocks, bs, kv, hd});
             HostTensor k = random_tensor(rng_, DType::kF32, {n, kv, hd}), v = random_tensor(rng_, DType::kF32, {n, kv, hd});
             DeviceTensor gkc = upload(gpu_.get(), kc), gvc = upload(gpu_.get(), vc), gk = upload(gpu_.get(), k);
@@ -213,13 +220,8 @@ TEST_F(CudaOps, RopeKvWrite) {
           HostTensor table = host_f32({max_pos, hd}, cs);
           std::vector<int32_t> pos(static_cast<size_t>(n));
           for (auto& p : pos) p = static_cast<int32_t>(rng_() % max_pos);
-          const int64_t num_blocks = (n + bs - 1) / bs + 2, num_slots = num_blocks * bs;
-          std::vector<int32_t> slots(static_cast<size_t>(num_slots));
-          std::iota(slots.begin(), slots.end(), 0);
-          std::shuffle(slots.begin(), slots.end(), rng_);
-          slots.resize(static_cast<size_t>(n));
-          for (size_t i = 1; i < slots.size(); i += 4) slots[i] = -1;  // padding tokens
-          HostTensor hp = host_i32({n}, pos), hs = host_i32({n}, slots);
+          const int64_t num_blocks = (n + bs - 1) / bs + 2;
+          HostTensor hp = host_i32({n}, pos), hs = host_i32({n}, shuffled_slots(num_blocks * bs, n, 1, 4));
           HostTensor q = random_tensor(rng_, DType::kF32, {n, h, hd}, 2.f), k = random_tensor(rng_, DType::kF32, {n, kv, hd});
           HostTensor v = random_tensor(rng_, DType::kF32, {n, kv, hd});
           HostTensor kc = random_tensor(rng_, t, {num_blocks, bs, kv, hd}), vc = random_tensor(rng_, t, {num_blocks, bs, kv, hd});
