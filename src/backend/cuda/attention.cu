@@ -14,9 +14,13 @@
 //      all in flight at once, q broadcast from shared memory) into shared memory;
 //   2. softmax of the partition per head (max, exp, sum) by one warp per head;
 //   3. P V: threads split each V row into 16-byte vectors and the keys among themselves,
-//      accumulating gc heads in registers, then reduce over keys in shared memory. The
-//      first kVRounds V rows of every thread are loaded before phase 1, so their latency
-//      overlaps the scores'.
+//      accumulating gc heads in registers, then reduce over keys in shared memory.
+// With PREWAIT (batches with the most partitions per sequence, a grid of a few hundred
+// blocks), each thread's first key's K vectors and its first kVRounds V rows are loaded
+// before the PDL wait, except this step's own key (rope_kv_write writes it): they are in
+// flight while the previous kernels finish. That holds the K vectors across the q load:
+// 112 registers instead of 62 at one head per block, which halves the blocks per SM and
+// costs more than it saves once the batch fills the GPU (session 9, bench/RESULTS.md).
 // With one partition in the grid the block writes the output. Otherwise it writes (o, max,
 // sum), and the block that finishes its (sequence, head group) last, by an atomic count,
 // merges the partitions in partition order (no combine kernel; the count goes back to 0
@@ -24,6 +28,7 @@
 // meta.max_seq_len (a host upper bound); blocks past their sequence's end exit.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "backend/cuda/attention.h"
 #include "backend/cuda/cuda_backend.h"
@@ -76,13 +81,65 @@ __device__ __forceinline__ float merge_partitions(const float* base, int splits,
   return o / sum;
 }
 
+// K vectors a thread keeps in flight in phase 1 (registers bound them with more heads).
+template <typename T, int HD, int GMAX>
+struct KeyVectors {
+  static constexpr int NV = DecodeShape<T, HD, GMAX>::NV;
+  static constexpr int kMax = GMAX <= 2 ? 16 : 8;
+  static constexpr int kIn = NV < kMax ? NV : kMax;
+};
+
+// Phase 1 for key tl: sc[g][tl] = q_s[g] . K row krow for the block's gc heads, the row's
+// first kIn vectors already in `first`, the rest loaded kIn at a time.
+template <typename T, int HD, int GMAX, int kIn>
+__device__ __forceinline__ void score_key(float* sc, const float* q_s, const T* krow, const uint4 (&first)[kIn],
+                                          int gc, int tl) {
+  using S = DecodeShape<T, HD, GMAX>;
+  constexpr int E = S::E, NV = S::NV;
+  float acc[GMAX];
+#pragma unroll
+  for (int g = 0; g < GMAX; ++g) acc[g] = 0.f;
+#pragma unroll
+  for (int v0 = 0; v0 < NV; v0 += kIn) {
+    uint4 kraw[kIn];
+#pragma unroll
+    for (int v = 0; v < kIn; ++v) {
+      if (v0 == 0) kraw[v] = first[v];
+      else if (v0 + v < NV) kraw[v] = cuda::load16(krow + (v0 + v) * E);
+    }
+#pragma unroll
+    for (int vi = 0; vi < kIn; ++vi) {
+      const int v = v0 + vi;
+      if (v >= NV) break;  // NV not a multiple of kIn (f32, head_dim 80)
+      float kf[E];
+      cuda::Vec16<T>::unpack(kraw[vi], kf);
+#pragma unroll
+      for (int g = 0; g < GMAX; ++g) {
+        if (g >= gc) break;
+        const float4* qv = reinterpret_cast<const float4*>(q_s + g * HD + v * E);
+#pragma unroll
+        for (int e4 = 0; e4 < E / 4; ++e4) {
+          const float4 qq = qv[e4];
+          acc[g] = fmaf(qq.x, kf[4 * e4], acc[g]);
+          acc[g] = fmaf(qq.y, kf[4 * e4 + 1], acc[g]);
+          acc[g] = fmaf(qq.z, kf[4 * e4 + 2], acc[g]);
+          acc[g] = fmaf(qq.w, kf[4 * e4 + 3], acc[g]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int g = 0; g < GMAX; ++g)
+    if (g < gc) sc[g * kPart + tl] = acc[g];
+}
+
 // part: [num_seqs, num_heads, max_splits, HD + 2] f32 (o unnormalised, max, sum) and
 // counts: [num_seqs, num_heads / gc] i32, zero; both used when max_splits > 1.
-template <typename T, int HD, int GMAX>
+template <typename T, int HD, int GMAX, bool PREWAIT>
 __global__ void __launch_bounds__(kThreads)
 decode_kernel(AttentionParams p, float* __restrict__ part, int* __restrict__ counts, int gc, int max_splits,
               int target) {
-  cuda::pdl_enter();  // launched with pdl (cuda_common.h)
+  if constexpr (!PREWAIT) cuda::pdl_enter();  // launched with pdl (cuda_common.h)
   using S = DecodeShape<T, HD, GMAX>;
   constexpr int E = S::E, NV = S::NV, KL = S::KL;
   __shared__ __align__(16) float smem[S::kFloats];
@@ -92,13 +149,21 @@ decode_kernel(AttentionParams p, float* __restrict__ part, int* __restrict__ cou
   float* ml = smem + S::kFloats - 2 * GMAX;  // [GMAX][2]
 
   const int s = blockIdx.z, split = blockIdx.x, h0 = blockIdx.y * gc, kvh = h0 / p.group;
+  // PREWAIT: before the PDL wait this block reads only what no kernel of this step writes
+  // (the contract's exception for attention, cuda_common.h): the step's metadata, copied
+  // in before its first kernel, and the K/V rows of earlier positions, written by earlier
+  // steps. This step's key (position len - 1) and q come from rope_kv_write: after it.
   const int row = p.query_start[s], q_len = p.query_start[s + 1] - row;
-  if (q_len <= 0 || (p.mixed && q_len != 1)) return;
   const int len = p.seq_lens[s];
   const int part_len = decode_part_len(len, target);
   const int start = split * part_len;
-  if (start >= len) return;
+  if (q_len <= 0 || (p.mixed && q_len != 1) || start >= len) {
+    if constexpr (PREWAIT) cuda::pdl_enter();  // the chain stays transitive
+    return;
+  }
   const int nk = min(len - start, part_len);
+  // This step's key, as a partition index (maybe outside), when loads precede the wait.
+  const int fresh = PREWAIT ? len - 1 - start : -1;
   const T* k_cache = static_cast<const T*>(p.k_cache);
   const T* v_cache = static_cast<const T*>(p.v_cache);
 
@@ -109,7 +174,25 @@ decode_kernel(AttentionParams p, float* __restrict__ part, int* __restrict__ cou
 #pragma unroll
   for (int u = 0; u < kVRounds; ++u) {
     const int tl = kl + u * KL;
-    if (kl < KL && tl < nk) vraw[u] = load_v(tl);
+    if (kl < KL && tl < nk && tl != fresh) vraw[u] = load_v(tl);
+  }
+  // Phase 1's first K vectors of this thread's first key.
+  constexpr int kIn = KeyVectors<T, HD, GMAX>::kIn;
+  uint4 kfirst[kIn];
+  const auto load_kfirst = [&] {
+    const T* krow = cuda::kv_row(k_cache, p, s, start + threadIdx.x, kvh, HD);
+#pragma unroll
+    for (int v = 0; v < kIn; ++v) kfirst[v] = cuda::load16(krow + v * E);
+  };
+  if constexpr (PREWAIT) {  // all but this step's key before the wait
+    if (static_cast<int>(threadIdx.x) < nk && static_cast<int>(threadIdx.x) != fresh) load_kfirst();
+    cuda::pdl_enter();  // launched with pdl (cuda_common.h)
+    if (static_cast<int>(threadIdx.x) == fresh) load_kfirst();
+#pragma unroll
+    for (int u = 0; u < kVRounds; ++u) {
+      const int tl = kl + u * KL;
+      if (kl < KL && tl == fresh) vraw[u] = load_v(tl);
+    }
   }
 
   // q, pre-scaled, for the block's heads.
@@ -119,44 +202,18 @@ decode_kernel(AttentionParams p, float* __restrict__ part, int* __restrict__ cou
   }
   __syncthreads();
 
-  // 1. scores: thread per key.
-  for (int tl = threadIdx.x; tl < nk; tl += kThreads) {
+  // 1. scores: thread per key; the first key's first K vectors are kfirst.
+  if (static_cast<int>(threadIdx.x) < nk) {
+    if constexpr (!PREWAIT) load_kfirst();
+    score_key<T, HD, GMAX, kIn>(sc, q_s, cuda::kv_row(k_cache, p, s, start + threadIdx.x, kvh, HD), kfirst, gc,
+                                threadIdx.x);
+  }
+  for (int tl = threadIdx.x + kThreads; tl < nk; tl += kThreads) {
     const T* krow = cuda::kv_row(k_cache, p, s, start + tl, kvh, HD);
-    float acc[GMAX];
+    uint4 kraw[kIn];
 #pragma unroll
-    for (int g = 0; g < GMAX; ++g) acc[g] = 0.f;
-    constexpr int kMaxIn = GMAX <= 2 ? 16 : 8;  // K vectors in flight (registers)
-    constexpr int kIn = NV < kMaxIn ? NV : kMaxIn;
-#pragma unroll
-    for (int v0 = 0; v0 < NV; v0 += kIn) {
-      uint4 kraw[kIn];
-#pragma unroll
-      for (int v = 0; v < kIn; ++v)
-        if (v0 + v < NV) kraw[v] = cuda::load16(krow + (v0 + v) * E);
-#pragma unroll
-      for (int vi = 0; vi < kIn; ++vi) {
-        const int v = v0 + vi;
-        if (v >= NV) break;  // NV not a multiple of kIn (f32, head_dim 80)
-        float kf[E];
-        cuda::Vec16<T>::unpack(kraw[vi], kf);
-#pragma unroll
-        for (int g = 0; g < GMAX; ++g) {
-          if (g >= gc) break;
-          const float4* qv = reinterpret_cast<const float4*>(q_s + g * HD + v * E);
-#pragma unroll
-          for (int e4 = 0; e4 < E / 4; ++e4) {
-            const float4 qq = qv[e4];
-            acc[g] = fmaf(qq.x, kf[4 * e4], acc[g]);
-            acc[g] = fmaf(qq.y, kf[4 * e4 + 1], acc[g]);
-            acc[g] = fmaf(qq.z, kf[4 * e4 + 2], acc[g]);
-            acc[g] = fmaf(qq.w, kf[4 * e4 + 3], acc[g]);
-          }
-        }
-      }
-    }
-#pragma unroll
-    for (int g = 0; g < GMAX; ++g)
-      if (g < gc) sc[g * kPart + tl] = acc[g];
+    for (int v = 0; v < kIn; ++v) kraw[v] = cuda::load16(krow + v * E);
+    score_key<T, HD, GMAX, kIn>(sc, q_s, krow, kraw, gc, tl);
   }
   __syncthreads();
 
@@ -320,6 +377,9 @@ void CudaBackend::attention(Tensor out, Tensor q, Tensor k_cache, Tensor v_cache
   const int gc = heads_per_block(p.group);
   const int target = decode_target(meta.num_seqs, num_heads / gc, num_sms_);
   const int max_splits = decode_max_splits(meta.max_seq_len, target);
+  // Early loads where the grid is a few hundred blocks (see decode_kernel); from the batch
+  // alone, like the target, so graph and eager launch the same kernel.
+  const bool prewait = target == cuda::kDecodeMaxTarget;
   float* part = nullptr;
   int* counts = nullptr;
   if (max_splits > 1) {
@@ -333,8 +393,12 @@ void CudaBackend::attention(Tensor out, Tensor q, Tensor k_cache, Tensor v_cache
     using T = typename decltype(tag)::type;
     cuda::dispatch_head_dim(hd, [&](auto hd_c) {
       constexpr int HD = decltype(hd_c)::value;
-      auto kernel = gc == 1 ? decode_kernel<T, HD, 1> : gc == 2 ? decode_kernel<T, HD, 2>
-                  : gc <= 4 ? decode_kernel<T, HD, 4> : decode_kernel<T, HD, 8>;
+      const auto pick = [&](auto prewait) {
+        constexpr bool P = decltype(prewait)::value;
+        return gc == 1 ? decode_kernel<T, HD, 1, P> : gc == 2 ? decode_kernel<T, HD, 2, P>
+               : gc <= 4 ? decode_kernel<T, HD, 4, P> : decode_kernel<T, HD, 8, P>;
+      };
+      auto kernel = prewait ? pick(std::true_type()) : pick(std::false_type());
       cuda::launch_kernel(kernel, grid, kThreads, 0, stream_, pdl_, p, part, counts, gc, max_splits, target);
     });
   }, "attention: cache must be F32, F16 or BF16");

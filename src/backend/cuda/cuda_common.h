@@ -169,6 +169,10 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
 // pdl_wait() before it reads or writes anything an earlier kernel touches (weights, which
 // nothing writes, may be read before), and calls it even when it has nothing to do: the
 // kernel's completion then implies its predecessor's, which keeps the chain transitive.
+// The step's inputs (token ids, positions, block tables, lengths: copied in before the
+// step's first kernel, which is not launched early) and the KV cache rows of earlier steps
+// are not written by any kernel of the step either; decode attention of small batches
+// reads those before (attention.cu, PREWAIT).
 // pdl_trigger() lets the next kernel be scheduled early. Both are no-ops below sm_90.
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
