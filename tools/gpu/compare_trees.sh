@@ -6,7 +6,10 @@
 #       git archive $b | tar -x -C build-trees/$b --exclude=models --exclude='tests/fixtures/*' &&
 #       git archive $b tests/fixtures/llama3_bf16 | tar -x -C build-trees/$b
 #   done
-# (the GPU tests need only that fixture; the device takes 64 MiB of files in all)
+# (the GPU tests need only that fixture; the device takes 64 MiB of files in all, so leave out
+# bench/results and tests/tokenizer_data too). The checkout itself can be one of the trees:
+# `ln -sfn .. build-trees/NAME` there (a link is not carried); it is built in ./build-gpu,
+# which run_checks.sh then reuses (FIX, VERIFY) instead of building again.
 # then call the device tool with carry [".deps", "build-trees"] and
 #   TREES="main pdl lora-occupancy" bash tools/gpu/compare_trees.sh
 # Variables: TARGETS (GPU tests, default: graphs, lora, groups, ops), BS (decode batches,
@@ -34,7 +37,7 @@ for tree in ${TREES:?name the trees under build-trees/}; do
   mkdir -p "$log"
   [ -e "$dir/.deps" ] || ln -s "$deps" "$dir/.deps"
   (
-    cd "$dir" || exit 1
+    cd -P "$dir" || exit 1  # physical: a tree linked to the checkout shares its build with run_checks.sh
     cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DQUIVER_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
       -DQUIVER_SERVER=OFF >"$log/configure.log" 2>&1 &&
       cmake --build build-gpu -j16 --target quiver $targets >"$log/build.log" 2>&1
