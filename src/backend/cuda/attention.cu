@@ -177,15 +177,15 @@ decode_kernel(AttentionParams p, float* __restrict__ part, int* __restrict__ cou
     const int tl = kl + u * KL;
     if (kl < KL && tl < nk && tl != fresh) vraw[u] = load_v(tl);
   }
-  // Phase 1's first K vectors of this thread's first key.
+  // Phase 1's first K vectors of the key in hand; PREWAIT loads those of the thread's first key here.
   constexpr int kIn = KeyVectors<T, HD, GMAX>::kIn;
-  uint4 kfirst[kIn];
-  const auto load_kfirst = [&] {
-    const T* krow = cuda::kv_row(k_cache, p, s, start + threadIdx.x, kvh, HD);
-#pragma unroll
-    for (int v = 0; v < kIn; ++v) kfirst[v] = cuda::load16(krow + v * E);
-  };
+  uint4 kraw[kIn];
   if constexpr (PREWAIT) {  // all but this step's key before the wait
+    const auto load_kfirst = [&] {
+      const T* krow = cuda::kv_row(k_cache, p, s, start + threadIdx.x, kvh, HD);
+#pragma unroll
+      for (int v = 0; v < kIn; ++v) kraw[v] = cuda::load16(krow + v * E);
+    };
     if (static_cast<int>(threadIdx.x) < nk && static_cast<int>(threadIdx.x) != fresh) load_kfirst();
     cuda::pdl_enter();  // launched with pdl (cuda_common.h)
     if (static_cast<int>(threadIdx.x) == fresh) load_kfirst();
@@ -203,17 +203,13 @@ decode_kernel(AttentionParams p, float* __restrict__ part, int* __restrict__ cou
   }
   __syncthreads();
 
-  // 1. scores: thread per key; the first key's first K vectors are kfirst.
-  if (static_cast<int>(threadIdx.x) < nk) {
-    if constexpr (!PREWAIT) load_kfirst();
-    score_key<T, HD, GMAX, kIn>(sc, q_s, cuda::kv_row(k_cache, p, s, start + threadIdx.x, kvh, HD), kfirst, gc,
-                                threadIdx.x);
-  }
-  for (int tl = threadIdx.x + kThreads; tl < nk; tl += kThreads) {
+  // 1. scores: thread per key. With PREWAIT the first key's first K vectors are loaded.
+  for (int tl = threadIdx.x; tl < nk; tl += kThreads) {
     const T* krow = cuda::kv_row(k_cache, p, s, start + tl, kvh, HD);
-    uint4 kraw[kIn];
+    if (!PREWAIT || tl >= kThreads) {
 #pragma unroll
-    for (int v = 0; v < kIn; ++v) kraw[v] = cuda::load16(krow + v * E);
+      for (int v = 0; v < kIn; ++v) kraw[v] = cuda::load16(krow + v * E);
+    }
     score_key<T, HD, GMAX, kIn>(sc, q_s, krow, kraw, gc, tl);
   }
   __syncthreads();
