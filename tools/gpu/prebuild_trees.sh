@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Run THERE (one H200): start the builds of compare_trees.sh's trees in the background, all
+# at once, and return. Arguments: TREE:TARGET,TARGET,... (build-trees/TREE, the targets
+# besides quiver). The first tree builds at normal priority, so its checks can start while
+# the others build; each build leaves /tmp/built_TREE.done or /tmp/built_TREE.failed, and
+# its log in /tmp/prebuild_TREE.log. compare_trees.sh then finds the builds up to date.
+cd "$(dirname "$0")/../.."
+root=$PWD
+source tools/gpu/setup_deps.sh
+n=0
+for spec in "$@"; do
+  tree=${spec%%:*}; tg=${spec#*:}; tg=${tg//,/ }
+  nice_lvl=$([ $n = 0 ] && echo 0 || echo 10); n=$((n+1))
+  (
+    cd -P build-trees/$tree || exit 1
+    [ -e .deps ] || ln -s "$root/.deps" .deps
+    nice -n $nice_lvl cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DQUIVER_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+      -DQUIVER_SERVER=OFF >/tmp/prebuild_$tree.log 2>&1 &&
+    nice -n $nice_lvl cmake --build build-gpu -j16 --target quiver $tg >>/tmp/prebuild_$tree.log 2>&1
+  ) && touch /tmp/built_$tree.done || touch /tmp/built_$tree.failed &
+done
