@@ -5,7 +5,7 @@
 // slot-sorted token order, slot -1 rows untouched; project() with the tensor-core shrink of
 // prefill tiles from x's bf16 copy, and project() on decode batches of 1..4 tokens (1 and 2:
 // the GEMV with the LoRA folded in, gemv_lora.cu; 3, 4 and the operands it does not take:
-// GEMV + gather kernels). Skips without a GPU.
+// cuBLAS (or the GEMV) + gather kernels). Skips without a GPU.
 #include "gpu/cuda_test_util.h"
 
 namespace quiver::test {
@@ -160,7 +160,9 @@ class CudaGroups : public CudaTest {
         std::snprintf(tag, sizeof tag, "project decode w %s stacks %s n=%lld in=%lld r=%lld round %d member %zu/%zu",
                       name_of(wt), name_of(st), static_cast<long long>(n), static_cast<long long>(in),
                       static_cast<long long>(rank), round, i, outs.size());
-        expect_close(tag, download(gpu, gy[i].t), y[i].as_f32(), 1e-4);
+        // Above the GEMV's tokens 16-bit weights go to cuBLAS with x rounded to their type.
+        const bool rounded = n > CudaBackendOptions{}.gemv_max_n && wt != DType::kF32;
+        expect_close(tag, download(gpu, gy[i].t), y[i].as_f32(), rounded ? 1e-2 : 1e-4);
       }
     }
   }

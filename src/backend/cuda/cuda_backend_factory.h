@@ -15,10 +15,11 @@ struct CudaBackendOptions {
   int device = 0;
   // matmul with n <= gemv_max_n tokens runs the memory-bound GEMV kernel (f32 activations,
   // each weight read once per call); larger n converts x to the weight's 16-bit type and
-  // calls cuBLAS. At most 16; 0 sends every matmul to cuBLAS. 4: on the H200 the GEMV
+  // calls cuBLAS. At most 16; 0 sends every matmul to cuBLAS. 2: on the H200 the GEMV
   // wins at 1-2 tokens, ties at 4 and loses at 8 (25 vs 20 us for 4096x4096, 57 vs 30 us
-  // for 11008x4096; bench_cuda_ops, 2026-11-30).
-  int gemv_max_n = 4;
+  // for 11008x4096; bench_cuda_ops, 2026-11-30). In a whole 7B bf16 decode step of 4
+  // tokens, cuBLAS took 4.98 ms against 5.89 for the GEMV (bench/RESULTS.md, session 10).
+  int gemv_max_n = 2;
   // GEMV launch shape for 16-bit weights: 0 = 4 rows per block (default), 1 = 2 rows and
   // deeper load pipelining, 2 = 8 rows. A tuning knob for bench_cuda_ops, not for users.
   int gemv_variant = 0;
