@@ -1,6 +1,6 @@
 // CUDA multi-LoRA for decode batches of fewer than 16 tokens (the gather kernels; see
 // lora_kernels.h). Latency rules there, so both kernels spread one token over many blocks:
-//   shrink  part[g, c, i, :] = a_g[slot_i][:, 64-column chunk c] @ x[i, chunk c]: every
+//   shrink  part[g, c, i, :] = a_g[slot_i][:, chunk c] @ x[i, chunk c] (kLoraGatherSplit columns): every
 //           (token, rank) dot of a chunk belongs to a group of tpi threads;
 //   expand  one token per block and one output per thread; the block first adds the
 //           token's chunk partials (all threads, fixed order).
@@ -15,8 +15,8 @@ constexpr int kThreads = 256;
 constexpr int kChunk = kLoraGatherSplit;
 constexpr int kOutPerBlock = kThreads;  // expand: one output per thread
 
-// part: [G, chunks, n, R] f32. grid (ceil(n / 16), chunks, G); chunk = kChunk = 64 columns
-// (short dot products, many blocks for a few tokens). Each (token m, rank r) item is a
+// part: [G, chunks, n, R] f32. grid (ceil(n / 16), chunks, G); chunk = kChunk columns
+// (lora_kernels.h says why 256). Each (token m, rank r) item is a
 // group of tpi threads (a power of two, as many as the items leave room for, so one token
 // still uses the whole block) that split the chunk's columns 8 at a time and reduce with
 // shuffles; all lanes of a warp run the same iterations.

@@ -27,8 +27,12 @@ inline void check_lora_meta(const LoraMeta& meta, int64_t n, const char* op) {
 
 // Below this many tokens the gather kernels run.
 inline constexpr int kLoraGatherMaxN = 15;
-// Columns per shrink split of the gather kernels.
-inline constexpr int kLoraGatherSplit = 64;
+// Columns per shrink split of the gather kernels (the shrink stages 16 tokens x this many
+// f32 of x in shared memory: 1024 exceeds the 48 KiB static limit). H200, 7B bf16 decode
+// step with LoRA at batch 4 / 8 (cuBLAS base, graphs): 64 columns 6.35 / 6.83 ms, 256
+// 6.14 / 6.66, 512 6.27 / 7.47 (bench/RESULTS.md, session 10): fewer partials for the
+// expand to add, while enough shrink blocks remain to run beside the GEMM.
+inline constexpr int kLoraGatherSplit = 256;
 
 struct LoraGroupArgs {
   const void* a[kMaxGroup] = {};  // [S, R, in]
