@@ -3,9 +3,9 @@
 // defaults: matmul_group on the GEMV path (every token bucket, with and without biases,
 // members of different sizes as in GQA) and on cuBLAS; lora_group with 1..3 members,
 // slot-sorted token order, slot -1 rows untouched; project() with the tensor-core shrink of
-// prefill tiles from x's bf16 copy, and project() on decode batches of 1..4 tokens (1 and 2:
-// the GEMV with the LoRA folded in, gemv_lora.cu; 3, 4 and the operands it does not take:
-// cuBLAS (or the GEMV) + gather kernels). Skips without a GPU.
+// prefill tiles from x's bf16 copy, and project() on decode batches of 1..4 tokens (1:
+// the GEMV with the LoRA folded in, gemv_lora.cu; 2: the GEMV + gather kernels; 3, 4 and the
+// operands the fold does not take: cuBLAS (or the GEMV) + gather kernels). Skips without a GPU.
 #include "gpu/cuda_test_util.h"
 
 namespace quiver::test {
