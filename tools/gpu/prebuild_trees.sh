@@ -11,6 +11,7 @@ n=0
 for spec in "$@"; do
   tree=${spec%%:*}; tg=${spec#*:}; tg=${tg//,/ }
   nice_lvl=$([ $n = 0 ] && echo 0 || echo 10); n=$((n+1))
+  rm -f /tmp/built_$tree.*  # a warm machine keeps the last call's markers
   (
     cd -P build-trees/$tree || exit 1
     [ -e .deps ] || ln -s "$root/.deps" .deps
