@@ -6,6 +6,7 @@
 #       git archive $b | tar -x -C build-trees/$b --exclude=models --exclude='tests/fixtures/*' &&
 #       git archive $b tests/fixtures/llama3_bf16 | tar -x -C build-trees/$b
 #   done
+#   for b in main pdl lora-occupancy; do echo "$b $(git rev-parse --short $b)"; done >build-trees/commits
 # (the GPU tests need only that fixture; the device takes 64 MiB of files in all, so leave out
 # bench/results and tests/tokenizer_data too). The checkout itself can be one of the trees:
 # `ln -sfn .. build-trees/NAME` there (a link is not carried); it is built in ./build-gpu,
@@ -54,6 +55,10 @@ for tree in ${TREES:?name the trees under build-trees/}; do
   [ $failed = 1 ] && summary+=("$tree: tests FAILED (benches below are of a wrong tree)")
   bench=("$dir/build-gpu/quiver" bench --model "$dir/bench/configs/llama-2-7b" --load-format dummy --dtype bfloat16
     --device cuda --lora-rank 16 --lora-dtype bfloat16)
+  # The tree's commit, from build-trees/commits ("NAME SHA" lines): a tree has no .git, and
+  # the checkout's .git on the device may be stale (session 10's headers said 5d764d3).
+  commit=$(awk -v t="$tree" '$1 == t { print $2 }' build-trees/commits 2>/dev/null)
+  [ -n "$commit" ] && bench+=(--commit "$commit")
   for entry in ${BS:-1 8 64}; do
     bs=${entry%%:*} adapters=${entry#*:} kv=16GiB
     [ "$bs" -gt 64 ] && kv=48GiB
