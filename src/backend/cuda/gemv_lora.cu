@@ -1,4 +1,4 @@
-// The decode GEMV with the batch's LoRA folded in: for n <= 2 tokens, two launches compute
+// The decode GEMV with the batch's LoRA folded in: for one token, two launches compute
 //   y_g[t, :] = x[t] @ w_g^T (+ bias_g) + b_g[slot_t] @ (a_g[slot_t] @ x[t])
 // where project() otherwise runs a shrink on a side stream, the GEMV, and an expand after
 // the join (three kernels and a fork/join per projection group: at batch 1 that latency,
@@ -32,7 +32,7 @@ using cuda::kGemvWarps;
 constexpr int kRows = kGemvWarps;  // rows per block: the GEMV's item groups are per warp
 // Tokens the fold takes; more go to the GEMV + gather kernels. H200, 7B bf16 step with LoRA:
 // at 2 tokens the fold took 5.46 ms against 5.17 (session 10); at 1 it wins (4.44 against 4.58).
-constexpr int kMaxTokens = 1;
+constexpr int kMaxTokens = 1;  // launch() is instantiated for exactly this many
 constexpr int kSplitCols = 4096;   // shrink: columns per block (a multiple of 256)
 constexpr int kEarlySplits = 3;    // GEMV: t partials loaded right after the wait
 
@@ -144,20 +144,13 @@ gemv_lora_kernel(GemvGroup grp, LoraArgs lora, const float* __restrict__ x, int 
 template <typename W, typename T, int NT>
 void launch(cudaStream_t stream, bool pdl, GemvGroup grp, const LoraArgs& lora, int count, const float* x, int n,
             int in) {
-  constexpr int U = 4;  // gemv.cu's rounds in flight for 4 rows and 1-2 tokens
+  constexpr int U = 4;  // gemv.cu's rounds in flight for 4 rows and 1 token
   const dim3 shrink_grid(static_cast<unsigned>(count * n * lora.rank_blocks), static_cast<unsigned>(lora.splits));
   cuda::launch_kernel(gemv_lora_shrink_kernel<T>, shrink_grid, kGemvWarps * 32, 0, stream, pdl, lora, x, n, in);
   const int blocks = cuda::gemv_blocks<kRows>(grp, count);
   if (blocks == 0) return;  // every member is empty
   cuda::launch_kernel(gemv_lora_kernel<W, T, NT, U>, static_cast<unsigned>(blocks), kGemvWarps * 32, 0, stream, pdl,
                       grp, lora, x, n, in);
-}
-
-template <typename W, typename T>
-void launch_tokens(cudaStream_t stream, bool pdl, const GemvGroup& grp, const LoraArgs& lora, int count,
-                   const float* x, int n, int in) {
-  if (n == 1) launch<W, T, 1>(stream, pdl, grp, lora, count, x, n, in);
-  else launch<W, T, 2>(stream, pdl, grp, lora, count, x, n, in);
 }
 
 }  // namespace
@@ -198,9 +191,9 @@ bool CudaBackend::gemv_lora(const MatmulGroup& g, const LoraGroup& lora, Tensor 
   cuda::dispatch_float(wt, [&](auto wtag) {
     using W = typename decltype(wtag)::type;
     if (st == DType::kF32) {
-      launch_tokens<W, float>(stream_, pdl_, grp, args, g.count, x.ptr<float>(), ni, ii);
+      launch<W, float, kMaxTokens>(stream_, pdl_, grp, args, g.count, x.ptr<float>(), ni, ii);
     } else if constexpr (!std::is_same_v<W, float>) {
-      launch_tokens<W, W>(stream_, pdl_, grp, args, g.count, x.ptr<float>(), ni, ii);
+      launch<W, W, kMaxTokens>(stream_, pdl_, grp, args, g.count, x.ptr<float>(), ni, ii);
     }
   }, "matmul: weight must be F32, F16 or BF16");
   return true;

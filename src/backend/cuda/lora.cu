@@ -398,7 +398,7 @@ void CudaBackend::lora_group(const LoraGroup& g, Tensor x, Tensor /*t*/, const L
 // expand, which adds into the GEMV's output, waits for both. That GEMV is launched without
 // programmatic serialisation: launched early, its blocks would hold the SMs (waiting for x)
 // that the shrink needs when x is ready, and the expand waits for the shrink (batch 1 with
-// an adapter measured 5.45 -> 5.77 ms with it). Decode batches of up to 2 tokens skip all
+// an adapter measured 5.45 -> 5.77 ms with it). Batch-1 decode skips all
 // of that: gemv_lora.cu runs a small shrink, then the GEMV with the expand folded in.
 void CudaBackend::project(const MatmulGroup& g, const LoraGroup* lora, Tensor x, Tensor t, const LoraMeta& meta) {
   if (lora == nullptr || x.dim(0) == 0 || lora->a_stack[0].dim(1) == 0) {
