@@ -32,9 +32,9 @@ using cuda::kGemvWarps;
 constexpr int kRows = kGemvWarps;  // rows per block: the GEMV's item groups are per warp
 // Tokens the fold takes; more go to the GEMV + gather kernels. H200, 7B bf16 step with LoRA:
 // at 2 tokens the fold took 5.46 ms against 5.17 (session 10); at 1 it wins (4.44 against 4.58).
-constexpr int kMaxTokens = 1;  // launch() is instantiated for exactly this many
-constexpr int kSplitCols = 4096;   // shrink: columns per block (a multiple of 256)
-constexpr int kEarlySplits = 3;    // GEMV: t partials loaded right after the wait
+constexpr int kMaxTokens = 1;     // launch() is instantiated for exactly this many
+constexpr int kSplitCols = 4096;  // shrink: columns per block (a multiple of 256)
+constexpr int kEarlySplits = 3;   // GEMV: t partials loaded right after the wait
 
 struct LoraArgs {
   const void* a[kMaxGroup] = {};  // [S, R, in]
