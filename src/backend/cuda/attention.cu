@@ -19,7 +19,7 @@
 // blocks), each thread's first key's K vectors and its first kVRounds V rows are loaded
 // before the PDL wait, except this step's own key (rope_kv_write writes it): they are in
 // flight while the previous kernels finish. That holds the K vectors across the q load:
-// 120 registers instead of 58 (ptxas, bf16, head_dim 128, one head per block), which
+// 121 registers instead of 58 (ptxas, bf16, head_dim 128, one head per block), which
 // halves the blocks per SM and costs more than it saves once the batch fills the GPU
 // (session 9, bench/RESULTS.md).
 // With one partition in the grid the block writes the output. Otherwise it writes (o, max,

@@ -116,7 +116,7 @@ class CudaBackend : public Backend {
   void check_group(const MatmulGroup& g, Tensor x) const;
   // The operand checks of kv_write, also rope_kv_write's (kv_cache.cu).
   static void check_kv_write(Tensor k_cache, Tensor v_cache, Tensor k, Tensor v, Tensor slot_mapping);
-  // project() for a decode batch of n <= 2 tokens: a small shrink kernel, then the GEMV with
+  // project() for a decode batch of one token: a small shrink kernel, then the GEMV with
   // the expand folded in (gemv_lora.cu); false, with nothing launched, where it does not
   // take the operands.
   bool gemv_lora(const MatmulGroup& g, const LoraGroup& lora, Tensor x, const LoraMeta& meta);
