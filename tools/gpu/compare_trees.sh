@@ -37,12 +37,8 @@ for tree in ${TREES:?name the trees under build-trees/}; do
   log=$logs/$tree
   mkdir -p "$log"
   [ -e "$dir/.deps" ] || ln -s "$deps" "$dir/.deps"
-  (
-    cd -P "$dir" || exit 1  # physical: a tree linked to the checkout shares its build with run_checks.sh
-    cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DQUIVER_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-      -DQUIVER_SERVER=OFF >"$log/configure.log" 2>&1 &&
-      cmake --build build-gpu -j16 --target quiver $targets >"$log/build.log" 2>&1
-  ) || { echo "$tree: build FAILED"; grep -m5 -A5 error "$log/build.log"; continue; }
+  bash tools/gpu/build_tree.sh "$dir" "$log/build.log" $targets ||
+    { echo "$tree: build FAILED"; grep -m5 -A5 error "$log/build.log" || tail -20 "$log/build.log"; continue; }
   echo "$tree: built at $((SECONDS - t0)) s"
   failed=0
   case " ${NOTEST:-} " in *" $tree "*) targets_now= ;; *) targets_now=$targets ;; esac

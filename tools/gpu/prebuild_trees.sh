@@ -5,18 +5,14 @@
 # the others build; each build leaves /tmp/built_TREE.done or /tmp/built_TREE.failed, and
 # its log in /tmp/prebuild_TREE.log. compare_trees.sh then finds the builds up to date.
 cd "$(dirname "$0")/../.."
-root=$PWD
+checkout=$PWD  # not "root": setup_deps.sh sets that
 source tools/gpu/setup_deps.sh
 n=0
 for spec in "$@"; do
   tree=${spec%%:*}; tg=${spec#*:}; tg=${tg//,/ }
   nice_lvl=$([ $n = 0 ] && echo 0 || echo 10); n=$((n+1))
   rm -f /tmp/built_$tree.*  # a warm machine keeps the last call's markers
-  (
-    cd -P build-trees/$tree || exit 1
-    [ -e .deps ] || ln -s "$root/.deps" .deps
-    nice -n $nice_lvl cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DQUIVER_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-      -DQUIVER_SERVER=OFF >/tmp/prebuild_$tree.log 2>&1 &&
-    nice -n $nice_lvl cmake --build build-gpu -j16 --target quiver $tg >>/tmp/prebuild_$tree.log 2>&1
-  ) && touch /tmp/built_$tree.done || touch /tmp/built_$tree.failed &
+  [ -e build-trees/$tree/.deps ] || ln -s "$checkout/.deps" build-trees/$tree/.deps
+  nice -n $nice_lvl bash tools/gpu/build_tree.sh build-trees/$tree /tmp/prebuild_$tree.log $tg &&
+    touch /tmp/built_$tree.done || touch /tmp/built_$tree.failed &
 done

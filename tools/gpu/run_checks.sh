@@ -24,6 +24,7 @@ FINAL_OUT=$OUT
 OUT=/tmp/diag_logs
 rm -rf "$OUT" && mkdir -p "$OUT" "$FINAL_OUT"
 trap 'tar czf "$FINAL_OUT/logs.tgz" -C "$OUT" . 2>/dev/null' EXIT
+gpu_tools=$PWD/tools/gpu  # this checkout's, also for SRC trees
 # SRC=DIR: build that tree instead (e.g. build-src, a `git archive HEAD` carried along, so
 # others' unfinished files in the working tree stay out of the build).
 if [ -n "${SRC:-}" ]; then
@@ -31,12 +32,11 @@ if [ -n "${SRC:-}" ]; then
   cd "$SRC"
 fi
 mkdir -p "$OUT"
-build=build-gpu
+build=build-gpu  # where build_tree.sh builds
 [ -d .deps/debs ] && source tools/gpu/setup_deps.sh
 t0=$SECONDS
-cmake -S . -B $build -G Ninja -DCMAKE_BUILD_TYPE=Release -DQUIVER_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-  -DQUIVER_SERVER=OFF >"$OUT/configure.log" 2>&1 || { tail -20 "$OUT/configure.log"; exit 1; }
-cmake --build $build -j16 --target quiver ${TARGETS:-test_cuda_graphs} >"$OUT/build.log" 2>&1 || { grep -m5 -B2 -A5 error "$OUT/build.log"; exit 1; }
+bash "$gpu_tools/build_tree.sh" . "$OUT/build.log" ${TARGETS:-test_cuda_graphs} ||
+  { grep -m5 -B2 -A5 error "$OUT/build.log" || tail -20 "$OUT/build.log"; exit 1; }
 echo "build $((SECONDS - t0))s"
 for t in ${TARGETS:-test_cuda_graphs}; do
   timeout 120 ./$build/$t >"$OUT/$t.log" 2>&1; echo "$t rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/$t.log" | tr '\n' ' ')"
