@@ -47,7 +47,8 @@ DType Backend::gemm_input_type(int64_t /*n*/, DType /*w*/) const { return DType:
 // Without the copy these are the plain ops, on every backend; only backends whose
 // gemm_input_type can be 16-bit write one.
 void Backend::rope_kv_write(Tensor q, Tensor k, Tensor v, Tensor positions, Tensor cos_sin, Tensor k_cache,
-                            Tensor v_cache, Tensor slot_mapping) {
+                            Tensor v_cache, Tensor slot_mapping, const LoraDelta& delta) {
+  apply_lora_delta(delta);
   rope(q, k, positions, cos_sin);
   kv_write(k_cache, v_cache, k, v, slot_mapping);
 }
@@ -57,19 +58,29 @@ void Backend::rms_norm_x16(Tensor out, Tensor out16, Tensor x, Tensor w, float e
   rms_norm(out, x, w, eps);
 }
 
-void Backend::add_rms_norm_x16(Tensor out, Tensor out16, Tensor residual, Tensor x, Tensor w, float eps) {
+void Backend::add_rms_norm_x16(Tensor out, Tensor out16, Tensor residual, Tensor x, Tensor w, float eps,
+                               const LoraDelta& delta) {
   check(out16.empty(), name() + " backend has no 16-bit GEMM inputs (gemm_input_type is float32)");
+  apply_lora_delta(delta);
   add_rms_norm(out, residual, x, w, eps);
 }
 
-void Backend::silu_mul_x16(Tensor out, Tensor out16, Tensor gate, Tensor up) {
+void Backend::silu_mul_x16(Tensor out, Tensor out16, Tensor gate, Tensor up, const LoraDelta& delta) {
   check(out16.empty(), name() + " backend has no 16-bit GEMM inputs (gemm_input_type is float32)");
+  apply_lora_delta(delta);
   silu_mul(out, gate, up);
 }
 
-void Backend::project(const MatmulGroup& g, const LoraGroup* lora, Tensor x, Tensor t, const LoraMeta& meta) {
+void Backend::project(const MatmulGroup& g, const LoraGroup* lora, Tensor x, Tensor t, const LoraMeta& meta,
+                      LoraDelta* defer) {
+  if (defer != nullptr) defer->count = 0;
   matmul_group(g, x);
   if (lora != nullptr) lora_group(*lora, x, t, meta);
+}
+
+void Backend::apply_lora_delta(const LoraDelta& delta) {
+  check(delta.count >= 0 && delta.count <= kMaxGroup, "lora delta: 0..3 members");
+  for (int i = 0; i < delta.count; ++i) lora_expand(delta.y[i], delta.t[i], delta.b_stack[i], delta.meta);
 }
 
 void Backend::lora_group(const LoraGroup& g, Tensor x, Tensor t, const LoraMeta& meta) {

@@ -67,6 +67,21 @@ struct LoraGroup {
   Tensor b_stack[kMaxGroup];  // [num_slots, out_g, max_rank]
 };
 
+// A projection's LoRA expand that Backend::project left undone (its `defer`), for the op
+// that reads the projection's outputs next to apply first:
+//   y[g][i, :] += b_stack[g][slot_i] @ t[g][i, :]   for g < count, tokens with a slot.
+// count 0: nothing is pending. rope_kv_write (q, k, v), add_rms_norm_x16 (x) and
+// silu_mul_x16 (gate, up) take one whose y are their inputs; after them those inputs hold
+// y + the term, as if it had been added before the op. A device backend folds it into the
+// op's kernel, which takes a kernel off the decode step's chain per projection group.
+struct LoraDelta {
+  int count = 0;
+  Tensor y[kMaxGroup];        // [n, out_g] f32
+  Tensor t[kMaxGroup];        // [n, max_rank] f32: the shrink's results
+  Tensor b_stack[kMaxGroup];  // [num_slots, out_g, max_rank]
+  LoraMeta meta;
+};
+
 // Per-row inputs of Backend::sample (device tensors, one entry per logits row).
 struct SampleInputs {
   Tensor temperature;  // [rows] f32: 0 = greedy (the lowest-index argmax)
@@ -150,8 +165,9 @@ class Backend {
   // rope(q, k), then kv_write of the rotated k and of v: the same results, in one pass over
   // this step's q/k/v on a device backend (one kernel fewer per layer). The default runs
   // the two ops.
+  // delta (LoraDelta): the q/k/v projections' pending LoRA term, applied first.
   virtual void rope_kv_write(Tensor q, Tensor k, Tensor v, Tensor positions, Tensor cos_sin, Tensor k_cache,
-                             Tensor v_cache, Tensor slot_mapping);
+                             Tensor v_cache, Tensor slot_mapping, const LoraDelta& delta);
 
   // Causal GQA attention through block tables (see AttentionMeta).
   // out, q: [n, num_heads, head_dim] f32; num_heads % num_kv_heads == 0.
@@ -180,8 +196,15 @@ class Backend {
   virtual void matmul_group(const MatmulGroup& g, Tensor x);
   virtual void lora_group(const LoraGroup& g, Tensor x, Tensor t, const LoraMeta& meta);
   // A model projection: matmul_group, then (lora non-null) lora_group on the same members.
-  // Device backends may overlap the two (the shrink needs only x).
-  virtual void project(const MatmulGroup& g, const LoraGroup* lora, Tensor x, Tensor t, const LoraMeta& meta);
+  // Device backends may overlap the two (the shrink needs only x). defer (or null): the
+  // backend may leave the expand to the op that reads y next, describing it in *defer
+  // (count 0 when it did all); the caller then passes *defer to that op. The default never
+  // defers.
+  virtual void project(const MatmulGroup& g, const LoraGroup* lora, Tensor x, Tensor t, const LoraMeta& meta,
+                       LoraDelta* defer);
+  // Adds a pending LoRA term into its y tensors (lora_expand per member): how the default
+  // ops apply a LoraDelta.
+  void apply_lora_delta(const LoraDelta& delta);
 
   // ---- 16-bit GEMM inputs ---------------------------------------------------
   // The type matmul_group rounds an f32 x of n tokens to before multiplying weights of type
@@ -192,10 +215,13 @@ class Backend {
   virtual DType gemm_input_type(int64_t n, DType w) const;
   // rms_norm / add_rms_norm / silu_mul that also write out16 = out rounded to out16's dtype
   // (bf16 or f16). An empty out16 makes them the plain ops on every backend; a copy needs a
-  // backend whose gemm_input_type can be 16-bit.
+  // backend whose gemm_input_type can be 16-bit. delta: the pending LoRA term of the
+  // projection that produced x (add_rms_norm_x16) or gate and up (silu_mul_x16), applied
+  // first; empty for none.
   virtual void rms_norm_x16(Tensor out, Tensor out16, Tensor x, Tensor w, float eps);
-  virtual void add_rms_norm_x16(Tensor out, Tensor out16, Tensor residual, Tensor x, Tensor w, float eps);
-  virtual void silu_mul_x16(Tensor out, Tensor out16, Tensor gate, Tensor up);
+  virtual void add_rms_norm_x16(Tensor out, Tensor out16, Tensor residual, Tensor x, Tensor w, float eps,
+                                const LoraDelta& delta);
+  virtual void silu_mul_x16(Tensor out, Tensor out16, Tensor gate, Tensor up, const LoraDelta& delta);
 
   // ---- sampling on the device (GPU sampling inside decode graphs) ----------------------
   // For each of `rows` rows of logits [rows, vocab] f32 picks a token and reports what the

@@ -36,7 +36,9 @@ LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, Backend* backen
 }
 
 void LlamaModel::project(const MatmulGroup& g, const LoraTarget* targets, Tensor x, int layer,
-                         const StepTensors& step, Workspace& ws, const LoraSlotPool* lora) const {
+                         const StepTensors& step, Workspace& ws, const LoraSlotPool* lora,
+                         LoraDelta* pending) const {
+  pending->count = 0;
   if (lora == nullptr || !step.lora_active) {
     backend_->matmul_group(g, x);
     return;
@@ -49,7 +51,7 @@ void LlamaModel::project(const MatmulGroup& g, const LoraTarget* targets, Tensor
     lg.b_stack[i] = lora->b_stack(layer, targets[i]);
   }
   const Tensor t = ws.lora_tmp.tensor(DType::kF32, {x.dim(0), lora->max_rank()});
-  backend_->project(g, &lg, x, t, step.lora);
+  backend_->project(g, &lg, x, t, step.lora, pending);
 }
 
 // A group of `count` projections of one input, members listed as (y, w, bias); x16: the
@@ -92,28 +94,30 @@ void LlamaModel::forward(const StepTensors& step, Workspace& ws, const KvCacheVi
 
   backend_->embedding(hidden, weights_.embed, step.token_ids);
   backend_->rms_norm_x16(normed, normed16, hidden, weights_.layers[0].attn_norm, eps);
+  LoraDelta pending;  // a projection's LoRA term left to the op after it (Backend::project)
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerWeights& w = weights_.layers[l];
     static constexpr LoraTarget kQkv[] = {LoraTarget::kQ, LoraTarget::kK, LoraTarget::kV};
     static constexpr LoraTarget kO[] = {LoraTarget::kO};
     static constexpr LoraTarget kGateUp[] = {LoraTarget::kGate, LoraTarget::kUp};
     static constexpr LoraTarget kDown[] = {LoraTarget::kDown};
-    project(group({{q, w.wq, w.bq}, {k, w.wk, w.bk}, {v, w.wv, w.bv}}, normed16), kQkv, normed, l, step, ws, lora);
+    project(group({{q, w.wq, w.bq}, {k, w.wk, w.bk}, {v, w.wv, w.bv}}, normed16), kQkv, normed, l, step, ws, lora,
+            &pending);
     Tensor q3 = q.view({n, c.num_heads, c.head_dim});
     Tensor k3 = k.view({n, c.num_kv_heads, c.head_dim});
     Tensor v3 = v.view({n, c.num_kv_heads, c.head_dim});
-    backend_->rope_kv_write(q3, k3, v3, step.positions, cos_sin_, kv.k[l], kv.v[l], step.slot_mapping);
+    backend_->rope_kv_write(q3, k3, v3, step.positions, cos_sin_, kv.k[l], kv.v[l], step.slot_mapping, pending);
     backend_->attention(attn.view({n, c.num_heads, c.head_dim}), q3, kv.k[l], kv.v[l], step.attn, scale);
-    project(group({{branch, w.wo, Tensor()}}), kO, attn, l, step, ws, lora);
-    backend_->add_rms_norm_x16(normed, normed16, hidden, branch, w.mlp_norm, eps);
-    project(group({{gate, w.w_gate, Tensor()}, {up, w.w_up, Tensor()}}, normed16), kGateUp, normed, l, step, ws, lora);
-    backend_->silu_mul_x16(gate, gate16, gate, up);
-    project(group({{branch, w.w_down, Tensor()}}, gate16), kDown, gate, l, step, ws, lora);
-    if (l + 1 < c.num_layers) {
-      backend_->add_rms_norm_x16(normed, normed16, hidden, branch, weights_.layers[l + 1].attn_norm, eps);
-    } else {  // the final norm feeds lm_head's rows, not a group: no copy
-      backend_->add_rms_norm(normed, hidden, branch, weights_.final_norm, eps);
-    }
+    project(group({{branch, w.wo, Tensor()}}), kO, attn, l, step, ws, lora, &pending);
+    backend_->add_rms_norm_x16(normed, normed16, hidden, branch, w.mlp_norm, eps, pending);
+    project(group({{gate, w.w_gate, Tensor()}, {up, w.w_up, Tensor()}}, normed16), kGateUp, normed, l, step, ws, lora,
+            &pending);
+    backend_->silu_mul_x16(gate, gate16, gate, up, pending);
+    project(group({{branch, w.w_down, Tensor()}}, gate16), kDown, gate, l, step, ws, lora, &pending);
+    // The final norm feeds lm_head's rows, not a group: no 16-bit copy.
+    const bool last = l + 1 == c.num_layers;
+    backend_->add_rms_norm_x16(normed, last ? Tensor() : normed16, hidden, branch,
+                               last ? weights_.final_norm : weights_.layers[l + 1].attn_norm, eps, pending);
   }
   if (step.num_logit_rows > 0) {
     Tensor sel = ws.selected.tensor(DType::kF32, {step.num_logit_rows, c.hidden_size});

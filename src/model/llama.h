@@ -65,8 +65,10 @@ class LlamaModel {
 
  private:
   // g's matmuls, then (when the step runs LoRA) their adapters; targets[i] names member i.
+  // The backend may leave the adapters' expand in *pending, for the op that reads g's
+  // outputs next (Backend::project); pending->count is 0 otherwise.
   void project(const MatmulGroup& g, const LoraTarget* targets, Tensor x, int layer, const StepTensors& step,
-               Workspace& ws, const LoraSlotPool* lora) const;
+               Workspace& ws, const LoraSlotPool* lora, LoraDelta* pending) const;
 
   ModelConfig config_;
   LlamaWeights weights_;

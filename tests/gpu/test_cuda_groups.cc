@@ -3,9 +3,10 @@
 // defaults: matmul_group on the GEMV path (every token bucket, with and without biases,
 // members of different sizes as in GQA) and on cuBLAS; lora_group with 1..3 members,
 // slot-sorted token order, slot -1 rows untouched; project() with the tensor-core shrink of
-// prefill tiles from x's bf16 copy, and project() on decode batches of 1..4 tokens (1:
-// the GEMV with the LoRA folded in, gemv_lora.cu; 2: the GEMV + gather kernels; 3, 4 and the
-// operands the fold does not take: cuBLAS (or the GEMV) + gather kernels). Skips without a GPU.
+// prefill tiles from x's bf16 copy, and project() on decode batches of 1..4 tokens (1 with
+// a deferred expand: the GEMV with the shrink as extra blocks, gemv_lora.cu, its LoraDelta
+// applied after; 2: the GEMV + gather kernels; 3, 4 and the operands gemv_lora.cu does not
+// take: cuBLAS (or the GEMV) + gather kernels). Skips without a GPU.
 #include "gpu/cuda_test_util.h"
 
 namespace quiver::test {
@@ -99,11 +100,12 @@ class CudaGroups : public CudaTest {
   }
 
   // project() on a decode batch (matmul + biases + LoRA) against the reference's matmul_group
-  // then lora_group, twice on the same operands with new slots: gemv_lora.cu's counters
-  // must be back at zero after each launch, and the slots are read at run time. Slots
-  // include -1 and one past the stack (no adapter).
+  // then lora_group, three times on the same operands with new slots (read at run time;
+  // token 0 has an adapter, then another, then none). Slots include -1 and one past the
+  // stack (no adapter). With `defer`, project() may leave the expand in a LoraDelta (one
+  // token: gemv_lora.cu), which apply_lora_delta then adds; deferred says whether it must.
   void check_project_decode(int64_t n, int64_t in, const std::vector<int64_t>& outs, int64_t rank, DType wt,
-                            DType st) {
+                            DType st, bool defer = false, bool deferred = false) {
     const int64_t num_slots = 4;
     HostTensor x = random_tensor(rng_, DType::kF32, {n, in});
     std::vector<HostTensor> a, b, w, bias;
@@ -123,10 +125,10 @@ class CudaGroups : public CudaTest {
       gbias.push_back(upload(gpu, bias[i]));
       gy.push_back(upload(gpu, random_tensor(rng_, DType::kF32, {n, outs[i]}, 9.f)));  // overwritten
     }
-    for (int round = 0; round < 2; ++round) {
+    for (int round = 0; round < 3; ++round) {
       std::vector<int32_t> slots(static_cast<size_t>(n));
       for (auto& s : slots) s = static_cast<int32_t>(rng_() % (num_slots + 2)) - 1;  // -1 .. num_slots
-      slots[0] = round;  // at least one token with an adapter
+      slots[0] = round < 2 ? round : -1;
       std::vector<int32_t> ref_slots = slots;  // the reference rejects a slot past the stack
       for (auto& s : ref_slots) s = s < num_slots ? s : -1;
       HostTensor hslots = host_i32({n}, ref_slots), t = random_tensor(rng_, DType::kF32, {n, rank});
@@ -154,12 +156,18 @@ class CudaGroups : public CudaTest {
       dmeta.token_slot = gs.t;
       ref_.matmul_group(hm, x.view());
       ref_.lora_group(hl, x.view(), t.view(), hmeta);
-      gpu->project(dm, &dl, gx.t, gt.t, dmeta);
+      LoraDelta delta;
+      delta.count = -1;  // project() must set it
+      gpu->project(dm, &dl, gx.t, gt.t, dmeta, defer ? &delta : nullptr);
+      if (defer) {
+        EXPECT_EQ(delta.count, deferred ? dm.count : 0);
+        gpu->apply_lora_delta(delta);
+      }
       for (size_t i = 0; i < outs.size(); ++i) {
         char tag[200];
-        std::snprintf(tag, sizeof tag, "project decode w %s stacks %s n=%lld in=%lld r=%lld round %d member %zu/%zu",
-                      name_of(wt), name_of(st), static_cast<long long>(n), static_cast<long long>(in),
-                      static_cast<long long>(rank), round, i, outs.size());
+        std::snprintf(tag, sizeof tag, "project decode%s w %s stacks %s n=%lld in=%lld r=%lld round %d member %zu/%zu",
+                      defer ? " deferred" : "", name_of(wt), name_of(st), static_cast<long long>(n),
+                      static_cast<long long>(in), static_cast<long long>(rank), round, i, outs.size());
         // Above the GEMV's tokens 16-bit weights go to cuBLAS with x rounded to their type.
         const bool rounded = n > CudaBackendOptions{}.gemv_max_n && wt != DType::kF32;
         expect_close(tag, download(gpu, gy[i].t), y[i].as_f32(), rounded ? 1e-2 : 1e-4);
@@ -214,7 +222,7 @@ class CudaGroups : public CudaTest {
     dmeta.token_slot = gs.t;
     dmeta.sorted_tokens = go.t;
     ref_.lora_group(hg, x.view(), t.view(), hmeta);
-    gpu->project(mg, &dg, gx.t, gt.t, dmeta);
+    gpu->project(mg, &dg, gx.t, gt.t, dmeta, nullptr);
     for (size_t i = 0; i < outs.size(); ++i) {
       char tag[200];
       std::snprintf(tag, sizeof tag, "project %s x16 %s n=%lld in=%lld r=%lld member %zu/%zu out=%lld", name_of(st),
@@ -253,22 +261,26 @@ TEST_F(CudaGroups, LoraGroup) {
       }
 }
 
-TEST_F(CudaGroups, ProjectDecodeGemvLora) {
-  // Stacks in the weights' type or f32 take the fused launch; f16 stacks beside bf16
-  // weights, and in not a multiple of 8, take the GEMV + gather kernels instead.
+TEST_F(CudaGroups, ProjectDecode) {
+  // One token with a deferred expand: stacks in the weights' type or f32 take gemv_lora.cu's
+  // launch (the shrink as extra GEMV blocks); f16 stacks beside bf16 weights, in not a
+  // multiple of 8, and 2-4 tokens take the GEMV + gather kernels and apply the expand.
   const std::pair<DType, DType> types[] = {{DType::kF32, DType::kF32},  {DType::kF16, DType::kF16},
                                            {DType::kBF16, DType::kBF16}, {DType::kBF16, DType::kF32},
                                            {DType::kF16, DType::kF32},  {DType::kBF16, DType::kF16}};
   for (const auto& [wt, st] : types)
     for (int64_t n : {1, 2, 3, 4})
-      for (int64_t rank : {1, 16, 40}) {
-        check_project_decode(n, 512, {512, 128, 128}, rank, wt, st);  // q, k, v
-        check_project_decode(n, 304, {700, 700}, rank, wt, st);       // gate, up; a partial chunk
-      }
+      for (int64_t rank : {1, 5, 16, 40})
+        for (bool defer : {false, true}) {
+          const bool deferred = defer && n == 1 && (st == wt || st == DType::kF32);
+          check_project_decode(n, 512, {512, 128, 128}, rank, wt, st, defer, deferred);  // q, k, v
+          check_project_decode(n, 304, {700, 700}, rank, wt, st, defer, deferred);       // gate, up
+        }
   for (int64_t n : {1, 4}) {
-    check_project_decode(n, 1104, {300}, 64, DType::kBF16, DType::kBF16);
-    check_project_decode(n, 300, {200}, 16, DType::kBF16, DType::kBF16);  // in % 8 != 0
-    check_project_decode(n, 256, {96}, 512, DType::kBF16, DType::kF32);   // the largest rank
+    check_project_decode(n, 1104, {300}, 64, DType::kBF16, DType::kBF16, true, n == 1);
+    check_project_decode(n, 300, {200}, 16, DType::kBF16, DType::kBF16, true, false);  // in % 8 != 0
+    check_project_decode(n, 256, {96}, 512, DType::kBF16, DType::kF32, true, n == 1);  // the largest rank
+    check_project_decode(n, 11008, {4096}, 16, DType::kBF16, DType::kBF16, true, n == 1);  // down
   }
 }
 

@@ -230,7 +230,7 @@ TEST_F(CudaOps, RopeKvWrite) {
           DeviceTensor gs = upload(gpu, hs), gkc = upload(gpu, kc), gvc = upload(gpu, vc), gtable = upload(gpu, table);
           ref_.rope(q.view(), k.view(), hp.view(), table.view());
           ref_.kv_write(kc.view(), vc.view(), k.view(), v.view(), hs.view());
-          gpu->rope_kv_write(gq.t, gk.t, gv.t, gp.t, gtable.t, gkc.t, gvc.t, gs.t);
+          gpu->rope_kv_write(gq.t, gk.t, gv.t, gp.t, gtable.t, gkc.t, gvc.t, gs.t, LoraDelta());
           const std::string tag = std::string(name_of(t)) + " hd=" + std::to_string(hd) + " heads=" +
                                   std::to_string(h) + "/" + std::to_string(kv) + " n=" + std::to_string(n);
           // A k value one f32 ulp away from the reference's may round to the other 16-bit neighbour.
@@ -312,7 +312,7 @@ TEST_F(CudaOps, X16CopiesAreTheMatmulsOwnConversion) {
         expect_close("rms_norm_x16 out16 " + tag, download(gpu_.get(), g16.t), rounded(want, t), 0);
 
         gpu_->add_rms_norm(gplain.t, gr1.t, gx.t, gw.t, 1e-6f);
-        gpu_->add_rms_norm_x16(go.t, g16.t, gr2.t, gx.t, gw.t, 1e-6f);
+        gpu_->add_rms_norm_x16(go.t, g16.t, gr2.t, gx.t, gw.t, 1e-6f, LoraDelta());
         want = download(gpu_.get(), gplain.t);
         expect_close("add_rms_norm_x16 out " + tag, download(gpu_.get(), go.t), want, 0);
         expect_close("add_rms_norm_x16 residual " + tag, download(gpu_.get(), gr2.t), download(gpu_.get(), gr1.t), 0);
@@ -321,7 +321,7 @@ TEST_F(CudaOps, X16CopiesAreTheMatmulsOwnConversion) {
         // silu_mul in place on its gate, as the model calls it.
         DeviceTensor gate1 = upload(gpu_.get(), x), gate2 = upload(gpu_.get(), x), gu = upload(gpu_.get(), res);
         gpu_->silu_mul(gate1.t, gate1.t, gu.t);
-        gpu_->silu_mul_x16(gate2.t, g16.t, gate2.t, gu.t);
+        gpu_->silu_mul_x16(gate2.t, g16.t, gate2.t, gu.t, LoraDelta());
         want = download(gpu_.get(), gate1.t);
         expect_close("silu_mul_x16 out " + tag, download(gpu_.get(), gate2.t), want, 0);
         expect_close("silu_mul_x16 out16 " + tag, download(gpu_.get(), g16.t), rounded(want, t), 0);

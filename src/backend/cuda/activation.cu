@@ -5,6 +5,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/lora_delta.cuh"
 
 namespace quiver {
 namespace {
@@ -44,6 +45,33 @@ __global__ void silu_mul_kernel(float* out, void* __restrict__ out16, bool bf16,
   }
 }
 
+// silu_mul with a pending LoRA term on gate (member 0) and up (member 1), rows of f
+// elements: one element per thread per step, the first step's B rows loaded before the
+// wait; gate and up hold their terms afterwards (lora_delta.cuh).
+__global__ void silu_mul_delta_kernel(float* out, void* __restrict__ out16, bool bf16, float* gate, float* up,
+                                      int64_t count, int64_t f, cuda::LoraDeltaArgs delta) {
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  const int64_t start = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  cuda::LoraDeltaRow dg, du;
+  if (start < count) {
+    dg.load(delta, 0, static_cast<int>(start / f), static_cast<int>(start % f));
+    du.load(delta, 1, static_cast<int>(start / f), static_cast<int>(start % f));
+  }
+  cuda::pdl_enter();  // launched with pdl (cuda_common.h)
+  for (int64_t i = start; i < count; i += stride) {
+    if (i != start) {
+      dg.load(delta, 0, static_cast<int>(i / f), static_cast<int>(i % f));
+      du.load(delta, 1, static_cast<int>(i / f), static_cast<int>(i % f));
+    }
+    const float g = dg.apply(delta, 0, static_cast<int>(i / f), gate[i]);
+    const float u = du.apply(delta, 1, static_cast<int>(i / f), up[i]);
+    gate[i] = g;
+    up[i] = u;
+    out[i] = silu_mul1(g, u);
+    cuda::store_x16(out16, i, out[i], bf16);
+  }
+}
+
 // y += x over `count` elements.
 __global__ void add_kernel(float* y, const float* x, int64_t count, bool vec) {
   cuda::pdl_enter();  // launched with pdl (cuda_common.h)
@@ -78,9 +106,9 @@ __global__ void gather_rows_kernel(float* __restrict__ out, const float* __restr
 
 }  // namespace
 
-void CudaBackend::silu_mul(Tensor out, Tensor gate, Tensor up) { silu_mul_x16(out, Tensor(), gate, up); }
+void CudaBackend::silu_mul(Tensor out, Tensor gate, Tensor up) { silu_mul_x16(out, Tensor(), gate, up, LoraDelta()); }
 
-void CudaBackend::silu_mul_x16(Tensor out, Tensor out16, Tensor gate, Tensor up) {
+void CudaBackend::silu_mul_x16(Tensor out, Tensor out16, Tensor gate, Tensor up, const LoraDelta& delta) {
   cuda::check_f32(out, "silu_mul: out must be f32 on the GPU");
   cuda::check_f32(gate, "silu_mul: gate must be f32 on the GPU");
   cuda::check_f32(up, "silu_mul: up must be f32 on the GPU");
@@ -88,6 +116,18 @@ void CudaBackend::silu_mul_x16(Tensor out, Tensor out16, Tensor gate, Tensor up)
   const int64_t count = out.numel();
   check(gate.numel() == count && up.numel() == count, "silu_mul: shape mismatch");
   if (count == 0) return;
+  if (delta.count > 0) {
+    check(gate.ndim >= 1, "silu_mul: gate must be [n, f]");
+    const int64_t n = gate.dim(0), f = count / std::max<int64_t>(n, 1);
+    const cuda::LoraDeltaArgs d = cuda::lora_delta_args(delta, {gate, up}, n, "silu_mul");
+    // Small blocks: a decode row's B rows (2 x f x R entries) spread over many SMs.
+    constexpr int kDeltaThreads = 64;
+    const auto blocks = static_cast<unsigned>(
+        std::clamp<int64_t>(cuda::ceil_div(count, kDeltaThreads), 1, int64_t{num_sms_} * 32));
+    cuda::launch_kernel(silu_mul_delta_kernel, blocks, kDeltaThreads, 0, stream_, pdl_, out.ptr<float>(), out16.data,
+                        out16.dtype == DType::kBF16, gate.ptr<float>(), up.ptr<float>(), count, f, d);
+    return;
+  }
   const bool vec = count % 4 == 0 && cuda::aligned16(out.data) && cuda::aligned16(gate.data) &&
                    cuda::aligned16(up.data);
   cuda::launch_kernel(silu_mul_kernel, grid_for(vec ? count / 4 : count, num_sms_), kThreads, 0, stream_, pdl_,

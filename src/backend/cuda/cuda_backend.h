@@ -57,21 +57,23 @@ class CudaBackend : public Backend {
   void rope(Tensor q, Tensor k, Tensor positions, Tensor cos_sin) override;
   void kv_write(Tensor k_cache, Tensor v_cache, Tensor k, Tensor v, Tensor slot_mapping) override;
   void rope_kv_write(Tensor q, Tensor k, Tensor v, Tensor positions, Tensor cos_sin, Tensor k_cache, Tensor v_cache,
-                     Tensor slot_mapping) override;  // rope.cu
+                     Tensor slot_mapping, const LoraDelta& delta) override;  // rope.cu
   void attention(Tensor out, Tensor q, Tensor k_cache, Tensor v_cache, const AttentionMeta& meta,
                  float scale) override;
   void silu_mul(Tensor out, Tensor gate, Tensor up) override;
   DType gemm_input_type(int64_t n, DType w) const override;  // gemm.cu
   void rms_norm_x16(Tensor out, Tensor out16, Tensor x, Tensor w, float eps) override;
-  void add_rms_norm_x16(Tensor out, Tensor out16, Tensor residual, Tensor x, Tensor w, float eps) override;
-  void silu_mul_x16(Tensor out, Tensor out16, Tensor gate, Tensor up) override;
+  void add_rms_norm_x16(Tensor out, Tensor out16, Tensor residual, Tensor x, Tensor w, float eps,
+                        const LoraDelta& delta) override;
+  void silu_mul_x16(Tensor out, Tensor out16, Tensor gate, Tensor up, const LoraDelta& delta) override;
   void add(Tensor y, Tensor x) override;
   void gather_rows(Tensor out, Tensor x, Tensor rows) override;
   void lora_shrink(Tensor t, Tensor x, Tensor a_stack, const LoraMeta& meta) override;
   void lora_expand(Tensor y, Tensor t, Tensor b_stack, const LoraMeta& meta) override;
   void matmul_group(const MatmulGroup& g, Tensor x) override;
   void lora_group(const LoraGroup& g, Tensor x, Tensor t, const LoraMeta& meta) override;
-  void project(const MatmulGroup& g, const LoraGroup* lora, Tensor x, Tensor t, const LoraMeta& meta) override;
+  void project(const MatmulGroup& g, const LoraGroup* lora, Tensor x, Tensor t, const LoraMeta& meta,
+               LoraDelta* defer) override;
   // sampling.cu: one block per row, sort-free thresholds (block_select.cuh)
   void sample(const SampleOutputs& out, Tensor logits, const SampleInputs& in) override;
 
@@ -116,10 +118,10 @@ class CudaBackend : public Backend {
   void check_group(const MatmulGroup& g, Tensor x) const;
   // The operand checks of kv_write, also rope_kv_write's (kv_cache.cu).
   static void check_kv_write(Tensor k_cache, Tensor v_cache, Tensor k, Tensor v, Tensor slot_mapping);
-  // project() for a decode batch of one token: a small shrink kernel, then the GEMV with
-  // the expand folded in (gemv_lora.cu); false, with nothing launched, where it does not
-  // take the operands.
-  bool gemv_lora(const MatmulGroup& g, const LoraGroup& lora, Tensor x, const LoraMeta& meta);
+  // project() for a decode batch of one token whose caller takes a deferred expand: one
+  // GEMV launch whose extra blocks compute the shrink, the expand left in *defer
+  // (gemv_lora.cu); false, with nothing launched, where it does not take the operands.
+  bool gemv_lora(const MatmulGroup& g, const LoraGroup& lora, Tensor x, const LoraMeta& meta, LoraDelta* defer);
   // LoRA (lora.cu): shrink partial sums into lora_scratch_ ([G, chunks, n, R]), and the
   // expand that adds them up and applies B. x16: x's bf16 copy or empty; from 512 tokens the
   // shrink of one-run tiles reads it on tensor cores (lora_shrink_mma.cu).

@@ -2,7 +2,7 @@
 // n <= 16 tokens, with f32 activations and f32 accumulation. Memory-bound by design: every
 // weight element is read from HBM exactly once per call, with 16-byte streaming loads, and
 // used against all n tokens while in registers. The work split is gemv.cuh's; with a
-// decode batch's LoRA, project() runs gemv_lora.cu's kernel instead.
+// batch-1 LoRA, project() runs gemv_lora.cu's kernel instead.
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/gemv.cuh"
 

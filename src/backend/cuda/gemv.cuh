@@ -1,5 +1,5 @@
-// The GEMV's building blocks, shared by the plain kernel (gemv.cu) and the one with the
-// LoRA of the decode batch folded in (gemv_lora.cu): y[n, out] = x[n, in] @ w[out, in]^T
+// The GEMV's building blocks, shared by the plain kernel (gemv.cu) and the one whose extra
+// blocks compute a batch-1 LoRA's shrink (gemv_lora.cu): y[n, out] = x[n, in] @ w[out, in]^T
 // for n <= 16 tokens, f32 activations, f32 accumulation.
 //
 // Work split: a block of kGemvWarps warps owns ROWS consecutive output rows; its warps

@@ -1,22 +1,18 @@
-// The decode GEMV with the batch's LoRA folded in: for one token, two launches compute
-//   y_g[t, :] = x[t] @ w_g^T (+ bias_g) + b_g[slot_t] @ (a_g[slot_t] @ x[t])
-// where project() otherwise runs a shrink on a side stream, the GEMV, and an expand after
-// the join (three kernels and a fork/join per projection group: at batch 1 that latency,
-// not the adapter's bytes, was the LoRA's cost).
-//   shrink  a few blocks: (member g, token t, 4 ranks, 4,096 columns) each, the A rows
-//           against x[t] with gemv.cuh's loop, into split partials part[g, s, t, r];
-//   GEMV    gemv.cuh's blocks; each loads its rows' B entries before it waits, and adds
-//           b_g[slot_t][row] . t (the partials summed in split order) to its sums.
-// Both are chained by programmatic serialisation: the shrink lets the GEMV be scheduled at
-// once, so the GEMV's first weight loads are in flight while the shrink runs, and the
-// GEMV's wait (before it reads x) is also its wait for t. No counters, no spinning; sums
-// in a fixed order, so graph == eager bitwise. (A one-launch version, shrink blocks drawn
-// first by an atomic ticket and the GEMV blocks spinning until they were done, measured
-// 6.23 ms per batch-1 step against 5.38 for the three kernels: the per-block atomics.)
+// The decode GEMV of one token with its LoRA's shrink as extra blocks of the same launch:
+//   y_g[0, :] = x[0] @ w_g^T (+ bias_g)        gemv.cuh's blocks, as the plain GEMV
+//   t_g[0, :] = a_g[slot_0] @ x[0]             G x ceil(R / 4) more blocks, 4 A rows each
+// and the expand, y_g += b_g[slot_0] @ t_g, left to the op that reads y next (LoraDelta:
+// rope_kv_write, add_rms_norm_x16, silu_mul_x16 add it in their own kernel, lora_delta.cuh).
+// So a batch-1 projection with an adapter is one kernel, as without: at batch 1 the LoRA's
+// cost was the latency of its extra kernels on the step's chain, not its bytes.
 //
-// Tokens with slot -1 (or outside the stack) get no LoRA term; the grids depend only on n
-// and the shapes, the slots are read at run time (graph rules 3 and 4).
-#include <algorithm>
+// History (H200, 7B bf16, r=16 on all 7 projections, graphs): a separate shrink, GEMV and
+// expand took 5.38 ms a step; a small shrink kernel chained by PDL to a GEMV that added
+// B . t in its epilogue took 4.40-4.44 (base 3.87-3.93), the shrink still a kernel on the
+// chain per group; one launch whose GEMV blocks spun on the shrink blocks took 6.23 (the
+// per-block atomics). Sums in a fixed order, so graph == eager bitwise. A token with slot
+// -1 (or outside the stack) gets no t; the op after it skips it. Grids depend only on
+// the shapes, the slot is read at run time (graph rules 3 and 4).
 #include <type_traits>
 
 #include "backend/cuda/cuda_backend.h"
@@ -29,144 +25,108 @@ namespace {
 using cuda::GemvGroup;
 using cuda::kGemvWarps;
 
-constexpr int kRows = kGemvWarps;  // rows per block: the GEMV's item groups are per warp
-// Tokens the fold takes; more go to the GEMV + gather kernels. H200, 7B bf16 step with LoRA:
-// at 2 tokens the fold took 5.46 ms against 5.17 (session 10); at 1 it wins (4.44 against 4.58).
-constexpr int kMaxTokens = 1;     // launch() is instantiated for exactly this many
-constexpr int kSplitCols = 4096;  // shrink: columns per block (a multiple of 256)
-constexpr int kEarlySplits = 3;   // GEMV: t partials loaded right after the wait
+constexpr int kRows = 4;  // rows per block, base and A alike (gemv.cu's default shape)
+constexpr int kU = 4;     // gemv.cu's rounds of loads in flight for 4 rows and 1 token
 
-struct LoraArgs {
+struct ShrinkRows {
   const void* a[kMaxGroup] = {};  // [S, R, in]
-  const void* b[kMaxGroup] = {};  // [S, out_g, R]
+  float* t = nullptr;             // [G, R]: member g's t at t + g * R
   const int32_t* token_slot = nullptr;
-  float* part = nullptr;       // [G, splits, n, R]
   int rank = 0, num_slots = 0;
-  int rank_blocks = 0;         // ceil(R / kRows)
-  int splits = 0;              // ceil(in / kSplitCols)
+  int rank_blocks = 0;  // ceil(R / kRows)
+  int blocks = 0;       // G * rank_blocks: the first blocks of the grid
 };
 
-// grid (G * n * rank_blocks, splits): member g, token tok, ranks r0 .. r0 + 3, columns
-// [k0, k0 + kSplitCols).
+// Block b < lora.blocks: member b / rank_blocks's A rows r0 .. r0 + 3 (r0 = (b %
+// rank_blocks) * 4) into arow; false when the token has no adapter (nothing to compute).
 template <typename T>
-__global__ void __launch_bounds__(kGemvWarps * 32)
-gemv_lora_shrink_kernel(LoraArgs lora, const float* __restrict__ x, int n, int in) {
-  cuda::pdl_trigger();  // the GEMV may start streaming its weights now
+__device__ __forceinline__ bool shrink_rows(const ShrinkRows& lora, int b, int in, const T* (&arow)[kRows]) {
+  const int slot = cuda::lora_slot_of(lora.token_slot, 0, lora.num_slots);
+  if (slot < 0) return false;
+  const T* a = static_cast<const T*>(cuda::gemv_pick(b / lora.rank_blocks, lora.a)) +
+               static_cast<int64_t>(slot) * lora.rank * in;
+  cuda::gemv_rows<T, kRows>(arow, a, (b % lora.rank_blocks) * kRows, lora.rank, in);
+  return true;
+}
+
+// Block b >= lora.blocks: its GEMV rows into wrow; the member into *g, the first row *row0.
+template <typename W>
+__device__ __forceinline__ void base_rows(const GemvGroup& grp, const ShrinkRows& lora, int in, const W* (&wrow)[kRows],
+                                          int* g, int* row0) {
+  int first_block;
+  const int b = blockIdx.x - lora.blocks;
+  *g = cuda::gemv_member(grp, b, &first_block);
+  *row0 = (b - first_block) * kRows;
+  cuda::gemv_rows<W, kRows>(wrow, static_cast<const W*>(cuda::gemv_pick(*g, grp.w)), *row0,
+                            cuda::gemv_pick(*g, grp.out), in);
+}
+
+// Blocks [0, lora.blocks): A rows (shrink_rows); the rest: the GEMV's blocks. Launch bounds
+// as the plain GEMV's at 1 token (5 blocks per SM, 96 registers). With stacks in the
+// weights' type both kinds of block share one gemv_dot, and what each stores where is
+// worked out again after it, so the kernel needs no more registers than the plain GEMV
+// (two inlined loops spilled 70 bytes at the bound).
+template <typename W, typename T>
+__global__ void __launch_bounds__(kGemvWarps * 32, 5)
+gemv_shrink_kernel(GemvGroup grp, ShrinkRows lora, const float* __restrict__ x, int in) {
   __shared__ float red[kGemvWarps][kRows];
-  const int b = blockIdx.x, split = blockIdx.y;
-  const int g = b / (n * lora.rank_blocks), tok = (b / lora.rank_blocks) % n;
-  const int r0 = (b % lora.rank_blocks) * kRows, k0 = split * kSplitCols;
-  const int slot = cuda::lora_slot_of(lora.token_slot, tok, lora.num_slots);
-  if (slot < 0) {
-    cuda::pdl_wait();  // the chain stays transitive (cuda_common.h)
+  float acc[kRows][1];
+  const bool shrink = static_cast<int>(blockIdx.x) < lora.blocks;  // block-uniform
+  int g = 0, row0 = 0;
+  if constexpr (std::is_same_v<W, T>) {
+    const W* wrow[kRows];
+    if (shrink) {
+      if (!shrink_rows<T>(lora, blockIdx.x, in, wrow)) {
+        cuda::pdl_wait();  // the chain stays transitive (cuda_common.h)
+        return;
+      }
+    } else {
+      base_rows<W>(grp, lora, in, wrow, &g, &row0);
+    }
+    cuda::gemv_dot<W, 1, kRows, kU, true>(wrow, x, 1, in, acc);
+  } else {  // f32 stacks beside 16-bit weights: two loops
+    if (shrink) {
+      const T* arow[kRows];
+      if (!shrink_rows<T>(lora, blockIdx.x, in, arow)) {
+        cuda::pdl_wait();
+        return;
+      }
+      cuda::gemv_dot<T, 1, kRows, kU, true>(arow, x, 1, in, acc);
+    } else {
+      const W* wrow[kRows];
+      base_rows<W>(grp, lora, in, wrow, &g, &row0);
+      cuda::gemv_dot<W, 1, kRows, kU, true>(wrow, x, 1, in, acc);
+    }
+  }
+  cuda::gemv_warp_sums<1, kRows>(red, acc, 1);
+  if (!shrink) {
+    cuda::gemv_store<1, kRows>(grp, g, red, row0, 1, nullptr);
     return;
   }
-  const T* a = static_cast<const T*>(cuda::gemv_pick(g, lora.a));
-  const T* arow[kRows];
-#pragma unroll
-  for (int r = 0; r < kRows; ++r)
-    arow[r] = a + (static_cast<int64_t>(slot) * lora.rank + min(r0 + r, lora.rank - 1)) * in + k0;
-  float acc[kRows][1];
-  cuda::gemv_dot<T, 1, kRows, 2, true>(arow, x + static_cast<int64_t>(tok) * in + k0, 1, min(kSplitCols, in - k0),
-                                       acc);
-  cuda::gemv_warp_sums<1, kRows>(red, acc, 1);
+  const int r0 = (blockIdx.x % lora.rank_blocks) * kRows;
   if (threadIdx.x < kRows && r0 + static_cast<int>(threadIdx.x) < lora.rank) {
     float s = 0.f;
 #pragma unroll
     for (int w = 0; w < kGemvWarps; ++w) s += red[w][threadIdx.x];
-    lora.part[((static_cast<int64_t>(g) * lora.splits + split) * n + tok) * lora.rank + r0 + threadIdx.x] = s;
+    lora.t[(blockIdx.x / lora.rank_blocks) * lora.rank + r0 + threadIdx.x] = s;
   }
-}
-
-template <typename W, typename T, int NT, int U>
-__global__ void __launch_bounds__(kGemvWarps * 32, NT == 1 ? 5 : 1)
-gemv_lora_kernel(GemvGroup grp, LoraArgs lora, const float* __restrict__ x, int n, int in) {
-  __shared__ float red[kGemvWarps][kRows * NT];
-  __shared__ float delta[kRows * NT];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  int first_block;
-  const int g = cuda::gemv_member(grp, blockIdx.x, &first_block);
-  const W* __restrict__ w = static_cast<const W*>(cuda::gemv_pick(g, grp.w));
-  const T* __restrict__ b = static_cast<const T*>(cuda::gemv_pick(g, lora.b));
-  const int out = cuda::gemv_pick(g, grp.out);
-  const int row0 = (blockIdx.x - first_block) * kRows;
-  // This warp's items (row r, token t) = item warp + 4j, all of one token t (kRows is the
-  // warp count): their B rows' first 32 ranks are loaded now, beside the weights (the
-  // slots never come from the previous kernels), and right after the wait t's first 32
-  // entries, the shrink's split partials summed in split order, for the epilogue.
-  const int t = warp % NT;
-  const int slot = t < n ? cuda::lora_slot_of(lora.token_slot, t, lora.num_slots) : -1;
-  const float* part = lora.part + (static_cast<int64_t>(g) * lora.splits * n + t) * lora.rank;
-  const int64_t stride = static_cast<int64_t>(n) * lora.rank;  // between splits
-  const T* bslot = slot < 0 ? nullptr : b + static_cast<int64_t>(slot) * out * lora.rank;  // [out, R]
-  float bv[NT];
-#pragma unroll
-  for (int j = 0; j < NT; ++j) {
-    const int row = row0 + (warp + kGemvWarps * j) / NT;
-    bv[j] = bslot != nullptr && row < out && lane < lora.rank ? cuda::to_f32(bslot[row * lora.rank + lane]) : 0.f;
-  }
-  float tp[kEarlySplits];  // loaded after the wait, first used in the epilogue
-#pragma unroll
-  for (int s = 0; s < kEarlySplits; ++s) tp[s] = 0.f;
-  const W* wrow[kRows];
-  cuda::gemv_rows<W, kRows>(wrow, w, row0, out, in);
-  float acc[kRows][NT];
-  cuda::gemv_dot<W, NT, kRows, U, true>(wrow, x, n, in, acc, [&] {
-    if (slot >= 0 && lane < lora.rank) {
-#pragma unroll
-      for (int s = 0; s < kEarlySplits; ++s)
-        if (s < lora.splits) tp[s] = __ldcg(part + s * stride + lane);
-    }
-  });
-  cuda::gemv_warp_sums<NT, kRows>(red, acc, n);
-  float tv = 0.f;  // t[lane], its partials in split order
-#pragma unroll
-  for (int s = 0; s < kEarlySplits; ++s) tv += tp[s];
-  if (slot >= 0 && lane < lora.rank)
-    for (int s = kEarlySplits; s < lora.splits; ++s) tv += __ldcg(part + s * stride + lane);
-#pragma unroll
-  for (int j = 0; j < NT; ++j) {
-    const int row = row0 + (warp + kGemvWarps * j) / NT;
-    float p = bv[j] * tv;
-    if (bslot != nullptr && row < out)  // warp-uniform; ranks past 32 (rare) are loaded here
-      for (int r = lane + 32; r < lora.rank; r += 32) {
-        float tr = 0.f;
-        for (int s = 0; s < lora.splits; ++s) tr += __ldcg(part + s * stride + r);
-        p = fmaf(cuda::to_f32(bslot[static_cast<int64_t>(row) * lora.rank + r]), tr, p);
-      }
-    p = cuda::warp_sum(p);
-    if (lane == 0) delta[warp + kGemvWarps * j] = p;
-  }
-  __syncthreads();
-  cuda::gemv_store<NT, kRows>(grp, g, red, row0, n, delta);
-}
-
-template <typename W, typename T, int NT>
-void launch(cudaStream_t stream, bool pdl, GemvGroup grp, const LoraArgs& lora, int count, const float* x, int n,
-            int in) {
-  constexpr int U = 4;  // gemv.cu's rounds in flight for 4 rows and 1 token
-  const dim3 shrink_grid(static_cast<unsigned>(count * n * lora.rank_blocks), static_cast<unsigned>(lora.splits));
-  cuda::launch_kernel(gemv_lora_shrink_kernel<T>, shrink_grid, kGemvWarps * 32, 0, stream, pdl, lora, x, n, in);
-  const int blocks = cuda::gemv_blocks<kRows>(grp, count);
-  if (blocks == 0) return;  // every member is empty
-  cuda::launch_kernel(gemv_lora_kernel<W, T, NT, U>, static_cast<unsigned>(blocks), kGemvWarps * 32, 0, stream, pdl,
-                      grp, lora, x, n, in);
 }
 
 }  // namespace
 
-bool CudaBackend::gemv_lora(const MatmulGroup& g, const LoraGroup& lora, Tensor x, const LoraMeta& meta) {
+bool CudaBackend::gemv_lora(const MatmulGroup& g, const LoraGroup& lora, Tensor x, const LoraMeta& meta,
+                            LoraDelta* defer) {
   check_group(g, x);
   const int64_t n = x.dim(0), in = x.dim(1);
   const DType wt = g.w[0].dtype, st = lora.a_stack[0].dtype;
   const Tensor& a0 = lora.a_stack[0];
-  if (n < 1 || n > std::min(options_.gemv_max_n, kMaxTokens) || options_.gemv_variant != 0) return false;
+  if (defer == nullptr || n != 1 || options_.gemv_max_n < 1 || options_.gemv_variant != 0) return false;
   if (lora.count != g.count || (st != wt && st != DType::kF32) || a0.ndim != 3) return false;
   const int64_t num_slots = a0.dim(0), rank = a0.dim(1);
   if (rank < 1 || rank > cuda::kLoraMaxRank || in < 8 || in % 8 != 0) return false;
   bool aligned = cuda::aligned16(x.data);
   GemvGroup grp = cuda::gemv_group(g, &aligned);
-  LoraArgs args;
+  ShrinkRows args;
   for (int i = 0; i < g.count; ++i) {
     const Tensor &a = lora.a_stack[i], &b = lora.b_stack[i];
     if (lora.y[i].data != g.y[i].data) return false;
@@ -176,7 +136,6 @@ bool CudaBackend::gemv_lora(const MatmulGroup& g, const LoraGroup& lora, Tensor 
           "lora: b_stack must be [S, out, R] with its group's R and dtype");
     aligned &= cuda::aligned16(a.data);
     args.a[i] = a.data;
-    args.b[i] = b.data;
   }
   if (!aligned) return false;
   cuda::check_lora_meta(meta, n, "lora");
@@ -184,18 +143,28 @@ bool CudaBackend::gemv_lora(const MatmulGroup& g, const LoraGroup& lora, Tensor 
   args.rank = static_cast<int>(rank);
   args.num_slots = static_cast<int>(num_slots);
   args.rank_blocks = static_cast<int>(cuda::ceil_div(rank, kRows));
-  args.splits = static_cast<int>(cuda::ceil_div(in, kSplitCols));
-  args.part = static_cast<float*>(
-      scratch(lora_scratch_, sizeof(float) * g.count * args.splits * n * rank, "lora"));  // [G, splits, n, R]
-  const int ni = static_cast<int>(n), ii = static_cast<int>(in);
+  args.blocks = g.count * args.rank_blocks;
+  args.t = static_cast<float*>(scratch(lora_scratch_, sizeof(float) * g.count * rank, "lora"));  // [G, 1, R]
+  const int blocks = cuda::gemv_blocks<kRows>(grp, g.count) + args.blocks;
+  const float* xp = x.ptr<float>();
+  const int ii = static_cast<int>(in);
   cuda::dispatch_float(wt, [&](auto wtag) {
     using W = typename decltype(wtag)::type;
     if (st == DType::kF32) {
-      launch<W, float, kMaxTokens>(stream_, pdl_, grp, args, g.count, x.ptr<float>(), ni, ii);
+      cuda::launch_kernel(gemv_shrink_kernel<W, float>, static_cast<unsigned>(blocks), kGemvWarps * 32, 0, stream_,
+                          pdl_, grp, args, xp, ii);
     } else if constexpr (!std::is_same_v<W, float>) {
-      launch<W, W, kMaxTokens>(stream_, pdl_, grp, args, g.count, x.ptr<float>(), ni, ii);
+      cuda::launch_kernel(gemv_shrink_kernel<W, W>, static_cast<unsigned>(blocks), kGemvWarps * 32, 0, stream_, pdl_,
+                          grp, args, xp, ii);
     }
   }, "matmul: weight must be F32, F16 or BF16");
+  defer->count = g.count;
+  defer->meta = meta;
+  for (int i = 0; i < g.count; ++i) {
+    defer->y[i] = g.y[i];
+    defer->b_stack[i] = lora.b_stack[i];
+    defer->t[i] = Tensor(args.t + i * rank, DType::kF32, {1, rank}, Device::kCuda);
+  }
   return true;
 }
 

@@ -398,16 +398,18 @@ void CudaBackend::lora_group(const LoraGroup& g, Tensor x, Tensor /*t*/, const L
 // expand, which adds into the GEMV's output, waits for both. That GEMV is launched without
 // programmatic serialisation: launched early, its blocks would hold the SMs (waiting for x)
 // that the shrink needs when x is ready, and the expand waits for the shrink (batch 1 with
-// an adapter measured 5.45 -> 5.77 ms with it). Batch-1 decode skips all
-// of that: gemv_lora.cu runs a small shrink, then the GEMV with the expand folded in.
-void CudaBackend::project(const MatmulGroup& g, const LoraGroup* lora, Tensor x, Tensor t, const LoraMeta& meta) {
+// an adapter measured 5.45 -> 5.77 ms with it). Batch-1 decode whose caller takes a
+// deferred expand skips all of that: gemv_lora.cu's one launch computes y and t.
+void CudaBackend::project(const MatmulGroup& g, const LoraGroup* lora, Tensor x, Tensor t, const LoraMeta& meta,
+                          LoraDelta* defer) {
+  if (defer != nullptr) defer->count = 0;
   if (lora == nullptr || x.dim(0) == 0 || lora->a_stack[0].dim(1) == 0) {
     matmul_group(g, x);
     if (lora != nullptr) lora_group(*lora, x, t, meta);
     return;
   }
   check(lora->count >= 1 && lora->count <= kMaxGroup, "project: 1..3 LoRA members");
-  if (gemv_lora(g, *lora, x, meta)) return;  // a small decode batch: two launches
+  if (gemv_lora(g, *lora, x, meta, defer)) return;  // batch 1: one launch, the expand deferred
   // A prefill-sized group that the matmul multiplies in bf16 and that came without x's bf16
   // copy (o: the attention output) gets it here, before the fork, so the shrink can read it.
   MatmulGroup gm = g;

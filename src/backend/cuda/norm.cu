@@ -1,12 +1,30 @@
 // CUDA RMSNorm and the fused residual-add + RMSNorm: one block per row, sum of squares in
 // f32, then the scaled row. Same expression order as the reference: w * (x * inv_rms).
+// add_rms_norm_x16 with a pending LoRA term on x has a kernel of its own, so the plain
+// kernel's registers stay as they were.
 #include <algorithm>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/lora_delta.cuh"
 
 namespace quiver {
 namespace {
+
+// out row element group j (4 elements from 4j) = w * (a * inv), and its 16-bit copy.
+template <typename W>
+__device__ __forceinline__ void store_normed4(float* __restrict__ o, void* __restrict__ out16, bool bf16,
+                                              const W* __restrict__ w, int64_t row, int64_t d, int64_t j, float4 a,
+                                              float inv) {
+  const int64_t e = 4 * j;
+  const float4 r = make_float4(cuda::to_f32(w[e]) * (a.x * inv), cuda::to_f32(w[e + 1]) * (a.y * inv),
+                               cuda::to_f32(w[e + 2]) * (a.z * inv), cuda::to_f32(w[e + 3]) * (a.w * inv));
+  reinterpret_cast<float4*>(o)[j] = r;
+  cuda::store_x16(out16, row * d + e, r.x, bf16);
+  cuda::store_x16(out16, row * d + e + 1, r.y, bf16);
+  cuda::store_x16(out16, row * d + e + 2, r.z, bf16);
+  cuda::store_x16(out16, row * d + e + 3, r.w, bf16);
+}
 
 // out: [n, d] f32; x: [n, d] f32; w: [d] W. ADD: residual[n, d] += x first, and the norm
 // is taken of the updated residual. out16 (or null): out again, rounded (store_x16). Each
@@ -49,17 +67,8 @@ __global__ void rms_norm_kernel(float* __restrict__ out, void* __restrict__ out1
   const float inv = 1.0f / sqrtf(total / static_cast<float>(d) + eps);
   if (vec) {
     const int64_t d4 = d / 4;
-    for (int64_t j = threadIdx.x; j < d4; j += blockDim.x) {
-      float4 a = reinterpret_cast<const float4*>(src)[j];
-      const int64_t e = 4 * j;
-      float4 r = make_float4(cuda::to_f32(w[e]) * (a.x * inv), cuda::to_f32(w[e + 1]) * (a.y * inv),
-                             cuda::to_f32(w[e + 2]) * (a.z * inv), cuda::to_f32(w[e + 3]) * (a.w * inv));
-      reinterpret_cast<float4*>(o)[j] = r;
-      cuda::store_x16(out16, row * d + e, r.x, bf16);
-      cuda::store_x16(out16, row * d + e + 1, r.y, bf16);
-      cuda::store_x16(out16, row * d + e + 2, r.z, bf16);
-      cuda::store_x16(out16, row * d + e + 3, r.w, bf16);
-    }
+    for (int64_t j = threadIdx.x; j < d4; j += blockDim.x)
+      store_normed4(o, out16, bf16, w, row, d, j, reinterpret_cast<const float4*>(src)[j], inv);
   } else {
     for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
       o[j] = cuda::to_f32(w[j]) * (src[j] * inv);
@@ -68,9 +77,55 @@ __global__ void rms_norm_kernel(float* __restrict__ out, void* __restrict__ out1
   }
 }
 
+// add_rms_norm (out16 as above) with x's pending LoRA term (lora_delta.cuh) added to x, and
+// written back, before the residual add. d % 4 == 0 and aligned rows (float4 path): each
+// thread's first two float4s have their B rows loaded before the wait (a 4,096-wide row at
+// 512 threads is all of them), later ones after it.
+template <typename W>
+__global__ void __launch_bounds__(512) add_rms_norm_delta_kernel(float* __restrict__ out, void* __restrict__ out16,
+                                                                 bool bf16, float* __restrict__ residual,
+                                                                 float* __restrict__ x, const W* __restrict__ w,
+                                                                 int64_t d, float eps, cuda::LoraDeltaArgs delta) {
+  __shared__ float red[32];
+  const int64_t row = blockIdx.x, d4 = d / 4;
+  const int tok = static_cast<int>(row);
+  const int64_t j0 = threadIdx.x, j1 = j0 + blockDim.x;
+  cuda::LoraDeltaRow e0[4], e1[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    if (j0 < d4) e0[e].load(delta, 0, tok, static_cast<int>(4 * j0 + e));
+    if (j1 < d4) e1[e].load(delta, 0, tok, static_cast<int>(4 * j1 + e));
+  }
+  cuda::pdl_enter();  // launched with pdl (cuda_common.h)
+  float4* xr = reinterpret_cast<float4*>(x + row * d);
+  float4* rr = reinterpret_cast<float4*>(residual + row * d);
+  float ss = 0.f;
+  auto step = [&](int64_t j, const cuda::LoraDeltaRow (&rows)[4]) {
+    float4 a = xr[j];
+    a = make_float4(rows[0].apply(delta, 0, tok, a.x), rows[1].apply(delta, 0, tok, a.y),
+                    rows[2].apply(delta, 0, tok, a.z), rows[3].apply(delta, 0, tok, a.w));
+    xr[j] = a;
+    const float4 r = rr[j];
+    a = make_float4(r.x + a.x, r.y + a.y, r.z + a.z, r.w + a.w);
+    rr[j] = a;
+    ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
+  };
+  if (j0 < d4) step(j0, e0);
+  if (j1 < d4) step(j1, e1);
+  for (int64_t j = j1 + blockDim.x; j < d4; j += blockDim.x) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) e0[e].load(delta, 0, tok, static_cast<int>(4 * j + e));
+    step(j, e0);
+  }
+  const float total = cuda::block_sum(ss, red);
+  const float inv = 1.0f / sqrtf(total / static_cast<float>(d) + eps);
+  float* o = out + row * d;
+  for (int64_t j = threadIdx.x; j < d4; j += blockDim.x) store_normed4(o, out16, bf16, w, row, d, j, rr[j], inv);
+}
+
 template <bool ADD>
 void launch_rms_norm(cudaStream_t stream, bool pdl, Tensor out, Tensor out16, Tensor residual, Tensor x, Tensor w,
-                     float eps) {
+                     float eps, const LoraDelta& delta) {
   cuda::check_f32(out, "rms_norm: out must be f32 on the GPU");
   cuda::check_x16(out16, out, "rms_norm: out16 must be bf16 or f16 on the GPU, out's shape");
   cuda::check_f32(x, "rms_norm: x must be f32 on the GPU");
@@ -84,6 +139,17 @@ void launch_rms_norm(cudaStream_t stream, bool pdl, Tensor out, Tensor out16, Te
   if (n == 0 || d == 0) return;
   const bool vec = d % 4 == 0 && cuda::aligned16(out.data) && cuda::aligned16(x.data) &&
                    (!ADD || cuda::aligned16(residual.data));
+  const cuda::LoraDeltaArgs da = cuda::lora_delta_args(delta, {x}, n, "add_rms_norm");
+  if (da.count > 0) {  // ADD, with the float4 path (CudaBackend::add_rms_norm_x16 sees to it)
+    const int threads = static_cast<int>(std::clamp<int64_t>((d / 4 + 1) / 2, 32, 512) + 31) / 32 * 32;
+    cuda::dispatch_float(w.dtype, [&](auto tag) {
+      using W = typename decltype(tag)::type;
+      cuda::launch_kernel(add_rms_norm_delta_kernel<W>, static_cast<unsigned>(n), threads, 0, stream, pdl,
+                          out.ptr<float>(), out16.data, out16.dtype == DType::kBF16, residual.ptr<float>(),
+                          x.ptr<float>(), w.ptr<W>(), d, eps, da);
+    }, "rms_norm: weight must be F32, F16 or BF16");
+    return;
+  }
   const int64_t work = vec ? d / 4 : d;
   const int threads = static_cast<int>(std::clamp<int64_t>((work + 31) / 32 * 32, 32, 512));
   cuda::dispatch_float(w.dtype, [&](auto tag) {
@@ -97,19 +163,27 @@ void launch_rms_norm(cudaStream_t stream, bool pdl, Tensor out, Tensor out16, Te
 }  // namespace
 
 void CudaBackend::rms_norm(Tensor out, Tensor x, Tensor w, float eps) {
-  launch_rms_norm<false>(stream_, pdl_, out, Tensor(), Tensor(), x, w, eps);
+  launch_rms_norm<false>(stream_, pdl_, out, Tensor(), Tensor(), x, w, eps, LoraDelta());
 }
 
 void CudaBackend::add_rms_norm(Tensor out, Tensor residual, Tensor x, Tensor w, float eps) {
-  launch_rms_norm<true>(stream_, pdl_, out, Tensor(), residual, x, w, eps);
+  launch_rms_norm<true>(stream_, pdl_, out, Tensor(), residual, x, w, eps, LoraDelta());
 }
 
 void CudaBackend::rms_norm_x16(Tensor out, Tensor out16, Tensor x, Tensor w, float eps) {
-  launch_rms_norm<false>(stream_, pdl_, out, out16, Tensor(), x, w, eps);
+  launch_rms_norm<false>(stream_, pdl_, out, out16, Tensor(), x, w, eps, LoraDelta());
 }
 
-void CudaBackend::add_rms_norm_x16(Tensor out, Tensor out16, Tensor residual, Tensor x, Tensor w, float eps) {
-  launch_rms_norm<true>(stream_, pdl_, out, out16, residual, x, w, eps);
+void CudaBackend::add_rms_norm_x16(Tensor out, Tensor out16, Tensor residual, Tensor x, Tensor w, float eps,
+                                   const LoraDelta& delta) {
+  const bool vec = x.ndim == 2 && x.dim(1) % 4 == 0 && cuda::aligned16(out.data) && cuda::aligned16(x.data) &&
+                   cuda::aligned16(residual.data);
+  if (delta.count > 0 && !vec) {  // an odd width (no decode model has one): the term, then the op
+    apply_lora_delta(delta);
+    launch_rms_norm<true>(stream_, pdl_, out, out16, residual, x, w, eps, LoraDelta());
+    return;
+  }
+  launch_rms_norm<true>(stream_, pdl_, out, out16, residual, x, w, eps, delta);
 }
 
 }  // namespace quiver

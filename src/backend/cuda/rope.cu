@@ -2,12 +2,15 @@
 // pair) with pairs (j, j + head_dim/2); grid (tokens, pair chunks of 128), so a decode step
 // of one token still spreads over many multiprocessors. rope_kv_write is the same kernel
 // with the KV write of kv_cache.cu folded in: a k pair's thread also stores its two
-// rotated values into the cache, and one more thread per v pair copies v there.
+// rotated values into the cache, and one more thread per v pair copies v there. A pending
+// LoRA term of the q/k/v projections (LoraDelta) is added to each pair before it is
+// rotated or stored (lora_delta.cuh).
 #include <algorithm>
 #include <cmath>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/lora_delta.cuh"
 
 namespace quiver {
 namespace {
@@ -20,42 +23,58 @@ namespace {
 // Caches [slots, KV * hd]; slot -1 (padding) or past the cache: no store, as in
 // kv_write_kernel.
 template <typename T>
-__global__ void rope_kv_write_kernel(float* __restrict__ q, float* __restrict__ k, const float* __restrict__ v,
+__global__ void rope_kv_write_kernel(float* __restrict__ q, float* __restrict__ k, float* __restrict__ v,
                                      const int32_t* __restrict__ positions, const float* __restrict__ cos_sin,
                                      T* __restrict__ k_cache, T* __restrict__ v_cache,
                                      const int32_t* __restrict__ slot_mapping, int num_heads, int num_kv, int hd,
-                                     int max_pos, int64_t num_slots) {
-  cuda::pdl_enter();  // launched with pdl (cuda_common.h)
+                                     int max_pos, int64_t num_slots, cuda::LoraDeltaArgs delta) {
   const int64_t i = blockIdx.x;
   const int half = hd / 2;
   const int p = blockIdx.y * blockDim.x + threadIdx.x;
-  if (p >= (num_heads + 2 * num_kv) * half) return;
+  const bool live = p < (num_heads + (v != nullptr ? 2 : 1) * num_kv) * half;  // v pairs: rope_kv_write only
   const int head = p / half, j = p - head * half;
+  // The pair's rows in its projection (member 0 q, 1 k, 2 v) and their pending LoRA term.
+  const int g = head < num_heads ? 0 : head < num_heads + num_kv ? 1 : 2;
+  const int hrow = (g == 0 ? head : g == 1 ? head - num_heads : head - num_heads - num_kv) * hd + j;
+  cuda::LoraDeltaRow dlo, dhi;
+  if (live) {
+    dlo.load(delta, g, static_cast<int>(i), hrow);
+    dhi.load(delta, g, static_cast<int>(i), hrow + half);
+  }
+  cuda::pdl_enter();  // launched with pdl (cuda_common.h)
+  if (!live) return;
   const int64_t slot = slot_mapping != nullptr ? slot_mapping[i] : -1;
   const bool store = slot >= 0 && slot < num_slots;
   const int64_t row = static_cast<int64_t>(num_kv) * hd;
-  if (head >= num_heads + num_kv) {  // a v pair: stored as it is
+  if (g == 2) {  // a v pair: stored as it is
     const int kvh = head - num_heads - num_kv;
+    float* src = v + i * row + kvh * hd;
+    const float a = dlo.apply(delta, 2, static_cast<int>(i), src[j]);
+    const float b = dhi.apply(delta, 2, static_cast<int>(i), src[j + half]);
+    if (dlo.brow != nullptr) {  // v holds its term too, as after the default ops
+      src[j] = a;
+      src[j + half] = b;
+    }
     if (!store) return;
-    const float* src = v + i * row + kvh * hd;
-    v_cache[slot * row + kvh * hd + j] = cuda::from_f32<T>(src[j]);
-    v_cache[slot * row + kvh * hd + j + half] = cuda::from_f32<T>(src[j + half]);
+    v_cache[slot * row + kvh * hd + j] = cuda::from_f32<T>(a);
+    v_cache[slot * row + kvh * hd + j + half] = cuda::from_f32<T>(b);
     return;
   }
   const int pos = positions[i];
   const bool valid = pos >= 0 && pos < max_pos;
-  float* x = head < num_heads ? q + (i * num_heads + head) * hd : k + (i * num_kv + head - num_heads) * hd;
+  float* x = g == 0 ? q + (i * num_heads + head) * hd : k + (i * num_kv + head - num_heads) * hd;
   float lo = NAN, hi = NAN;  // a position outside the table: NaN rows, as rope_kernel
   if (valid) {
     const float* cs = cos_sin + static_cast<int64_t>(pos) * hd;
     const float c = cs[j], s = cs[half + j];
-    const float a = x[j], b = x[j + half];
+    const float a = dlo.apply(delta, g, static_cast<int>(i), x[j]);
+    const float b = dhi.apply(delta, g, static_cast<int>(i), x[j + half]);
     lo = a * c - b * s;
     hi = b * c + a * s;
   }
   x[j] = lo;
   x[j + half] = hi;
-  if (head >= num_heads && store) {
+  if (g == 1 && store) {
     const int64_t at = slot * row + static_cast<int64_t>(head - num_heads) * hd;
     k_cache[at + j] = cuda::from_f32<T>(lo);
     k_cache[at + j + half] = cuda::from_f32<T>(hi);
@@ -75,8 +94,9 @@ void check_rope(Tensor q, Tensor k, Tensor positions, Tensor cos_sin) {
 
 // One thread per q and k pair, and per v pair when slot_mapping is given (rope_kv_write).
 template <typename T>
-void launch_rope(cudaStream_t stream, bool pdl, Tensor q, Tensor k, const float* v, Tensor positions, Tensor cos_sin,
-                 T* k_cache, T* v_cache, const int32_t* slot_mapping, int64_t num_slots) {
+void launch_rope(cudaStream_t stream, bool pdl, Tensor q, Tensor k, float* v, Tensor positions, Tensor cos_sin,
+                 T* k_cache, T* v_cache, const int32_t* slot_mapping, int64_t num_slots,
+                 const cuda::LoraDeltaArgs& delta) {
   const int64_t n = q.dim(0), hd = q.dim(2), num_kv = k.dim(1);
   if (n == 0) return;
   const int64_t units = (q.dim(1) + (slot_mapping != nullptr ? 2 : 1) * num_kv) * (hd / 2);
@@ -85,26 +105,28 @@ void launch_rope(cudaStream_t stream, bool pdl, Tensor q, Tensor k, const float*
   cuda::launch_kernel(rope_kv_write_kernel<T>, grid, kThreads, 0, stream, pdl, q.ptr<float>(), k.ptr<float>(), v,
                       positions.ptr<int32_t>(), cos_sin.ptr<float>(), k_cache, v_cache, slot_mapping,
                       static_cast<int>(q.dim(1)), static_cast<int>(num_kv), static_cast<int>(hd),
-                      static_cast<int>(cos_sin.dim(0)), num_slots);
+                      static_cast<int>(cos_sin.dim(0)), num_slots, delta);
 }
 
 }  // namespace
 
 void CudaBackend::rope_kv_write(Tensor q, Tensor k, Tensor v, Tensor positions, Tensor cos_sin, Tensor k_cache,
-                                Tensor v_cache, Tensor slot_mapping) {
+                                Tensor v_cache, Tensor slot_mapping, const LoraDelta& delta) {
   check_rope(q, k, positions, cos_sin);
   check_kv_write(k_cache, v_cache, k, v, slot_mapping);
   check(k_cache.dim(2) == k.dim(1) && k_cache.dim(3) == k.dim(2), "kv_write: shape mismatch");  // heads as k's
+  const cuda::LoraDeltaArgs d = cuda::lora_delta_args(delta, {q, k, v}, q.dim(0), "rope_kv_write");
   cuda::dispatch_float(k_cache.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     launch_rope<T>(stream_, pdl_, q, k, v.ptr<float>(), positions, cos_sin, k_cache.ptr<T>(), v_cache.ptr<T>(),
-                   slot_mapping.ptr<int32_t>(), k_cache.dim(0) * k_cache.dim(1));
+                   slot_mapping.ptr<int32_t>(), k_cache.dim(0) * k_cache.dim(1), d);
   }, "kv_write: cache must be F32, F16 or BF16");
 }
 
 void CudaBackend::rope(Tensor q, Tensor k, Tensor positions, Tensor cos_sin) {
   check_rope(q, k, positions, cos_sin);
-  launch_rope<float>(stream_, pdl_, q, k, nullptr, positions, cos_sin, nullptr, nullptr, nullptr, 0);
+  launch_rope<float>(stream_, pdl_, q, k, nullptr, positions, cos_sin, nullptr, nullptr, nullptr, 0,
+                     cuda::LoraDeltaArgs());
 }
 
 }  // namespace quiver

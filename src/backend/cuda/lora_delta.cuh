@@ -1,0 +1,123 @@
+// A pending LoRA term (LoraDelta, backend.h) applied inside the kernel of the op that reads
+// the projection's outputs next: y[i, row] += b[slot_i][row, :] . t[i, :]. Each output's B
+// row is loaded before the kernel's PDL wait (the slots and the stacks are written by no
+// kernel of the step), t after it, so the term adds loads in flight, not a kernel to the
+// step's chain (gemv_lora.cu says why that matters at batch 1).
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_common.h"
+#include "backend/cuda/lora_kernels.h"
+
+namespace quiver::cuda {
+
+// Ranks whose B entries are loaded before the wait (two 16-byte vectors of a 16-bit stack).
+inline constexpr int kDeltaEarlyRanks = 16;
+
+struct LoraDeltaArgs {
+  const void* b[kMaxGroup] = {};   // [S, out_g, R]
+  const float* t[kMaxGroup] = {};  // [n, R]
+  int out[kMaxGroup] = {};
+  const int32_t* token_slot = nullptr;
+  int count = 0, rank = 0, num_slots = 0;
+  DType type = DType::kF32;  // the stacks'
+  bool vec = false;          // 16-bit stacks, R % 8 == 0, 16-byte aligned: vector loads
+};
+
+// One output's term: load() before the wait, apply() after it. 10 registers: the norm
+// kernel holds four of them in its 64 (1,024 threads).
+struct LoraDeltaRow {
+  uint4 raw[2] = {};            // its first 16 ranks, vec only
+  const char* brow = nullptr;   // null: no term (no delta, slot -1 or outside the stack)
+
+  // (Re)loads the term of output `row` of member g for token tok.
+  __device__ __forceinline__ void load(const LoraDeltaArgs& d, int g, int tok, int row) {
+    brow = nullptr;
+    if (g >= d.count) return;
+    const int slot = lora_slot_of(d.token_slot, tok, d.num_slots);
+    if (slot < 0) return;
+    const int64_t esz = d.type == DType::kF32 ? 4 : 2;
+    brow = static_cast<const char*>(pick(g, d.b)) + ((static_cast<int64_t>(slot) * pick(g, d.out) + row) * d.rank) * esz;
+    if (d.vec) {
+      raw[0] = load16(brow);
+      if (d.rank >= 16) raw[1] = load16(brow + 16);
+    }
+  }
+
+  // y + the row of B . t (member g, token tok, as loaded), ranks in order.
+  __device__ __forceinline__ float apply(const LoraDeltaArgs& d, int g, int tok, float y) const {
+    if (brow == nullptr) return y;
+    const float* t = pick(g, d.t) + static_cast<int64_t>(tok) * d.rank;
+    float p = 0.f;
+    int r = 0;
+    if (d.vec) {
+      const bool bf16 = d.type == DType::kBF16;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (8 * h + 8 > d.rank) break;
+        float f[8];
+        if (bf16) Vec16<__nv_bfloat16>::unpack(raw[h], f);
+        else Vec16<__half>::unpack(raw[h], f);
+        const float4 t0 = *reinterpret_cast<const float4*>(t + 8 * h);
+        const float4 t1 = *reinterpret_cast<const float4*>(t + 8 * h + 4);
+        const float tv[8] = {t0.x, t0.y, t0.z, t0.w, t1.x, t1.y, t1.z, t1.w};
+#pragma unroll
+        for (int e = 0; e < 8; ++e) p = fmaf(f[e], tv[e], p);
+        r = 8 * h + 8;
+      }
+    }
+    for (; r < d.rank; ++r) p = fmaf(load_any(brow, d.type, r), t[r], p);
+    return y + p;
+  }
+
+ private:
+  template <typename V>
+  __device__ __forceinline__ static V pick(int g, const V (&v)[kMaxGroup]) {
+    return g == 0 ? v[0] : g == 1 ? v[1] : v[2];
+  }
+};
+
+// The kernel arguments of `delta` for an op whose inputs ys (in order, n rows each) are the
+// delta's y; count 0 when nothing is pending. Checks what it is given.
+inline LoraDeltaArgs lora_delta_args(const LoraDelta& delta, std::initializer_list<Tensor> ys, int64_t n,
+                                     const char* op) {
+  LoraDeltaArgs d;
+  if (delta.count == 0) return d;
+  const std::string what = std::string(op) + ": LoRA delta";
+  check(delta.count >= 1 && delta.count <= static_cast<int>(ys.size()), what + " has more members than the op's inputs");
+  const Tensor& b0 = delta.b_stack[0];
+  check(b0.ndim == 3 && (b0.dtype == DType::kF32 || b0.dtype == DType::kF16 || b0.dtype == DType::kBF16),
+        what + ": b_stack must be [S, out, R] f32, f16 or bf16");
+  const int64_t num_slots = b0.dim(0), rank = b0.dim(2);
+  check(rank >= 1 && rank <= kLoraMaxRank, what + ": rank outside 1..512");
+  check_lora_meta(delta.meta, n, op);
+  bool vec = b0.dtype != DType::kF32 && rank % 8 == 0;
+  int i = 0;
+  for (const Tensor& y : ys) {
+    if (i == delta.count) break;
+    const Tensor &b = delta.b_stack[i], &t = delta.t[i];
+    check(delta.y[i].data == y.data && y.numel() % n == 0, what + " belongs to other tensors than this op's inputs");
+    check(b.ndim == 3 && b.dim(0) == num_slots && b.dim(2) == rank && b.dtype == b0.dtype && b.dim(1) == y.numel() / n,
+          what + ": b_stacks must be [S, out, R], out the input's row size, with one R and dtype");
+    check_f32(t, "LoRA delta: t must be f32 on the GPU");
+    check(t.numel() == n * rank, what + ": t must be [n, R]");
+    vec = vec && aligned16(b.data) && aligned16(t.data);
+    d.b[i] = b.data;
+    d.t[i] = t.ptr<float>();
+    d.out[i] = static_cast<int>(b.dim(1));
+    ++i;
+  }
+  d.token_slot = delta.meta.token_slot.ptr<int32_t>();
+  d.count = delta.count;
+  d.rank = static_cast<int>(rank);
+  d.num_slots = static_cast<int>(num_slots);
+  d.type = b0.dtype;
+  d.vec = vec;
+  return d;
+}
+
+}  // namespace quiver::cuda
