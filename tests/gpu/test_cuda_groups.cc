@@ -3,10 +3,10 @@
 // defaults: matmul_group on the GEMV path (every token bucket, with and without biases,
 // members of different sizes as in GQA) and on cuBLAS; lora_group with 1..3 members,
 // slot-sorted token order, slot -1 rows untouched; project() with the tensor-core shrink of
-// prefill tiles from x's bf16 copy, and project() on decode batches of 1..4 tokens (1 with
-// a deferred expand: the GEMV with the shrink as extra blocks, gemv_lora.cu, its LoraDelta
-// applied after; 2: the GEMV + gather kernels; 3, 4 and the operands gemv_lora.cu does not
-// take: cuBLAS (or the GEMV) + gather kernels). Skips without a GPU.
+// prefill tiles from x's bf16 copy, and project() on decode batches of 1..65 tokens, with
+// and without a deferred expand (LoraDelta, applied after: at 1 token the GEMV whose extra
+// blocks compute the shrink, up to 64 the token shrink beside the matmul, gemv_lora.cu;
+// otherwise the GEMV or cuBLAS + gather or tiled kernels). Skips without a GPU.
 #include "gpu/cuda_test_util.h"
 
 namespace quiver::test {
@@ -262,9 +262,10 @@ TEST_F(CudaGroups, LoraGroup) {
 }
 
 TEST_F(CudaGroups, ProjectDecode) {
-  // One token with a deferred expand: stacks in the weights' type or f32 take gemv_lora.cu's
-  // launch (the shrink as extra GEMV blocks); f16 stacks beside bf16 weights, in not a
-  // multiple of 8, and 2-4 tokens take the GEMV + gather kernels and apply the expand.
+  // Decode batches with a deferred expand: at 1 token, stacks in the weights' type or f32
+  // take gemv_lora.cu's launch (the shrink as extra GEMV blocks); other stacks and up to 64
+  // tokens take its token shrink beside the matmul. `in` not a multiple of 8, and 65
+  // tokens, take the split shrink and apply the expand.
   const std::pair<DType, DType> types[] = {{DType::kF32, DType::kF32},  {DType::kF16, DType::kF16},
                                            {DType::kBF16, DType::kBF16}, {DType::kBF16, DType::kF32},
                                            {DType::kF16, DType::kF32},  {DType::kBF16, DType::kF16}};
@@ -272,16 +273,20 @@ TEST_F(CudaGroups, ProjectDecode) {
     for (int64_t n : {1, 2, 3, 4})
       for (int64_t rank : {1, 5, 16, 40})
         for (bool defer : {false, true}) {
-          const bool deferred = defer && n == 1 && (st == wt || st == DType::kF32);
+          const bool deferred = defer;  // `in` is a multiple of 8
           check_project_decode(n, 512, {512, 128, 128}, rank, wt, st, defer, deferred);  // q, k, v
           check_project_decode(n, 304, {700, 700}, rank, wt, st, defer, deferred);       // gate, up
         }
-  for (int64_t n : {1, 4}) {
-    check_project_decode(n, 1104, {300}, 64, DType::kBF16, DType::kBF16, true, n == 1);
+  for (int64_t n : {1, 4, 13, 33, 64}) {
+    check_project_decode(n, 1104, {300}, 64, DType::kBF16, DType::kBF16, true, true);
     check_project_decode(n, 300, {200}, 16, DType::kBF16, DType::kBF16, true, false);  // in % 8 != 0
-    check_project_decode(n, 256, {96}, 512, DType::kBF16, DType::kF32, true, n == 1);  // the largest rank
-    check_project_decode(n, 11008, {4096}, 16, DType::kBF16, DType::kBF16, true, n == 1);  // down
+    check_project_decode(n, 256, {96}, 512, DType::kBF16, DType::kF32, true, true);    // the largest rank
   }
+  for (int64_t n : {1, 64}) {  // 7B shapes (the reference takes seconds here)
+    check_project_decode(n, 4096, {4096, 1024, 1024}, 16, DType::kBF16, DType::kBF16, true, true);  // q/k/v
+    check_project_decode(n, 11008, {4096}, 16, DType::kBF16, DType::kBF16, true, true);  // down
+  }
+  check_project_decode(65, 512, {256}, 16, DType::kBF16, DType::kBF16, true, false);  // past kDeferMaxN
 }
 
 TEST_F(CudaGroups, ProjectPrefillShrinkFromX16) {

@@ -122,6 +122,10 @@ class CudaBackend : public Backend {
   // GEMV launch whose extra blocks compute the shrink, the expand left in *defer
   // (gemv_lora.cu); false, with nothing launched, where it does not take the operands.
   bool gemv_lora(const MatmulGroup& g, const LoraGroup& lora, Tensor x, const LoraMeta& meta, LoraDelta* defer);
+  // The shrink of a decode batch alone, one token per block, into t [G, n, R] on `stream`,
+  // the expand left in *defer (gemv_lora.cu); false, with nothing launched, where it does
+  // not take the operands.
+  bool token_shrink(const LoraGroup& lora, Tensor x, const LoraMeta& meta, LoraDelta* defer, cudaStream_t stream);
   // LoRA (lora.cu): shrink partial sums into lora_scratch_ ([G, chunks, n, R]), and the
   // expand that adds them up and applies B. x16: x's bf16 copy or empty; from 512 tokens the
   // shrink of one-run tiles reads it on tensor cores (lora_shrink_mma.cu).

@@ -37,16 +37,26 @@ struct ShrinkRows {
   int blocks = 0;       // G * rank_blocks: the first blocks of the grid
 };
 
-// Block b < lora.blocks: member b / rank_blocks's A rows r0 .. r0 + 3 (r0 = (b %
-// rank_blocks) * 4) into arow; false when the token has no adapter (nothing to compute).
+// Member g's A rows r0 .. r0 + 3 for token tok into arow; false when the token has no
+// adapter (nothing to compute).
 template <typename T>
-__device__ __forceinline__ bool shrink_rows(const ShrinkRows& lora, int b, int in, const T* (&arow)[kRows]) {
-  const int slot = cuda::lora_slot_of(lora.token_slot, 0, lora.num_slots);
+__device__ __forceinline__ bool shrink_rows(const ShrinkRows& lora, int g, int r0, int tok, int in,
+                                            const T* (&arow)[kRows]) {
+  const int slot = cuda::lora_slot_of(lora.token_slot, tok, lora.num_slots);
   if (slot < 0) return false;
-  const T* a = static_cast<const T*>(cuda::gemv_pick(b / lora.rank_blocks, lora.a)) +
-               static_cast<int64_t>(slot) * lora.rank * in;
-  cuda::gemv_rows<T, kRows>(arow, a, (b % lora.rank_blocks) * kRows, lora.rank, in);
+  const T* a = static_cast<const T*>(cuda::gemv_pick(g, lora.a)) + static_cast<int64_t>(slot) * lora.rank * in;
+  cuda::gemv_rows<T, kRows>(arow, a, r0, lora.rank, in);
   return true;
+}
+
+// The warps' sums of an A block's 4 rows into t from r0 (rows past the rank are not stored).
+__device__ __forceinline__ void store_t(const float (&red)[kGemvWarps][kRows], float* t, int r0, int rank) {
+  if (threadIdx.x < kRows && r0 + static_cast<int>(threadIdx.x) < rank) {
+    float s = 0.f;
+#pragma unroll
+    for (int w = 0; w < kGemvWarps; ++w) s += red[w][threadIdx.x];
+    t[r0 + threadIdx.x] = s;
+  }
 }
 
 // Block b >= lora.blocks: its GEMV rows into wrow; the member into *g, the first row *row0.
@@ -76,7 +86,8 @@ gemv_shrink_kernel(GemvGroup grp, ShrinkRows lora, const float* __restrict__ x, 
   if constexpr (std::is_same_v<W, T>) {
     const W* wrow[kRows];
     if (shrink) {
-      if (!shrink_rows<T>(lora, blockIdx.x, in, wrow)) {
+      if (!shrink_rows<T>(lora, blockIdx.x / lora.rank_blocks, (blockIdx.x % lora.rank_blocks) * kRows, 0, in,
+                          wrow)) {
         cuda::pdl_wait();  // the chain stays transitive (cuda_common.h)
         return;
       }
@@ -87,7 +98,8 @@ gemv_shrink_kernel(GemvGroup grp, ShrinkRows lora, const float* __restrict__ x, 
   } else {  // f32 stacks beside 16-bit weights: two loops
     if (shrink) {
       const T* arow[kRows];
-      if (!shrink_rows<T>(lora, blockIdx.x, in, arow)) {
+      if (!shrink_rows<T>(lora, blockIdx.x / lora.rank_blocks, (blockIdx.x % lora.rank_blocks) * kRows, 0, in,
+                          arow)) {
         cuda::pdl_wait();
         return;
       }
@@ -103,12 +115,64 @@ gemv_shrink_kernel(GemvGroup grp, ShrinkRows lora, const float* __restrict__ x, 
     cuda::gemv_store<1, kRows>(grp, g, red, row0, 1, nullptr);
     return;
   }
-  const int r0 = (blockIdx.x % lora.rank_blocks) * kRows;
-  if (threadIdx.x < kRows && r0 + static_cast<int>(threadIdx.x) < lora.rank) {
-    float s = 0.f;
-#pragma unroll
-    for (int w = 0; w < kGemvWarps; ++w) s += red[w][threadIdx.x];
-    lora.t[(blockIdx.x / lora.rank_blocks) * lora.rank + r0 + threadIdx.x] = s;
+  store_t(red, lora.t + (blockIdx.x / lora.rank_blocks) * lora.rank, (blockIdx.x % lora.rank_blocks) * kRows,
+          lora.rank);
+}
+
+// The shrink alone for n tokens, t [G, n, R]: block (g, tok, rank block) as the A blocks
+// above, one token each. Runs on the side stream beside the base matmul (project()), so
+// it is launched without programmatic serialisation (gemv_dot's wait is then a no-op).
+template <typename T>
+__global__ void __launch_bounds__(kGemvWarps * 32)
+token_shrink_kernel(ShrinkRows lora, const float* __restrict__ x, int n, int in) {
+  __shared__ float red[kGemvWarps][kRows];
+  const int b = blockIdx.x, g = b / (n * lora.rank_blocks), tok = (b / lora.rank_blocks) % n;
+  const int r0 = (b % lora.rank_blocks) * kRows;
+  const T* arow[kRows];
+  if (!shrink_rows<T>(lora, g, r0, tok, in, arow)) return;
+  float acc[kRows][1];
+  cuda::gemv_dot<T, 1, kRows, kU, true>(arow, x + static_cast<int64_t>(tok) * in, 1, in, acc);
+  cuda::gemv_warp_sums<1, kRows>(red, acc, 1);
+  store_t(red, lora.t + (static_cast<int64_t>(g) * n + tok) * lora.rank, r0, lora.rank);
+}
+
+// *args for a LoRA group on x [n, in], all but t; false when the kernels here do not take
+// the operands (rank, `in` not a multiple of 8, stack types, alignment). Checks the
+// stacks' shapes.
+bool shrink_rows_args(const LoraGroup& lora, Tensor x, const LoraMeta& meta, ShrinkRows* out) {
+  ShrinkRows& args = *out;
+  const int64_t n = x.dim(0), in = x.dim(1);
+  const Tensor& a0 = lora.a_stack[0];
+  const DType st = a0.dtype;
+  if (a0.ndim != 3 || (st != DType::kF32 && st != DType::kF16 && st != DType::kBF16)) return false;
+  const int64_t num_slots = a0.dim(0), rank = a0.dim(1);
+  if (rank < 1 || rank > cuda::kLoraMaxRank || in < 8 || in % 8 != 0 || !cuda::aligned16(x.data)) return false;
+  for (int i = 0; i < lora.count; ++i) {
+    const Tensor &a = lora.a_stack[i], &b = lora.b_stack[i];
+    check(a.ndim == 3 && a.dim(0) == num_slots && a.dim(1) == rank && a.dim(2) == in && a.dtype == st,
+          "lora: a_stacks of a group must share [S, R, in] and dtype");
+    check(b.ndim == 3 && b.dim(0) == num_slots && b.dim(1) == lora.y[i].dim(1) && b.dim(2) == rank && b.dtype == st,
+          "lora: b_stack must be [S, out, R] with its group's R and dtype");
+    if (!cuda::aligned16(a.data)) return false;
+    args.a[i] = a.data;
+  }
+  cuda::check_lora_meta(meta, n, "lora");
+  args.token_slot = meta.token_slot.ptr<int32_t>();
+  args.rank = static_cast<int>(rank);
+  args.num_slots = static_cast<int>(num_slots);
+  args.rank_blocks = static_cast<int>(cuda::ceil_div(rank, kRows));
+  return true;
+}
+
+// *defer = the expand of `lora` on t [G, n, R] at t.
+void fill_defer(LoraDelta* defer, const LoraGroup& lora, const LoraMeta& meta, float* t, int64_t n) {
+  const int64_t rank = lora.a_stack[0].dim(1);
+  defer->count = lora.count;
+  defer->meta = meta;
+  for (int i = 0; i < lora.count; ++i) {
+    defer->y[i] = lora.y[i];
+    defer->b_stack[i] = lora.b_stack[i];
+    defer->t[i] = Tensor(t + i * n * rank, DType::kF32, {n, rank}, Device::kCuda);
   }
 }
 
@@ -117,37 +181,20 @@ gemv_shrink_kernel(GemvGroup grp, ShrinkRows lora, const float* __restrict__ x, 
 bool CudaBackend::gemv_lora(const MatmulGroup& g, const LoraGroup& lora, Tensor x, const LoraMeta& meta,
                             LoraDelta* defer) {
   check_group(g, x);
-  const int64_t n = x.dim(0), in = x.dim(1);
   const DType wt = g.w[0].dtype, st = lora.a_stack[0].dtype;
-  const Tensor& a0 = lora.a_stack[0];
-  if (defer == nullptr || n != 1 || options_.gemv_max_n < 1 || options_.gemv_variant != 0) return false;
-  if (lora.count != g.count || (st != wt && st != DType::kF32) || a0.ndim != 3) return false;
-  const int64_t num_slots = a0.dim(0), rank = a0.dim(1);
-  if (rank < 1 || rank > cuda::kLoraMaxRank || in < 8 || in % 8 != 0) return false;
-  bool aligned = cuda::aligned16(x.data);
+  if (defer == nullptr || x.dim(0) != 1 || options_.gemv_max_n < 1 || options_.gemv_variant != 0) return false;
+  if (lora.count != g.count || (st != wt && st != DType::kF32)) return false;
+  for (int i = 0; i < g.count; ++i)
+    if (lora.y[i].data != g.y[i].data) return false;
+  bool aligned = true;
   GemvGroup grp = cuda::gemv_group(g, &aligned);
   ShrinkRows args;
-  for (int i = 0; i < g.count; ++i) {
-    const Tensor &a = lora.a_stack[i], &b = lora.b_stack[i];
-    if (lora.y[i].data != g.y[i].data) return false;
-    check(a.ndim == 3 && a.dim(0) == num_slots && a.dim(1) == rank && a.dim(2) == in && a.dtype == st,
-          "lora: a_stacks of a group must share [S, R, in] and dtype");
-    check(b.ndim == 3 && b.dim(0) == num_slots && b.dim(1) == g.w[i].dim(0) && b.dim(2) == rank && b.dtype == st,
-          "lora: b_stack must be [S, out, R] with its group's R and dtype");
-    aligned &= cuda::aligned16(a.data);
-    args.a[i] = a.data;
-  }
-  if (!aligned) return false;
-  cuda::check_lora_meta(meta, n, "lora");
-  args.token_slot = meta.token_slot.ptr<int32_t>();
-  args.rank = static_cast<int>(rank);
-  args.num_slots = static_cast<int>(num_slots);
-  args.rank_blocks = static_cast<int>(cuda::ceil_div(rank, kRows));
+  if (!aligned || !shrink_rows_args(lora, x, meta, &args)) return false;
+  args.t = static_cast<float*>(scratch(lora_scratch_, sizeof(float) * lora.count * args.rank, "lora"));  // [G, 1, R]
   args.blocks = g.count * args.rank_blocks;
-  args.t = static_cast<float*>(scratch(lora_scratch_, sizeof(float) * g.count * rank, "lora"));  // [G, 1, R]
   const int blocks = cuda::gemv_blocks<kRows>(grp, g.count) + args.blocks;
   const float* xp = x.ptr<float>();
-  const int ii = static_cast<int>(in);
+  const int ii = static_cast<int>(x.dim(1));
   cuda::dispatch_float(wt, [&](auto wtag) {
     using W = typename decltype(wtag)::type;
     if (st == DType::kF32) {
@@ -158,13 +205,24 @@ bool CudaBackend::gemv_lora(const MatmulGroup& g, const LoraGroup& lora, Tensor 
                           grp, args, xp, ii);
     }
   }, "matmul: weight must be F32, F16 or BF16");
-  defer->count = g.count;
-  defer->meta = meta;
-  for (int i = 0; i < g.count; ++i) {
-    defer->y[i] = g.y[i];
-    defer->b_stack[i] = lora.b_stack[i];
-    defer->t[i] = Tensor(args.t + i * rank, DType::kF32, {1, rank}, Device::kCuda);
-  }
+  fill_defer(defer, lora, meta, args.t, 1);
+  return true;
+}
+
+bool CudaBackend::token_shrink(const LoraGroup& lora, Tensor x, const LoraMeta& meta, LoraDelta* defer,
+                               cudaStream_t stream) {
+  ShrinkRows args;
+  if (!shrink_rows_args(lora, x, meta, &args)) return false;
+  const int64_t n = x.dim(0);
+  args.t = static_cast<float*>(scratch(lora_scratch_, sizeof(float) * lora.count * n * args.rank, "lora"));
+  const auto blocks = static_cast<unsigned>(lora.count * n * args.rank_blocks);
+  const int ni = static_cast<int>(n), ii = static_cast<int>(x.dim(1));
+  cuda::dispatch_float(lora.a_stack[0].dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    cuda::launch_kernel(token_shrink_kernel<T>, blocks, kGemvWarps * 32, 0, stream, false, args, x.ptr<float>(), ni,
+                        ii);
+  }, "lora: a_stack must be F32, F16 or BF16");
+  fill_defer(defer, lora, meta, args.t, n);
   return true;
 }
 

@@ -49,6 +49,8 @@ constexpr int kThreads = 256;                            // reduce
 constexpr int64_t kExpandBlocks = 1024;                  // expand: target grid size
 constexpr int64_t kMmaExpandMinN = 512;                  // expand: tensor cores from this many tokens
 constexpr int64_t kMmaShrinkMinN = 512;                  // shrink: the same, given x16
+// project(): up to this many tokens (decode batches) the expand is deferred when it can be.
+constexpr int64_t kDeferMaxN = 64;
 
 using GroupArgs = cuda::LoraGroupArgs;
 using cuda::lora_slot_of;
@@ -429,8 +431,12 @@ void CudaBackend::lora_group(const LoraGroup& g, Tensor x, Tensor /*t*/, const L
 // expand, which adds into the GEMV's output, waits for both. That GEMV is launched without
 // programmatic serialisation: launched early, its blocks would hold the SMs (waiting for x)
 // that the shrink needs when x is ready, and the expand waits for the shrink (batch 1 with
-// an adapter measured 5.45 -> 5.77 ms with it). Batch-1 decode whose caller takes a
-// deferred expand skips all of that: gemv_lora.cu's one launch computes y and t.
+// an adapter measured 5.45 -> 5.77 ms with it). When the caller takes a deferred expand
+// (LoraDelta), decode batches leave the expand to the op after the projection, which
+// adds it in its own kernel: at 1 token gemv_lora.cu's one launch computes y and t; up to
+// kDeferMaxN tokens the side stream runs gemv_lora.cu's token shrink (t itself, no split
+// partials to add up) and nothing follows the join. Either way no LoRA kernel is left on
+// the step's chain after the matmul.
 void CudaBackend::project(const MatmulGroup& g, const LoraGroup* lora, Tensor x, Tensor t, const LoraMeta& meta,
                           LoraDelta* defer) {
   if (defer != nullptr) defer->count = 0;
@@ -452,11 +458,12 @@ void CudaBackend::project(const MatmulGroup& g, const LoraGroup* lora, Tensor x,
   cuda::cuda_check(cudaEventRecord(fork_, stream_));
   cuda::cuda_check(cudaStreamWaitEvent(side_stream_, fork_, 0));
   int chunks = 0;
-  const float* part = lora_shrink_parts(*lora, x, gm.x16, meta, &chunks, side_stream_);
+  const bool deferred = defer != nullptr && n <= kDeferMaxN && token_shrink(*lora, x, meta, defer, side_stream_);
+  const float* part = deferred ? nullptr : lora_shrink_parts(*lora, x, gm.x16, meta, &chunks, side_stream_);
   cuda::cuda_check(cudaEventRecord(join_, side_stream_));
   matmul_group_launch(gm, x, false);
   cuda::cuda_check(cudaStreamWaitEvent(stream_, join_, 0));
-  lora_expand_parts(*lora, part, chunks, x.dim(0), meta);
+  if (!deferred) lora_expand_parts(*lora, part, chunks, x.dim(0), meta);
 }
 
 void CudaBackend::lora_shrink(Tensor t, Tensor x, Tensor a_stack, const LoraMeta& meta) {
