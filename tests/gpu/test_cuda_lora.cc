@@ -97,13 +97,6 @@ class CudaLora : public CudaTest {
     run(gpu, sorted, 520, 256, 200, 16, mixed, DType::kBF16);
     run(gpu, sorted, 40, 256, 128, 16, random_slots(40, 3), DType::kBF16);
     run(gpu, sorted, 40, 264, 128, 16, random_slots(40, 3), DType::kF16);  // rows not 16-byte multiples
-    // Decode batches up to 64 tokens with 16-bit stacks: 4-rank shrink blocks (ranks not a
-    // multiple of 4 too), each token's A rows loaded apart from its run's.
-    for (int64_t rank : {1, 5, 16, 64})
-      for (int64_t n : {17, 64}) {
-        run(gpu, sorted, n, 4096, 256, rank, random_slots(n, 3), DType::kBF16);
-        run(gpu, sorted, n, 300, 72, rank, random_slots(n, 3), DType::kF16);
-      }
     // Edge slot patterns: all -1, all one slot, alternating.
     run(gpu, sorted, 17, 64, 64, 8, std::vector<int32_t>(17, -1));
     run(gpu, sorted, 33, 64, 64, 8, std::vector<int32_t>(33, 2));

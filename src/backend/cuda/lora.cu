@@ -10,9 +10,7 @@
 // latency first) write the same partials.
 //   shrink: a warp owns 4 tokens x 8 ranks (32 accumulators per lane) over the block's
 //           column split, 8 columns per lane per step with 16-byte loads; the lanes' sums
-//           are added through shared memory. grid (tiles, splits, G x rank blocks). Decode
-//           batches up to 64 tokens with 16-bit stacks: 4 ranks, and all 4 tokens' A rows
-//           loaded at once (twice the rank blocks, half the splits).
+//           are added through shared memory. grid (tiles, splits, G x rank blocks).
 //           From 512 tokens with bf16 stacks and x's bf16 copy (MatmulGroup::x16), tiles
 //           that are one run are lora_shrink_mma.cu's, on tensor cores, and this kernel
 //           skips them.
@@ -39,8 +37,7 @@ namespace {
 constexpr int kTileTokens = 16;                          // sorted tokens per block
 constexpr int kWarpTokens = 4;                           // shrink: tokens per warp
 constexpr int kShrinkWarps = kTileTokens / kWarpTokens;  // 4
-constexpr int kRankBlock = 8;                            // shrink: ranks per block (prefill)
-constexpr int kRankBlockDecode = 4;                      // shrink: decode, 16-bit stacks
+constexpr int kRankBlock = 8;                            // shrink: ranks per block
 constexpr int kLaneCols = 8;                             // shrink: columns per lane per step
 constexpr int kSplitAlign = 32 * kLaneCols;              // split widths are multiples of 256
 constexpr int kExpandWarps = kTileTokens / kWarpTokens;  // expand: 4 tokens per warp
@@ -75,21 +72,20 @@ __device__ __forceinline__ V pick4(int j, const V (&v)[kWarpTokens]) {
   return j == 0 ? v[0] : j == 1 ? v[1] : j == 2 ? v[2] : v[3];
 }
 
-// part: [G, splits, n, R] f32. grid (ceil(n / 16), splits, G * rank_blocks), 4 warps; RB
-// ranks a block (kRankBlock, or kRankBlockDecode: every token's rows loaded at once).
+// part: [G, splits, n, R] f32. grid (ceil(n / 16), splits, G * rank_blocks), 4 warps.
 // skip_runs: tiles that are one run are lora_shrink_mma.cu's, and left alone here.
 // Warp w takes sorted positions 16 * blockIdx.x + 4w .. +3 and ranks r0 .. r0 + 7 over the
 // columns [k0, k0 + split_cols): each lane walks 8 columns at a time, loads x for its 4
 // tokens, and A's 8 rows once per run of equal slots among them. Lanes' sums meet in a
 // 32 x 32 shared table that each lane reads back one row of.
-template <typename T, int RB>
+template <typename T>
 __global__ void __launch_bounds__(kShrinkWarps * 32)
 shrink_kernel(float* __restrict__ part, const float* __restrict__ x, GroupArgs args,
               const int32_t* __restrict__ token_slot, const int32_t* __restrict__ sorted, int n, int in, int rank,
               int num_slots, int split_cols, int rank_blocks, bool skip_runs) {
-  __shared__ float red[kShrinkWarps][kWarpTokens * RB][33];
+  __shared__ float red[kShrinkWarps][kWarpTokens * kRankBlock][33];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int split = blockIdx.y, g = blockIdx.z / rank_blocks, r0 = (blockIdx.z % rank_blocks) * RB;
+  const int split = blockIdx.y, g = blockIdx.z / rank_blocks, r0 = (blockIdx.z % rank_blocks) * kRankBlock;
   int tok0, slot0;
   if (skip_runs && lora_warp_tile_is_run(sorted, token_slot, blockIdx.x * kTileTokens, n, num_slots, &tok0, &slot0))
     return;  // warp-uniform: lora_shrink_mma.cu's tile
@@ -109,11 +105,11 @@ shrink_kernel(float* __restrict__ part, const float* __restrict__ x, GroupArgs a
   const bool xvec = in % 4 == 0 && cuda::aligned16(x);
   const int k0 = split * split_cols, k1 = min(in, k0 + split_cols);
   const bool uniform = slot[0] >= 0 && slot[1] == slot[0] && slot[2] == slot[0] && slot[3] == slot[0];
-  float acc[kWarpTokens][RB];
+  float acc[kWarpTokens][kRankBlock];
 #pragma unroll
   for (int j = 0; j < kWarpTokens; ++j)
 #pragma unroll
-    for (int r = 0; r < RB; ++r) acc[j][r] = 0.f;
+    for (int r = 0; r < kRankBlock; ++r) acc[j][r] = 0.f;
 
   for (int k = k0 + lane * kLaneCols; k < k1; k += 32 * kLaneCols) {
     const int valid = k1 - k;
@@ -127,16 +123,16 @@ shrink_kernel(float* __restrict__ part, const float* __restrict__ x, GroupArgs a
         for (int e = 0; e < 8; ++e) xv[j][e] = 0.f;
       }
     }
-    Row8<T> ar[RB];
-    auto load_a = [&](int s) {  // this slot's RB rows at column k, all loads in flight
+    Row8<T> ar[kRankBlock];
+    auto load_a = [&](int s) {  // this slot's 8 rows at column k, all loads in flight
       const T* arow = a + (static_cast<int64_t>(s) * rank + r0) * in + k;
 #pragma unroll
-      for (int r = 0; r < RB; ++r) ar[r].load(arow + static_cast<int64_t>(r) * in, r0 + r < rank ? valid : 0, avec);
+      for (int r = 0; r < kRankBlock; ++r) ar[r].load(arow + static_cast<int64_t>(r) * in, r0 + r < rank ? valid : 0, avec);
     };
     if (uniform) {  // one run of 4 (prefill): each A element converted once, used 4 times
       load_a(slot[0]);
 #pragma unroll
-      for (int r = 0; r < RB; ++r) {
+      for (int r = 0; r < kRankBlock; ++r) {
         float af[8];
         ar[r].to_f32(af);
 #pragma unroll
@@ -146,31 +142,12 @@ shrink_kernel(float* __restrict__ part, const float* __restrict__ x, GroupArgs a
       }
       continue;
     }
-    if constexpr (RB <= 4) {
-      // Decode: every token's A rows in flight at once (one memory round trip per step
-      // where 4 tokens on 4 adapters took four), rows shared by a run loaded again.
-      Row8<T> at[kWarpTokens][RB];
 #pragma unroll
-      for (int j = 0; j < kWarpTokens; ++j) {
-        if (slot[j] < 0) continue;  // uniform
-        const T* arow = a + (static_cast<int64_t>(slot[j]) * rank + r0) * in + k;
+    for (int j = 0; j < kWarpTokens; ++j) {
+      if (slot[j] < 0) continue;  // uniform
+      if (j == 0 || slot[j] != slot[j - 1]) load_a(slot[j]);  // a new run
 #pragma unroll
-        for (int r = 0; r < RB; ++r) at[j][r].load(arow + static_cast<int64_t>(r) * in, r0 + r < rank ? valid : 0, avec);
-      }
-#pragma unroll
-      for (int j = 0; j < kWarpTokens; ++j) {
-        if (slot[j] < 0) continue;
-#pragma unroll
-        for (int r = 0; r < RB; ++r) acc[j][r] = at[j][r].dot(xv[j], acc[j][r]);
-      }
-    } else {
-#pragma unroll
-      for (int j = 0; j < kWarpTokens; ++j) {
-        if (slot[j] < 0) continue;  // uniform
-        if (j == 0 || slot[j] != slot[j - 1]) load_a(slot[j]);  // a new run
-#pragma unroll
-        for (int r = 0; r < RB; ++r) acc[j][r] = ar[r].dot(xv[j], acc[j][r]);
-      }
+      for (int r = 0; r < kRankBlock; ++r) acc[j][r] = ar[r].dot(xv[j], acc[j][r]);
     }
   }
 
@@ -178,12 +155,12 @@ shrink_kernel(float* __restrict__ part, const float* __restrict__ x, GroupArgs a
 #pragma unroll
   for (int j = 0; j < kWarpTokens; ++j)
 #pragma unroll
-    for (int r = 0; r < RB; ++r) tab[j * RB + r][lane] = acc[j][r];
+    for (int r = 0; r < kRankBlock; ++r) tab[j * kRankBlock + r][lane] = acc[j][r];
   __syncwarp();
   float* part_s = part + (static_cast<int64_t>(g) * gridDim.y + split) * n * rank;
 #pragma unroll
-  for (int row = lane; row < kWarpTokens * RB; row += 32) {
-    const int j = row / RB, rr = r0 + row % RB;
+  for (int row = lane; row < kWarpTokens * kRankBlock; row += 32) {
+    const int j = row / kRankBlock, rr = r0 + row % kRankBlock;
     float s = 0.f;
 #pragma unroll 8
     for (int l = 0; l < 32; ++l) s += tab[row][l];
@@ -300,9 +277,8 @@ const int32_t* sorted_ptr(const LoraMeta& meta) {
 
 // Columns per split: splits enough for ~16 blocks' worth of parallelism per member at decode
 // sizes (few tokens), fewer and longer at prefill sizes, where the tiles give the blocks.
-// Half as many with rank blocks of 4 (twice as many of them): the same grid.
-int split_columns(int64_t n, int64_t in, int rank_block) {
-  const int64_t target = (n <= 64 ? 16 : n <= 512 ? 8 : 4) * rank_block / kRankBlock;
+int split_columns(int64_t n, int64_t in) {
+  const int64_t target = n <= 64 ? 16 : n <= 512 ? 8 : 4;
   return static_cast<int>(cuda::ceil_div(cuda::ceil_div(in, target), kSplitAlign) * kSplitAlign);
 }
 
@@ -330,13 +306,10 @@ float* CudaBackend::lora_shrink_parts(const LoraGroup& g, Tensor x, const Tensor
   // Prefill-sized batches given x's bf16 copy: the one-run tiles on tensor cores, with
   // splits of their own (the CUDA-core shrink of the other tiles takes the same).
   const bool mma = n >= kMmaShrinkMinN && cuda::lora_mma_shrink_fits(a0.dtype, args, g.count, x16, n, in);
-  // Decode batches up to 64 tokens with 16-bit stacks take 4 ranks a block and load all 4
-  // tokens' A rows at once (f32 rows would take 248 registers).
-  const int rank_block = n <= 64 && a0.dtype != DType::kF32 ? kRankBlockDecode : kRankBlock;
   const int split_cols = gather ? cuda::kLoraGatherSplit
                          : mma  ? cuda::lora_mma_shrink_split(n, in, g.count, static_cast<int>(rank), num_sms_,
                                                              kSplitAlign)
-                                : split_columns(n, in, rank_block);
+                                : split_columns(n, in);
   *chunks = static_cast<int>(cuda::ceil_div(in, split_cols));
   const size_t bytes = sizeof(float) * static_cast<size_t>(g.count * *chunks) * n * rank;  // [G, splits, n, R]
   float* part = static_cast<float*>(scratch(lora_scratch_, bytes, "lora"));
@@ -350,16 +323,12 @@ float* CudaBackend::lora_shrink_parts(const LoraGroup& g, Tensor x, const Tensor
     cuda::lora_mma_shrink(part, x16.data, args, g.count, meta.token_slot.ptr<int32_t>(), sorted_ptr(meta),
                           static_cast<int>(n), static_cast<int>(in), static_cast<int>(rank),
                           static_cast<int>(num_slots), split_cols, *chunks, stream);
-  const int rank_blocks = static_cast<int>(cuda::ceil_div(rank, rank_block));
+  const int rank_blocks = static_cast<int>(cuda::ceil_div(rank, kRankBlock));
   const dim3 grid(static_cast<unsigned>(cuda::ceil_div(n, kTileTokens)), static_cast<unsigned>(*chunks),
                   static_cast<unsigned>(g.count * rank_blocks));
   cuda::dispatch_float(a0.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    auto kernel = shrink_kernel<T, kRankBlock>;
-    if constexpr (sizeof(T) == 2) {
-      if (rank_block == kRankBlockDecode) kernel = shrink_kernel<T, kRankBlockDecode>;
-    }
-    kernel<<<grid, kShrinkWarps * 32, 0, stream>>>(
+    shrink_kernel<T><<<grid, kShrinkWarps * 32, 0, stream>>>(
         part, x.ptr<float>(), args, meta.token_slot.ptr<int32_t>(), sorted_ptr(meta), static_cast<int>(n),
         static_cast<int>(in), static_cast<int>(rank), static_cast<int>(num_slots), split_cols, rank_blocks, mma);
     cuda::launch_check();
