@@ -21,8 +21,10 @@ namespace {
 // q pairs, [H*half, (H+KV)*half) k pairs, rotated in place; with a slot_mapping (rope_kv_write)
 // the k pairs are also stored at their slot and units up to (H+2KV)*half store v's pairs.
 // Caches [slots, KV * hd]; slot -1 (padding) or past the cache: no store, as in
-// kv_write_kernel.
-template <typename T>
+// kv_write_kernel. DELTA: a pending LoRA term is given (its B rows, 20 registers a thread,
+// are loaded before the wait); without one the kernel keeps its 26 registers, which a
+// 256-token step's 12,288 blocks need (56 cost (c)'s decode steps 0.45 ms, session 11).
+template <typename T, bool DELTA>
 __global__ void rope_kv_write_kernel(float* __restrict__ q, float* __restrict__ k, float* __restrict__ v,
                                      const int32_t* __restrict__ positions, const float* __restrict__ cos_sin,
                                      T* __restrict__ k_cache, T* __restrict__ v_cache,
@@ -32,17 +34,26 @@ __global__ void rope_kv_write_kernel(float* __restrict__ q, float* __restrict__ 
   const int half = hd / 2;
   const int p = blockIdx.y * blockDim.x + threadIdx.x;
   const bool live = p < (num_heads + (v != nullptr ? 2 : 1) * num_kv) * half;  // v pairs: rope_kv_write only
-  const int head = p / half, j = p - head * half;
-  // The pair's rows in its projection (member 0 q, 1 k, 2 v) and their pending LoRA term.
-  const int g = head < num_heads ? 0 : head < num_heads + num_kv ? 1 : 2;
-  const int hrow = (g == 0 ? head : g == 1 ? head - num_heads : head - num_heads - num_kv) * hd + j;
-  cuda::LoraDeltaRow dlo, dhi;
-  if (live) {
-    dlo.load(delta, g, static_cast<int>(i), hrow);
-    dhi.load(delta, g, static_cast<int>(i), hrow + half);
+  // The pair's member (0 q, 1 k, 2 v) and first row there.
+  auto member_row = [&](int head, int j, int* row) {
+    const int g = head < num_heads ? 0 : head < num_heads + num_kv ? 1 : 2;
+    *row = (g == 0 ? head : g == 1 ? head - num_heads : head - num_heads - num_kv) * hd + j;
+    return g;
+  };
+  cuda::LoraDeltaRow dlo, dhi;  // brow null: no term
+  if constexpr (DELTA) {
+    if (live) {
+      int row;
+      const int g = member_row(p / half, p % half, &row);
+      dlo.load(delta, g, static_cast<int>(i), row);
+      dhi.load(delta, g, static_cast<int>(i), row + half);
+    }
   }
   cuda::pdl_enter();  // launched with pdl (cuda_common.h)
   if (!live) return;
+  const int head = p / half, j = p - head * half;
+  int hrow;
+  const int g = member_row(head, j, &hrow);
   const int64_t slot = slot_mapping != nullptr ? slot_mapping[i] : -1;
   const bool store = slot >= 0 && slot < num_slots;
   const int64_t row = static_cast<int64_t>(num_kv) * hd;
@@ -102,7 +113,8 @@ void launch_rope(cudaStream_t stream, bool pdl, Tensor q, Tensor k, float* v, Te
   const int64_t units = (q.dim(1) + (slot_mapping != nullptr ? 2 : 1) * num_kv) * (hd / 2);
   constexpr int kThreads = 128;
   const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(cuda::ceil_div(units, kThreads)));
-  cuda::launch_kernel(rope_kv_write_kernel<T>, grid, kThreads, 0, stream, pdl, q.ptr<float>(), k.ptr<float>(), v,
+  cuda::launch_kernel(delta.count > 0 ? rope_kv_write_kernel<T, true> : rope_kv_write_kernel<T, false>, grid, kThreads,
+                      0, stream, pdl, q.ptr<float>(), k.ptr<float>(), v,
                       positions.ptr<int32_t>(), cos_sin.ptr<float>(), k_cache, v_cache, slot_mapping,
                       static_cast<int>(q.dim(1)), static_cast<int>(num_kv), static_cast<int>(hd),
                       static_cast<int>(cos_sin.dim(0)), num_slots, delta);
