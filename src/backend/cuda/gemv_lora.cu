@@ -4,7 +4,9 @@
 // and the expand, y_g += b_g[slot_0] @ t_g, left to the op that reads y next (LoraDelta:
 // rope_kv_write, add_rms_norm_x16, silu_mul_x16 add it in their own kernel, lora_delta.cuh).
 // So a batch-1 projection with an adapter is one kernel, as without: at batch 1 the LoRA's
-// cost was the latency of its extra kernels on the step's chain, not its bytes.
+// cost was the latency of its extra kernels on the step's chain, not its bytes. Decode
+// batches of 2..64 tokens run the same A blocks alone, one token each (token_shrink), on
+// the side stream beside the base matmul (lora.cu, project()).
 //
 // History (H200, 7B bf16, r=16 on all 7 projections, graphs): a separate shrink, GEMV and
 // expand took 5.38 ms a step; a small shrink kernel chained by PDL to a GEMV that added
