@@ -28,8 +28,8 @@ struct LoraDeltaArgs {
   bool vec = false;          // 16-bit stacks, R % 8 == 0, 16-byte aligned: vector loads
 };
 
-// One output's term: load() before the wait, apply() after it. 10 registers: the norm
-// kernel holds four of them in its 64 (1,024 threads).
+// One output's term: load() before the wait, apply() after it. 10 registers (t's address
+// is worked out in apply()): the delta norm kernel holds eight of them a thread.
 struct LoraDeltaRow {
   uint4 raw[2] = {};            // its first 16 ranks, vec only
   const char* brow = nullptr;   // null: no term (no delta, slot -1 or outside the stack)
