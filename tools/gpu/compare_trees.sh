@@ -20,6 +20,9 @@
 # LoRA step p50.
 # NOTEST="main": trees whose GPU tests are skipped (only built and benched), e.g. a baseline
 # whose tests already passed in an earlier run.
+# EAGER=1: batch 1 also with --enforce-eager. CINTER=N: after everything else, the
+# 256-request case N rounds, one iteration per tree per round, the trees taking turns, so a
+# difference of 1% is not the machine drifting between two trees' runs (session 11).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 : "${OUT:=/tmp/quiver_out}"
@@ -31,6 +34,7 @@ source tools/gpu/setup_deps.sh
 deps=$PWD/.deps
 targets=${TARGETS:-test_cuda_graphs test_cuda_lora test_cuda_groups test_cuda_ops}
 summary=()
+declare -A benches  # tree -> its bench command, for the CINTER rounds
 t0=$SECONDS
 for tree in ${TREES:?name the trees under build-trees/}; do
   dir=build-trees/$tree
@@ -63,11 +67,29 @@ for tree in ${TREES:?name the trees under build-trees/}; do
     p50=$(grep -E "^  decode " "$log/bench_b$bs.log" | sed -E 's/.*p50 +([0-9.]+).*/\1/' | tr '\n' ' ')
     summary+=("$tree: batch $bs over $adapters adapters, decode step p50 (LoRA, base) ms: $p50")
   done
+  if [ -n "${EAGER:-}" ]; then
+    timeout 60 "${bench[@]}" --batch-size 1 --input-len 128 --output-len 64 --num-adapters 1 --compare base \
+      --num-iters 1 --max-num-seqs 1 --kv-cache-memory 16GiB --enforce-eager >"$log/bench_b1_eager.log" 2>&1
+    p50=$(grep -E "^  decode " "$log/bench_b1_eager.log" | sed -E 's/.*p50 +([0-9.]+).*/\1/' | tr '\n' ' ')
+    summary+=("$tree: batch 1 eager, decode step p50 (LoRA, base) ms: $p50")
+  fi
+  benches["$tree"]="${bench[*]}"
   if [ -n "${BENCHC:-}" ]; then
     timeout 150 "${bench[@]}" --batch-size 256 --input-len 256 --output-len 128 --num-adapters 64 --num-iters ${BENCHC_ITERS:-1} \
       --warmup-steps 2 --kv-cache-memory 56GiB >"$log/bench_c.log" 2>&1
     summary+=("$tree: 256 requests over 64 adapters: $(grep -E '^  end-to-end' "$log/bench_c.log" | tr -s ' ')")
   fi
+done
+for round in $(seq 1 "${CINTER:-0}"); do
+  for tree in $TREES; do
+    [ -n "${benches[$tree]:-}" ] || continue  # not built
+    c_log=$logs/$tree/bench_c_round$round.log
+    # The words of the bench command have no spaces (paths under build-trees/).
+    timeout 90 ${benches[$tree]} --batch-size 256 --input-len 256 --output-len 128 --num-adapters 64 --num-iters 1 \
+      --warmup-steps 2 --kv-cache-memory 56GiB >"$c_log" 2>&1
+    summary+=("$tree: (c) round $round: $(grep -E '^  end-to-end' "$c_log" | tr -s ' ') decode p50 $(grep -E '^  decode' \
+      "$c_log" | sed -E 's/.*p50 +([0-9.]+).*/\1/') ms")
+  done
 done
 echo "total $((SECONDS - t0)) s"
 printf '%s\n' "${summary[@]}"
