@@ -6,7 +6,8 @@
 //   re-runs them verbatim; host copies during capture are refused). Driven through prefill
 //   and decode steps on the llama_gqa fixture with adapters swapped between replays, the
 //   graph runner must match the eager padded runner bitwise, and (on the ref backend, whose
-//   rows are independent of the batch) an unpadded run too.
+//   rows are independent of the batch) an unpadded run too; so must a backend that defers
+//   every LoRA expand to the op after its projection (LoraDelta).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -100,10 +101,33 @@ TEST(PadDecodeBatch, OnlyDecodeBatchesArePaddable) {
 }
 
 // RefBackend whose graphs behave like CUDA graphs: captured ops keep their arguments
-// (device addresses and host integers) and replay re-runs exactly those.
+// (device addresses and host integers) and replay re-runs exactly those. With `defer` its
+// project() leaves every LoRA expand to the op after the projection (LoraDelta), as the
+// CUDA backend does for decode batches: the model must hand each delta to the right op.
 class RecordingBackend : public RefBackend {
  public:
+  explicit RecordingBackend(bool defer = false) : defer_(defer) {
+    for (auto& t : t_) t = Buffer(this, sizeof(float) * kMaxTokens * kMaxRank);
+  }
   bool supports_graphs() const override { return true; }
+  void project(const MatmulGroup& g, const LoraGroup* lora, Tensor x, Tensor t, const LoraMeta& meta,
+               LoraDelta* defer) override {
+    if (!defer_ || lora == nullptr || defer == nullptr) {
+      RefBackend::project(g, lora, x, t, meta, defer);
+      return;
+    }
+    matmul_group(g, x);
+    const int64_t n = x.dim(0), rank = lora->a_stack[0].dim(1);
+    check(n <= kMaxTokens && rank <= kMaxRank, "deferring test backend: t buffers too small");
+    defer->count = lora->count;
+    defer->meta = meta;
+    for (int i = 0; i < lora->count; ++i) {
+      defer->t[i] = t_[i].tensor(DType::kF32, {n, rank});
+      lora_shrink(defer->t[i], x, lora->a_stack[i], meta);
+      defer->y[i] = lora->y[i];
+      defer->b_stack[i] = lora->b_stack[i];
+    }
+  }
   void begin_capture() override {
     check(!capturing_, "nested capture");
     capturing_ = true;
@@ -145,6 +169,9 @@ class RecordingBackend : public RefBackend {
 
  private:
   void refuse(const char* what) const { check(!capturing_, std::string(what) + " during graph capture"); }
+  static constexpr int64_t kMaxTokens = 128, kMaxRank = 64;  // the rigs' limits
+  bool defer_;
+  Buffer t_[kMaxGroup];  // the deferred shrinks' results, one per group member
   bool capturing_ = false;
   std::vector<std::function<void()>> recording_;
   std::vector<std::vector<std::function<void()>>> graphs_;
@@ -156,8 +183,8 @@ constexpr int kBlockSize = 4, kMaxBlocks = 16, kMaxLoras = 2;
 
 // One model runner with its own backend, weights, KV cache and LoRA slots.
 struct Rig {
-  explicit Rig(bool graphs, bool graph_backend) {
-    backend = graph_backend ? std::unique_ptr<Backend>(new RecordingBackend()) : std::make_unique<RefBackend>();
+  explicit Rig(bool graphs, bool graph_backend, bool defer = false) {
+    backend = graph_backend ? std::unique_ptr<Backend>(new RecordingBackend(defer)) : std::make_unique<RefBackend>();
     config = load_model_config(kModel.string()).value();
     auto ckpt = std::make_shared<Checkpoint>(Checkpoint::open(kModel.string()).value());
     model = std::make_unique<LlamaModel>(config, load_llama_weights(config, ckpt, backend.get()).value(), backend.get(),
@@ -265,6 +292,17 @@ TEST(GraphReplay, MatchesEagerPaddedAndUnpaddedWithAdaptersSwapped) {
   drive({&graph, &eager, &plain}, {false, false, true}, seqs, adapters, 10, 4,
         {"graph bs=4", "eager bs=4 (padded)", "eager"});
   EXPECT_EQ(static_cast<RecordingBackend*>(graph.backend.get())->replays(), 10);
+}
+
+// Every LoRA expand deferred to the op after its projection (rope_kv_write, add_rms_norm_x16,
+// silu_mul_x16, the final norm), with graphs and eagerly: bitwise the plain reference,
+// since the shrinks read only x and the expands add the same values to the same outputs.
+TEST(GraphReplay, DeferredLoraExpandsMatchThePlainReference) {
+  Rig graph(true, true, true), eager(false, true, true), plain(false, false);
+  const auto adapters = fixture_adapters(graph.config);
+  std::vector<Seq> seqs = {{{5, 9, 100, 7}, 0, 0}, {{300}, 0, -1}, {{44, 45, 46, 47, 48, 49}, 0, 5}};
+  drive({&plain, &graph, &eager}, {true, false, false}, seqs, adapters, 8, 3,
+        {"eager", "graph bs=4", "eager bs=4 (padded)"});
 }
 
 TEST(GraphReplay, BaseOnlyBatchReplaysTheLoraOffGraph) {
