@@ -232,6 +232,13 @@ void dispatch_float(DType t, Fn&& fn, const char* what,
 }
 
 // ---- shared between the op files ---------------------------------------------------------
+// v[g] of a projection group's per-member array (MatmulGroup: at most 3 members), picked
+// with selects rather than an index, so kernel-parameter arrays stay out of local memory.
+template <typename T>
+__device__ __forceinline__ T group_pick(int g, const T (&v)[3]) {
+  return g == 0 ? v[0] : g == 1 ? v[1] : v[2];
+}
+
 // Largest token count the GEMV kernel handles in one pass over the weights (gemv.cu).
 inline constexpr int kGemvMaxTokens = 16;
 

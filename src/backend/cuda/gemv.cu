@@ -20,8 +20,8 @@ gemv_kernel(GemvGroup grp, const float* __restrict__ x, int n, int in) {
   __shared__ float red[kGemvWarps][ROWS * NT];
   int first_block;
   const int g = cuda::gemv_member(grp, blockIdx.x, &first_block);
-  const W* __restrict__ w = static_cast<const W*>(cuda::gemv_pick(g, grp.w));
-  const int out = cuda::gemv_pick(g, grp.out);
+  const W* __restrict__ w = static_cast<const W*>(cuda::group_pick(g, grp.w));
+  const int out = cuda::group_pick(g, grp.out);
   const int row0 = (blockIdx.x - first_block) * ROWS;
   const W* wrow[ROWS];
   cuda::gemv_rows<W, ROWS>(wrow, w, row0, out, in);

@@ -29,15 +29,12 @@ struct GemvGroup {
   int block_end[kMaxGroup] = {};
 };
 
-template <typename T>
-__device__ __forceinline__ T gemv_pick(int g, const T (&v)[kMaxGroup]) {
-  return g == 0 ? v[0] : g == 1 ? v[1] : v[2];
-}
+static_assert(kMaxGroup == 3, "group_pick (cuda_common.h) picks among 3 members");
 
 // The member that block b (0-based among the base blocks) works for, and its first block.
 __device__ __forceinline__ int gemv_member(const GemvGroup& grp, int b, int* first_block) {
   const int g = b < grp.block_end[0] ? 0 : b < grp.block_end[1] ? 1 : 2;
-  *first_block = g == 0 ? 0 : gemv_pick(g - 1, grp.block_end);
+  *first_block = g == 0 ? 0 : group_pick(g - 1, grp.block_end);
   return g;
 }
 
@@ -157,10 +154,10 @@ __device__ __forceinline__ void gemv_rows(const W* (&wrow)[ROWS], const W* w, in
 template <int NT, int ROWS>
 __device__ __forceinline__ void gemv_store(const GemvGroup& grp, int g, const float (&red)[kGemvWarps][ROWS * NT],
                                            int row0, int n, const float* extra) {
-  float* __restrict__ y = gemv_pick(g, grp.y);
-  const void* bias = gemv_pick(g, grp.bias);
-  const DType bias_type = gemv_pick(g, grp.bias_type);
-  const int out = gemv_pick(g, grp.out);
+  float* __restrict__ y = group_pick(g, grp.y);
+  const void* bias = group_pick(g, grp.bias);
+  const DType bias_type = group_pick(g, grp.bias_type);
+  const int out = group_pick(g, grp.out);
   for (int idx = threadIdx.x; idx < ROWS * NT; idx += blockDim.x) {
     const int r = idx / NT, t = idx % NT, row = row0 + r;
     if (row >= out || t >= n) continue;

@@ -46,7 +46,7 @@ __device__ __forceinline__ bool shrink_rows(const ShrinkRows& lora, int g, int r
                                             const T* (&arow)[kRows]) {
   const int slot = cuda::lora_slot_of(lora.token_slot, tok, lora.num_slots);
   if (slot < 0) return false;
-  const T* a = static_cast<const T*>(cuda::gemv_pick(g, lora.a)) + static_cast<int64_t>(slot) * lora.rank * in;
+  const T* a = static_cast<const T*>(cuda::group_pick(g, lora.a)) + static_cast<int64_t>(slot) * lora.rank * in;
   cuda::gemv_rows<T, kRows>(arow, a, r0, lora.rank, in);
   return true;
 }
@@ -69,8 +69,8 @@ __device__ __forceinline__ void base_rows(const GemvGroup& grp, const ShrinkRows
   const int b = blockIdx.x - lora.blocks;
   *g = cuda::gemv_member(grp, b, &first_block);
   *row0 = (b - first_block) * kRows;
-  cuda::gemv_rows<W, kRows>(wrow, static_cast<const W*>(cuda::gemv_pick(*g, grp.w)), *row0,
-                            cuda::gemv_pick(*g, grp.out), in);
+  cuda::gemv_rows<W, kRows>(wrow, static_cast<const W*>(cuda::group_pick(*g, grp.w)), *row0,
+                            cuda::group_pick(*g, grp.out), in);
 }
 
 // Blocks [0, lora.blocks): A rows (shrink_rows); the rest: the GEMV's blocks. Launch bounds

@@ -15,9 +15,6 @@
 
 namespace quiver::cuda {
 
-// Ranks whose B entries are loaded before the wait (two 16-byte vectors of a 16-bit stack).
-inline constexpr int kDeltaEarlyRanks = 16;
-
 struct LoraDeltaArgs {
   const void* b[kMaxGroup] = {};   // [S, out_g, R]
   const float* t[kMaxGroup] = {};  // [n, R]
@@ -41,7 +38,8 @@ struct LoraDeltaRow {
     const int slot = lora_slot_of(d.token_slot, tok, d.num_slots);
     if (slot < 0) return;
     const int64_t esz = d.type == DType::kF32 ? 4 : 2;
-    brow = static_cast<const char*>(pick(g, d.b)) + ((static_cast<int64_t>(slot) * pick(g, d.out) + row) * d.rank) * esz;
+    const int64_t index = (static_cast<int64_t>(slot) * group_pick(g, d.out) + row) * d.rank;  // of B[slot][row][0]
+    brow = static_cast<const char*>(group_pick(g, d.b)) + index * esz;
     if (d.vec) {
       raw[0] = load16(brow);
       if (d.rank >= 16) raw[1] = load16(brow + 16);
@@ -51,7 +49,7 @@ struct LoraDeltaRow {
   // y + the row of B . t (member g, token tok, as loaded), ranks in order.
   __device__ __forceinline__ float apply(const LoraDeltaArgs& d, int g, int tok, float y) const {
     if (brow == nullptr) return y;
-    const float* t = pick(g, d.t) + static_cast<int64_t>(tok) * d.rank;
+    const float* t = group_pick(g, d.t) + static_cast<int64_t>(tok) * d.rank;
     float p = 0.f;
     int r = 0;
     if (d.vec) {
@@ -72,12 +70,6 @@ struct LoraDeltaRow {
     }
     for (; r < d.rank; ++r) p = fmaf(load_any(brow, d.type, r), t[r], p);
     return y + p;
-  }
-
- private:
-  template <typename V>
-  __device__ __forceinline__ static V pick(int g, const V (&v)[kMaxGroup]) {
-    return g == 0 ? v[0] : g == 1 ? v[1] : v[2];
   }
 };
 
