@@ -123,6 +123,13 @@ __global__ void __launch_bounds__(512) add_rms_norm_delta_kernel(float* __restri
   for (int64_t j = threadIdx.x; j < d4; j += blockDim.x) store_normed4(o, out16, bf16, w, row, d, j, rr[j], inv);
 }
 
+// Whether rows of width d take the float4 paths: d % 4 == 0 and every row 16-byte aligned
+// (residual empty: no residual).
+bool rows_vec(const Tensor& out, const Tensor& x, const Tensor& residual, int64_t d) {
+  return d % 4 == 0 && cuda::aligned16(out.data) && cuda::aligned16(x.data) &&
+         (residual.empty() || cuda::aligned16(residual.data));
+}
+
 template <bool ADD>
 void launch_rms_norm(cudaStream_t stream, bool pdl, Tensor out, Tensor out16, Tensor residual, Tensor x, Tensor w,
                      float eps, const LoraDelta& delta) {
@@ -137,8 +144,7 @@ void launch_rms_norm(cudaStream_t stream, bool pdl, Tensor out, Tensor out16, Te
     check(residual.numel() == n * d, "add_rms_norm: residual shape mismatch");
   }
   if (n == 0 || d == 0) return;
-  const bool vec = d % 4 == 0 && cuda::aligned16(out.data) && cuda::aligned16(x.data) &&
-                   (!ADD || cuda::aligned16(residual.data));
+  const bool vec = rows_vec(out, x, ADD ? residual : Tensor(), d);
   const cuda::LoraDeltaArgs da = cuda::lora_delta_args(delta, {x}, n, "add_rms_norm");
   if (da.count > 0) {  // ADD, with the float4 path (CudaBackend::add_rms_norm_x16 sees to it)
     const int threads = static_cast<int>(std::clamp<int64_t>((d / 4 + 1) / 2, 32, 512) + 31) / 32 * 32;
@@ -176,9 +182,7 @@ void CudaBackend::rms_norm_x16(Tensor out, Tensor out16, Tensor x, Tensor w, flo
 
 void CudaBackend::add_rms_norm_x16(Tensor out, Tensor out16, Tensor residual, Tensor x, Tensor w, float eps,
                                    const LoraDelta& delta) {
-  const bool vec = x.ndim == 2 && x.dim(1) % 4 == 0 && cuda::aligned16(out.data) && cuda::aligned16(x.data) &&
-                   cuda::aligned16(residual.data);
-  if (delta.count > 0 && !vec) {  // an odd width (no decode model has one): the term, then the op
+  if (delta.count > 0 && !(x.ndim == 2 && rows_vec(out, x, residual, x.dim(1)))) {  // an odd width (no decode model has one): the term, then the op
     apply_lora_delta(delta);
     launch_rms_norm<true>(stream_, pdl_, out, out16, residual, x, w, eps, LoraDelta());
     return;
