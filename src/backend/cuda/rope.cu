@@ -34,17 +34,13 @@ __global__ void rope_kv_write_kernel(float* __restrict__ q, float* __restrict__ 
   const int half = hd / 2;
   const int p = blockIdx.y * blockDim.x + threadIdx.x;
   const bool live = p < (num_heads + (v != nullptr ? 2 : 1) * num_kv) * half;  // v pairs: rope_kv_write only
-  // The pair's member (0 q, 1 k, 2 v) and first row there.
-  auto member_row = [&](int head, int j, int* row) {
-    const int g = head < num_heads ? 0 : head < num_heads + num_kv ? 1 : 2;
-    *row = (g == 0 ? head : g == 1 ? head - num_heads : head - num_heads - num_kv) * hd + j;
-    return g;
-  };
+  // A head's member: 0 q, 1 k, 2 v.
+  auto member_of = [&](int head) { return head < num_heads ? 0 : head < num_heads + num_kv ? 1 : 2; };
   cuda::LoraDeltaRow dlo, dhi;  // brow null: no term
   if constexpr (DELTA) {
     if (live) {
-      int row;
-      const int g = member_row(p / half, p % half, &row);
+      const int head = p / half, g = member_of(head);
+      const int row = (g == 0 ? head : g == 1 ? head - num_heads : head - num_heads - num_kv) * hd + p % half;
       dlo.load(delta, g, static_cast<int>(i), row);
       dhi.load(delta, g, static_cast<int>(i), row + half);
     }
@@ -52,8 +48,7 @@ __global__ void rope_kv_write_kernel(float* __restrict__ q, float* __restrict__ 
   cuda::pdl_enter();  // launched with pdl (cuda_common.h)
   if (!live) return;
   const int head = p / half, j = p - head * half;
-  int hrow;
-  const int g = member_row(head, j, &hrow);
+  const int g = member_of(head);
   const int64_t slot = slot_mapping != nullptr ? slot_mapping[i] : -1;
   const bool store = slot >= 0 && slot < num_slots;
   const int64_t row = static_cast<int64_t>(num_kv) * hd;
