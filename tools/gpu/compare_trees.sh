@@ -13,7 +13,7 @@
 # which run_checks.sh then reuses (FIX, VERIFY) instead of building again.
 # then call the device tool with carry [".deps", "build-trees"] and
 #   TREES="main pdl lora-occupancy" bash tools/gpu/compare_trees.sh
-# Variables: TARGETS (GPU tests, default: graphs, lora, groups, ops), BS (decode batches,
+# Variables: TARGETS (GPU tests, default: graphs, lora, groups, ops), BS (decode batches, empty: none,
 # default "1 8 64"; BATCH:ADAPTERS, e.g. 256:64, for fewer adapters than requests),
 # BENCHC=1 (also the 256-request case, BENCHC_ITERS iterations, default 1). Logs come
 # back in $OUT/logs.tgz; the last lines printed are one row per (tree, batch): base and
@@ -59,7 +59,7 @@ for tree in ${TREES:?name the trees under build-trees/}; do
   # the checkout's .git on the device may be stale (session 10's headers said 5d764d3).
   commit=$(awk -v t="$tree" '$1 == t { print $2 }' build-trees/commits 2>/dev/null)
   [ -n "$commit" ] && bench+=(--commit "$commit")
-  for entry in ${BS:-1 8 64}; do
+  for entry in ${BS-1 8 64}; do  # BS= (empty): no batch benches
     bs=${entry%%:*} adapters=${entry#*:} kv=16GiB
     [ "$bs" -gt 64 ] && kv=48GiB
     timeout 90 "${bench[@]}" --batch-size "$bs" --input-len 128 --output-len 64 --num-adapters "$adapters" --compare base \
