@@ -118,8 +118,8 @@ class CudaBackend : public Backend {
   void check_group(const MatmulGroup& g, Tensor x) const;
   // The operand checks of kv_write, also rope_kv_write's (kv_cache.cu).
   static void check_kv_write(Tensor k_cache, Tensor v_cache, Tensor k, Tensor v, Tensor slot_mapping);
-  // project() for a decode batch of one token whose caller takes a deferred expand: one
-  // GEMV launch whose extra blocks compute the shrink, the expand left in *defer
+  // project() for a decode batch of 1 or 2 tokens whose caller takes a deferred expand:
+  // one GEMV launch whose extra blocks compute the shrink, the expand left in *defer
   // (gemv_lora.cu); false, with nothing launched, where it does not take the operands.
   bool gemv_lora(const MatmulGroup& g, const LoraGroup& lora, Tensor x, const LoraMeta& meta, LoraDelta* defer);
   // The shrink of a decode batch alone, one token per block, into t [G, n, R] on `stream`,

@@ -1,12 +1,13 @@
-// The decode GEMV of one token with its LoRA's shrink as extra blocks of the same launch:
+// The decode GEMV of 1 (or 2) tokens with its LoRA's shrink as extra blocks of the same launch:
 //   y_g[0, :] = x[0] @ w_g^T (+ bias_g)        gemv.cuh's blocks, as the plain GEMV
 //   t_g[0, :] = a_g[slot_0] @ x[0]             G x ceil(R / 4) more blocks, 4 A rows each
 // and the expand, y_g += b_g[slot_0] @ t_g, left to the op that reads y next (LoraDelta:
 // rope_kv_write, add_rms_norm_x16, silu_mul_x16 add it in their own kernel, lora_delta.cuh).
 // So a batch-1 projection with an adapter is one kernel, as without: at batch 1 the LoRA's
 // cost was the latency of its extra kernels on the step's chain, not its bytes. Decode
-// batches of 2..64 tokens run the same A blocks alone, one token each (token_shrink), on
-// the side stream beside the base matmul (lora.cu, project()).
+// batches of 2 tokens get the same A blocks per token beside the GEMV's 2-token blocks;
+// 3..64 tokens run them alone (token_shrink), on the side stream beside the base matmul
+// (lora.cu, project()).
 //
 // History (H200, 7B bf16, r=16 on all 7 projections, graphs): a separate shrink, GEMV and
 // expand took 5.38 ms a step; a small shrink kernel chained by PDL to a GEMV that added
@@ -121,6 +122,37 @@ gemv_shrink_kernel(GemvGroup grp, ShrinkRows lora, const float* __restrict__ x, 
           lora.rank);
 }
 
+// Two tokens: the plain GEMV's 2-token blocks (4 blocks per SM, 128 registers, as
+// gemv.cu's) after A blocks per (member, token, rank block).
+template <typename W, typename T>
+__global__ void __launch_bounds__(kGemvWarps * 32, 4)
+gemv2_shrink_kernel(GemvGroup grp, ShrinkRows lora, const float* __restrict__ x, int in) {
+  constexpr int kN = 2;
+  if (static_cast<int>(blockIdx.x) < lora.blocks) {  // block-uniform
+    __shared__ float red1[kGemvWarps][kRows];
+    const int b = blockIdx.x, g = b / (kN * lora.rank_blocks), tok = (b / lora.rank_blocks) % kN;
+    const int r0 = (b % lora.rank_blocks) * kRows;
+    const T* arow[kRows];
+    if (!shrink_rows<T>(lora, g, r0, tok, in, arow)) {
+      cuda::pdl_wait();  // the chain stays transitive (cuda_common.h)
+      return;
+    }
+    float acc[kRows][1];
+    cuda::gemv_dot<T, 1, kRows, kU, true>(arow, x + static_cast<int64_t>(tok) * in, 1, in, acc);
+    cuda::gemv_warp_sums<1, kRows>(red1, acc, 1);
+    store_t(red1, lora.t + (g * kN + tok) * lora.rank, r0, lora.rank);
+    return;
+  }
+  __shared__ float red[kGemvWarps][kRows * kN];
+  int g, row0;
+  const W* wrow[kRows];
+  base_rows<W>(grp, lora, in, wrow, &g, &row0);
+  float acc[kRows][kN];
+  cuda::gemv_dot<W, kN, kRows, kU, true>(wrow, x, kN, in, acc);
+  cuda::gemv_warp_sums<kN, kRows>(red, acc, kN);
+  cuda::gemv_store<kN, kRows>(grp, g, red, row0, kN, nullptr);
+}
+
 // The shrink alone for n tokens, t [G, n, R]: block (g, tok, rank block) as the A blocks
 // above, one token each. Runs on the side stream beside the base matmul (project()), so
 // it is launched without programmatic serialisation (gemv_dot's wait is then a no-op).
@@ -184,7 +216,8 @@ bool CudaBackend::gemv_lora(const MatmulGroup& g, const LoraGroup& lora, Tensor 
                             LoraDelta* defer) {
   check_group(g, x);
   const DType wt = g.w[0].dtype, st = lora.a_stack[0].dtype;
-  if (defer == nullptr || x.dim(0) != 1 || options_.gemv_max_n < 1 || options_.gemv_variant != 0) return false;
+  const int64_t n = x.dim(0);
+  if (defer == nullptr || n < 1 || n > 2 || options_.gemv_max_n < n || options_.gemv_variant != 0) return false;
   if (lora.count != g.count || (st != wt && st != DType::kF32)) return false;
   for (int i = 0; i < g.count; ++i)
     if (lora.y[i].data != g.y[i].data) return false;
@@ -192,22 +225,22 @@ bool CudaBackend::gemv_lora(const MatmulGroup& g, const LoraGroup& lora, Tensor 
   GemvGroup grp = cuda::gemv_group(g, &aligned);
   ShrinkRows args;
   if (!aligned || !shrink_rows_args(lora, x, meta, &args)) return false;
-  args.t = static_cast<float*>(scratch(lora_scratch_, sizeof(float) * lora.count * args.rank, "lora"));  // [G, 1, R]
-  args.blocks = g.count * args.rank_blocks;
+  args.t = static_cast<float*>(scratch(lora_scratch_, sizeof(float) * lora.count * n * args.rank, "lora"));
+  args.blocks = g.count * static_cast<int>(n) * args.rank_blocks;
   const int blocks = cuda::gemv_blocks<kRows>(grp, g.count) + args.blocks;
   const float* xp = x.ptr<float>();
   const int ii = static_cast<int>(x.dim(1));
   cuda::dispatch_float(wt, [&](auto wtag) {
     using W = typename decltype(wtag)::type;
     if (st == DType::kF32) {
-      cuda::launch_kernel(gemv_shrink_kernel<W, float>, static_cast<unsigned>(blocks), kGemvWarps * 32, 0, stream_,
-                          pdl_, grp, args, xp, ii);
+      cuda::launch_kernel(n == 1 ? gemv_shrink_kernel<W, float> : gemv2_shrink_kernel<W, float>,
+                          static_cast<unsigned>(blocks), kGemvWarps * 32, 0, stream_, pdl_, grp, args, xp, ii);
     } else if constexpr (!std::is_same_v<W, float>) {
-      cuda::launch_kernel(gemv_shrink_kernel<W, W>, static_cast<unsigned>(blocks), kGemvWarps * 32, 0, stream_, pdl_,
-                          grp, args, xp, ii);
+      cuda::launch_kernel(n == 1 ? gemv_shrink_kernel<W, W> : gemv2_shrink_kernel<W, W>, static_cast<unsigned>(blocks),
+                          kGemvWarps * 32, 0, stream_, pdl_, grp, args, xp, ii);
     }
   }, "matmul: weight must be F32, F16 or BF16");
-  fill_defer(defer, lora, meta, args.t, 1);
+  fill_defer(defer, lora, meta, args.t, n);
   return true;
 }
 

@@ -402,8 +402,8 @@ void CudaBackend::lora_group(const LoraGroup& g, Tensor x, Tensor /*t*/, const L
 // that the shrink needs when x is ready, and the expand waits for the shrink (batch 1 with
 // an adapter measured 5.45 -> 5.77 ms with it). When the caller takes a deferred expand
 // (LoraDelta), decode batches leave the expand to the op after the projection, which
-// adds it in its own kernel: at 1 token gemv_lora.cu's one launch computes y and t; up to
-// kDeferMaxN tokens the side stream runs gemv_lora.cu's token shrink (t itself, no split
+// adds it in its own kernel: at 1 and 2 tokens gemv_lora.cu's one launch computes y and t;
+// up to kDeferMaxN tokens the side stream runs gemv_lora.cu's token shrink (t itself, no split
 // partials to add up) and nothing follows the join. Either way no LoRA kernel is left on
 // the step's chain after the matmul.
 void CudaBackend::project(const MatmulGroup& g, const LoraGroup* lora, Tensor x, Tensor t, const LoraMeta& meta,
@@ -415,7 +415,7 @@ void CudaBackend::project(const MatmulGroup& g, const LoraGroup* lora, Tensor x,
     return;
   }
   check(lora->count >= 1 && lora->count <= kMaxGroup, "project: 1..3 LoRA members");
-  if (gemv_lora(g, *lora, x, meta, defer)) return;  // batch 1: one launch, the expand deferred
+  if (gemv_lora(g, *lora, x, meta, defer)) return;  // batch 1-2: one launch, the expand deferred
   // A prefill-sized group that the matmul multiplies in bf16 and that came without x's bf16
   // copy (o: the attention output) gets it here, before the fork, so the shrink can read it.
   MatmulGroup gm = g;
