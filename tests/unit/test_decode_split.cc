@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "backend/cuda/decode_split.h"
 
@@ -40,6 +41,26 @@ TEST(DecodeSplit, GridBoundCoversEveryShorterSequence) {
   }
   EXPECT_EQ(decode_max_splits(0, 8), 1);
   EXPECT_EQ(decode_max_splits(4096, 8), 16);  // the graphs' bound for a 4,096-token model
+}
+
+TEST(DecodeSplit, GridTakesEveryPartitionOnceWithinTwiceTheTarget) {
+  for (int target = 1; target <= kDecodeMaxTarget; ++target)
+    for (int max_splits = 1; max_splits <= 40; ++max_splits) {
+      const int grid = decode_grid_splits(max_splits, target);
+      ASSERT_GE(grid, 1);
+      ASSERT_LE(grid, max_splits);
+      ASSERT_LE(grid, kDecodeGridPerTarget * target);
+      // Partitions x, x + grid, ... of blocks x < grid: each of 0 .. max_splits - 1 once.
+      std::vector<int> seen(static_cast<size_t>(max_splits), 0);
+      for (int x = 0; x < grid; ++x)
+        for (int split = x; split < max_splits; split += grid) ++seen[static_cast<size_t>(split)];
+      for (int c : seen) ASSERT_EQ(c, 1);
+    }
+  // The (c) decode bucket: 256 sequences (target 1) under a 4,096-token bound take 2 blocks
+  // per sequence and head, not 16; batch 1 (target 8) keeps all 16.
+  EXPECT_EQ(decode_grid_splits(decode_max_splits(4096, 1), 1), 2);
+  EXPECT_EQ(decode_grid_splits(decode_max_splits(4096, 8), 8), 16);
+  EXPECT_EQ(decode_grid_splits(1, 8), 1);
 }
 
 TEST(DecodeSplit, TargetFollowsTheBatch) {

@@ -25,8 +25,12 @@
 // With one partition in the grid the block writes the output. Otherwise it writes (o, max,
 // sum), and the block that finishes its (sequence, head group) last, by an atomic count,
 // merges the partitions in partition order (no combine kernel; the count goes back to 0
-// for the next launch or replay). The grid is (max splits, heads / gc, seqs), from
-// meta.max_seq_len (a host upper bound); blocks past their sequence's end exit.
+// for the next launch or replay). The grid is (decode_grid_splits, heads / gc, seqs): at
+// most 2 x target blocks per sequence and head group, each taking every gridDim.x-th
+// partition, so a graph's bound (meta.max_seq_len, up to the model's context) does not
+// launch a block for every partition the longest sequence could have. At 256 sequences of
+// Llama-2-7B and a 4,096-token bound that was 16 blocks per (sequence, head) where 2 had
+// keys: 131,072 blocks a layer, 165 us a layer at a 2-token context (ncu, session 12).
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -134,22 +138,31 @@ __device__ __forceinline__ void score_key(float* sc, const float* q_s, const T* 
     if (g < gc) sc[g * kPart + tl] = acc[g];
 }
 
+// Blocks per SM that ptxas must fit: the large-batch kernel of 16-bit caches, one head per
+// block, keeps the 8 it had before the partition loop (58 registers then, 68 with the loop
+// unbounded, 64 and an 8-byte spill bounded; sm_90, bf16, head_dim 128).
+template <typename T, int HD, int GMAX, bool PREWAIT>
+constexpr int kDecodeMinBlocks = GMAX == 1 && !PREWAIT && sizeof(T) == 2 && HD <= 128 ? 8 : 1;
+
 // part: [num_seqs, num_heads, max_splits, HD + 2] f32 (o unnormalised, max, sum) and
 // counts: [num_seqs, num_heads / gc] i32, zero; both used when max_splits > 1.
+// Block x takes partitions x, x + gridDim.x, ... of its sequence (decode_grid_splits);
+// with PREWAIT the grid has a block per partition, and a block takes its own only.
 template <typename T, int HD, int GMAX, bool PREWAIT>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kDecodeMinBlocks<T, HD, GMAX, PREWAIT>)
 decode_kernel(AttentionParams p, float* __restrict__ part, int* __restrict__ counts, int gc, int max_splits,
               int target) {
   if constexpr (!PREWAIT) cuda::pdl_enter();  // launched with pdl (cuda_common.h)
   using S = DecodeShape<T, HD, GMAX>;
   constexpr int E = S::E, NV = S::NV, KL = S::KL;
   __shared__ __align__(16) float smem[S::kFloats];
+  __shared__ bool last;
   float* q_s = smem;                        // [GMAX][HD]
   float* sc = smem + GMAX * HD;             // [GMAX][kPart]
   float* red = smem;                        // [KL][GMAX][HD] (phase 3)
   float* ml = smem + S::kFloats - 2 * GMAX;  // [GMAX][2]
 
-  const int s = blockIdx.z, split = blockIdx.x, h0 = blockIdx.y * gc, kvh = h0 / p.group;
+  const int s = blockIdx.z, h0 = blockIdx.y * gc, kvh = h0 / p.group;
   // PREWAIT: before the PDL wait this block reads only what no kernel of this step writes
   // (the contract's exception for attention, cuda_common.h): the step's metadata, copied
   // in before its first kernel, and the K/V rows of earlier positions, written by earlier
@@ -157,159 +170,168 @@ decode_kernel(AttentionParams p, float* __restrict__ part, int* __restrict__ cou
   const int row = p.query_start[s], q_len = p.query_start[s + 1] - row;
   const int len = p.seq_lens[s];
   const int part_len = decode_part_len(len, target);
-  const int start = split * part_len;
-  if (q_len <= 0 || (p.mixed && q_len != 1) || start >= len) {
+  const int splits = q_len <= 0 || (p.mixed && q_len != 1) ? 0 : decode_splits(len, target);
+  if (static_cast<int>(blockIdx.x) >= splits) {
     if constexpr (PREWAIT) cuda::pdl_enter();  // the chain stays transitive
     return;
   }
-  const int nk = min(len - start, part_len);
-  // This step's key, as a partition index (maybe outside), when loads precede the wait.
-  const int fresh = PREWAIT ? len - 1 - start : -1;
   const T* k_cache = static_cast<const T*>(p.k_cache);
   const T* v_cache = static_cast<const T*>(p.v_cache);
-
-  // Phase 3's first V rows: thread (kl, ev) takes vector ev of keys kl, kl + KL, ...
   const int kl = threadIdx.x / NV, ev = threadIdx.x % NV;
-  const auto load_v = [&](int tl) { return cuda::load16(cuda::kv_row(v_cache, p, s, start + tl, kvh, HD) + ev * E); };
-  uint4 vraw[kVRounds];
-#pragma unroll
-  for (int u = 0; u < kVRounds; ++u) {
-    const int tl = kl + u * KL;
-    if (kl < KL && tl < nk && tl != fresh) vraw[u] = load_v(tl);
-  }
-  // Phase 1's first K vectors of the key in hand; PREWAIT loads those of the thread's first key here.
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   constexpr int kIn = KeyVectors<T, HD, GMAX>::kIn;
-  uint4 kraw[kIn];
-  if constexpr (PREWAIT) {  // all but this step's key before the wait
-    const auto load_kfirst = [&] {
-      const T* krow = cuda::kv_row(k_cache, p, s, start + threadIdx.x, kvh, HD);
-#pragma unroll
-      for (int v = 0; v < kIn; ++v) kraw[v] = cuda::load16(krow + v * E);
+
+  for (int split = blockIdx.x; split < splits; split += gridDim.x) {
+    const int start = split * part_len;
+    const int nk = min(len - start, part_len);
+    // This step's key, as a partition index (maybe outside), when loads precede the wait.
+    const int fresh = PREWAIT ? len - 1 - start : -1;
+
+    // Phase 3's first V rows: thread (kl, ev) takes vector ev of keys kl, kl + KL, ...
+    const auto load_v = [&](int tl) {
+      return cuda::load16(cuda::kv_row(v_cache, p, s, start + tl, kvh, HD) + ev * E);
     };
-    if (static_cast<int>(threadIdx.x) < nk && static_cast<int>(threadIdx.x) != fresh) load_kfirst();
-    cuda::pdl_enter();  // launched with pdl (cuda_common.h)
-    if (static_cast<int>(threadIdx.x) == fresh) load_kfirst();
+    uint4 vraw[kVRounds];
 #pragma unroll
     for (int u = 0; u < kVRounds; ++u) {
       const int tl = kl + u * KL;
-      if (kl < KL && tl == fresh) vraw[u] = load_v(tl);
+      if (kl < KL && tl < nk && tl != fresh) vraw[u] = load_v(tl);
     }
-  }
-
-  // q, pre-scaled, for the block's heads.
-  for (int i = threadIdx.x; i < gc * HD; i += kThreads) {
-    const int g = i / HD, e = i % HD;
-    q_s[g * HD + e] = p.q[(static_cast<int64_t>(row) * p.num_heads + h0 + g) * HD + e] * p.scale;
-  }
-  __syncthreads();
-
-  // 1. scores: thread per key. With PREWAIT the first key's first K vectors are loaded.
-  for (int tl = threadIdx.x; tl < nk; tl += kThreads) {
-    const T* krow = cuda::kv_row(k_cache, p, s, start + tl, kvh, HD);
-    if (!PREWAIT || tl >= kThreads) {
+    // Phase 1's first K vectors of the key in hand; PREWAIT loads those of the thread's first key here.
+    uint4 kraw[kIn];
+    if constexpr (PREWAIT) {  // all but this step's key before the wait
+      const auto load_kfirst = [&] {
+        const T* krow = cuda::kv_row(k_cache, p, s, start + threadIdx.x, kvh, HD);
 #pragma unroll
-      for (int v = 0; v < kIn; ++v) kraw[v] = cuda::load16(krow + v * E);
-    }
-    score_key<T, HD, GMAX, kIn>(sc, q_s, krow, kraw, gc, tl);
-  }
-  __syncthreads();
-
-  // 2. softmax over the partition, one warp per head.
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  for (int g = warp; g < gc; g += kThreads / 32) {
-    float mx = -INFINITY;
-    for (int tl = lane; tl < nk; tl += 32) mx = fmaxf(mx, sc[g * kPart + tl]);
-    mx = cuda::warp_max(mx);
-    float sum = 0.f;
-    for (int tl = lane; tl < nk; tl += 32) {
-      const float e = expf(sc[g * kPart + tl] - mx);
-      sc[g * kPart + tl] = e;
-      sum += e;
-    }
-    sum = cuda::warp_sum(sum);
-    if (lane == 0) {
-      ml[2 * g] = mx;
-      ml[2 * g + 1] = sum;
-    }
-  }
-  __syncthreads();
-
-  // 3. P V: rounds of kVRounds V rows per thread, the next round's loads issued before
-  // this round's products.
-  float acc[GMAX][E];
-#pragma unroll
-  for (int g = 0; g < GMAX; ++g)
-#pragma unroll
-    for (int e = 0; e < E; ++e) acc[g][e] = 0.f;
-  if (kl < KL) {
-    for (int tl0 = kl; tl0 < nk; tl0 += kVRounds * KL) {
-      uint4 cur[kVRounds];
+        for (int v = 0; v < kIn; ++v) kraw[v] = cuda::load16(krow + v * E);
+      };
+      if (static_cast<int>(threadIdx.x) < nk && static_cast<int>(threadIdx.x) != fresh) load_kfirst();
+      cuda::pdl_enter();  // launched with pdl (cuda_common.h)
+      if (static_cast<int>(threadIdx.x) == fresh) load_kfirst();
 #pragma unroll
       for (int u = 0; u < kVRounds; ++u) {
-        cur[u] = vraw[u];
-        const int tn = tl0 + (kVRounds + u) * KL;
-        if (tn < nk) vraw[u] = load_v(tn);
+        const int tl = kl + u * KL;
+        if (kl < KL && tl == fresh) vraw[u] = load_v(tl);
       }
+    }
+
+    // q, pre-scaled, for the block's heads (again per partition: phase 3 overwrites it).
+    for (int i = threadIdx.x; i < gc * HD; i += kThreads) {
+      const int g = i / HD, e = i % HD;
+      q_s[g * HD + e] = p.q[(static_cast<int64_t>(row) * p.num_heads + h0 + g) * HD + e] * p.scale;
+    }
+    __syncthreads();
+
+    // 1. scores: thread per key. With PREWAIT the first key's first K vectors are loaded.
+    for (int tl = threadIdx.x; tl < nk; tl += kThreads) {
+      const T* krow = cuda::kv_row(k_cache, p, s, start + tl, kvh, HD);
+      if (!PREWAIT || tl >= kThreads) {
 #pragma unroll
-      for (int u = 0; u < kVRounds; ++u) {
-        const int tl = tl0 + u * KL;
-        if (tl >= nk) break;
-        float vf[E];
-        cuda::Vec16<T>::unpack(cur[u], vf);
+        for (int v = 0; v < kIn; ++v) kraw[v] = cuda::load16(krow + v * E);
+      }
+      score_key<T, HD, GMAX, kIn>(sc, q_s, krow, kraw, gc, tl);
+    }
+    __syncthreads();
+
+    // 2. softmax over the partition, one warp per head.
+    for (int g = warp; g < gc; g += kThreads / 32) {
+      float mx = -INFINITY;
+      for (int tl = lane; tl < nk; tl += 32) mx = fmaxf(mx, sc[g * kPart + tl]);
+      mx = cuda::warp_max(mx);
+      float sum = 0.f;
+      for (int tl = lane; tl < nk; tl += 32) {
+        const float e = expf(sc[g * kPart + tl] - mx);
+        sc[g * kPart + tl] = e;
+        sum += e;
+      }
+      sum = cuda::warp_sum(sum);
+      if (lane == 0) {
+        ml[2 * g] = mx;
+        ml[2 * g + 1] = sum;
+      }
+    }
+    __syncthreads();
+
+    // 3. P V: rounds of kVRounds V rows per thread, the next round's loads issued before
+    // this round's products.
+    float acc[GMAX][E];
 #pragma unroll
-        for (int g = 0; g < GMAX; ++g) {
-          if (g >= gc) break;
-          const float pr = sc[g * kPart + tl];
+    for (int g = 0; g < GMAX; ++g)
 #pragma unroll
-          for (int e = 0; e < E; ++e) acc[g][e] = fmaf(pr, vf[e], acc[g][e]);
+      for (int e = 0; e < E; ++e) acc[g][e] = 0.f;
+    if (kl < KL) {
+      for (int tl0 = kl; tl0 < nk; tl0 += kVRounds * KL) {
+        uint4 cur[kVRounds];
+#pragma unroll
+        for (int u = 0; u < kVRounds; ++u) {
+          cur[u] = vraw[u];
+          const int tn = tl0 + (kVRounds + u) * KL;
+          if (tn < nk) vraw[u] = load_v(tn);
+        }
+#pragma unroll
+        for (int u = 0; u < kVRounds; ++u) {
+          const int tl = tl0 + u * KL;
+          if (tl >= nk) break;
+          float vf[E];
+          cuda::Vec16<T>::unpack(cur[u], vf);
+#pragma unroll
+          for (int g = 0; g < GMAX; ++g) {
+            if (g >= gc) break;
+            const float pr = sc[g * kPart + tl];
+#pragma unroll
+            for (int e = 0; e < E; ++e) acc[g][e] = fmaf(pr, vf[e], acc[g][e]);
+          }
         }
       }
     }
-  }
-  __syncthreads();  // sc is dead from here on; red overlays it
-  if (kl < KL) {
+    __syncthreads();  // sc is dead from here on; red overlays it
+    if (kl < KL) {
 #pragma unroll
-    for (int g = 0; g < GMAX; ++g) {
-      if (g >= gc) break;
+      for (int g = 0; g < GMAX; ++g) {
+        if (g >= gc) break;
 #pragma unroll
-      for (int e = 0; e < E; ++e) red[(kl * GMAX + g) * HD + ev * E + e] = acc[g][e];
-    }
-  }
-  __syncthreads();
-  for (int i = threadIdx.x; i < gc * HD; i += kThreads) {
-    const int g = i / HD, e = i % HD;
-    float o = 0.f;
-    for (int k = 0; k < KL; ++k) o += red[(k * GMAX + g) * HD + e];
-    const int h = h0 + g;
-    if (max_splits == 1) {
-      p.out[(static_cast<int64_t>(row) * p.num_heads + h) * HD + e] = o / ml[2 * g + 1];
-    } else {
-      float* dst = part + ((static_cast<int64_t>(s) * p.num_heads + h) * max_splits + split) * (HD + 2);
-      dst[e] = o;
-      if (e == 0) {
-        dst[HD] = ml[2 * g];
-        dst[HD + 1] = ml[2 * g + 1];
+        for (int e = 0; e < E; ++e) red[(kl * GMAX + g) * HD + ev * E + e] = acc[g][e];
       }
     }
-  }
-  if (max_splits == 1) return;
-  // The last block of this (sequence, head group) to finish merges the partitions.
-  __shared__ bool last;
-  __threadfence();  // this block's partials are visible before its count is
-  __syncthreads();
-  const int splits = decode_splits(len, target);
-  if (threadIdx.x == 0) {
-    int* count = counts + static_cast<int64_t>(s) * gridDim.y + blockIdx.y;
-    last = atomicAdd(count, 1) == splits - 1;
-    if (last) *count = 0;  // every partition has counted: ready for the next launch
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  for (int i = threadIdx.x; i < gc * HD; i += kThreads) {
-    const int g = i / HD, e = i % HD, h = h0 + g;
-    const float* base = part + (static_cast<int64_t>(s) * p.num_heads + h) * max_splits * (HD + 2);
-    p.out[(static_cast<int64_t>(row) * p.num_heads + h) * HD + e] = merge_partitions(base, splits, HD, e);
+    __syncthreads();
+    for (int i = threadIdx.x; i < gc * HD; i += kThreads) {
+      const int g = i / HD, e = i % HD;
+      float o = 0.f;
+      for (int k = 0; k < KL; ++k) o += red[(k * GMAX + g) * HD + e];
+      const int h = h0 + g;
+      if (max_splits == 1) {
+        p.out[(static_cast<int64_t>(row) * p.num_heads + h) * HD + e] = o / ml[2 * g + 1];
+      } else {
+        float* dst = part + ((static_cast<int64_t>(s) * p.num_heads + h) * max_splits + split) * (HD + 2);
+        dst[e] = o;
+        if (e == 0) {
+          dst[HD] = ml[2 * g];
+          dst[HD + 1] = ml[2 * g + 1];
+        }
+      }
+    }
+    if (max_splits == 1) return;  // one partition, and the grid has one block for it
+    // The last partition of this (sequence, head group) to finish merges them all. A block
+    // counts each of its partitions: its later ones have not counted when an earlier one
+    // is the last, so only the block's final partition can be.
+    __threadfence();  // this block's partials are visible before its count is
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int* count = counts + static_cast<int64_t>(s) * gridDim.y + blockIdx.y;
+      last = atomicAdd(count, 1) == splits - 1;
+      if (last) *count = 0;  // every partition has counted: ready for the next launch
+    }
+    __syncthreads();
+    if (last) {
+      __threadfence();
+      for (int i = threadIdx.x; i < gc * HD; i += kThreads) {
+        const int g = i / HD, e = i % HD, h = h0 + g;
+        const float* base = part + (static_cast<int64_t>(s) * p.num_heads + h) * max_splits * (HD + 2);
+        p.out[(static_cast<int64_t>(row) * p.num_heads + h) * HD + e] = merge_partitions(base, splits, HD, e);
+      }
+    }
+    if constexpr (PREWAIT) break;
+    __syncthreads();  // the next partition rewrites q_s, sc and ml, and `last`
   }
 }
 
@@ -384,7 +406,8 @@ void CudaBackend::attention(Tensor out, Tensor q, Tensor k_cache, Tensor v_cache
         scratch(attention_scratch_, partials_bytes(meta.num_seqs, num_heads, hd, max_splits), "attention"));
     counts = static_cast<int*>(scratch(attention_counts_, counts_bytes(meta.num_seqs, num_heads / gc), "attention"));
   }
-  const dim3 grid(static_cast<unsigned>(max_splits), static_cast<unsigned>(num_heads / gc),
+  const dim3 grid(static_cast<unsigned>(prewait ? max_splits : cuda::decode_grid_splits(max_splits, target)),
+                  static_cast<unsigned>(num_heads / gc),
                   static_cast<unsigned>(meta.num_seqs));
   cuda::dispatch_float(k_cache.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;

@@ -19,6 +19,7 @@ inline constexpr int kDecodePartMax = 256;   // most keys per partition (the sco
 inline constexpr int kDecodePartMin = 32;    // fewest keys per partition
 inline constexpr int kDecodeMaxTarget = 8;   // most partitions per sequence below 8 x 256 keys
 inline constexpr int kDecodeBlocksPerSm = 8;  // decode blocks per SM the target aims at
+inline constexpr int kDecodeGridPerTarget = 2;  // grid blocks per sequence: this x the target
 
 // Partitions per sequence the batch wants: enough blocks for kDecodeBlocksPerSm per SM.
 inline int decode_target(int64_t num_seqs, int64_t head_groups, int num_sms) {
@@ -46,6 +47,14 @@ inline int decode_max_splits(int64_t max_len, int target) {
   const int64_t m = std::max<int64_t>(max_len, 1);
   const int64_t small = std::min<int64_t>(target, (m + kDecodePartMin - 1) / kDecodePartMin);
   return static_cast<int>(std::max<int64_t>(small, (m + kDecodePartMax - 1) / kDecodePartMax));
+}
+
+// Blocks per (sequence, head group) in the grid: max_splits, but at most
+// kDecodeGridPerTarget x target. Block x takes partitions x, x + grid, ...; the target
+// already gives the batch enough blocks, and a loose bound (a graph's: the model's whole
+// context) would otherwise launch a block for every partition no sequence has yet.
+inline int decode_grid_splits(int max_splits, int target) {
+  return std::max(1, std::min(max_splits, kDecodeGridPerTarget * std::max(target, 1)));
 }
 
 }  // namespace quiver::cuda
