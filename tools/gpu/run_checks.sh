@@ -9,7 +9,11 @@
 #             (default NCU_BS) and NCU_KERNELS (a kernel-name regex) narrow it: issue 6 (c)'s
 #             decode LoRA is NCU_BS=256 NCU_IN=1 NCU_ADAPTERS=64 NCU_KERNELS='shrink|expand'
 #             NCU_COUNT=8 (one layer: 256 one-token prompts, four per adapter, sorted by slot).
-#             NCU_DETAIL=1 adds NCU_DETAIL_METRICS (bytes, occupancy, stalls) per kernel
+#             NCU_DETAIL=1 adds NCU_DETAIL_METRICS (bytes, occupancy, stalls) per kernel.
+#             NCU_KV (default 16GiB): the KV cache, e.g. 40GiB for (c)'s decode at real
+#             contexts (NCU_BS=256 NCU_IN=256 NCU_ADAPTERS=64: 4 prefill steps, then decode).
+#             NCU_SHOW (default "0 1 2"): which forwards the summary lists (0: kernels before
+#             the first embedding, i.e. the dummy weights' initialisation)
 #   BENCHC    256 requests over 64 adapters with --trace (BENCHC_OUT output tokens)
 #   BENCHAB   LoRA vs base at batch 1/8/32/64 (BENCHAB_BS, BENCHAB_OUT, BENCHAB_FLAGS);
 #             BENCHAB_EAGER adds batch 1 with --enforce-eager
@@ -66,12 +70,12 @@ if [ -n "${NCU:-}" ]; then  # defaults: the first step is one 2,048-token prefil
   [ -n "${NCU_DETAIL:-}" ] && what=(--metrics "gpu__time_duration.sum,$NCU_DETAIL_METRICS")
   timeout ${NCU_T:-200} ncu --clock-control none "${what[@]}" --csv --launch-skip ${NCU_SKIP:-0} \
     --launch-count ${NCU_COUNT:-1400} "${kfilter[@]}" "${B[@]}" --batch-size ${NCU_BS:-8} --input-len ${NCU_IN:-256} \
-    --output-len 2 --num-adapters ${NCU_ADAPTERS:-${NCU_BS:-8}} --num-iters 1 --warmup-steps 0 --max-num-seqs ${NCU_BS:-8} --kv-cache-memory 16GiB \
+    --output-len 2 --num-adapters ${NCU_ADAPTERS:-${NCU_BS:-8}} --num-iters 1 --warmup-steps 0 --max-num-seqs ${NCU_BS:-8} --kv-cache-memory ${NCU_KV:-16GiB} \
     --enforce-eager --lora-dtype bfloat16 >"$OUT/ncu.csv" 2>"$OUT/ncu.err"
   echo "ncu rc=$? $(wc -l <"$OUT/ncu.csv") lines"; tail -3 "$OUT/ncu.err"
   # Per forward pass (each starts with the embedding kernel): total and the largest kernels.
   # With NCU_DETAIL, every profiled kernel's metrics instead.
-  python3 - "$OUT/ncu.csv" "${NCU_DETAIL:-}" <<'PY'
+  python3 - "$OUT/ncu.csv" "${NCU_DETAIL:-}" "${NCU_SHOW:-0 1 2}" <<'PY'
 import csv, sys, collections
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
 hdr = rows[0]; rows = rows[1:]
@@ -93,7 +97,9 @@ for r in rows:
     v = float(r[vi].replace(",", "")); u = r[ui]
     us = v / 1000 if u in ("ns", "nsecond") else v if u in ("us", "usecond") else v * 1000  # ncu 2025 says "ns"
     steps[-1][name[-70:]][0] += 1; steps[-1][name[-70:]][1] += us
-for i, agg in enumerate(steps[:3]):
+for i in [int(w) for w in sys.argv[3].split()]:
+    if i >= len(steps): continue
+    agg = steps[i]
     tot = sum(a[1] for a in agg.values())
     print(f"forward {i}: {tot:.1f} us over {sum(a[0] for a in agg.values())} kernels (the last may be cut off)")
     for k, (c, us) in sorted(agg.items(), key=lambda kv: -kv[1][1])[:15]:
