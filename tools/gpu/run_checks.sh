@@ -11,7 +11,9 @@
 #             NCU_COUNT=8 (one layer: 256 one-token prompts, four per adapter, sorted by slot).
 #             NCU_DETAIL=1 adds NCU_DETAIL_METRICS (bytes, occupancy, stalls) per kernel.
 #             NCU_KV (default 16GiB): the KV cache, e.g. 40GiB for (c)'s decode at real
-#             contexts (NCU_BS=256 NCU_IN=256 NCU_ADAPTERS=64: 4 prefill steps, then decode).
+#             contexts: NCU_BS=256 NCU_IN=256 NCU_ADAPTERS=64 NCU_OUTLEN=8 runs a prefill
+#             step and 4 mixed ones, as (c) does; forwards 6 and 7 decode all 256.
+#             NCU_OUTLEN (default 2): output tokens per request.
 #             NCU_SHOW (default "0 1 2"): which forwards the summary lists (0: kernels before
 #             the first embedding, i.e. the dummy weights' initialisation)
 #   BENCHC    256 requests over 64 adapters with --trace (BENCHC_OUT output tokens)
@@ -70,7 +72,7 @@ if [ -n "${NCU:-}" ]; then  # defaults: the first step is one 2,048-token prefil
   [ -n "${NCU_DETAIL:-}" ] && what=(--metrics "gpu__time_duration.sum,$NCU_DETAIL_METRICS")
   timeout ${NCU_T:-200} ncu --clock-control none "${what[@]}" --csv --launch-skip ${NCU_SKIP:-0} \
     --launch-count ${NCU_COUNT:-1400} "${kfilter[@]}" "${B[@]}" --batch-size ${NCU_BS:-8} --input-len ${NCU_IN:-256} \
-    --output-len 2 --num-adapters ${NCU_ADAPTERS:-${NCU_BS:-8}} --num-iters 1 --warmup-steps 0 --max-num-seqs ${NCU_BS:-8} --kv-cache-memory ${NCU_KV:-16GiB} \
+    --output-len ${NCU_OUTLEN:-2} --num-adapters ${NCU_ADAPTERS:-${NCU_BS:-8}} --num-iters 1 --warmup-steps 0 --max-num-seqs ${NCU_BS:-8} --kv-cache-memory ${NCU_KV:-16GiB} \
     --enforce-eager --lora-dtype bfloat16 >"$OUT/ncu.csv" 2>"$OUT/ncu.err"
   echo "ncu rc=$? $(wc -l <"$OUT/ncu.csv") lines"; tail -3 "$OUT/ncu.err"
   # Per forward pass (each starts with the embedding kernel): total and the largest kernels.
