@@ -33,11 +33,11 @@ constexpr int kU = 4;     // gemv.cu's rounds of loads in flight for 4 rows and 
 
 struct ShrinkRows {
   const void* a[kMaxGroup] = {};  // [S, R, in]
-  float* t = nullptr;             // [G, R]: member g's t at t + g * R
+  float* t = nullptr;             // [G, n, R]: member g's t at t + g * n * R
   const int32_t* token_slot = nullptr;
   int rank = 0, num_slots = 0;
   int rank_blocks = 0;  // ceil(R / kRows)
-  int blocks = 0;       // G * rank_blocks: the first blocks of the grid
+  int blocks = 0;       // G * n * rank_blocks: the first blocks of the grid (gemv*_shrink_kernel)
 };
 
 // Member g's A rows r0 .. r0 + 3 for token tok into arow; false when the token has no
