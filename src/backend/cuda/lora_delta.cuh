@@ -25,6 +25,8 @@ struct LoraDeltaArgs {
   bool vec = false;          // 16-bit stacks, R % 8 == 0, 16-byte aligned: vector loads
 };
 
+struct LoraDeltaT;
+
 // One output's term: load() before the wait, apply() after it. 10 registers (t's address
 // is worked out in apply()): the delta norm kernel holds eight of them a thread.
 struct LoraDeltaRow {
@@ -47,31 +49,61 @@ struct LoraDeltaRow {
   }
 
   // y + the row of B . t (member g, token tok, as loaded), ranks in order.
-  __device__ __forceinline__ float apply(const LoraDeltaArgs& d, int g, int tok, float y) const {
-    if (brow == nullptr) return y;
-    const float* t = group_pick(g, d.t) + static_cast<int64_t>(tok) * d.rank;
-    float p = 0.f;
-    int r = 0;
-    if (d.vec) {
-      const bool bf16 = d.type == DType::kBF16;
+  __device__ __forceinline__ float apply(const LoraDeltaArgs& d, int g, int tok, float y) const;
+  // The same with t's first ranks already in registers (LoraDeltaT::load, after the wait).
+  __device__ __forceinline__ float apply(const LoraDeltaArgs& d, const LoraDeltaT& t, float y) const;
+};
+
+// t [n, R] of one (member, token): its first 16 ranks in registers when the B rows take
+// vector loads (d.vec), so an op whose outputs share a token loads them once, right after
+// its wait, beside its other loads; ranks past 16 are read from memory.
+struct LoraDeltaT {
+  float v[16] = {};
+  const float* t = nullptr;
+
+  __device__ __forceinline__ void load(const LoraDeltaArgs& d, int g, int tok) {
+    if (g >= d.count) return;
+    t = group_pick(g, d.t) + static_cast<int64_t>(tok) * d.rank;
+    if (!d.vec) return;
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        if (8 * h + 8 > d.rank) break;
-        float f[8];
-        if (bf16) Vec16<__nv_bfloat16>::unpack(raw[h], f);
-        else Vec16<__half>::unpack(raw[h], f);
-        const float4 t0 = *reinterpret_cast<const float4*>(t + 8 * h);
-        const float4 t1 = *reinterpret_cast<const float4*>(t + 8 * h + 4);
-        const float tv[8] = {t0.x, t0.y, t0.z, t0.w, t1.x, t1.y, t1.z, t1.w};
-#pragma unroll
-        for (int e = 0; e < 8; ++e) p = fmaf(f[e], tv[e], p);
-        r = 8 * h + 8;
-      }
+    for (int q = 0; q < 4; ++q) {
+      if (4 * q + 4 > d.rank) break;  // vec: R % 8 == 0, so R >= 8 and t 16-byte aligned
+      const float4 f = *reinterpret_cast<const float4*>(t + 4 * q);
+      v[4 * q] = f.x;
+      v[4 * q + 1] = f.y;
+      v[4 * q + 2] = f.z;
+      v[4 * q + 3] = f.w;
     }
-    for (; r < d.rank; ++r) p = fmaf(load_any(brow, d.type, r), t[r], p);
-    return y + p;
   }
 };
+
+__device__ __forceinline__ float LoraDeltaRow::apply(const LoraDeltaArgs& d, const LoraDeltaT& t, float y) const {
+  if (brow == nullptr) return y;
+  float p = 0.f;
+  int r = 0;
+  if (d.vec) {
+    const bool bf16 = d.type == DType::kBF16;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (8 * h + 8 > d.rank) break;
+      float f[8];
+      if (bf16) Vec16<__nv_bfloat16>::unpack(raw[h], f);
+      else Vec16<__half>::unpack(raw[h], f);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) p = fmaf(f[e], t.v[8 * h + e], p);
+      r = 8 * h + 8;
+    }
+  }
+  for (; r < d.rank; ++r) p = fmaf(load_any(brow, d.type, r), t.t[r], p);
+  return y + p;
+}
+
+__device__ __forceinline__ float LoraDeltaRow::apply(const LoraDeltaArgs& d, int g, int tok, float y) const {
+  if (brow == nullptr) return y;
+  LoraDeltaT t;
+  t.load(d, g, tok);
+  return apply(d, t, y);
+}
 
 // The kernel arguments of `delta` for an op whose inputs ys (in order, n rows each) are the
 // delta's y; count 0 when nothing is pending. Checks what it is given.

@@ -26,6 +26,12 @@ __device__ __forceinline__ void store_normed4(float* __restrict__ o, void* __res
   cuda::store_x16(out16, row * d + e + 3, r.w, bf16);
 }
 
+// Float4s of a row a thread keeps in registers (rows up to 4 * 4 * 512 = 8,192 wide): all
+// their loads are issued at once after the wait, before the first store. Loads after a
+// store to a pointer that may alias them cannot be moved above it, so a loop over the
+// row's float4s paid one round trip to memory per float4 on the step's chain.
+constexpr int kNormVecs = 4;
+
 // out: [n, d] f32; x: [n, d] f32; w: [d] W. ADD: residual[n, d] += x first, and the norm
 // is taken of the updated residual. out16 (or null): out again, rounded (store_x16). Each
 // thread reads back only elements it wrote itself (same index mapping in both passes), so
@@ -42,8 +48,37 @@ __global__ void rms_norm_kernel(float* __restrict__ out, void* __restrict__ out1
   const float* src = ADD ? rr : xr;
   float* o = out + row * d;
   float ss = 0.f;
+  const int64_t d4 = d / 4;
+  if (vec && d4 <= int64_t{kNormVecs} * blockDim.x) {  // the row in registers, same sums in the same order
+    float4 a[kNormVecs], r[kNormVecs];
+#pragma unroll
+    for (int u = 0; u < kNormVecs; ++u) {
+      const int64_t j = threadIdx.x + int64_t{u} * blockDim.x;
+      if (j >= d4) break;
+      a[u] = reinterpret_cast<const float4*>(xr)[j];
+      if constexpr (ADD) r[u] = reinterpret_cast<const float4*>(rr)[j];
+    }
+#pragma unroll
+    for (int u = 0; u < kNormVecs; ++u) {
+      const int64_t j = threadIdx.x + int64_t{u} * blockDim.x;
+      if (j >= d4) break;
+      if constexpr (ADD) {
+        a[u] = make_float4(r[u].x + a[u].x, r[u].y + a[u].y, r[u].z + a[u].z, r[u].w + a[u].w);
+        reinterpret_cast<float4*>(rr)[j] = a[u];
+      }
+      ss += a[u].x * a[u].x + a[u].y * a[u].y + a[u].z * a[u].z + a[u].w * a[u].w;
+    }
+    const float total = cuda::block_sum(ss, red);
+    const float inv = 1.0f / sqrtf(total / static_cast<float>(d) + eps);
+#pragma unroll
+    for (int u = 0; u < kNormVecs; ++u) {
+      const int64_t j = threadIdx.x + int64_t{u} * blockDim.x;
+      if (j >= d4) break;
+      store_normed4(o, out16, bf16, w, row, d, j, a[u], inv);
+    }
+    return;
+  }
   if (vec) {
-    const int64_t d4 = d / 4;
     for (int64_t j = threadIdx.x; j < d4; j += blockDim.x) {
       float4 a = reinterpret_cast<const float4*>(xr)[j];
       if constexpr (ADD) {
@@ -66,7 +101,6 @@ __global__ void rms_norm_kernel(float* __restrict__ out, void* __restrict__ out1
   const float total = cuda::block_sum(ss, red);
   const float inv = 1.0f / sqrtf(total / static_cast<float>(d) + eps);
   if (vec) {
-    const int64_t d4 = d / 4;
     for (int64_t j = threadIdx.x; j < d4; j += blockDim.x)
       store_normed4(o, out16, bf16, w, row, d, j, reinterpret_cast<const float4*>(src)[j], inv);
   } else {
@@ -80,7 +114,8 @@ __global__ void rms_norm_kernel(float* __restrict__ out, void* __restrict__ out1
 // add_rms_norm (out16 as above) with x's pending LoRA term (lora_delta.cuh) added to x, and
 // written back, before the residual add. d % 4 == 0 and aligned rows (float4 path): each
 // thread's first two float4s have their B rows loaded before the wait (a 4,096-wide row at
-// 512 threads is all of them), later ones after it.
+// 512 threads is all of them), and after it t, x and the residual at once, as in
+// rms_norm_kernel; later float4s one at a time.
 template <typename W>
 __global__ void __launch_bounds__(512) add_rms_norm_delta_kernel(float* __restrict__ out, void* __restrict__ out16,
                                                                  bool bf16, float* __restrict__ residual,
@@ -97,25 +132,28 @@ __global__ void __launch_bounds__(512) add_rms_norm_delta_kernel(float* __restri
     if (j1 < d4) e1[e].load(delta, 0, tok, static_cast<int>(4 * j1 + e));
   }
   cuda::pdl_enter();  // launched with pdl (cuda_common.h)
+  cuda::LoraDeltaT t;
+  t.load(delta, 0, tok);
   float4* xr = reinterpret_cast<float4*>(x + row * d);
   float4* rr = reinterpret_cast<float4*>(residual + row * d);
+  float4 a[2], r[2];
+  if (j0 < d4) a[0] = xr[j0], r[0] = rr[j0];
+  if (j1 < d4) a[1] = xr[j1], r[1] = rr[j1];
   float ss = 0.f;
-  auto step = [&](int64_t j, const cuda::LoraDeltaRow (&rows)[4]) {
-    float4 a = xr[j];
-    a = make_float4(rows[0].apply(delta, 0, tok, a.x), rows[1].apply(delta, 0, tok, a.y),
-                    rows[2].apply(delta, 0, tok, a.z), rows[3].apply(delta, 0, tok, a.w));
+  auto step = [&](int64_t j, float4 a, float4 r, const cuda::LoraDeltaRow (&rows)[4]) {
+    a = make_float4(rows[0].apply(delta, t, a.x), rows[1].apply(delta, t, a.y), rows[2].apply(delta, t, a.z),
+                    rows[3].apply(delta, t, a.w));
     xr[j] = a;
-    const float4 r = rr[j];
     a = make_float4(r.x + a.x, r.y + a.y, r.z + a.z, r.w + a.w);
     rr[j] = a;
     ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
   };
-  if (j0 < d4) step(j0, e0);
-  if (j1 < d4) step(j1, e1);
+  if (j0 < d4) step(j0, a[0], r[0], e0);
+  if (j1 < d4) step(j1, a[1], r[1], e1);
   for (int64_t j = j1 + blockDim.x; j < d4; j += blockDim.x) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) e0[e].load(delta, 0, tok, static_cast<int>(4 * j + e));
-    step(j, e0);
+    step(j, xr[j], rr[j], e0);
   }
   const float total = cuda::block_sum(ss, red);
   const float inv = 1.0f / sqrtf(total / static_cast<float>(d) + eps);
