@@ -36,20 +36,33 @@ __global__ void rope_kv_write_kernel(float* __restrict__ q, float* __restrict__ 
   const bool live = p < (num_heads + (v != nullptr ? 2 : 1) * num_kv) * half;  // v pairs: rope_kv_write only
   // A head's member: 0 q, 1 k, 2 v.
   auto member_of = [&](int head) { return head < num_heads ? 0 : head < num_heads + num_kv ? 1 : 2; };
+  const int head = p / half, j = p - head * half;
+  const int g = member_of(head);
+  // Before the wait: the B rows, and what the step's inputs give (cuda_common.h: no kernel
+  // of the step writes them): the slot, the position and its cos / sin.
   cuda::LoraDeltaRow dlo, dhi;  // brow null: no term
-  if constexpr (DELTA) {
-    if (live) {
-      const int head = p / half, g = member_of(head);
-      const int row = (g == 0 ? head : g == 1 ? head - num_heads : head - num_heads - num_kv) * hd + p % half;
+  int64_t slot = -1;
+  bool valid = false;
+  float c = 0.f, s = 0.f;
+  if (live) {
+    if constexpr (DELTA) {
+      const int row = (g == 0 ? head : g == 1 ? head - num_heads : head - num_heads - num_kv) * hd + j;
       dlo.load(delta, g, static_cast<int>(i), row);
       dhi.load(delta, g, static_cast<int>(i), row + half);
+    }
+    if (slot_mapping != nullptr) slot = slot_mapping[i];
+    if (g != 2) {
+      const int pos = positions[i];
+      valid = pos >= 0 && pos < max_pos;
+      if (valid) {
+        const float* cs = cos_sin + static_cast<int64_t>(pos) * hd;
+        c = cs[j];
+        s = cs[half + j];
+      }
     }
   }
   cuda::pdl_enter();  // launched with pdl (cuda_common.h)
   if (!live) return;
-  const int head = p / half, j = p - head * half;
-  const int g = member_of(head);
-  const int64_t slot = slot_mapping != nullptr ? slot_mapping[i] : -1;
   const bool store = slot >= 0 && slot < num_slots;
   const int64_t row = static_cast<int64_t>(num_kv) * hd;
   if (g == 2) {  // a v pair: stored as it is
@@ -66,13 +79,9 @@ __global__ void rope_kv_write_kernel(float* __restrict__ q, float* __restrict__ 
     v_cache[slot * row + kvh * hd + j + half] = cuda::from_f32<T>(b);
     return;
   }
-  const int pos = positions[i];
-  const bool valid = pos >= 0 && pos < max_pos;
   float* x = g == 0 ? q + (i * num_heads + head) * hd : k + (i * num_kv + head - num_heads) * hd;
   float lo = NAN, hi = NAN;  // a position outside the table: NaN rows, as rope_kernel
   if (valid) {
-    const float* cs = cos_sin + static_cast<int64_t>(pos) * hd;
-    const float c = cs[j], s = cs[half + j];
     const float a = dlo.apply(delta, g, static_cast<int>(i), x[j]);
     const float b = dhi.apply(delta, g, static_cast<int>(i), x[j + half]);
     lo = a * c - b * s;
