@@ -54,6 +54,33 @@ struct LoraDeltaRow {
   __device__ __forceinline__ float apply(const LoraDeltaArgs& d, const LoraDeltaT& t, float y) const;
 };
 
+// The terms of four consecutive outputs (row .. row + 3) of one member and token: one B
+// pointer for the four, 34 registers where four LoraDeltaRows take 40.
+struct LoraDeltaRow4 {
+  uint4 raw[4][2] = {};         // their first 16 ranks, vec only
+  const char* brow = nullptr;   // B[slot][row]; null: no term
+
+  __device__ __forceinline__ void load(const LoraDeltaArgs& d, int g, int tok, int row) {
+    brow = nullptr;
+    if (g >= d.count) return;
+    const int slot = lora_slot_of(d.token_slot, tok, d.num_slots);
+    if (slot < 0) return;
+    const int64_t esz = d.type == DType::kF32 ? 4 : 2;
+    const int64_t index = (static_cast<int64_t>(slot) * group_pick(g, d.out) + row) * d.rank;
+    brow = static_cast<const char*>(group_pick(g, d.b)) + index * esz;
+    if (d.vec) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        raw[k][0] = load16(brow + k * 2 * d.rank);
+        if (d.rank >= 16) raw[k][1] = load16(brow + k * 2 * d.rank + 16);
+      }
+    }
+  }
+
+  // y + the four rows of B . t, as LoraDeltaRow::apply.
+  __device__ __forceinline__ float4 apply(const LoraDeltaArgs& d, const LoraDeltaT& t, float4 y) const;
+};
+
 // t [n, R] of one (member, token): its first 16 ranks in registers when the B rows take
 // vector loads (d.vec), so an op whose outputs share a token loads them once, right after
 // its wait, beside its other loads; ranks past 16 are read from memory.
@@ -77,8 +104,9 @@ struct LoraDeltaT {
   }
 };
 
-__device__ __forceinline__ float LoraDeltaRow::apply(const LoraDeltaArgs& d, const LoraDeltaT& t, float y) const {
-  if (brow == nullptr) return y;
+// The row of B at brow (raw: its first 16 ranks, vec) . t, ranks in order.
+__device__ __forceinline__ float lora_term(const LoraDeltaArgs& d, const uint4 (&raw)[2], const char* brow,
+                                           const LoraDeltaT& t) {
   float p = 0.f;
   int r = 0;
   if (d.vec) {
@@ -95,7 +123,18 @@ __device__ __forceinline__ float LoraDeltaRow::apply(const LoraDeltaArgs& d, con
     }
   }
   for (; r < d.rank; ++r) p = fmaf(load_any(brow, d.type, r), t.t[r], p);
-  return y + p;
+  return p;
+}
+
+__device__ __forceinline__ float LoraDeltaRow::apply(const LoraDeltaArgs& d, const LoraDeltaT& t, float y) const {
+  return brow == nullptr ? y : y + lora_term(d, raw, brow, t);
+}
+
+__device__ __forceinline__ float4 LoraDeltaRow4::apply(const LoraDeltaArgs& d, const LoraDeltaT& t, float4 y) const {
+  if (brow == nullptr) return y;
+  const int64_t stride = (d.type == DType::kF32 ? 4 : 2) * static_cast<int64_t>(d.rank);
+  return make_float4(y.x + lora_term(d, raw[0], brow, t), y.y + lora_term(d, raw[1], brow + stride, t),
+                     y.z + lora_term(d, raw[2], brow + 2 * stride, t), y.w + lora_term(d, raw[3], brow + 3 * stride, t));
 }
 
 __device__ __forceinline__ float LoraDeltaRow::apply(const LoraDeltaArgs& d, int g, int tok, float y) const {

@@ -11,14 +11,18 @@
 namespace quiver {
 namespace {
 
-// out row element group j (4 elements from 4j) = w * (a * inv), and its 16-bit copy.
+// The weights of row element group j (4 elements from 4j), as floats.
 template <typename W>
-__device__ __forceinline__ void store_normed4(float* __restrict__ o, void* __restrict__ out16, bool bf16,
-                                              const W* __restrict__ w, int64_t row, int64_t d, int64_t j, float4 a,
-                                              float inv) {
+__device__ __forceinline__ float4 load_w4(const W* __restrict__ w, int64_t j) {
   const int64_t e = 4 * j;
-  const float4 r = make_float4(cuda::to_f32(w[e]) * (a.x * inv), cuda::to_f32(w[e + 1]) * (a.y * inv),
-                               cuda::to_f32(w[e + 2]) * (a.z * inv), cuda::to_f32(w[e + 3]) * (a.w * inv));
+  return make_float4(cuda::to_f32(w[e]), cuda::to_f32(w[e + 1]), cuda::to_f32(w[e + 2]), cuda::to_f32(w[e + 3]));
+}
+
+// out row element group j = wv * (a * inv), and its 16-bit copy; wv: load_w4(w, j).
+__device__ __forceinline__ void store_normed4(float* __restrict__ o, void* __restrict__ out16, bool bf16, float4 wv,
+                                              int64_t row, int64_t d, int64_t j, float4 a, float inv) {
+  const int64_t e = 4 * j;
+  const float4 r = make_float4(wv.x * (a.x * inv), wv.y * (a.y * inv), wv.z * (a.z * inv), wv.w * (a.w * inv));
   reinterpret_cast<float4*>(o)[j] = r;
   cuda::store_x16(out16, row * d + e, r.x, bf16);
   cuda::store_x16(out16, row * d + e + 1, r.y, bf16);
@@ -26,8 +30,9 @@ __device__ __forceinline__ void store_normed4(float* __restrict__ o, void* __res
   cuda::store_x16(out16, row * d + e + 3, r.w, bf16);
 }
 
-// Float4s of a row a thread keeps in registers (rows up to 4 * 4 * 512 = 8,192 wide): all
-// their loads are issued at once after the wait, before the first store. Loads after a
+// Float4s of a row a thread keeps in registers (rows up to 4 * 4 * 512 = 8,192 wide): their
+// weights are loaded before the wait, x and the residual all at once after it, before the
+// first store. Loads after a
 // store to a pointer that may alias them cannot be moved above it, so a loop over the
 // row's float4s paid one round trip to memory per float4 on the step's chain.
 constexpr int kNormVecs = 4;
@@ -40,16 +45,25 @@ constexpr int kNormVecs = 4;
 template <typename W, bool ADD>
 __global__ void rms_norm_kernel(float* __restrict__ out, void* __restrict__ out16, bool bf16, float* residual,
                                 const float* x, const W* __restrict__ w, int64_t d, float eps, bool vec) {
-  cuda::pdl_enter();  // launched with pdl (cuda_common.h)
   __shared__ float red[32];
-  const int64_t row = blockIdx.x;
+  const int64_t row = blockIdx.x, d4 = d / 4;
+  const bool in_regs = vec && d4 <= int64_t{kNormVecs} * blockDim.x;
+  float4 wv[kNormVecs];
+  if (in_regs) {  // weights: written by no kernel (cuda_common.h)
+#pragma unroll
+    for (int u = 0; u < kNormVecs; ++u) {
+      const int64_t j = threadIdx.x + int64_t{u} * blockDim.x;
+      if (j >= d4) break;
+      wv[u] = load_w4(w, j);
+    }
+  }
+  cuda::pdl_enter();  // launched with pdl (cuda_common.h)
   const float* xr = x + row * d;
   float* rr = ADD ? residual + row * d : nullptr;
   const float* src = ADD ? rr : xr;
   float* o = out + row * d;
   float ss = 0.f;
-  const int64_t d4 = d / 4;
-  if (vec && d4 <= int64_t{kNormVecs} * blockDim.x) {  // the row in registers, same sums in the same order
+  if (in_regs) {  // the row in registers, same sums in the same order
     float4 a[kNormVecs], r[kNormVecs];
 #pragma unroll
     for (int u = 0; u < kNormVecs; ++u) {
@@ -74,7 +88,7 @@ __global__ void rms_norm_kernel(float* __restrict__ out, void* __restrict__ out1
     for (int u = 0; u < kNormVecs; ++u) {
       const int64_t j = threadIdx.x + int64_t{u} * blockDim.x;
       if (j >= d4) break;
-      store_normed4(o, out16, bf16, w, row, d, j, a[u], inv);
+      store_normed4(o, out16, bf16, wv[u], row, d, j, a[u], inv);
     }
     return;
   }
@@ -102,7 +116,7 @@ __global__ void rms_norm_kernel(float* __restrict__ out, void* __restrict__ out1
   const float inv = 1.0f / sqrtf(total / static_cast<float>(d) + eps);
   if (vec) {
     for (int64_t j = threadIdx.x; j < d4; j += blockDim.x)
-      store_normed4(o, out16, bf16, w, row, d, j, reinterpret_cast<const float4*>(src)[j], inv);
+      store_normed4(o, out16, bf16, load_w4(w, j), row, d, j, reinterpret_cast<const float4*>(src)[j], inv);
   } else {
     for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
       o[j] = cuda::to_f32(w[j]) * (src[j] * inv);
@@ -113,24 +127,24 @@ __global__ void rms_norm_kernel(float* __restrict__ out, void* __restrict__ out1
 
 // add_rms_norm (out16 as above) with x's pending LoRA term (lora_delta.cuh) added to x, and
 // written back, before the residual add. d % 4 == 0 and aligned rows (float4 path): each
-// thread's first two float4s have their B rows loaded before the wait (a 4,096-wide row at
-// 512 threads is all of them), and after it t, x and the residual at once, as in
-// rms_norm_kernel; later float4s one at a time.
+// thread's first two float4s (a 4,096-wide row at 512 threads is all of them) have their
+// B rows and weights loaded before the wait, and after it t, x and the residual at once,
+// as in rms_norm_kernel, and stay in registers; later float4s go one at a time.
 template <typename W>
-__global__ void __launch_bounds__(512) add_rms_norm_delta_kernel(float* __restrict__ out, void* __restrict__ out16,
-                                                                 bool bf16, float* __restrict__ residual,
-                                                                 float* __restrict__ x, const W* __restrict__ w,
-                                                                 int64_t d, float eps, cuda::LoraDeltaArgs delta) {
+__global__ void __launch_bounds__(512)
+    add_rms_norm_delta_kernel(float* __restrict__ out, void* __restrict__ out16, bool bf16,
+                              float* __restrict__ residual, float* __restrict__ x, const W* __restrict__ w, int64_t d,
+                              float eps, cuda::LoraDeltaArgs delta) {
   __shared__ float red[32];
   const int64_t row = blockIdx.x, d4 = d / 4;
   const int tok = static_cast<int>(row);
   const int64_t j0 = threadIdx.x, j1 = j0 + blockDim.x;
-  cuda::LoraDeltaRow e0[4], e1[4];
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    if (j0 < d4) e0[e].load(delta, 0, tok, static_cast<int>(4 * j0 + e));
-    if (j1 < d4) e1[e].load(delta, 0, tok, static_cast<int>(4 * j1 + e));
-  }
+  cuda::LoraDeltaRow4 e0, e1;
+  float4 w0{}, w1{};
+  if (j0 < d4) e0.load(delta, 0, tok, static_cast<int>(4 * j0));
+  if (j1 < d4) e1.load(delta, 0, tok, static_cast<int>(4 * j1));
+  if (j0 < d4) w0 = load_w4(w, j0);
+  if (j1 < d4) w1 = load_w4(w, j1);
   cuda::pdl_enter();  // launched with pdl (cuda_common.h)
   cuda::LoraDeltaT t;
   t.load(delta, 0, tok);
@@ -140,25 +154,28 @@ __global__ void __launch_bounds__(512) add_rms_norm_delta_kernel(float* __restri
   if (j0 < d4) a[0] = xr[j0], r[0] = rr[j0];
   if (j1 < d4) a[1] = xr[j1], r[1] = rr[j1];
   float ss = 0.f;
-  auto step = [&](int64_t j, float4 a, float4 r, const cuda::LoraDeltaRow (&rows)[4]) {
-    a = make_float4(rows[0].apply(delta, t, a.x), rows[1].apply(delta, t, a.y), rows[2].apply(delta, t, a.z),
-                    rows[3].apply(delta, t, a.w));
+  // x[j] += its term; residual[j] += x[j]; returns the new residual.
+  auto step = [&](int64_t j, float4 a, float4 r, const cuda::LoraDeltaRow4& rows) {
+    a = rows.apply(delta, t, a);
     xr[j] = a;
     a = make_float4(r.x + a.x, r.y + a.y, r.z + a.z, r.w + a.w);
     rr[j] = a;
     ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
+    return a;
   };
-  if (j0 < d4) step(j0, a[0], r[0], e0);
-  if (j1 < d4) step(j1, a[1], r[1], e1);
+  if (j0 < d4) a[0] = step(j0, a[0], r[0], e0);
+  if (j1 < d4) a[1] = step(j1, a[1], r[1], e1);
   for (int64_t j = j1 + blockDim.x; j < d4; j += blockDim.x) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) e0[e].load(delta, 0, tok, static_cast<int>(4 * j + e));
+    e0.load(delta, 0, tok, static_cast<int>(4 * j));
     step(j, xr[j], rr[j], e0);
   }
   const float total = cuda::block_sum(ss, red);
   const float inv = 1.0f / sqrtf(total / static_cast<float>(d) + eps);
   float* o = out + row * d;
-  for (int64_t j = threadIdx.x; j < d4; j += blockDim.x) store_normed4(o, out16, bf16, w, row, d, j, rr[j], inv);
+  if (j0 < d4) store_normed4(o, out16, bf16, w0, row, d, j0, a[0], inv);
+  if (j1 < d4) store_normed4(o, out16, bf16, w1, row, d, j1, a[1], inv);
+  for (int64_t j = j1 + blockDim.x; j < d4; j += blockDim.x)
+    store_normed4(o, out16, bf16, load_w4(w, j), row, d, j, rr[j], inv);
 }
 
 // Whether rows of width d take the float4 paths: d % 4 == 0 and every row 16-byte aligned
