@@ -65,11 +65,13 @@ __global__ void rope_kv_write_kernel(float* __restrict__ q, float* __restrict__ 
   if (!live) return;
   const bool store = slot >= 0 && slot < num_slots;
   const int64_t row = static_cast<int64_t>(num_kv) * hd;
+  cuda::LoraDeltaT t;  // one load for both rows' terms
+  if (dlo.brow != nullptr) t.load(delta, g, static_cast<int>(i));
   if (g == 2) {  // a v pair: stored as it is
     const int kvh = head - num_heads - num_kv;
     float* src = v + i * row + kvh * hd;
-    const float a = dlo.apply(delta, 2, static_cast<int>(i), src[j]);
-    const float b = dhi.apply(delta, 2, static_cast<int>(i), src[j + half]);
+    const float a = dlo.apply(delta, t, src[j]);
+    const float b = dhi.apply(delta, t, src[j + half]);
     if (dlo.brow != nullptr) {  // v holds its term too, as after the default ops
       src[j] = a;
       src[j + half] = b;
@@ -82,8 +84,8 @@ __global__ void rope_kv_write_kernel(float* __restrict__ q, float* __restrict__ 
   float* x = g == 0 ? q + (i * num_heads + head) * hd : k + (i * num_kv + head - num_heads) * hd;
   float lo = NAN, hi = NAN;  // a position outside the table: NaN rows, as rope_kernel
   if (valid) {
-    const float a = dlo.apply(delta, g, static_cast<int>(i), x[j]);
-    const float b = dhi.apply(delta, g, static_cast<int>(i), x[j + half]);
+    const float a = dlo.apply(delta, t, x[j]);
+    const float b = dhi.apply(delta, t, x[j + half]);
     lo = a * c - b * s;
     hi = b * c + a * s;
   }
