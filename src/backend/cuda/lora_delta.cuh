@@ -27,22 +27,27 @@ struct LoraDeltaArgs {
 
 struct LoraDeltaT;
 
+// B[slot][row] of member g for token tok (its B row of output `row`); null when there is
+// no term (no such member, slot -1 or outside the stack).
+__device__ __forceinline__ const char* lora_brow(const LoraDeltaArgs& d, int g, int tok, int row) {
+  if (g >= d.count) return nullptr;
+  const int slot = lora_slot_of(d.token_slot, tok, d.num_slots);
+  if (slot < 0) return nullptr;
+  const int64_t esz = d.type == DType::kF32 ? 4 : 2;
+  const int64_t index = (static_cast<int64_t>(slot) * group_pick(g, d.out) + row) * d.rank;
+  return static_cast<const char*>(group_pick(g, d.b)) + index * esz;
+}
+
 // One output's term: load() before the wait, apply() after it. 10 registers (t's address
-// is worked out in apply()): the delta norm kernel holds eight of them a thread.
+// is worked out in apply()).
 struct LoraDeltaRow {
   uint4 raw[2] = {};            // its first 16 ranks, vec only
   const char* brow = nullptr;   // null: no term (no delta, slot -1 or outside the stack)
 
   // (Re)loads the term of output `row` of member g for token tok.
   __device__ __forceinline__ void load(const LoraDeltaArgs& d, int g, int tok, int row) {
-    brow = nullptr;
-    if (g >= d.count) return;
-    const int slot = lora_slot_of(d.token_slot, tok, d.num_slots);
-    if (slot < 0) return;
-    const int64_t esz = d.type == DType::kF32 ? 4 : 2;
-    const int64_t index = (static_cast<int64_t>(slot) * group_pick(g, d.out) + row) * d.rank;  // of B[slot][row][0]
-    brow = static_cast<const char*>(group_pick(g, d.b)) + index * esz;
-    if (d.vec) {
+    brow = lora_brow(d, g, tok, row);
+    if (brow != nullptr && d.vec) {
       raw[0] = load16(brow);
       if (d.rank >= 16) raw[1] = load16(brow + 16);
     }
@@ -55,24 +60,19 @@ struct LoraDeltaRow {
 };
 
 // The terms of four consecutive outputs (row .. row + 3) of one member and token: one B
-// pointer for the four, 34 registers where four LoraDeltaRows take 40.
+// pointer for the four, 34 registers where four LoraDeltaRows take 40 (the delta norm
+// kernel holds two a thread).
 struct LoraDeltaRow4 {
   uint4 raw[4][2] = {};         // their first 16 ranks, vec only
   const char* brow = nullptr;   // B[slot][row]; null: no term
 
   __device__ __forceinline__ void load(const LoraDeltaArgs& d, int g, int tok, int row) {
-    brow = nullptr;
-    if (g >= d.count) return;
-    const int slot = lora_slot_of(d.token_slot, tok, d.num_slots);
-    if (slot < 0) return;
-    const int64_t esz = d.type == DType::kF32 ? 4 : 2;
-    const int64_t index = (static_cast<int64_t>(slot) * group_pick(g, d.out) + row) * d.rank;
-    brow = static_cast<const char*>(group_pick(g, d.b)) + index * esz;
-    if (d.vec) {
+    brow = lora_brow(d, g, tok, row);
+    if (brow != nullptr && d.vec) {  // 16-bit stacks
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        raw[k][0] = load16(brow + k * 2 * d.rank);
-        if (d.rank >= 16) raw[k][1] = load16(brow + k * 2 * d.rank + 16);
+        raw[k][0] = load16(brow + 2 * k * d.rank);
+        if (d.rank >= 16) raw[k][1] = load16(brow + 2 * k * d.rank + 16);
       }
     }
   }
