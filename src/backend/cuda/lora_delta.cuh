@@ -27,15 +27,19 @@ struct LoraDeltaArgs {
 
 struct LoraDeltaT;
 
+// Bytes of one B row (R entries of the stacks' type).
+__device__ __forceinline__ int64_t lora_row_bytes(const LoraDeltaArgs& d) {
+  return (d.type == DType::kF32 ? 4 : 2) * static_cast<int64_t>(d.rank);
+}
+
 // B[slot][row] of member g for token tok (its B row of output `row`); null when there is
 // no term (no such member, slot -1 or outside the stack).
 __device__ __forceinline__ const char* lora_brow(const LoraDeltaArgs& d, int g, int tok, int row) {
   if (g >= d.count) return nullptr;
   const int slot = lora_slot_of(d.token_slot, tok, d.num_slots);
   if (slot < 0) return nullptr;
-  const int64_t esz = d.type == DType::kF32 ? 4 : 2;
-  const int64_t index = (static_cast<int64_t>(slot) * group_pick(g, d.out) + row) * d.rank;
-  return static_cast<const char*>(group_pick(g, d.b)) + index * esz;
+  const int64_t rows = static_cast<int64_t>(slot) * group_pick(g, d.out) + row;
+  return static_cast<const char*>(group_pick(g, d.b)) + rows * lora_row_bytes(d);
 }
 
 // One output's term: load() before the wait, apply() after it. 10 registers (t's address
@@ -71,8 +75,8 @@ struct LoraDeltaRow4 {
     if (brow != nullptr && d.vec) {  // 16-bit stacks
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        raw[k][0] = load16(brow + 2 * k * d.rank);
-        if (d.rank >= 16) raw[k][1] = load16(brow + 2 * k * d.rank + 16);
+        raw[k][0] = load16(brow + k * lora_row_bytes(d));
+        if (d.rank >= 16) raw[k][1] = load16(brow + k * lora_row_bytes(d) + 16);
       }
     }
   }
@@ -132,7 +136,7 @@ __device__ __forceinline__ float LoraDeltaRow::apply(const LoraDeltaArgs& d, con
 
 __device__ __forceinline__ float4 LoraDeltaRow4::apply(const LoraDeltaArgs& d, const LoraDeltaT& t, float4 y) const {
   if (brow == nullptr) return y;
-  const int64_t stride = (d.type == DType::kF32 ? 4 : 2) * static_cast<int64_t>(d.rank);
+  const int64_t stride = lora_row_bytes(d);
   return make_float4(y.x + lora_term(d, raw[0], brow, t), y.y + lora_term(d, raw[1], brow + stride, t),
                      y.z + lora_term(d, raw[2], brow + 2 * stride, t), y.w + lora_term(d, raw[3], brow + 3 * stride, t));
 }

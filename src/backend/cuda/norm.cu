@@ -32,9 +32,9 @@ __device__ __forceinline__ void store_normed4(float* __restrict__ o, void* __res
 
 // Float4s of a row a thread keeps in registers (rows up to 4 * 4 * 512 = 8,192 wide): their
 // weights are loaded before the wait, x and the residual all at once after it, before the
-// first store. Loads after a
-// store to a pointer that may alias them cannot be moved above it, so a loop over the
-// row's float4s paid one round trip to memory per float4 on the step's chain.
+// first store. Loads after a store to a pointer that may alias them cannot be moved above
+// it, so a loop over the row's float4s paid one round trip to memory per float4 on the
+// step's chain.
 constexpr int kNormVecs = 4;
 
 // out: [n, d] f32; x: [n, d] f32; w: [d] W. ADD: residual[n, d] += x first, and the norm
