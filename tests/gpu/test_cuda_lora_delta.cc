@@ -114,7 +114,9 @@ TEST_F(CudaLoraDelta, RopeKvWrite) {
 TEST_F(CudaLoraDelta, AddRmsNorm) {
   for (DType st : kStackTypes)
     for (int64_t rank : {1, 8, 16, 40})
-      for (int64_t d : {130, 4096, 5000})  // not a multiple of 4; one float4 a thread; more
+      // Not a multiple of 4; rows split over clusters of 8 x 32 and 4 x 224 threads (sm_90), 8 x 128
+      // there, one float4 a thread elsewhere; more than two float4s a thread.
+      for (int64_t d : {130, 1024, 3584, 4096, 5000})
         for (int64_t n : {1, 3, 13}) {
           make_slots(n);
           HostTensor x = random_tensor(rng_, DType::kF32, {n, d}, 2.f), w = random_tensor(rng_, DType::kBF16, {d});

@@ -22,6 +22,7 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options) : options_(options) 
   device_name_ = prop.name;
   device_memory_bytes_ = static_cast<int64_t>(prop.totalGlobalMem);
   pdl_ = options_.pdl && prop.major >= 9;
+  clusters_ = prop.major >= 9;
   // Non-blocking: the legacy default stream must never serialise with (or break capture of)
   // this stream's work.
   cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));

@@ -139,6 +139,7 @@ class CudaBackend : public Backend {
   std::string device_name_;
   int64_t device_memory_bytes_ = 0;
   bool pdl_ = false;  // launch the decode-path kernels with programmatic serialisation
+  bool clusters_ = false;  // sm_90+: thread block clusters (norm.cu)
   cudaStream_t stream_ = nullptr;
   // LoRA shrink runs here beside the base GEMV (project()); fork_/join_ order it.
   cudaStream_t side_stream_ = nullptr;

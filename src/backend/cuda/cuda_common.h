@@ -193,24 +193,39 @@ __device__ __forceinline__ void pdl_enter() {
   pdl_trigger();
 }
 
-// kernel<<<grid, block, smem, stream>>>(args...), with programmatic stream serialisation
-// when pdl (the kernel must then follow the pdl_wait() contract above).
+// kernel<<<grid, block, smem, stream>>>(args...) in clusters of cluster_x blocks along x
+// (1: none; sm_90+ only), with programmatic stream serialisation when pdl (the kernel must
+// then follow the pdl_wait() contract above).
 template <typename... Params, typename... Args>
-void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl,
-                   Args&&... args) {
+void launch_kernel_clusters(void (*kernel)(Params...), dim3 grid, dim3 block, unsigned cluster_x, size_t smem,
+                            cudaStream_t stream, bool pdl, Args&&... args) {
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attribute[2];
+  unsigned count = 0;
   if (pdl) {
-    config.attrs = attribute;
-    config.numAttrs = 1;
+    attribute[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute[count++].val.programmaticStreamSerializationAllowed = 1;
   }
+  if (cluster_x > 1) {
+    attribute[count].id = cudaLaunchAttributeClusterDimension;
+    attribute[count].val.clusterDim.x = cluster_x;
+    attribute[count].val.clusterDim.y = 1;
+    attribute[count++].val.clusterDim.z = 1;
+  }
+  config.attrs = count > 0 ? attribute : nullptr;
+  config.numAttrs = count;
   cuda_check(cudaLaunchKernelEx(&config, kernel, static_cast<Params>(std::forward<Args>(args))...));
+}
+
+// The same without clusters.
+template <typename... Params, typename... Args>
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl,
+                   Args&&... args) {
+  launch_kernel_clusters(kernel, grid, block, 1, smem, stream, pdl, std::forward<Args>(args)...);
 }
 
 // ---- dtype dispatch (host) ---------------------------------------------------------------

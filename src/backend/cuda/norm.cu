@@ -1,7 +1,10 @@
 // CUDA RMSNorm and the fused residual-add + RMSNorm: one block per row, sum of squares in
 // f32, then the scaled row. Same expression order as the reference: w * (x * inv_rms).
-// add_rms_norm_x16 with a pending LoRA term on x has a kernel of its own, so the plain
-// kernel's registers stay as they were.
+// add_rms_norm_x16 with a pending LoRA term on x has kernels of its own, so the plain
+// kernel's registers stay as they were: on sm_90 a row split over a cluster of blocks,
+// elsewhere (or for widths the split does not take) one block a row.
+#include <cooperative_groups.h>
+
 #include <algorithm>
 
 #include "backend/cuda/cuda_backend.h"
@@ -178,6 +181,69 @@ __global__ void __launch_bounds__(512)
     store_normed4(o, out16, bf16, load_w4(w, j), row, d, j, rr[j], inv);
 }
 
+// add_rms_norm_delta_kernel with each row split over a cluster of C blocks (sm_90+), one
+// float4 a thread: block c of row i's cluster (grid C x n) owns float4s c * blockDim.x ..
+// (c + 1) * blockDim.x - 1. The blocks' sums meet through distributed shared memory; every
+// block adds the C of them in rank order, so all get the same total. With one block a row,
+// a batch-1 step put a 4,096-wide row's B rows (128 KiB at r=16) on one SM, and that block
+// (512 threads x 128 registers, a whole SM's registers) could only start on an SM the
+// GEMV before it had left, so its loads came after the GEMV instead of beside it.
+template <typename W>
+__global__ void __launch_bounds__(256)
+    add_rms_norm_delta_cluster_kernel(float* __restrict__ out, void* __restrict__ out16, bool bf16,
+                                      float* __restrict__ residual, float* __restrict__ x, const W* __restrict__ w,
+                                      int64_t d, float eps, cuda::LoraDeltaArgs delta) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  __shared__ float red[32];
+  __shared__ float part;
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int64_t row = blockIdx.y;
+  const int tok = static_cast<int>(row);
+  const int64_t j = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;  // < d / 4: C * blockDim.x float4s a row
+  cuda::LoraDeltaRow4 e;
+  e.load(delta, 0, tok, static_cast<int>(4 * j));
+  const float4 wv = load_w4(w, j);
+  cuda::pdl_enter();  // launched with pdl (cuda_common.h)
+  cuda::LoraDeltaT t;
+  t.load(delta, 0, tok);
+  float4* xr = reinterpret_cast<float4*>(x + row * d);
+  float4* rr = reinterpret_cast<float4*>(residual + row * d);
+  float4 a = xr[j];
+  const float4 r = rr[j];
+  a = e.apply(delta, t, a);
+  xr[j] = a;
+  a = make_float4(r.x + a.x, r.y + a.y, r.z + a.z, r.w + a.w);
+  rr[j] = a;
+  const float s = cuda::block_sum(a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w, red);
+  if (threadIdx.x == 0) part = s;
+  cluster.sync();
+  // Lane q reads block q's sum; each warp adds them in rank order.
+  const int lane = threadIdx.x & 31, blocks = static_cast<int>(cluster.num_blocks());
+  const float mine = lane < blocks ? *cluster.map_shared_rank(&part, lane) : 0.f;
+  float total = 0.f;
+  for (int q = 0; q < blocks; ++q) total += __shfl_sync(0xffffffffu, mine, q);
+  // No block may leave while another can still read its part: arrive now, wait at the end.
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+  const float inv = 1.0f / sqrtf(total / static_cast<float>(d) + eps);
+  store_normed4(out + row * d, out16, bf16, wv, row, d, j, a, inv);
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#else
+  __trap();  // launched only on sm_90+ (CudaBackend::clusters_)
+#endif
+}
+
+// Blocks a row for add_rms_norm_delta_cluster_kernel: the largest C of 8, 4, 2 that splits
+// a row's d / 4 float4s into C shares of whole warps, at most 256 threads; 0: none does.
+int norm_cluster(int64_t d) {
+  for (int c : {8, 4, 2}) {
+    if (d % (4 * c) != 0) continue;
+    const int64_t per = d / 4 / c;
+    if (per % 32 == 0 && per <= 256) return c;
+  }
+  return 0;
+}
+
 // Whether rows of width d take the float4 paths: d % 4 == 0 and every row 16-byte aligned
 // (residual empty: no residual).
 bool rows_vec(const Tensor& out, const Tensor& x, const Tensor& residual, int64_t d) {
@@ -186,8 +252,8 @@ bool rows_vec(const Tensor& out, const Tensor& x, const Tensor& residual, int64_
 }
 
 template <bool ADD>
-void launch_rms_norm(cudaStream_t stream, bool pdl, Tensor out, Tensor out16, Tensor residual, Tensor x, Tensor w,
-                     float eps, const LoraDelta& delta) {
+void launch_rms_norm(cudaStream_t stream, bool pdl, bool clusters, Tensor out, Tensor out16, Tensor residual, Tensor x,
+                     Tensor w, float eps, const LoraDelta& delta) {
   cuda::check_f32(out, "rms_norm: out must be f32 on the GPU");
   cuda::check_x16(out16, out, "rms_norm: out16 must be bf16 or f16 on the GPU, out's shape");
   cuda::check_f32(x, "rms_norm: x must be f32 on the GPU");
@@ -201,6 +267,18 @@ void launch_rms_norm(cudaStream_t stream, bool pdl, Tensor out, Tensor out16, Te
   if (n == 0 || d == 0) return;
   const bool vec = rows_vec(out, x, ADD ? residual : Tensor(), d);
   const cuda::LoraDeltaArgs da = cuda::lora_delta_args(delta, {x}, n, "add_rms_norm");
+  const int cluster = clusters ? norm_cluster(d) : 0;
+  if (da.count > 0 && cluster > 0) {
+    const auto threads = static_cast<unsigned>(d / 4 / cluster);
+    cuda::dispatch_float(w.dtype, [&](auto tag) {
+      using W = typename decltype(tag)::type;
+      cuda::launch_kernel_clusters(add_rms_norm_delta_cluster_kernel<W>, dim3(cluster, static_cast<unsigned>(n)),
+                                   threads, cluster, 0, stream, pdl, out.ptr<float>(), out16.data,
+                                   out16.dtype == DType::kBF16, residual.ptr<float>(), x.ptr<float>(), w.ptr<W>(), d,
+                                   eps, da);
+    }, "rms_norm: weight must be F32, F16 or BF16");
+    return;
+  }
   if (da.count > 0) {  // ADD, with the float4 path (CudaBackend::add_rms_norm_x16 sees to it)
     const int threads = static_cast<int>(std::clamp<int64_t>((d / 4 + 1) / 2, 32, 512) + 31) / 32 * 32;
     cuda::dispatch_float(w.dtype, [&](auto tag) {
@@ -224,25 +302,25 @@ void launch_rms_norm(cudaStream_t stream, bool pdl, Tensor out, Tensor out16, Te
 }  // namespace
 
 void CudaBackend::rms_norm(Tensor out, Tensor x, Tensor w, float eps) {
-  launch_rms_norm<false>(stream_, pdl_, out, Tensor(), Tensor(), x, w, eps, LoraDelta());
+  launch_rms_norm<false>(stream_, pdl_, clusters_, out, Tensor(), Tensor(), x, w, eps, LoraDelta());
 }
 
 void CudaBackend::add_rms_norm(Tensor out, Tensor residual, Tensor x, Tensor w, float eps) {
-  launch_rms_norm<true>(stream_, pdl_, out, Tensor(), residual, x, w, eps, LoraDelta());
+  launch_rms_norm<true>(stream_, pdl_, clusters_, out, Tensor(), residual, x, w, eps, LoraDelta());
 }
 
 void CudaBackend::rms_norm_x16(Tensor out, Tensor out16, Tensor x, Tensor w, float eps) {
-  launch_rms_norm<false>(stream_, pdl_, out, out16, Tensor(), x, w, eps, LoraDelta());
+  launch_rms_norm<false>(stream_, pdl_, clusters_, out, out16, Tensor(), x, w, eps, LoraDelta());
 }
 
 void CudaBackend::add_rms_norm_x16(Tensor out, Tensor out16, Tensor residual, Tensor x, Tensor w, float eps,
                                    const LoraDelta& delta) {
   if (delta.count > 0 && !(x.ndim == 2 && rows_vec(out, x, residual, x.dim(1)))) {  // an odd width (no decode model has one): the term, then the op
     apply_lora_delta(delta);
-    launch_rms_norm<true>(stream_, pdl_, out, out16, residual, x, w, eps, LoraDelta());
+    launch_rms_norm<true>(stream_, pdl_, clusters_, out, out16, residual, x, w, eps, LoraDelta());
     return;
   }
-  launch_rms_norm<true>(stream_, pdl_, out, out16, residual, x, w, eps, delta);
+  launch_rms_norm<true>(stream_, pdl_, clusters_, out, out16, residual, x, w, eps, delta);
 }
 
 }  // namespace quiver
