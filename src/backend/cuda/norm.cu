@@ -184,10 +184,11 @@ __global__ void __launch_bounds__(512)
 // add_rms_norm_delta_kernel with each row split over a cluster of C blocks (sm_90+), one
 // float4 a thread: block c of row i's cluster (grid C x n) owns float4s c * blockDim.x ..
 // (c + 1) * blockDim.x - 1. The blocks' sums meet through distributed shared memory; every
-// block adds the C of them in rank order, so all get the same total. With one block a row,
-// a batch-1 step put a 4,096-wide row's B rows (128 KiB at r=16) on one SM, and that block
-// (512 threads x 128 registers, a whole SM's registers) could only start on an SM the
-// GEMV before it had left, so its loads came after the GEMV instead of beside it.
+// block adds the C (at most 8, norm_cluster) of them in rank order, so all get the same
+// total. With one block a row, a batch-1 step put a 4,096-wide row's B rows (128 KiB at
+// r=16) on one SM, and that block (512 threads x 128 registers, a whole SM's registers)
+// could only start on an SM the GEMV before it had left, so its loads came after the GEMV
+// instead of beside it.
 template <typename W>
 __global__ void __launch_bounds__(256)
     add_rms_norm_delta_cluster_kernel(float* __restrict__ out, void* __restrict__ out16, bool bf16,
@@ -196,11 +197,14 @@ __global__ void __launch_bounds__(256)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
   __shared__ float red[32];
-  __shared__ float part;
+  __shared__ float parts[8];  // the cluster's block sums, by rank
   const cg::cluster_group cluster = cg::this_cluster();
   const int64_t row = blockIdx.y;
   const int tok = static_cast<int>(row);
   const int64_t j = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;  // < d / 4: C * blockDim.x float4s a row
+  // A block's shared memory may be written by the others only once it has started: this
+  // phase completes when all have, and its wait comes after the block sum.
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
   cuda::LoraDeltaRow4 e;
   e.load(delta, 0, tok, static_cast<int>(4 * j));
   const float4 wv = load_w4(w, j);
@@ -216,18 +220,16 @@ __global__ void __launch_bounds__(256)
   a = make_float4(r.x + a.x, r.y + a.y, r.z + a.z, r.w + a.w);
   rr[j] = a;
   const float s = cuda::block_sum(a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w, red);
-  if (threadIdx.x == 0) part = s;
+  // Each block's sum goes into every block's parts[its rank], then one barrier phase
+  // (release / acquire) makes them visible; every block adds the C of them in rank order.
+  asm volatile("barrier.cluster.wait.aligned;" ::: "memory");  // all blocks have started
+  if (threadIdx.x == 0)
+    for (unsigned q = 0; q < cluster.num_blocks(); ++q) *cluster.map_shared_rank(&parts[cluster.block_rank()], q) = s;
   cluster.sync();
-  // Lane q reads block q's sum; each warp adds them in rank order.
-  const int lane = threadIdx.x & 31, blocks = static_cast<int>(cluster.num_blocks());
-  const float mine = lane < blocks ? *cluster.map_shared_rank(&part, lane) : 0.f;
   float total = 0.f;
-  for (int q = 0; q < blocks; ++q) total += __shfl_sync(0xffffffffu, mine, q);
-  // No block may leave while another can still read its part: arrive now, wait at the end.
-  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+  for (unsigned q = 0; q < cluster.num_blocks(); ++q) total += parts[q];
   const float inv = 1.0f / sqrtf(total / static_cast<float>(d) + eps);
   store_normed4(out + row * d, out16, bf16, wv, row, d, j, a, inv);
-  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
 #else
   __trap();  // launched only on sm_90+ (CudaBackend::clusters_)
 #endif
