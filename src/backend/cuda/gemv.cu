@@ -25,6 +25,9 @@ gemv_kernel(GemvGroup grp, const float* __restrict__ x, int n, int in) {
   const int row0 = (blockIdx.x - first_block) * ROWS;
   const W* wrow[ROWS];
   cuda::gemv_rows<W, ROWS>(wrow, w, row0, out, in);
+  // launch_tokens sends 1 and 2 tokens to NT = 1 and 2 exactly: a constant n there lets
+  // the compiler drop the token checks (at 2 tokens they spilled at the 128-register bound).
+  if constexpr (NT <= 2) n = NT;
   float acc[ROWS][NT];
   cuda::gemv_dot<W, NT, ROWS, U, VEC>(wrow, x, n, in, acc);
   cuda::gemv_warp_sums<NT, ROWS>(red, acc, n);
