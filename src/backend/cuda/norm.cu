@@ -1,8 +1,9 @@
 // CUDA RMSNorm and the fused residual-add + RMSNorm: one block per row, sum of squares in
 // f32, then the scaled row. Same expression order as the reference: w * (x * inv_rms).
 // add_rms_norm_x16 with a pending LoRA term on x has kernels of its own, so the plain
-// kernel's registers stay as they were: on sm_90 a row split over a cluster of blocks,
-// elsewhere (or for widths the split does not take) one block a row.
+// kernel's registers stay as they were: for 1-2 rows one block a row with the row's B rows
+// staged in shared memory; on sm_90 a row split over a cluster of blocks; elsewhere (or
+// for widths and ranks those do not take) one block a row.
 #include <cooperative_groups.h>
 
 #include <algorithm>
@@ -128,6 +129,15 @@ __global__ void rms_norm_kernel(float* __restrict__ out, void* __restrict__ out1
   }
 }
 
+// The delta kernels' step on float4 j of a row: x[j] = a (x with its term added);
+// residual[j] = r + a, which it returns.
+__device__ __forceinline__ float4 write_x_add_residual(float4* xr, float4* rr, int64_t j, float4 a, float4 r) {
+  xr[j] = a;
+  const float4 s = make_float4(r.x + a.x, r.y + a.y, r.z + a.z, r.w + a.w);
+  rr[j] = s;
+  return s;
+}
+
 // add_rms_norm (out16 as above) with x's pending LoRA term (lora_delta.cuh) added to x, and
 // written back, before the residual add. d % 4 == 0 and aligned rows (float4 path): each
 // thread's first two float4s (a 4,096-wide row at 512 threads is all of them) have their
@@ -159,10 +169,7 @@ __global__ void __launch_bounds__(512)
   float ss = 0.f;
   // x[j] += its term; residual[j] += x[j]; returns the new residual.
   auto step = [&](int64_t j, float4 a, float4 r, const cuda::LoraDeltaRow4& rows) {
-    a = rows.apply(delta, t, a);
-    xr[j] = a;
-    a = make_float4(r.x + a.x, r.y + a.y, r.z + a.z, r.w + a.w);
-    rr[j] = a;
+    a = write_x_add_residual(xr, rr, j, rows.apply(delta, t, a), r);
     ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
     return a;
   };
@@ -213,12 +220,7 @@ __global__ void __launch_bounds__(256)
   t.load(delta, 0, tok);
   float4* xr = reinterpret_cast<float4*>(x + row * d);
   float4* rr = reinterpret_cast<float4*>(residual + row * d);
-  float4 a = xr[j];
-  const float4 r = rr[j];
-  a = e.apply(delta, t, a);
-  xr[j] = a;
-  a = make_float4(r.x + a.x, r.y + a.y, r.z + a.z, r.w + a.w);
-  rr[j] = a;
+  const float4 a = write_x_add_residual(xr, rr, j, e.apply(delta, t, xr[j]), rr[j]);
   const float s = cuda::block_sum(a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w, red);
   // Each block's sum goes into every block's parts[its rank], then one barrier phase
   // (release / acquire) makes them visible; every block adds the C of them in rank order.
@@ -233,6 +235,90 @@ __global__ void __launch_bounds__(256)
 #else
   __trap();  // launched only on sm_90+ (CudaBackend::clusters_)
 #endif
+}
+
+// The delta norm for decode steps of 1-2 tokens (kNormSmemMaxRows), one block a row: the
+// row's B rows (d x R 16-bit entries, one contiguous slab of its slot's stack) are copied to
+// shared memory by cp.async before the wait, and each thread then adds the terms of its
+// two float4s from there. It needs 48 registers, so under PDL it starts beside the GEMV's
+// last blocks; the cluster kernel's start and barrier cost a batch-1 step 0.04-0.08 ms
+// more (H200, bench/RESULTS.md, session 15). 16-byte chunk i of the slab sits at chunk
+// smem_swizzle(i): the 8 threads of a quarter-warp, whose rows are 4 apart, read 8
+// different bank groups. Needs vec (16-bit stacks, R % 8 == 0) and d / 4 <= 1024.
+constexpr int64_t kNormSmemMaxRows = 2;
+constexpr int64_t kNormSmemMaxBytes = 200 * 1024;
+
+__device__ __forceinline__ int smem_swizzle(int i) { return i ^ ((i >> 3) & 7); }
+
+// Bytes of the slab in shared memory: whole groups of 8 chunks, so smem_swizzle stays inside.
+int64_t norm_smem_bytes(int64_t d, int rank) { return (d * rank / 8 + 7) / 8 * 8 * 16; }
+
+template <typename W>
+__global__ void __launch_bounds__(512)
+    add_rms_norm_delta_smem_kernel(float* __restrict__ out, void* __restrict__ out16, bool bf16,
+                                   float* __restrict__ residual, float* __restrict__ x, const W* __restrict__ w,
+                                   int64_t d, float eps, cuda::LoraDeltaArgs delta) {
+  extern __shared__ uint4 slab_smem[];
+  __shared__ float red[32];
+  const int64_t row = blockIdx.x, d4 = d / 4;
+  const int tok = static_cast<int>(row);
+  const char* slab = cuda::lora_brow(delta, 0, tok, 0);  // B[slot][0]; null: no term (block-uniform)
+  const int cpr = delta.rank / 8;                        // 16-byte chunks a B row
+  if (slab != nullptr) {  // stacks: written by no kernel of the step
+    const int chunks = static_cast<int>(d) * cpr;
+    for (int i = threadIdx.x; i < chunks; i += blockDim.x) {
+      const auto dst = static_cast<unsigned>(__cvta_generic_to_shared(slab_smem + smem_swizzle(i)));
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(slab + int64_t{i} * 16) : "memory");
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+  }
+  const int64_t j0 = threadIdx.x, j1 = j0 + blockDim.x;  // d4 <= 2 * blockDim.x (host)
+  float4 w0{}, w1{};
+  if (j0 < d4) w0 = load_w4(w, j0);
+  if (j1 < d4) w1 = load_w4(w, j1);
+  cuda::pdl_enter();  // launched with pdl (cuda_common.h)
+  cuda::LoraDeltaT t;
+  if (slab != nullptr) t.load(delta, 0, tok);
+  float4* xr = reinterpret_cast<float4*>(x + row * d);
+  float4* rr = reinterpret_cast<float4*>(residual + row * d);
+  float4 a[2] = {}, r[2] = {};
+  if (j0 < d4) a[0] = xr[j0], r[0] = rr[j0];
+  if (j1 < d4) a[1] = xr[j1], r[1] = rr[j1];
+  if (slab != nullptr) asm volatile("cp.async.wait_all;" ::: "memory");
+  __syncthreads();
+  const bool b16 = delta.type == DType::kBF16;
+  // y + output o's B row . t, ranks in order (as LoraDeltaRow4::apply).
+  auto term = [&](int o, float y) {
+    float p = 0.f;
+    for (int c = 0; c < cpr; ++c) {
+      float f[8];
+      if (b16) cuda::Vec16<__nv_bfloat16>::unpack(slab_smem[smem_swizzle(o * cpr + c)], f);
+      else cuda::Vec16<__half>::unpack(slab_smem[smem_swizzle(o * cpr + c)], f);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const int rk = 8 * c + e;
+        p = fmaf(f[e], rk < 16 ? t.v[rk] : t.t[rk], p);
+      }
+    }
+    return y + p;
+  };
+  float ss = 0.f;
+  auto step = [&](int64_t j, float4 a, float4 r) {
+    if (slab != nullptr) {
+      const int o = static_cast<int>(4 * j);
+      a = make_float4(term(o, a.x), term(o + 1, a.y), term(o + 2, a.z), term(o + 3, a.w));
+    }
+    a = write_x_add_residual(xr, rr, j, a, r);
+    ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
+    return a;
+  };
+  if (j0 < d4) a[0] = step(j0, a[0], r[0]);
+  if (j1 < d4) a[1] = step(j1, a[1], r[1]);
+  const float total = cuda::block_sum(ss, red);
+  const float inv = 1.0f / sqrtf(total / static_cast<float>(d) + eps);
+  float* o = out + row * d;
+  if (j0 < d4) store_normed4(o, out16, bf16, w0, row, d, j0, a[0], inv);
+  if (j1 < d4) store_normed4(o, out16, bf16, w1, row, d, j1, a[1], inv);
 }
 
 // Blocks a row for add_rms_norm_delta_cluster_kernel: the largest C of 8, 4, 2 that splits
@@ -270,6 +356,19 @@ void launch_rms_norm(cudaStream_t stream, bool pdl, bool clusters, Tensor out, T
   const bool vec = rows_vec(out, x, ADD ? residual : Tensor(), d);
   const cuda::LoraDeltaArgs da = cuda::lora_delta_args(delta, {x}, n, "add_rms_norm");
   const int cluster = clusters ? norm_cluster(d) : 0;
+  const int64_t slab_bytes = norm_smem_bytes(d, da.rank);
+  if (da.count > 0 && da.vec && n <= kNormSmemMaxRows && d / 4 <= 1024 && slab_bytes <= kNormSmemMaxBytes) {
+    const int threads = static_cast<int>(std::clamp<int64_t>((d / 4 + 1) / 2, 32, 512) + 31) / 32 * 32;
+    cuda::dispatch_float(w.dtype, [&](auto tag) {
+      using W = typename decltype(tag)::type;
+      cuda::cuda_check(cudaFuncSetAttribute(add_rms_norm_delta_smem_kernel<W>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, kNormSmemMaxBytes));
+      cuda::launch_kernel(add_rms_norm_delta_smem_kernel<W>, static_cast<unsigned>(n), threads,
+                          static_cast<size_t>(slab_bytes), stream, pdl, out.ptr<float>(), out16.data,
+                          out16.dtype == DType::kBF16, residual.ptr<float>(), x.ptr<float>(), w.ptr<W>(), d, eps, da);
+    }, "rms_norm: weight must be F32, F16 or BF16");
+    return;
+  }
   if (da.count > 0 && cluster > 0) {
     const auto threads = static_cast<unsigned>(d / 4 / cluster);
     cuda::dispatch_float(w.dtype, [&](auto tag) {
