@@ -3,6 +3,7 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "backend/cuda/cuda_common.h"
 
@@ -23,6 +24,9 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options) : options_(options) 
   device_memory_bytes_ = static_cast<int64_t>(prop.totalGlobalMem);
   pdl_ = options_.pdl && prop.major >= 9;
   clusters_ = prop.major >= 9;
+  // EXPERIMENT (exp/skinny): QV_EXP_SKINNY=N overrides options_.skinny_max_n.
+  skinny_max_n_ = std::getenv("QV_EXP_SKINNY") ? std::atoi(std::getenv("QV_EXP_SKINNY")) : options_.skinny_max_n;
+  skinny_max_n_ = std::min(skinny_max_n_, 16);
   // Non-blocking: the legacy default stream must never serialise with (or break capture of)
   // this stream's work.
   cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));

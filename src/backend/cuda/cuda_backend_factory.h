@@ -23,6 +23,10 @@ struct CudaBackendOptions {
   // GEMV launch shape for 16-bit weights: 0 = 4 rows per block (default), 1 = 2 rows and
   // deeper load pipelining, 2 = 8 rows. A tuning knob for bench_cuda_ops, not for users.
   int gemv_variant = 0;
+  // EXPERIMENT (exp/skinny): matmuls of 3..skinny_max_n tokens (at most 16) with 16-bit
+  // weights run gemm_skinny.cu's tensor-core kernel instead of cuBLAS, and a decode LoRA
+  // with a deferred expand computes its shrink in the same launch. 0: off.
+  int skinny_max_n = 0;
   // Programmatic dependent launch for the decode-path kernels on sm_90+: each may be
   // scheduled while its predecessor finishes, and the GEMV starts streaming its weights
   // before the previous kernel's output is ready (cuda_common.h, pdl_wait).
