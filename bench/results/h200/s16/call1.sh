@@ -11,17 +11,9 @@ QV_EXP_SKINNY=16 TARGETS="test_cuda_groups test_cuda_graphs test_cuda_lora test_
   OUT=$OUT/new timeout 330 bash tools/gpu/run_checks.sh > $OUT/new.txt 2>&1
 grep -E "rc=|ALL OK|FAIL|^verify|PASSED|FAILED|^build|error|Failure|Expected|Which is" $OUT/new.txt | cut -c1-200 | head -30
 echo "checks end at $((SECONDS - T0)) s"
-mkdir -p /tmp/x_logs
-B=(./build-gpu/quiver bench --model bench/configs/llama-2-7b --load-format dummy --dtype bfloat16 --device cuda --lora-rank 16 --lora-dtype bfloat16)
-run() {  # name bs VAR=VALUE
-  local name=$1 bs=$2 var=$3
-  [ $((SECONDS - T0)) -gt 520 ] && return
-  env "$var" timeout 45 "${B[@]}" --batch-size $bs --input-len 128 --output-len 64 --num-adapters $bs --compare base \
-    --num-iters 1 --max-num-seqs $bs --kv-cache-memory 16GiB >/tmp/x_logs/${name}_b$bs.log 2>&1
-  echo "b$bs $name (LoRA, base): $(grep -E '^  decode ' /tmp/x_logs/${name}_b$bs.log | sed -E 's/.*p50 +([0-9.]+).*/\1/' | tr '\n' ' ') at $((SECONDS - T0)) s"
-}
+BENCH_UNTIL=520 source tools/gpu/bench_switch.sh
 for i in 1 2; do
-  for bs in 8 4 16; do run cublas_$i $bs X=1; run skinny_$i $bs QV_EXP_SKINNY=16; done
+  for bs in 8 4 16; do bench_switch cublas_$i $bs X=1; bench_switch skinny_$i $bs QV_EXP_SKINNY=16; done
 done
-tar czf $OUT/extra.tgz -C /tmp/x_logs . 2>/dev/null
+tar czf $OUT/extra.tgz -C $BENCH_LOGS . 2>/dev/null
 echo "end at $((SECONDS - T0)) s"
