@@ -11,6 +11,11 @@ QV_EXP_SKINNY=16 TARGETS="test_cuda_groups test_cuda_graphs test_cuda_lora test_
   OUT=$OUT/new timeout 330 bash tools/gpu/run_checks.sh > $OUT/new.txt 2>&1
 grep -E "rc=|ALL OK|FAIL|^verify|PASSED|FAILED|^build|error|Failure|Expected|Which is" $OUT/new.txt | cut -c1-200 | head -30
 echo "checks end at $((SECONDS - T0)) s"
+# Kernel level: the matmul alone, cuBLAS (path 3) against the skinny kernel (path 4).
+cmake --build build-gpu --target bench_cuda_ops >/dev/null 2>&1 &&
+  timeout 90 ./build-gpu/bench_cuda_ops --benchmark_filter='BM_CudaMatmulBf16/.*/n:(4|8|16)/path:(3|4)' \
+    --benchmark_min_time=0.05s > $OUT/ops.txt 2>&1
+grep -E "BM_" $OUT/ops.txt | sed -E 's/ +/ /g' | cut -c1-160
 BENCH_UNTIL=520 source tools/gpu/bench_switch.sh
 for i in 1 2; do
   for bs in 8 4 16; do bench_switch cublas_$i $bs X=1; bench_switch skinny_$i $bs QV_EXP_SKINNY=16; done
