@@ -13,6 +13,7 @@
 // flight during this step's products; the first step's weights are loaded before the
 // programmatic wait. The warps' sums meet in shared memory in warp order (gemv_store), so
 // the result is deterministic; products of 16-bit values are exact in f32.
+#include <cstdlib>
 #include <type_traits>
 
 #include "backend/cuda/cuda_backend.h"
@@ -28,6 +29,41 @@ using cuda::ShrinkRows;
 
 constexpr int kTileRows = 16;
 constexpr int kStepCols = 64;
+
+// EXPERIMENT (QV_EXP_BPREFETCH=1): the shrink blocks prefetch into L2 the B rows that the
+// deferred expand (the op after this launch) will read, and the weights are loaded with an
+// evict-first L2 policy so they do not push those rows out. b: the group's B stacks
+// [S, out_g, R], bytes: out_g * R * 2 (one slot's rows).
+struct BPrefetch {
+  const void* b[kMaxGroup] = {};
+  int64_t bytes[kMaxGroup] = {};
+  bool on = false;
+};
+
+__device__ __forceinline__ void prefetch_l2(const char* p, int64_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int64_t kChunk = 32 * 1024;
+  for (int64_t o = 0; o < bytes; o += kChunk) {
+    const auto size = static_cast<uint32_t>(bytes - o < kChunk ? bytes - o : kChunk);
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + o), "r"(size) : "memory");
+  }
+#endif
+}
+
+__device__ __forceinline__ uint64_t evict_first_policy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+
+// load16_stream with an L2 cache policy.
+__device__ __forceinline__ uint4 load16_stream_hint(const void* p, uint64_t policy) {
+  uint4 r;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p), "l"(policy));
+  return r;
+}
 
 template <typename W>
 __device__ __forceinline__ void mma16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
@@ -49,13 +85,15 @@ template <int TILES>
 struct SkinnyStep {
   uint4 wa[2], wb[2], x[TILES][2];
 
-  __device__ __forceinline__ void load_w(const char* wa_row, const char* wb_row, int k, int in) {
+  __device__ __forceinline__ void load_w(const char* wa_row, const char* wb_row, int k, int in, bool hint,
+                                         uint64_t policy) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int kh = k + 32 * h;
       const bool ok = kh < in;
-      wa[h] = ok ? cuda::load16_stream(wa_row + int64_t{kh} * 2) : make_uint4(0, 0, 0, 0);
-      wb[h] = ok ? cuda::load16_stream(wb_row + int64_t{kh} * 2) : make_uint4(0, 0, 0, 0);
+      const char *pa = wa_row + int64_t{kh} * 2, *pb = wb_row + int64_t{kh} * 2;
+      wa[h] = !ok ? make_uint4(0, 0, 0, 0) : hint ? load16_stream_hint(pa, policy) : cuda::load16_stream(pa);
+      wb[h] = !ok ? make_uint4(0, 0, 0, 0) : hint ? load16_stream_hint(pb, policy) : cuda::load16_stream(pb);
     }
   }
   __device__ __forceinline__ void load_x(const char* const (&xrow)[TILES], const bool (&tok_ok)[TILES], int k,
@@ -88,11 +126,18 @@ struct SkinnyStep {
 // each. NT: 8 or 16 tokens (one or two n-tiles).
 template <typename W, int NT>
 __global__ void __launch_bounds__(kGemvWarps * 32)
-    skinny_kernel(GemvGroup grp, ShrinkRows lora, const W* __restrict__ x16, const float* __restrict__ x, int n,
-                  int in) {
+    skinny_kernel(GemvGroup grp, ShrinkRows lora, BPrefetch pf, const W* __restrict__ x16,
+                  const float* __restrict__ x, int n, int in) {
   constexpr int kTiles = NT / 8;
   if (static_cast<int>(blockIdx.x) < lora.blocks) {  // block-uniform
-    cuda::token_shrink_block<W>(lora, x, n, in, blockIdx.x);
+    const int b = blockIdx.x;
+    if (pf.on && threadIdx.x == 0 && b % lora.rank_blocks == 0) {  // one block a (member, token)
+      const int g = b / (n * lora.rank_blocks), tok = (b / lora.rank_blocks) % n;
+      const int slot = cuda::lora_slot_of(lora.token_slot, tok, lora.num_slots);
+      const int64_t bytes = cuda::group_pick(g, pf.bytes);
+      if (slot >= 0) prefetch_l2(static_cast<const char*>(cuda::group_pick(g, pf.b)) + slot * bytes, bytes);
+    }
+    cuda::token_shrink_block<W>(lora, x, n, in, b);
     return;
   }
   __shared__ float red[kGemvWarps][kTileRows * NT];
@@ -117,14 +162,15 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
   const int steps = (in + kStepCols - 1) / kStepCols;
   int s = warp;
   SkinnyStep<kTiles> cur;
-  if (s < steps) cur.load_w(wa_row, wb_row, s * kStepCols, in - 8 * c);
+  const uint64_t policy = pf.on ? evict_first_policy() : 0;
+  if (s < steps) cur.load_w(wa_row, wb_row, s * kStepCols, in - 8 * c, pf.on, policy);
   cuda::pdl_enter();  // launched with pdl (cuda_common.h); x is the previous kernel's output
   if (s < steps) cur.load_x(xrow, tok_ok, s * kStepCols, in - 8 * c);
   for (; s < steps; s += kGemvWarps) {
     SkinnyStep<kTiles> next;
     const int sn = s + kGemvWarps;
     if (sn < steps) {
-      next.load_w(wa_row, wb_row, sn * kStepCols, in - 8 * c);
+      next.load_w(wa_row, wb_row, sn * kStepCols, in - 8 * c, pf.on, policy);
       next.load_x(xrow, tok_ok, sn * kStepCols, in - 8 * c);
     }
     cur.template mma<W>(acc);
@@ -156,6 +202,7 @@ bool CudaBackend::skinny_project(const MatmulGroup& g, const LoraGroup* lora, Te
   GemvGroup grp = cuda::gemv_group(g, &aligned);
   if (!aligned) return false;
   ShrinkRows args;
+  BPrefetch pf;
   if (lora != nullptr) {  // with a deferred expand only: the caller adds nothing after
     if (defer == nullptr || lora->count != g.count || lora->a_stack[0].dtype != wt ||
         !cuda::shrink_rows_args(*lora, x, *meta, &args))
@@ -164,6 +211,13 @@ bool CudaBackend::skinny_project(const MatmulGroup& g, const LoraGroup* lora, Te
       if (lora->y[i].data != g.y[i].data) return false;
     args.t = static_cast<float*>(scratch(lora_scratch_, sizeof(float) * lora->count * n * args.rank, "lora"));
     args.blocks = g.count * static_cast<int>(n) * args.rank_blocks;
+    static const bool prefetch = std::getenv("QV_EXP_BPREFETCH") != nullptr;  // EXPERIMENT
+    pf.on = prefetch && clusters_;                                             // sm_90+
+    for (int i = 0; i < lora->count; ++i) {
+      pf.b[i] = lora->b_stack[i].data;
+      pf.bytes[i] = lora->b_stack[i].dim(1) * lora->b_stack[i].dim(2) * 2;
+      pf.on = pf.on && lora->b_stack[i].dim(1) * lora->b_stack[i].dim(2) * 2 % 16 == 0 && cuda::aligned16(pf.b[i]);
+    }
   }
   const Tensor x16 = !g.x16.empty() && g.x16.dtype == wt ? g.x16 : convert_for_gemm(x, wt, nullptr);
   if (!cuda::aligned16(x16.data)) return false;
@@ -173,7 +227,7 @@ bool CudaBackend::skinny_project(const MatmulGroup& g, const LoraGroup* lora, Te
     using W = typename decltype(tag)::type;
     if constexpr (!std::is_same_v<W, float>) {
       cuda::launch_kernel(n <= 8 ? skinny_kernel<W, 8> : skinny_kernel<W, 16>, static_cast<unsigned>(blocks),
-                          kGemvWarps * 32, 0, stream_, pdl, grp, args, static_cast<const W*>(x16.data),
+                          kGemvWarps * 32, 0, stream_, pdl, grp, args, pf, static_cast<const W*>(x16.data),
                           x.ptr<float>(), ni, ii);
     }
   }, "matmul: weight must be F32, F16 or BF16");
