@@ -3,7 +3,9 @@
 # never run on a GPU): the tensor-core matmul of 3..16 tokens with the LoRA shrink in the
 # same launch (gemm_skinny.cu), switched on for every backend by QV_EXP_SKINNY=16. Tests,
 # fixtures and verify with it on (test_cuda_groups has its own tests with the option set);
-# then batch 4, 8 and 16, LoRA and base, interleaved with it off (cuBLAS + fork / join).
+# then batch 4, 8 and 16, LoRA and base, interleaved with it off (cuBLAS + fork / join), and
+# batch 8 and 16 with QV_EXP_BPREFETCH=1 too. Tests with the prefetch on are not run: it
+# only moves bytes into L2 and changes no result.
 # Check the branch out before calling the device; carry [".deps"].
 set -u
 T0=$SECONDS
@@ -19,6 +21,8 @@ grep -E "BM_" $OUT/ops.txt | sed -E 's/ +/ /g' | cut -c1-160
 BENCH_UNTIL=520 source tools/gpu/bench_switch.sh
 for i in 1 2; do
   for bs in 8 4 16; do bench_switch cublas_$i $bs X=1; bench_switch skinny_$i $bs QV_EXP_SKINNY=16; done
+  # The deferred expand's B rows prefetched into L2 by the shrink blocks, weights evict-first.
+  for bs in 8 16; do bench_switch skinnypf_$i $bs QV_EXP_SKINNY=16 QV_EXP_BPREFETCH=1; done
 done
 tar czf $OUT/extra.tgz -C $BENCH_LOGS . 2>/dev/null
 echo "end at $((SECONDS - T0)) s"
