@@ -123,8 +123,8 @@ struct SkinnyStep {
 };
 
 // Blocks [0, lora.blocks): the shrink (token_shrink_block); the rest: 16 rows of the group
-// each. NT: 8 or 16 tokens (one or two n-tiles).
-template <typename W, int NT>
+// each. NT: 8 or 16 tokens (one or two n-tiles); U: steps a warp has in flight.
+template <typename W, int NT, int U>
 __global__ void __launch_bounds__(kGemvWarps * 32)
     skinny_kernel(GemvGroup grp, ShrinkRows lora, BPrefetch pf, const W* __restrict__ x16,
                   const float* __restrict__ x, int n, int in) {
@@ -160,22 +160,31 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
   }
   float acc[kTiles][4] = {};
   const int steps = (in + kStepCols - 1) / kStepCols;
-  int s = warp;
-  SkinnyStep<kTiles> cur;
   const uint64_t policy = pf.on ? evict_first_policy() : 0;
-  if (s < steps) cur.load_w(wa_row, wb_row, s * kStepCols, in - 8 * c, pf.on, policy);
-  cuda::pdl_enter();  // launched with pdl (cuda_common.h); x is the previous kernel's output
-  if (s < steps) cur.load_x(xrow, tok_ok, s * kStepCols, in - 8 * c);
-  for (; s < steps; s += kGemvWarps) {
-    SkinnyStep<kTiles> next;
-    const int sn = s + kGemvWarps;
-    if (sn < steps) {
-      next.load_w(wa_row, wb_row, sn * kStepCols, in - 8 * c, pf.on, policy);
-      next.load_x(xrow, tok_ok, sn * kStepCols, in - 8 * c);
+  // Rounds of U steps a warp (steps s0 + u * kGemvWarps): all U steps' weight loads are in
+  // flight before the first product of the round (64 * U bytes a lane).
+  bool waited = false;
+  for (int s0 = warp; s0 < steps; s0 += kGemvWarps * U) {
+    SkinnyStep<kTiles> st[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int su = s0 + u * kGemvWarps;
+      if (su < steps) st[u].load_w(wa_row, wb_row, su * kStepCols, in - 8 * c, pf.on, policy);
     }
-    cur.template mma<W>(acc);
-    cur = next;
+    if (!waited) {
+      cuda::pdl_enter();  // launched with pdl (cuda_common.h); x is the previous kernel's output
+      waited = true;
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int su = s0 + u * kGemvWarps;
+      if (su < steps) st[u].load_x(xrow, tok_ok, su * kStepCols, in - 8 * c);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (s0 + u * kGemvWarps < steps) st[u].template mma<W>(acc);
   }
+  if (!waited) cuda::pdl_wait();  // a warp without steps: the block still writes after the wait
   // acc[j]: rows q (0, 1) and q + 8 (2, 3), tokens 8j + 2c (+1).
 #pragma unroll
   for (int j = 0; j < kTiles; ++j)
@@ -226,7 +235,12 @@ bool CudaBackend::skinny_project(const MatmulGroup& g, const LoraGroup* lora, Te
   cuda::dispatch_float(wt, [&](auto tag) {
     using W = typename decltype(tag)::type;
     if constexpr (!std::is_same_v<W, float>) {
-      cuda::launch_kernel(n <= 8 ? skinny_kernel<W, 8> : skinny_kernel<W, 16>, static_cast<unsigned>(blocks),
+      static const int u_env = std::getenv("QV_EXP_SKU") ? std::atoi(std::getenv("QV_EXP_SKU")) : 4;  // EXPERIMENT
+      auto kernel = n <= 8 ? (u_env == 2 ? skinny_kernel<W, 8, 2> : u_env == 3 ? skinny_kernel<W, 8, 3>
+                                                                               : skinny_kernel<W, 8, 4>)
+                           : (u_env == 2 ? skinny_kernel<W, 16, 2> : u_env == 3 ? skinny_kernel<W, 16, 3>
+                                                                                : skinny_kernel<W, 16, 4>);
+      cuda::launch_kernel(kernel, static_cast<unsigned>(blocks),
                           kGemvWarps * 32, 0, stream_, pdl, grp, args, pf, static_cast<const W*>(x16.data),
                           x.ptr<float>(), ni, ii);
     }
