@@ -109,10 +109,10 @@ double timed_rounds(benchmark::State& state, Backend* gpu, Fn&& call) {
 }
 
 // Args: out, in, n, path (0, 1, 2: GEMV kernel launch-shape variant; 3: cuBLAS with bf16
-// activations)
+// activations; 4: gemm_skinny.cu's tensor-core kernel, bf16 activations)
 void BM_CudaMatmulBf16(benchmark::State& state) {
   const int64_t out = state.range(0), in = state.range(1), n = state.range(2);
-  const bool cublas = state.range(3) == 3, skinny = state.range(3) == 4;  // EXPERIMENT (exp/skinny): path 4
+  const bool cublas = state.range(3) == 3, skinny = state.range(3) == 4;
   const int variant = cublas || skinny ? 0 : static_cast<int>(state.range(3));
   Backend* gpu = skinny ? backend(0, 0, 16) : backend(cublas ? 0 : 16, variant);
   if (gpu == nullptr) {

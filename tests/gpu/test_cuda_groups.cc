@@ -168,7 +168,8 @@ class CudaGroups : public CudaTest {
         std::snprintf(tag, sizeof tag, "project decode%s w %s stacks %s n=%lld in=%lld r=%lld round %d member %zu/%zu",
                       defer ? " deferred" : "", name_of(wt), name_of(st), static_cast<long long>(n),
                       static_cast<long long>(in), static_cast<long long>(rank), round, i, outs.size());
-        // Above the GEMV's tokens 16-bit weights go to cuBLAS with x rounded to their type.
+        // Above the GEMV's tokens 16-bit weights go to the skinny kernel or cuBLAS, with x
+        // rounded to their type.
         const bool rounded = n > CudaBackendOptions{}.gemv_max_n && wt != DType::kF32;
         expect_close(tag, download(gpu, gy[i].t), y[i].as_f32(), rounded ? 1e-2 : 1e-4);
       }
@@ -247,8 +248,8 @@ TEST_F(CudaGroups, MatmulGroupGemvEveryBucket) {
     }
 }
 
-// EXPERIMENT (exp/skinny): the tensor-core matmul of 3..16 tokens (gemm_skinny.cu), x
-// rounded to the weights' type as on cuBLAS; `in` 136 and 304 end in a partial step.
+// The tensor-core matmul of 3..16 tokens (gemm_skinny.cu), x rounded to the weights' type
+// as on cuBLAS; `in` 136 and 304 end in a partial step.
 TEST_F(CudaGroups, MatmulGroupSkinny) {
   CudaBackendOptions o;
   o.skinny_max_n = 16;
@@ -265,6 +266,7 @@ TEST_F(CudaGroups, MatmulGroupSkinny) {
 TEST_F(CudaGroups, ProjectDecodeSkinny) {
   CudaBackendOptions o;
   o.skinny_max_n = 16;
+  o.skinny_lora_max_n = 16;
   auto skinny = variant_backend(o);
   ASSERT_NE(skinny, nullptr);
   decode_gpu_ = skinny.get();

@@ -24,9 +24,7 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options) : options_(options) 
   device_memory_bytes_ = static_cast<int64_t>(prop.totalGlobalMem);
   pdl_ = options_.pdl && prop.major >= 9;
   clusters_ = prop.major >= 9;
-  // EXPERIMENT (exp/skinny): QV_EXP_SKINNY=N overrides options_.skinny_max_n.
-  skinny_max_n_ = std::getenv("QV_EXP_SKINNY") ? std::atoi(std::getenv("QV_EXP_SKINNY")) : options_.skinny_max_n;
-  skinny_max_n_ = std::min(skinny_max_n_, 16);
+  init_norm_kernels(static_cast<int64_t>(prop.sharedMemPerBlockOptin));
   // Non-blocking: the legacy default stream must never serialise with (or break capture of)
   // this stream's work.
   cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));

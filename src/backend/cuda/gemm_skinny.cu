@@ -1,5 +1,5 @@
-// EXPERIMENT (branch exp/skinny): the decode matmul of 3..16 tokens on tensor cores, with the
-// LoRA shrink as extra blocks of the same launch:
+// The decode matmul of 3..16 tokens on tensor cores, with the LoRA shrink as extra blocks of
+// the same launch:
 //   y_g[n, :] = x16[n] @ w_g^T (+ bias_g)   16-bit weights, x's copy in their type (as cuBLAS)
 //   t_g[n, :] = a_g[slot_n] @ x[n]           lora_shrink_rows.cuh's blocks, f32 x (as today)
 // and the expand left to the op after it (LoraDelta), so a decode projection of 3..16 tokens
@@ -9,11 +9,11 @@
 // every kGemvWarps-th step of 64 columns. Per step a lane (q = lane / 4, c = lane % 4) loads
 // 16 bytes at columns 8c and 32 + 8c of rows q and q + 8 and of tokens q (and 8 + q): words
 // 2e and 2e + 1 of a load are the fragments of one m16n8k16 k-step, the same permutation of
-// the columns for w and x (lora_shrink_mma.cu does the same). The next step's loads are in
-// flight during this step's products; the first step's weights are loaded before the
-// programmatic wait. The warps' sums meet in shared memory in warp order (gemv_store), so
+// the columns for w and x (lora_shrink_mma.cu does the same). A warp works in rounds of U
+// steps: all U steps' loads are issued before the round's products, and the first round's
+// weights before the programmatic wait. The warps' sums meet in shared memory in warp order (gemv_store), so
 // the result is deterministic; products of 16-bit values are exact in f32.
-#include <cstdlib>
+#include <algorithm>
 #include <type_traits>
 
 #include "backend/cuda/cuda_backend.h"
@@ -29,41 +29,9 @@ using cuda::ShrinkRows;
 
 constexpr int kTileRows = 16;
 constexpr int kStepCols = 64;
-
-// EXPERIMENT (QV_EXP_BPREFETCH=1): the shrink blocks prefetch into L2 the B rows that the
-// deferred expand (the op after this launch) will read, and the weights are loaded with an
-// evict-first L2 policy so they do not push those rows out. b: the group's B stacks
-// [S, out_g, R], bytes: out_g * R * 2 (one slot's rows).
-struct BPrefetch {
-  const void* b[kMaxGroup] = {};
-  int64_t bytes[kMaxGroup] = {};
-  bool on = false;
-};
-
-__device__ __forceinline__ void prefetch_l2(const char* p, int64_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  constexpr int64_t kChunk = 32 * 1024;
-  for (int64_t o = 0; o < bytes; o += kChunk) {
-    const auto size = static_cast<uint32_t>(bytes - o < kChunk ? bytes - o : kChunk);
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + o), "r"(size) : "memory");
-  }
-#endif
-}
-
-__device__ __forceinline__ uint64_t evict_first_policy() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-  return policy;
-}
-
-// load16_stream with an L2 cache policy.
-__device__ __forceinline__ uint4 load16_stream_hint(const void* p, uint64_t policy) {
-  uint4 r;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "l"(p), "l"(policy));
-  return r;
-}
+// Steps a warp has in flight (U): on the H200 (session 16) 2 beat 3 and 4 at 8 tokens
+// (4096 x 4096: 15.5 us against 16.6 and 15.6; 11008 x 4096: 31.6 against 34.5 and 33.6).
+constexpr int kSkinnyRounds = 2;
 
 template <typename W>
 __device__ __forceinline__ void mma16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
@@ -85,15 +53,14 @@ template <int TILES>
 struct SkinnyStep {
   uint4 wa[2], wb[2], x[TILES][2];
 
-  __device__ __forceinline__ void load_w(const char* wa_row, const char* wb_row, int k, int in, bool hint,
-                                         uint64_t policy) {
+  __device__ __forceinline__ void load_w(const char* wa_row, const char* wb_row, int k, int in) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int kh = k + 32 * h;
       const bool ok = kh < in;
       const char *pa = wa_row + int64_t{kh} * 2, *pb = wb_row + int64_t{kh} * 2;
-      wa[h] = !ok ? make_uint4(0, 0, 0, 0) : hint ? load16_stream_hint(pa, policy) : cuda::load16_stream(pa);
-      wb[h] = !ok ? make_uint4(0, 0, 0, 0) : hint ? load16_stream_hint(pb, policy) : cuda::load16_stream(pb);
+      wa[h] = ok ? cuda::load16_stream(pa) : make_uint4(0, 0, 0, 0);
+      wb[h] = ok ? cuda::load16_stream(pb) : make_uint4(0, 0, 0, 0);
     }
   }
   __device__ __forceinline__ void load_x(const char* const (&xrow)[TILES], const bool (&tok_ok)[TILES], int k,
@@ -126,18 +93,11 @@ struct SkinnyStep {
 // each. NT: 8 or 16 tokens (one or two n-tiles); U: steps a warp has in flight.
 template <typename W, int NT, int U>
 __global__ void __launch_bounds__(kGemvWarps * 32)
-    skinny_kernel(GemvGroup grp, ShrinkRows lora, BPrefetch pf, const W* __restrict__ x16,
+    skinny_kernel(GemvGroup grp, ShrinkRows lora, const W* __restrict__ x16,
                   const float* __restrict__ x, int n, int in) {
   constexpr int kTiles = NT / 8;
   if (static_cast<int>(blockIdx.x) < lora.blocks) {  // block-uniform
-    const int b = blockIdx.x;
-    if (pf.on && threadIdx.x == 0 && b % lora.rank_blocks == 0) {  // one block a (member, token)
-      const int g = b / (n * lora.rank_blocks), tok = (b / lora.rank_blocks) % n;
-      const int slot = cuda::lora_slot_of(lora.token_slot, tok, lora.num_slots);
-      const int64_t bytes = cuda::group_pick(g, pf.bytes);
-      if (slot >= 0) prefetch_l2(static_cast<const char*>(cuda::group_pick(g, pf.b)) + slot * bytes, bytes);
-    }
-    cuda::token_shrink_block<W>(lora, x, n, in, b);
+    cuda::token_shrink_block<W>(lora, x, n, in, blockIdx.x);
     return;
   }
   __shared__ float red[kGemvWarps][kTileRows * NT];
@@ -160,7 +120,6 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
   }
   float acc[kTiles][4] = {};
   const int steps = (in + kStepCols - 1) / kStepCols;
-  const uint64_t policy = pf.on ? evict_first_policy() : 0;
   // Rounds of U steps a warp (steps s0 + u * kGemvWarps): all U steps' weight loads are in
   // flight before the first product of the round (64 * U bytes a lane).
   bool waited = false;
@@ -169,7 +128,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int su = s0 + u * kGemvWarps;
-      if (su < steps) st[u].load_w(wa_row, wb_row, su * kStepCols, in - 8 * c, pf.on, policy);
+      if (su < steps) st[u].load_w(wa_row, wb_row, su * kStepCols, in - 8 * c);
     }
     if (!waited) {
       cuda::pdl_enter();  // launched with pdl (cuda_common.h); x is the previous kernel's output
@@ -203,7 +162,8 @@ bool CudaBackend::skinny_project(const MatmulGroup& g, const LoraGroup* lora, Te
                                  LoraDelta* defer, bool pdl) {
   const int64_t n = x.dim(0), in = x.dim(1);
   const DType wt = g.w[0].dtype;
-  if (n < 3 || n > skinny_max_n_ || (wt != DType::kBF16 && wt != DType::kF16) || in % 8 != 0 ||
+  const int max_n = std::min(lora != nullptr ? options_.skinny_lora_max_n : options_.skinny_max_n, 16);
+  if (n < 3 || n > max_n || (wt != DType::kBF16 && wt != DType::kF16) || in % 8 != 0 ||
       options_.gemm_split_activations)
     return false;
   check_group(g, x);
@@ -211,7 +171,6 @@ bool CudaBackend::skinny_project(const MatmulGroup& g, const LoraGroup* lora, Te
   GemvGroup grp = cuda::gemv_group(g, &aligned);
   if (!aligned) return false;
   ShrinkRows args;
-  BPrefetch pf;
   if (lora != nullptr) {  // with a deferred expand only: the caller adds nothing after
     if (defer == nullptr || lora->count != g.count || lora->a_stack[0].dtype != wt ||
         !cuda::shrink_rows_args(*lora, x, *meta, &args))
@@ -220,13 +179,6 @@ bool CudaBackend::skinny_project(const MatmulGroup& g, const LoraGroup* lora, Te
       if (lora->y[i].data != g.y[i].data) return false;
     args.t = static_cast<float*>(scratch(lora_scratch_, sizeof(float) * lora->count * n * args.rank, "lora"));
     args.blocks = g.count * static_cast<int>(n) * args.rank_blocks;
-    static const bool prefetch = std::getenv("QV_EXP_BPREFETCH") != nullptr;  // EXPERIMENT
-    pf.on = prefetch && clusters_;                                             // sm_90+
-    for (int i = 0; i < lora->count; ++i) {
-      pf.b[i] = lora->b_stack[i].data;
-      pf.bytes[i] = lora->b_stack[i].dim(1) * lora->b_stack[i].dim(2) * 2;
-      pf.on = pf.on && lora->b_stack[i].dim(1) * lora->b_stack[i].dim(2) * 2 % 16 == 0 && cuda::aligned16(pf.b[i]);
-    }
   }
   const Tensor x16 = !g.x16.empty() && g.x16.dtype == wt ? g.x16 : convert_for_gemm(x, wt, nullptr);
   if (!cuda::aligned16(x16.data)) return false;
@@ -235,13 +187,9 @@ bool CudaBackend::skinny_project(const MatmulGroup& g, const LoraGroup* lora, Te
   cuda::dispatch_float(wt, [&](auto tag) {
     using W = typename decltype(tag)::type;
     if constexpr (!std::is_same_v<W, float>) {
-      static const int u_env = std::getenv("QV_EXP_SKU") ? std::atoi(std::getenv("QV_EXP_SKU")) : 4;  // EXPERIMENT
-      auto kernel = n <= 8 ? (u_env == 2 ? skinny_kernel<W, 8, 2> : u_env == 3 ? skinny_kernel<W, 8, 3>
-                                                                               : skinny_kernel<W, 8, 4>)
-                           : (u_env == 2 ? skinny_kernel<W, 16, 2> : u_env == 3 ? skinny_kernel<W, 16, 3>
-                                                                                : skinny_kernel<W, 16, 4>);
+      auto kernel = n <= 8 ? skinny_kernel<W, 8, kSkinnyRounds> : skinny_kernel<W, 16, kSkinnyRounds>;
       cuda::launch_kernel(kernel, static_cast<unsigned>(blocks),
-                          kGemvWarps * 32, 0, stream_, pdl, grp, args, pf, static_cast<const W*>(x16.data),
+                          kGemvWarps * 32, 0, stream_, pdl, grp, args, static_cast<const W*>(x16.data),
                           x.ptr<float>(), ni, ii);
     }
   }, "matmul: weight must be F32, F16 or BF16");
