@@ -43,14 +43,15 @@ constexpr int kCallsPerRound = 50;
 constexpr double kCeilingBytesPerSecond = 4.26e12;
 
 // One backend per option set, created once (cuBLAS start-up is slow). nullptr: no GPU.
-Backend* backend(int gemv_max_n, int gemv_variant = 0) {
-  static std::map<std::tuple<int, int>, std::unique_ptr<Backend>> cache;
-  auto key = std::make_tuple(gemv_max_n, gemv_variant);
+Backend* backend(int gemv_max_n, int gemv_variant = 0, int skinny_max_n = 0) {
+  static std::map<std::tuple<int, int, int>, std::unique_ptr<Backend>> cache;
+  auto key = std::make_tuple(gemv_max_n, gemv_variant, skinny_max_n);
   auto it = cache.find(key);
   if (it == cache.end()) {
     CudaBackendOptions o;
     o.gemv_max_n = gemv_max_n;
     o.gemv_variant = gemv_variant;
+    o.skinny_max_n = skinny_max_n;
     std::string err;
     it = cache.emplace(key, make_cuda_backend(o, &err)).first;
   }
@@ -108,12 +109,12 @@ double timed_rounds(benchmark::State& state, Backend* gpu, Fn&& call) {
 }
 
 // Args: out, in, n, path (0, 1, 2: GEMV kernel launch-shape variant; 3: cuBLAS with bf16
-// activations)
+// activations; 4: gemm_skinny.cu's tensor-core kernel, bf16 activations)
 void BM_CudaMatmulBf16(benchmark::State& state) {
   const int64_t out = state.range(0), in = state.range(1), n = state.range(2);
-  const bool cublas = state.range(3) == 3;
-  const int variant = cublas ? 0 : static_cast<int>(state.range(3));
-  Backend* gpu = backend(cublas ? 0 : 16, variant);
+  const bool cublas = state.range(3) == 3, skinny = state.range(3) == 4;
+  const int variant = cublas || skinny ? 0 : static_cast<int>(state.range(3));
+  Backend* gpu = skinny ? backend(0, 0, 16) : backend(cublas ? 0 : 16, variant);
   if (gpu == nullptr) {
     state.SkipWithError("no CUDA device");
     return;
@@ -131,7 +132,7 @@ void BM_CudaMatmulBf16(benchmark::State& state) {
   state.counters["GB/s"] = bytes / s / 1e9;
   state.counters["frac_of_4.26TB/s"] = bytes / s / kCeilingBytesPerSecond;
   state.counters["TFLOP/s"] = 2.0 * static_cast<double>(n * in * out) / s / 1e12;
-  state.SetLabel(cublas ? "cublas" : "gemv v" + std::to_string(variant));
+  state.SetLabel(cublas ? "cublas" : skinny ? "skinny" : "gemv v" + std::to_string(variant));
 }
 
 const int64_t kShapes[][2] = {{4096, 4096}, {11008, 4096}, {4096, 11008}, {32000, 4096}};
@@ -141,6 +142,7 @@ void matmul_args(benchmark::internal::Benchmark* b) {
     for (int64_t n : {1, 2, 4, 8, 16})
       for (int64_t variant : {0, 1, 2}) b->Args({s[0], s[1], n, variant});
     for (int64_t n : {1, 2, 4, 8, 16, 32}) b->Args({s[0], s[1], n, 3});
+    for (int64_t n : {4, 8, 16}) b->Args({s[0], s[1], n, 4});
   }
   b->Args({4096, 4096, 2048, 3});  // prefill-sized: tensor-core rate, not bandwidth
 }

@@ -115,7 +115,7 @@ class CudaGroups : public CudaTest {
       w.push_back(random_tensor(rng_, wt, {out, in}, 0.5f));
       bias.push_back(random_tensor(rng_, wt, {out}));
     }
-    Backend* gpu = gpu_.get();
+    Backend* gpu = decode_gpu_ != nullptr ? decode_gpu_ : gpu_.get();
     DeviceTensor gx = upload(gpu, x);
     std::vector<DeviceTensor> ga, gb, gw, gbias, gy;
     for (size_t i = 0; i < outs.size(); ++i) {
@@ -168,12 +168,14 @@ class CudaGroups : public CudaTest {
         std::snprintf(tag, sizeof tag, "project decode%s w %s stacks %s n=%lld in=%lld r=%lld round %d member %zu/%zu",
                       defer ? " deferred" : "", name_of(wt), name_of(st), static_cast<long long>(n),
                       static_cast<long long>(in), static_cast<long long>(rank), round, i, outs.size());
-        // Above the GEMV's tokens 16-bit weights go to cuBLAS with x rounded to their type.
+        // Above the GEMV's tokens 16-bit weights go to the skinny kernel or cuBLAS, with x
+        // rounded to their type.
         const bool rounded = n > CudaBackendOptions{}.gemv_max_n && wt != DType::kF32;
         expect_close(tag, download(gpu, gy[i].t), y[i].as_f32(), rounded ? 1e-2 : 1e-4);
       }
     }
   }
+  Backend* decode_gpu_ = nullptr;  // check_project_decode's backend when set (else gpu_)
 
   // project() on a prefill-sized batch with bf16 stacks and bf16 matmul weights: from 512
   // tokens the shrink of one-run tiles reads x's bf16 copy on tensor cores (handed over as
@@ -244,6 +246,43 @@ TEST_F(CudaGroups, MatmulGroupGemvEveryBucket) {
       check_matmul_group(gemv.get(), "gemv", n, 136, {97, 33}, wt);      // gate, up; odd sizes
       check_matmul_group(gemv.get(), "gemv", n, 4096, {8}, wt);
     }
+}
+
+// The tensor-core matmul of 3..16 tokens (gemm_skinny.cu), x rounded to the weights' type
+// as on cuBLAS; `in` 136 and 304 end in a partial step.
+TEST_F(CudaGroups, MatmulGroupSkinny) {
+  CudaBackendOptions o;
+  o.skinny_max_n = 16;
+  auto skinny = variant_backend(o);
+  ASSERT_NE(skinny, nullptr);
+  for (DType wt : kFloatTypes)
+    for (int64_t n : {3, 5, 8, 9, 13, 16}) {
+      check_matmul_group(skinny.get(), "skinny", n, 256, {256, 64, 64}, wt);
+      check_matmul_group(skinny.get(), "skinny", n, 136, {97, 33}, wt);
+      check_matmul_group(skinny.get(), "skinny", n, 4096, {8}, wt);
+    }
+}
+
+TEST_F(CudaGroups, ProjectDecodeSkinny) {
+  CudaBackendOptions o;
+  o.skinny_max_n = 16;
+  o.skinny_lora_max_n = 16;
+  auto skinny = variant_backend(o);
+  ASSERT_NE(skinny, nullptr);
+  decode_gpu_ = skinny.get();
+  // Stacks in the weights' type take the shrink blocks of the same launch; f32 stacks the
+  // token shrink beside it; 17 tokens cuBLAS.
+  const std::pair<DType, DType> types[] = {{DType::kBF16, DType::kBF16}, {DType::kF16, DType::kF16},
+                                           {DType::kBF16, DType::kF32}};
+  for (const auto& [wt, st] : types)
+    for (int64_t n : {3, 8, 9, 16, 17})
+      for (int64_t rank : {1, 16, 40})
+        for (bool defer : {false, true}) {
+          check_project_decode(n, 512, {512, 128, 128}, rank, wt, st, defer, defer);
+          check_project_decode(n, 304, {700, 700}, rank, wt, st, defer, defer);
+        }
+  check_project_decode(8, 4096, {4096, 1024, 1024}, 16, DType::kBF16, DType::kBF16, true, true);
+  decode_gpu_ = nullptr;
 }
 
 TEST_F(CudaGroups, MatmulGroupCublas) {

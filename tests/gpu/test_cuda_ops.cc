@@ -374,9 +374,15 @@ void check_matmul(Backend* gpu, RefBackend& ref, std::mt19937& rng, const std::s
 
 const std::pair<int64_t, int64_t> kMatmulShapes[] = {{1, 1}, {17, 97}, {97, 17}, {130, 33}, {256, 384}, {1024, 256}};
 
-// Default thresholds: n <= 8 on the GEMV (f32 activations: 1e-4 for every weight type),
-// larger n on cuBLAS (f32 weights: pedantic f32, 1e-4; 16-bit weights: x rounded to 16 bits,
-// bound 1e-2, expected ~2e-3).
+// Default thresholds: n <= gemv_max_n on the GEMV (f32 activations: 1e-4 for every weight
+// type), up to skinny_max_n the tensor-core kernel for 16-bit weights, larger n on cuBLAS
+// (f32 weights: pedantic f32, 1e-4; 16-bit weights: x rounded to 16 bits, bound 1e-2,
+// expected ~2e-3).
+std::string default_path(int64_t n, DType wt) {
+  const CudaBackendOptions o;
+  return n <= o.gemv_max_n ? "gemv" : n <= o.skinny_max_n && wt != DType::kF32 ? "skinny" : "cublas";
+}
+
 TEST_F(CudaOps, MatmulDefaultPaths) {
   for (DType wt : kFloatTypes)
     for (auto [in, out] : kMatmulShapes)
@@ -384,14 +390,14 @@ TEST_F(CudaOps, MatmulDefaultPaths) {
         for (bool bias : {false, true}) {
           const bool gemv = n <= CudaBackendOptions{}.gemv_max_n;
           const double tol = (gemv || wt == DType::kF32) ? 1e-4 : 1e-2;
-          check_matmul(gpu_.get(), ref_, rng_, gemv ? "gemv" : "cublas", n, in, out, wt, bias, false, tol);
+          check_matmul(gpu_.get(), ref_, rng_, default_path(n, wt), n, in, out, wt, bias, false, tol);
         }
   // Long reductions (decode shapes scaled down), both paths.
   for (DType wt : kFloatTypes)
     for (auto [in, out] : {std::pair<int64_t, int64_t>{4096, 1000}, {11008, 64}})
       for (int64_t n : {1, 5, 8, 40}) {
         const bool gemv = n <= CudaBackendOptions{}.gemv_max_n;
-        check_matmul(gpu_.get(), ref_, rng_, gemv ? "gemv" : "cublas", n, in, out, wt, true, false,
+        check_matmul(gpu_.get(), ref_, rng_, default_path(n, wt), n, in, out, wt, true, false,
                      (gemv || wt == DType::kF32) ? 1e-4 : 1e-2);
       }
 }
@@ -418,6 +424,7 @@ TEST_F(CudaOps, MatmulGemvAllTokenCounts) {
 TEST_F(CudaOps, MatmulCublasPaths) {
   CudaBackendOptions o;
   o.gemv_max_n = 0;
+  o.skinny_max_n = 0;
   auto cublas = variant_backend(o);
   o.gemm_split_activations = true;
   auto split = variant_backend(o);

@@ -3,6 +3,7 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "backend/cuda/cuda_common.h"
 
@@ -23,6 +24,7 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options) : options_(options) 
   device_memory_bytes_ = static_cast<int64_t>(prop.totalGlobalMem);
   pdl_ = options_.pdl && prop.major >= 9;
   clusters_ = prop.major >= 9;
+  init_norm_kernels(static_cast<int64_t>(prop.sharedMemPerBlockOptin));
   // Non-blocking: the legacy default stream must never serialise with (or break capture of)
   // this stream's work.
   cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));

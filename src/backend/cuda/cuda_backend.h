@@ -126,6 +126,12 @@ class CudaBackend : public Backend {
   // the expand left in *defer (gemv_lora.cu); false, with nothing launched, where it does
   // not take the operands.
   bool token_shrink(const LoraGroup& lora, Tensor x, const LoraMeta& meta, LoraDelta* defer, cudaStream_t stream);
+  // A matmul of 3..16 tokens with 16-bit weights on tensor cores (options_.skinny_max_n,
+  // skinny_lora_max_n), with lora's shrink in the same launch and its expand left in *defer
+  // (lora null: the matmul alone); false, with nothing launched, where it does not take the
+  // operands (gemm_skinny.cu).
+  bool skinny_project(const MatmulGroup& g, const LoraGroup* lora, Tensor x, const LoraMeta* meta, LoraDelta* defer,
+                      bool pdl);
   // LoRA (lora.cu): shrink partial sums into lora_scratch_ ([G, chunks, n, R]), and the
   // expand that adds them up and applies B. x16: x's bf16 copy or empty; from 512 tokens the
   // shrink of one-run tiles reads it on tensor cores (lora_shrink_mma.cu).
@@ -133,6 +139,8 @@ class CudaBackend : public Backend {
                            cudaStream_t stream);
   void lora_expand_parts(const LoraGroup& g, const float* part, int chunks, int64_t n, const LoraMeta& meta);
   void add_bias(Tensor y, Tensor bias);
+  // Kernel attributes set once (norm.cu: the shared-memory delta norm's slab size).
+  void init_norm_kernels(int64_t smem_optin_bytes);
 
   CudaBackendOptions options_;
   int num_sms_ = 0;
@@ -140,6 +148,7 @@ class CudaBackend : public Backend {
   int64_t device_memory_bytes_ = 0;
   bool pdl_ = false;  // launch the decode-path kernels with programmatic serialisation
   bool clusters_ = false;  // sm_90+: thread block clusters (norm.cu)
+  int64_t norm_smem_bytes_ = 0;  // the shared-memory delta norm's largest slab (norm.cu)
   cudaStream_t stream_ = nullptr;
   // LoRA shrink runs here beside the base GEMV (project()); fork_/join_ order it.
   cudaStream_t side_stream_ = nullptr;

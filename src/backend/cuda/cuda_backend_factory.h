@@ -23,6 +23,14 @@ struct CudaBackendOptions {
   // GEMV launch shape for 16-bit weights: 0 = 4 rows per block (default), 1 = 2 rows and
   // deeper load pipelining, 2 = 8 rows. A tuning knob for bench_cuda_ops, not for users.
   int gemv_variant = 0;
+  // Matmuls of gemv_max_n + 1 .. skinny_max_n tokens (at most 16) with 16-bit weights run
+  // gemm_skinny.cu's tensor-core kernel instead of cuBLAS; a decode projection with a LoRA
+  // (its expand deferred) does so up to skinny_lora_max_n tokens, with the shrink in the
+  // same launch instead of on the side stream. 0: off. On the H200 (session 16, 7B bf16
+  // decode step p50): base b4 4.65 against cuBLAS 4.97 ms, b8 4.78 against 5.10, but b16
+  // 5.62-5.69 against 5.45; with an adapter a request, b16 5.88-5.94 against 6.27.
+  int skinny_max_n = 8;
+  int skinny_lora_max_n = 16;
   // Programmatic dependent launch for the decode-path kernels on sm_90+: each may be
   // scheduled while its predecessor finishes, and the GEMV starts streaming its weights
   // before the previous kernel's output is ready (cuda_common.h, pdl_wait).

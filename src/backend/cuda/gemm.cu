@@ -92,7 +92,7 @@ void CudaBackend::matmul_group_launch(const MatmulGroup& g, Tensor x, bool pdl) 
   }
   if (n <= options_.gemv_max_n) {
     gemv(g, x, pdl);  // members without rows get no blocks
-  } else {
+  } else if (!skinny_project(g, nullptr, x, nullptr, nullptr, pdl)) {
     matmul_cublas(g, x);
   }
 }

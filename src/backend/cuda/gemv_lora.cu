@@ -21,46 +21,18 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/gemv.cuh"
 #include "backend/cuda/lora_kernels.h"
+#include "backend/cuda/lora_shrink_rows.cuh"
 
 namespace quiver {
 namespace {
 
 using cuda::GemvGroup;
 using cuda::kGemvWarps;
-
-constexpr int kRows = 4;  // rows per block, base and A alike (gemv.cu's default shape)
-constexpr int kU = 4;     // gemv.cu's rounds of loads in flight for 4 rows and 1 token
-
-struct ShrinkRows {
-  const void* a[kMaxGroup] = {};  // [S, R, in]
-  float* t = nullptr;             // [G, n, R]: member g's t at t + g * n * R
-  const int32_t* token_slot = nullptr;
-  int rank = 0, num_slots = 0;
-  int rank_blocks = 0;  // ceil(R / kRows)
-  int blocks = 0;       // G * n * rank_blocks: the first blocks of the grid (gemv*_shrink_kernel)
-};
-
-// Member g's A rows r0 .. r0 + 3 for token tok into arow; false when the token has no
-// adapter (nothing to compute).
-template <typename T>
-__device__ __forceinline__ bool shrink_rows(const ShrinkRows& lora, int g, int r0, int tok, int in,
-                                            const T* (&arow)[kRows]) {
-  const int slot = cuda::lora_slot_of(lora.token_slot, tok, lora.num_slots);
-  if (slot < 0) return false;
-  const T* a = static_cast<const T*>(cuda::group_pick(g, lora.a)) + static_cast<int64_t>(slot) * lora.rank * in;
-  cuda::gemv_rows<T, kRows>(arow, a, r0, lora.rank, in);
-  return true;
-}
-
-// The warps' sums of an A block's 4 rows into t from r0 (rows past the rank are not stored).
-__device__ __forceinline__ void store_t(const float (&red)[kGemvWarps][kRows], float* t, int r0, int rank) {
-  if (threadIdx.x < kRows && r0 + static_cast<int>(threadIdx.x) < rank) {
-    float s = 0.f;
-#pragma unroll
-    for (int w = 0; w < kGemvWarps; ++w) s += red[w][threadIdx.x];
-    t[r0 + threadIdx.x] = s;
-  }
-}
+using cuda::kRows;
+using cuda::kU;
+using cuda::ShrinkRows;
+using cuda::shrink_rows;
+using cuda::store_t;
 
 // Block b >= lora.blocks: its GEMV rows into wrow; the member into *g, the first row *row0.
 template <typename W>
@@ -159,16 +131,12 @@ gemv2_shrink_kernel(GemvGroup grp, ShrinkRows lora, const float* __restrict__ x,
 template <typename T>
 __global__ void __launch_bounds__(kGemvWarps * 32)
 token_shrink_kernel(ShrinkRows lora, const float* __restrict__ x, int n, int in) {
-  __shared__ float red[kGemvWarps][kRows];
-  const int b = blockIdx.x, g = b / (n * lora.rank_blocks), tok = (b / lora.rank_blocks) % n;
-  const int r0 = (b % lora.rank_blocks) * kRows;
-  const T* arow[kRows];
-  if (!shrink_rows<T>(lora, g, r0, tok, in, arow)) return;
-  float acc[kRows][1];
-  cuda::gemv_dot<T, 1, kRows, kU, true>(arow, x + static_cast<int64_t>(tok) * in, 1, in, acc);
-  cuda::gemv_warp_sums<1, kRows>(red, acc, 1);
-  store_t(red, lora.t + (static_cast<int64_t>(g) * n + tok) * lora.rank, r0, lora.rank);
+  cuda::token_shrink_block<T>(lora, x, n, in, blockIdx.x);
 }
+
+}  // namespace
+
+namespace cuda {
 
 // *args for a LoRA group on x [n, in], all but t; false when the kernels here do not take
 // the operands (rank, `in` not a multiple of 8, stack types, alignment). Checks the
@@ -210,7 +178,7 @@ void fill_defer(LoraDelta* defer, const LoraGroup& lora, const LoraMeta& meta, f
   }
 }
 
-}  // namespace
+}  // namespace cuda
 
 bool CudaBackend::gemv_lora(const MatmulGroup& g, const LoraGroup& lora, Tensor x, const LoraMeta& meta,
                             LoraDelta* defer) {
@@ -224,7 +192,7 @@ bool CudaBackend::gemv_lora(const MatmulGroup& g, const LoraGroup& lora, Tensor 
   bool aligned = true;
   GemvGroup grp = cuda::gemv_group(g, &aligned);
   ShrinkRows args;
-  if (!aligned || !shrink_rows_args(lora, x, meta, &args)) return false;
+  if (!aligned || !cuda::shrink_rows_args(lora, x, meta, &args)) return false;
   args.t = static_cast<float*>(scratch(lora_scratch_, sizeof(float) * lora.count * n * args.rank, "lora"));
   args.blocks = g.count * static_cast<int>(n) * args.rank_blocks;
   const int blocks = cuda::gemv_blocks<kRows>(grp, g.count) + args.blocks;
@@ -240,14 +208,14 @@ bool CudaBackend::gemv_lora(const MatmulGroup& g, const LoraGroup& lora, Tensor 
                           kGemvWarps * 32, 0, stream_, pdl_, grp, args, xp, ii);
     }
   }, "matmul: weight must be F32, F16 or BF16");
-  fill_defer(defer, lora, meta, args.t, n);
+  cuda::fill_defer(defer, lora, meta, args.t, n);
   return true;
 }
 
 bool CudaBackend::token_shrink(const LoraGroup& lora, Tensor x, const LoraMeta& meta, LoraDelta* defer,
                                cudaStream_t stream) {
   ShrinkRows args;
-  if (!shrink_rows_args(lora, x, meta, &args)) return false;
+  if (!cuda::shrink_rows_args(lora, x, meta, &args)) return false;
   const int64_t n = x.dim(0);
   args.t = static_cast<float*>(scratch(lora_scratch_, sizeof(float) * lora.count * n * args.rank, "lora"));
   const auto blocks = static_cast<unsigned>(lora.count * n * args.rank_blocks);
@@ -257,7 +225,7 @@ bool CudaBackend::token_shrink(const LoraGroup& lora, Tensor x, const LoraMeta& 
     cuda::launch_kernel(token_shrink_kernel<T>, blocks, kGemvWarps * 32, 0, stream, false, args, x.ptr<float>(), ni,
                         ii);
   }, "lora: a_stack must be F32, F16 or BF16");
-  fill_defer(defer, lora, meta, args.t, n);
+  cuda::fill_defer(defer, lora, meta, args.t, n);
   return true;
 }
 

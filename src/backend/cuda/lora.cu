@@ -416,6 +416,7 @@ void CudaBackend::project(const MatmulGroup& g, const LoraGroup* lora, Tensor x,
   }
   check(lora->count >= 1 && lora->count <= kMaxGroup, "project: 1..3 LoRA members");
   if (gemv_lora(g, *lora, x, meta, defer)) return;  // batch 1-2: one launch, the expand deferred
+  if (skinny_project(g, lora, x, &meta, defer, pdl_)) return;  // 3..16 tokens: one launch, the expand deferred
   // A prefill-sized group that the matmul multiplies in bf16 and that came without x's bf16
   // copy (o: the attention output) gets it here, before the fork, so the shrink can read it.
   MatmulGroup gm = g;

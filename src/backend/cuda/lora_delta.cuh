@@ -108,6 +108,16 @@ struct LoraDeltaT {
   }
 };
 
+// p + ranks r0..r0 + 7 of a B row (raw: their 16-bit values, bf16 or f16) . t, in rank order.
+__device__ __forceinline__ float lora_dot8(bool bf16, const uint4& raw, const LoraDeltaT& t, int r0, float p) {
+  float f[8];
+  if (bf16) Vec16<__nv_bfloat16>::unpack(raw, f);
+  else Vec16<__half>::unpack(raw, f);
+#pragma unroll
+  for (int e = 0; e < 8; ++e) p = fmaf(f[e], r0 + e < 16 ? t.v[r0 + e] : t.t[r0 + e], p);
+  return p;
+}
+
 // The row of B at brow (raw: its first 16 ranks, vec) . t, ranks in order.
 __device__ __forceinline__ float lora_term(const LoraDeltaArgs& d, const uint4 (&raw)[2], const char* brow,
                                            const LoraDeltaT& t) {
@@ -118,11 +128,7 @@ __device__ __forceinline__ float lora_term(const LoraDeltaArgs& d, const uint4 (
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       if (8 * h + 8 > d.rank) break;
-      float f[8];
-      if (bf16) Vec16<__nv_bfloat16>::unpack(raw[h], f);
-      else Vec16<__half>::unpack(raw[h], f);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) p = fmaf(f[e], t.v[8 * h + e], p);
+      p = lora_dot8(bf16, raw[h], t, 8 * h, p);
       r = 8 * h + 8;
     }
   }

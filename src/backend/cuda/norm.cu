@@ -290,16 +290,7 @@ __global__ void __launch_bounds__(512)
   // y + output o's B row . t, ranks in order (as LoraDeltaRow4::apply).
   auto term = [&](int o, float y) {
     float p = 0.f;
-    for (int c = 0; c < cpr; ++c) {
-      float f[8];
-      if (b16) cuda::Vec16<__nv_bfloat16>::unpack(slab_smem[smem_swizzle(o * cpr + c)], f);
-      else cuda::Vec16<__half>::unpack(slab_smem[smem_swizzle(o * cpr + c)], f);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const int rk = 8 * c + e;
-        p = fmaf(f[e], rk < 16 ? t.v[rk] : t.t[rk], p);
-      }
-    }
+    for (int c = 0; c < cpr; ++c) p = cuda::lora_dot8(b16, slab_smem[smem_swizzle(o * cpr + c)], t, 8 * c, p);
     return y + p;
   };
   float ss = 0.f;
@@ -340,7 +331,7 @@ bool rows_vec(const Tensor& out, const Tensor& x, const Tensor& residual, int64_
 }
 
 template <bool ADD>
-void launch_rms_norm(cudaStream_t stream, bool pdl, bool clusters, Tensor out, Tensor out16, Tensor residual, Tensor x,
+void launch_rms_norm(cudaStream_t stream, bool pdl, bool clusters, int64_t smem_max, Tensor out, Tensor out16, Tensor residual, Tensor x,
                      Tensor w, float eps, const LoraDelta& delta) {
   cuda::check_f32(out, "rms_norm: out must be f32 on the GPU");
   cuda::check_x16(out16, out, "rms_norm: out16 must be bf16 or f16 on the GPU, out's shape");
@@ -357,12 +348,11 @@ void launch_rms_norm(cudaStream_t stream, bool pdl, bool clusters, Tensor out, T
   const cuda::LoraDeltaArgs da = cuda::lora_delta_args(delta, {x}, n, "add_rms_norm");
   const int cluster = clusters ? norm_cluster(d) : 0;
   const int64_t slab_bytes = norm_smem_bytes(d, da.rank);
-  if (da.count > 0 && da.vec && n <= kNormSmemMaxRows && d / 4 <= 1024 && slab_bytes <= kNormSmemMaxBytes) {
-    const int threads = static_cast<int>(std::clamp<int64_t>((d / 4 + 1) / 2, 32, 512) + 31) / 32 * 32;
+  // The one-block delta kernels: two float4s a thread, whole warps.
+  const int threads = static_cast<int>(std::clamp<int64_t>((d / 4 + 1) / 2, 32, 512) + 31) / 32 * 32;
+  if (da.count > 0 && da.vec && n <= kNormSmemMaxRows && d / 4 <= 1024 && slab_bytes <= smem_max) {
     cuda::dispatch_float(w.dtype, [&](auto tag) {
       using W = typename decltype(tag)::type;
-      cuda::cuda_check(cudaFuncSetAttribute(add_rms_norm_delta_smem_kernel<W>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, kNormSmemMaxBytes));
       cuda::launch_kernel(add_rms_norm_delta_smem_kernel<W>, static_cast<unsigned>(n), threads,
                           static_cast<size_t>(slab_bytes), stream, pdl, out.ptr<float>(), out16.data,
                           out16.dtype == DType::kBF16, residual.ptr<float>(), x.ptr<float>(), w.ptr<W>(), d, eps, da);
@@ -381,7 +371,6 @@ void launch_rms_norm(cudaStream_t stream, bool pdl, bool clusters, Tensor out, T
     return;
   }
   if (da.count > 0) {  // ADD, with the float4 path (CudaBackend::add_rms_norm_x16 sees to it)
-    const int threads = static_cast<int>(std::clamp<int64_t>((d / 4 + 1) / 2, 32, 512) + 31) / 32 * 32;
     cuda::dispatch_float(w.dtype, [&](auto tag) {
       using W = typename decltype(tag)::type;
       cuda::launch_kernel(add_rms_norm_delta_kernel<W>, static_cast<unsigned>(n), threads, 0, stream, pdl,
@@ -391,10 +380,10 @@ void launch_rms_norm(cudaStream_t stream, bool pdl, bool clusters, Tensor out, T
     return;
   }
   const int64_t work = vec ? d / 4 : d;
-  const int threads = static_cast<int>(std::clamp<int64_t>((work + 31) / 32 * 32, 32, 512));
+  const int plain_threads = static_cast<int>(std::clamp<int64_t>((work + 31) / 32 * 32, 32, 512));
   cuda::dispatch_float(w.dtype, [&](auto tag) {
     using W = typename decltype(tag)::type;
-    cuda::launch_kernel(rms_norm_kernel<W, ADD>, static_cast<unsigned>(n), threads, 0, stream, pdl, out.ptr<float>(),
+    cuda::launch_kernel(rms_norm_kernel<W, ADD>, static_cast<unsigned>(n), plain_threads, 0, stream, pdl, out.ptr<float>(),
                         out16.data, out16.dtype == DType::kBF16, ADD ? residual.ptr<float>() : nullptr,
                         x.ptr<float>(), w.ptr<W>(), d, eps, vec);
   }, "rms_norm: weight must be F32, F16 or BF16");
@@ -402,26 +391,37 @@ void launch_rms_norm(cudaStream_t stream, bool pdl, bool clusters, Tensor out, T
 
 }  // namespace
 
+void CudaBackend::init_norm_kernels(int64_t smem_optin_bytes) {
+  // add_rms_norm_delta_smem_kernel's slab is above the default 48 KiB of dynamic shared
+  // memory; the device may allow less than kNormSmemMaxBytes (sm_80: 163 KiB a block).
+  norm_smem_bytes_ = std::min(kNormSmemMaxBytes, smem_optin_bytes);
+  const int bytes = static_cast<int>(norm_smem_bytes_);
+  const auto attr = cudaFuncAttributeMaxDynamicSharedMemorySize;
+  cuda::cuda_check(cudaFuncSetAttribute(add_rms_norm_delta_smem_kernel<float>, attr, bytes));
+  cuda::cuda_check(cudaFuncSetAttribute(add_rms_norm_delta_smem_kernel<__half>, attr, bytes));
+  cuda::cuda_check(cudaFuncSetAttribute(add_rms_norm_delta_smem_kernel<__nv_bfloat16>, attr, bytes));
+}
+
 void CudaBackend::rms_norm(Tensor out, Tensor x, Tensor w, float eps) {
-  launch_rms_norm<false>(stream_, pdl_, clusters_, out, Tensor(), Tensor(), x, w, eps, LoraDelta());
+  launch_rms_norm<false>(stream_, pdl_, clusters_, norm_smem_bytes_, out, Tensor(), Tensor(), x, w, eps, LoraDelta());
 }
 
 void CudaBackend::add_rms_norm(Tensor out, Tensor residual, Tensor x, Tensor w, float eps) {
-  launch_rms_norm<true>(stream_, pdl_, clusters_, out, Tensor(), residual, x, w, eps, LoraDelta());
+  launch_rms_norm<true>(stream_, pdl_, clusters_, norm_smem_bytes_, out, Tensor(), residual, x, w, eps, LoraDelta());
 }
 
 void CudaBackend::rms_norm_x16(Tensor out, Tensor out16, Tensor x, Tensor w, float eps) {
-  launch_rms_norm<false>(stream_, pdl_, clusters_, out, out16, Tensor(), x, w, eps, LoraDelta());
+  launch_rms_norm<false>(stream_, pdl_, clusters_, norm_smem_bytes_, out, out16, Tensor(), x, w, eps, LoraDelta());
 }
 
 void CudaBackend::add_rms_norm_x16(Tensor out, Tensor out16, Tensor residual, Tensor x, Tensor w, float eps,
                                    const LoraDelta& delta) {
   if (delta.count > 0 && !(x.ndim == 2 && rows_vec(out, x, residual, x.dim(1)))) {  // an odd width (no decode model has one): the term, then the op
     apply_lora_delta(delta);
-    launch_rms_norm<true>(stream_, pdl_, clusters_, out, out16, residual, x, w, eps, LoraDelta());
+    launch_rms_norm<true>(stream_, pdl_, clusters_, norm_smem_bytes_, out, out16, residual, x, w, eps, LoraDelta());
     return;
   }
-  launch_rms_norm<true>(stream_, pdl_, clusters_, out, out16, residual, x, w, eps, delta);
+  launch_rms_norm<true>(stream_, pdl_, clusters_, norm_smem_bytes_, out, out16, residual, x, w, eps, delta);
 }
 
 }  // namespace quiver

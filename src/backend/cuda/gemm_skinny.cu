@@ -1,0 +1,200 @@
+// The decode matmul of 3..16 tokens on tensor cores, with the LoRA shrink as extra blocks of
+// the same launch:
+//   y_g[n, :] = x16[n] @ w_g^T (+ bias_g)   16-bit weights, x's copy in their type (as cuBLAS)
+//   t_g[n, :] = a_g[slot_n] @ x[n]           lora_shrink_rows.cuh's blocks, f32 x (as today)
+// and the expand left to the op after it (LoraDelta), so a decode projection of 3..16 tokens
+// needs no side stream, fork or join (s15: those cost 0.39 ms of batch 8's step).
+//
+// Work split: a block of kGemvWarps warps owns 16 output rows of one member; its warps take
+// every kGemvWarps-th step of 64 columns. Per step a lane (q = lane / 4, c = lane % 4) loads
+// 16 bytes at columns 8c and 32 + 8c of rows q and q + 8 and of tokens q (and 8 + q): words
+// 2e and 2e + 1 of a load are the fragments of one m16n8k16 k-step, the same permutation of
+// the columns for w and x (lora_shrink_mma.cu does the same). A warp works in rounds of U
+// steps: all U steps' loads are issued before the round's products, and the first round's
+// weights before the programmatic wait. The warps' sums meet in shared memory in warp order (gemv_store), so
+// the result is deterministic; products of 16-bit values are exact in f32.
+#include <algorithm>
+#include <type_traits>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/gemv.cuh"
+#include "backend/cuda/lora_shrink_rows.cuh"
+
+namespace quiver {
+namespace {
+
+using cuda::GemvGroup;
+using cuda::kGemvWarps;
+using cuda::ShrinkRows;
+
+constexpr int kTileRows = 16;
+constexpr int kStepCols = 64;
+// Steps a warp has in flight (U): on the H200 (session 16) 2 beat 3 and 4 at 8 tokens
+// (4096 x 4096: 15.5 us against 16.6 and 15.6; 11008 x 4096: 31.6 against 34.5 and 33.6).
+constexpr int kSkinnyRounds = 2;
+
+template <typename W>
+__device__ __forceinline__ void mma16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                      uint32_t b1) {
+  if constexpr (std::is_same_v<W, __nv_bfloat16>) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+}
+
+// One step's loads of a lane: halves h of rows q, q + 8 and of the tiles' tokens; zeros
+// past `in` (in % 8 == 0: a lane's 8 columns are all in or all out) and for tokens past n.
+template <int TILES>
+struct SkinnyStep {
+  uint4 wa[2], wb[2], x[TILES][2];
+
+  __device__ __forceinline__ void load_w(const char* wa_row, const char* wb_row, int k, int in) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int kh = k + 32 * h;
+      const bool ok = kh < in;
+      const char *pa = wa_row + int64_t{kh} * 2, *pb = wb_row + int64_t{kh} * 2;
+      wa[h] = ok ? cuda::load16_stream(pa) : make_uint4(0, 0, 0, 0);
+      wb[h] = ok ? cuda::load16_stream(pb) : make_uint4(0, 0, 0, 0);
+    }
+  }
+  __device__ __forceinline__ void load_x(const char* const (&xrow)[TILES], const bool (&tok_ok)[TILES], int k,
+                                         int in) {
+#pragma unroll
+    for (int j = 0; j < TILES; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int kh = k + 32 * h;
+        x[j][h] = tok_ok[j] && kh < in ? cuda::load16(xrow[j] + int64_t{kh} * 2) : make_uint4(0, 0, 0, 0);
+      }
+  }
+  template <typename W>
+  __device__ __forceinline__ void mma(float (&acc)[TILES][4]) const {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t ra[4] = {wa[h].x, wa[h].y, wa[h].z, wa[h].w}, rb[4] = {wb[h].x, wb[h].y, wb[h].z, wb[h].w};
+#pragma unroll
+      for (int j = 0; j < TILES; ++j) {
+        const uint32_t xv[4] = {x[j][h].x, x[j][h].y, x[j][h].z, x[j][h].w};
+#pragma unroll
+        for (int e = 0; e < 2; ++e)  // fragments: row q, row q + 8, the same at k + 8; x
+          mma16<W>(acc[j], ra[2 * e], rb[2 * e], ra[2 * e + 1], rb[2 * e + 1], xv[2 * e], xv[2 * e + 1]);
+      }
+    }
+  }
+};
+
+// Blocks [0, lora.blocks): the shrink (token_shrink_block); the rest: 16 rows of the group
+// each. NT: 8 or 16 tokens (one or two n-tiles); U: steps a warp has in flight.
+template <typename W, int NT, int U>
+__global__ void __launch_bounds__(kGemvWarps * 32)
+    skinny_kernel(GemvGroup grp, ShrinkRows lora, const W* __restrict__ x16,
+                  const float* __restrict__ x, int n, int in) {
+  constexpr int kTiles = NT / 8;
+  if (static_cast<int>(blockIdx.x) < lora.blocks) {  // block-uniform
+    cuda::token_shrink_block<W>(lora, x, n, in, blockIdx.x);
+    return;
+  }
+  __shared__ float red[kGemvWarps][kTileRows * NT];
+  int first_block;
+  const int b = blockIdx.x - lora.blocks;
+  const int g = cuda::gemv_member(grp, b, &first_block);
+  const int row0 = (b - first_block) * kTileRows, out = cuda::group_pick(g, grp.out);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, q = lane >> 2, c = lane & 3;
+  const char* w = static_cast<const char*>(cuda::group_pick(g, grp.w));
+  // Rows past out repeat the last (computed, never stored).
+  const char* wa_row = w + (int64_t{min(row0 + q, out - 1)} * in + 8 * c) * 2;
+  const char* wb_row = w + (int64_t{min(row0 + q + 8, out - 1)} * in + 8 * c) * 2;
+  const char* xrow[kTiles];
+  bool tok_ok[kTiles];
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j) {
+    const int tok = 8 * j + q;
+    tok_ok[j] = tok < n;
+    xrow[j] = reinterpret_cast<const char*>(x16) + (int64_t{min(tok, n - 1)} * in + 8 * c) * 2;
+  }
+  float acc[kTiles][4] = {};
+  const int steps = (in + kStepCols - 1) / kStepCols;
+  // Rounds of U steps a warp (steps s0 + u * kGemvWarps): all U steps' weight loads are in
+  // flight before the first product of the round (64 * U bytes a lane).
+  bool waited = false;
+  for (int s0 = warp; s0 < steps; s0 += kGemvWarps * U) {
+    SkinnyStep<kTiles> st[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int su = s0 + u * kGemvWarps;
+      if (su < steps) st[u].load_w(wa_row, wb_row, su * kStepCols, in - 8 * c);
+    }
+    if (!waited) {
+      cuda::pdl_enter();  // launched with pdl (cuda_common.h); x is the previous kernel's output
+      waited = true;
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int su = s0 + u * kGemvWarps;
+      if (su < steps) st[u].load_x(xrow, tok_ok, su * kStepCols, in - 8 * c);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (s0 + u * kGemvWarps < steps) st[u].template mma<W>(acc);
+  }
+  if (!waited) cuda::pdl_wait();  // a warp without steps: the block still writes after the wait
+  // acc[j]: rows q (0, 1) and q + 8 (2, 3), tokens 8j + 2c (+1).
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int r = q + (i >= 2 ? 8 : 0), t = 8 * j + 2 * c + (i & 1);
+      red[warp][r * NT + t] = acc[j][i];
+    }
+  __syncthreads();
+  cuda::gemv_store<NT, kTileRows>(grp, g, red, row0, n, nullptr);
+}
+
+}  // namespace
+
+bool CudaBackend::skinny_project(const MatmulGroup& g, const LoraGroup* lora, Tensor x, const LoraMeta* meta,
+                                 LoraDelta* defer, bool pdl) {
+  const int64_t n = x.dim(0), in = x.dim(1);
+  const DType wt = g.w[0].dtype;
+  const int max_n = std::min(lora != nullptr ? options_.skinny_lora_max_n : options_.skinny_max_n, 16);
+  if (n < 3 || n > max_n || (wt != DType::kBF16 && wt != DType::kF16) || in % 8 != 0 ||
+      options_.gemm_split_activations)
+    return false;
+  check_group(g, x);
+  bool aligned = cuda::aligned16(x.data);
+  GemvGroup grp = cuda::gemv_group(g, &aligned);
+  if (!aligned) return false;
+  ShrinkRows args;
+  if (lora != nullptr) {  // with a deferred expand only: the caller adds nothing after
+    if (defer == nullptr || lora->count != g.count || lora->a_stack[0].dtype != wt ||
+        !cuda::shrink_rows_args(*lora, x, *meta, &args))
+      return false;
+    for (int i = 0; i < g.count; ++i)
+      if (lora->y[i].data != g.y[i].data) return false;
+    args.t = static_cast<float*>(scratch(lora_scratch_, sizeof(float) * lora->count * n * args.rank, "lora"));
+    args.blocks = g.count * static_cast<int>(n) * args.rank_blocks;
+  }
+  const Tensor x16 = !g.x16.empty() && g.x16.dtype == wt ? g.x16 : convert_for_gemm(x, wt, nullptr);
+  if (!cuda::aligned16(x16.data)) return false;
+  const int blocks = cuda::gemv_blocks<kTileRows>(grp, g.count) + args.blocks;
+  const int ni = static_cast<int>(n), ii = static_cast<int>(in);
+  cuda::dispatch_float(wt, [&](auto tag) {
+    using W = typename decltype(tag)::type;
+    if constexpr (!std::is_same_v<W, float>) {
+      auto kernel = n <= 8 ? skinny_kernel<W, 8, kSkinnyRounds> : skinny_kernel<W, 16, kSkinnyRounds>;
+      cuda::launch_kernel(kernel, static_cast<unsigned>(blocks),
+                          kGemvWarps * 32, 0, stream_, pdl, grp, args, static_cast<const W*>(x16.data),
+                          x.ptr<float>(), ni, ii);
+    }
+  }, "matmul: weight must be F32, F16 or BF16");
+  if (lora != nullptr) cuda::fill_defer(defer, *lora, *meta, args.t, n);
+  return true;
+}
+
+}  // namespace quiver
