@@ -16,6 +16,9 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options) : options_(options) 
   check(options_.gemv_max_n >= 0 && options_.gemv_max_n <= cuda::kGemvMaxTokens,
         "CudaBackendOptions::gemv_max_n must be in [0, 16]");
   check(options_.gemv_variant >= 0 && options_.gemv_variant <= 2, "CudaBackendOptions::gemv_variant must be 0, 1 or 2");
+  check(options_.skinny_max_n >= 0 && options_.skinny_max_n <= 16 && options_.skinny_lora_max_n >= 0 &&
+            options_.skinny_lora_max_n <= 16,
+        "CudaBackendOptions::skinny_max_n and skinny_lora_max_n must be in [0, 16]");
   cuda_check(cudaSetDevice(options_.device));
   cudaDeviceProp prop{};
   cuda_check(cudaGetDeviceProperties(&prop, options_.device));

@@ -13,7 +13,6 @@
 // steps: all U steps' loads are issued before the round's products, and the first round's
 // weights before the programmatic wait. The warps' sums meet in shared memory in warp order (gemv_store), so
 // the result is deterministic; products of 16-bit values are exact in f32.
-#include <algorithm>
 #include <type_traits>
 
 #include "backend/cuda/cuda_backend.h"
@@ -162,7 +161,7 @@ bool CudaBackend::skinny_project(const MatmulGroup& g, const LoraGroup* lora, Te
                                  LoraDelta* defer, bool pdl) {
   const int64_t n = x.dim(0), in = x.dim(1);
   const DType wt = g.w[0].dtype;
-  const int max_n = std::min(lora != nullptr ? options_.skinny_lora_max_n : options_.skinny_max_n, 16);
+  const int max_n = lora != nullptr ? options_.skinny_lora_max_n : options_.skinny_max_n;  // <= 16 (constructor)
   if (n < 3 || n > max_n || (wt != DType::kBF16 && wt != DType::kF16) || in % 8 != 0 ||
       options_.gemm_split_activations)
     return false;
