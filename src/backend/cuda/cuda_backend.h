@@ -139,7 +139,7 @@ class CudaBackend : public Backend {
                            cudaStream_t stream);
   void lora_expand_parts(const LoraGroup& g, const float* part, int chunks, int64_t n, const LoraMeta& meta);
   void add_bias(Tensor y, Tensor bias);
-  // Kernel attributes set once (norm.cu: the shared-memory delta norm's slab size).
+  // Kernel attributes set once (norm_lora.cu: the shared-memory delta norm's slab size).
   void init_norm_kernels(int64_t smem_optin_bytes);
 
   CudaBackendOptions options_;
@@ -147,8 +147,8 @@ class CudaBackend : public Backend {
   std::string device_name_;
   int64_t device_memory_bytes_ = 0;
   bool pdl_ = false;  // launch the decode-path kernels with programmatic serialisation
-  bool clusters_ = false;  // sm_90+: thread block clusters (norm.cu)
-  int64_t norm_smem_bytes_ = 0;  // the shared-memory delta norm's largest slab (norm.cu)
+  bool clusters_ = false;  // sm_90+: thread block clusters (norm_lora.cu)
+  int64_t norm_smem_bytes_ = 0;  // the shared-memory delta norm's largest slab (norm_lora.cu)
   cudaStream_t stream_ = nullptr;
   // LoRA shrink runs here beside the base GEMV (project()); fork_/join_ order it.
   cudaStream_t side_stream_ = nullptr;
