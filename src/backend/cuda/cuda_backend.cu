@@ -3,7 +3,6 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "backend/cuda/cuda_common.h"
 

@@ -121,6 +121,7 @@ class CudaBackend : public Backend {
   // project() for a decode batch of 1 or 2 tokens whose caller takes a deferred expand:
   // one GEMV launch whose extra blocks compute the shrink, the expand left in *defer
   // (gemv_lora.cu); false, with nothing launched, where it does not take the operands.
+  // The caller has checked g and x (check_group).
   bool gemv_lora(const MatmulGroup& g, const LoraGroup& lora, Tensor x, const LoraMeta& meta, LoraDelta* defer);
   // The shrink of a decode batch alone, one token per block, into t [G, n, R] on `stream`,
   // the expand left in *defer (gemv_lora.cu); false, with nothing launched, where it does
@@ -129,7 +130,7 @@ class CudaBackend : public Backend {
   // A matmul of 3..16 tokens with 16-bit weights on tensor cores (options_.skinny_max_n,
   // skinny_lora_max_n), with lora's shrink in the same launch and its expand left in *defer
   // (lora null: the matmul alone); false, with nothing launched, where it does not take the
-  // operands (gemm_skinny.cu).
+  // operands (gemm_skinny.cu). The caller has checked g and x (check_group).
   bool skinny_project(const MatmulGroup& g, const LoraGroup* lora, Tensor x, const LoraMeta* meta, LoraDelta* defer,
                       bool pdl);
   // LoRA (lora.cu): shrink partial sums into lora_scratch_ ([G, chunks, n, R]), and the

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <source_location>
 #include <string>
+#include <type_traits>
 
 #include "core/check.h"
 #include "core/tensor.h"
@@ -125,6 +126,24 @@ __device__ __forceinline__ uint4 load16_stream(const void* p) {
                : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
                : "l"(p));
   return r;
+}
+
+// c += A B on tensor cores (sm_80+), one m16n8k16 step with f32 accumulators: A 16 x 16
+// row-major in a0..a3, B 16 x 8 column-major in b0, b1, W (bf16 or f16) the inputs' type;
+// the fragment layout is PTX's for mma.sync.m16n8k16.
+template <typename W>
+__device__ __forceinline__ void mma16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                      uint32_t b1) {
+  static_assert(std::is_same_v<W, __nv_bfloat16> || std::is_same_v<W, __half>, "mma16: bf16 or f16 inputs");
+  if constexpr (std::is_same_v<W, __nv_bfloat16>) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
 }
 
 // Element i of a float buffer whose dtype is only known at run time (bias, norm weight

@@ -11,8 +11,8 @@
 // 2e and 2e + 1 of a load are the fragments of one m16n8k16 k-step, the same permutation of
 // the columns for w and x (lora_shrink_mma.cu does the same). A warp works in rounds of U
 // steps: all U steps' loads are issued before the round's products, and the first round's
-// weights before the programmatic wait. The warps' sums meet in shared memory in warp order (gemv_store), so
-// the result is deterministic; products of 16-bit values are exact in f32.
+// weights before the programmatic wait. The warps' sums meet in shared memory in warp order
+// (gemv_store), so the result is deterministic; products of 16-bit values are exact in f32.
 #include <type_traits>
 
 #include "backend/cuda/cuda_backend.h"
@@ -31,20 +31,6 @@ constexpr int kStepCols = 64;
 // Steps a warp has in flight (U): on the H200 (session 16) 2 beat 3 and 4 at 8 tokens
 // (4096 x 4096: 15.5 us against 16.6 and 15.6; 11008 x 4096: 31.6 against 34.5 and 33.6).
 constexpr int kSkinnyRounds = 2;
-
-template <typename W>
-__device__ __forceinline__ void mma16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                      uint32_t b1) {
-  if constexpr (std::is_same_v<W, __nv_bfloat16>) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  } else {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  }
-}
 
 // One step's loads of a lane: halves h of rows q, q + 8 and of the tiles' tokens; zeros
 // past `in` (in % 8 == 0: a lane's 8 columns are all in or all out) and for tokens past n.
@@ -82,7 +68,7 @@ struct SkinnyStep {
         const uint32_t xv[4] = {x[j][h].x, x[j][h].y, x[j][h].z, x[j][h].w};
 #pragma unroll
         for (int e = 0; e < 2; ++e)  // fragments: row q, row q + 8, the same at k + 8; x
-          mma16<W>(acc[j], ra[2 * e], rb[2 * e], ra[2 * e + 1], rb[2 * e + 1], xv[2 * e], xv[2 * e + 1]);
+          cuda::mma16<W>(acc[j], ra[2 * e], rb[2 * e], ra[2 * e + 1], rb[2 * e + 1], xv[2 * e], xv[2 * e + 1]);
       }
     }
   }
@@ -165,7 +151,6 @@ bool CudaBackend::skinny_project(const MatmulGroup& g, const LoraGroup* lora, Te
   if (n < 3 || n > max_n || (wt != DType::kBF16 && wt != DType::kF16) || in % 8 != 0 ||
       options_.gemm_split_activations)
     return false;
-  check_group(g, x);
   bool aligned = cuda::aligned16(x.data);
   GemvGroup grp = cuda::gemv_group(g, &aligned);
   if (!aligned) return false;

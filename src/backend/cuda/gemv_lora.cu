@@ -182,7 +182,6 @@ void fill_defer(LoraDelta* defer, const LoraGroup& lora, const LoraMeta& meta, f
 
 bool CudaBackend::gemv_lora(const MatmulGroup& g, const LoraGroup& lora, Tensor x, const LoraMeta& meta,
                             LoraDelta* defer) {
-  check_group(g, x);
   const DType wt = g.w[0].dtype, st = lora.a_stack[0].dtype;
   const int64_t n = x.dim(0);
   if (defer == nullptr || n < 1 || n > 2 || options_.gemv_max_n < n || options_.gemv_variant != 0) return false;

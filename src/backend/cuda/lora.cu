@@ -415,6 +415,7 @@ void CudaBackend::project(const MatmulGroup& g, const LoraGroup* lora, Tensor x,
     return;
   }
   check(lora->count >= 1 && lora->count <= kMaxGroup, "project: 1..3 LoRA members");
+  check_group(g, x);  // for gemv_lora and skinny_project
   if (gemv_lora(g, *lora, x, meta, defer)) return;  // batch 1-2: one launch, the expand deferred
   if (skinny_project(g, lora, x, &meta, defer, pdl_)) return;  // 3..16 tokens: one launch, the expand deferred
   // A prefill-sized group that the matmul multiplies in bf16 and that came without x's bf16

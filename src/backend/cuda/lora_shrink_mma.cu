@@ -30,13 +30,6 @@ constexpr int kWarpsPerSm = 16;          // split target: about this many warps 
 
 using Bf16 = __nv_bfloat16;
 
-__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 // One step's loads of a lane: for each half h, 8 columns of tokens q and q + 8 and of the
 // A rows of the pass's n-tiles; zeros past the split or the rank.
 struct StepLoads {
@@ -99,8 +92,8 @@ mma_shrink_kernel(float* __restrict__ part, const Bf16* __restrict__ x, LoraGrou
       if (r0 + 8 * j >= rank) break;  // uniform: past the rank
 #pragma unroll
       for (int h = 0; h < kHalves; ++h) {
-        mma_bf16(acc[j], cur.x0[h].x, cur.x1[h].x, cur.x0[h].y, cur.x1[h].y, cur.a[j][h].x, cur.a[j][h].y);
-        mma_bf16(acc[j], cur.x0[h].z, cur.x1[h].z, cur.x0[h].w, cur.x1[h].w, cur.a[j][h].z, cur.a[j][h].w);
+        cuda::mma16<Bf16>(acc[j], cur.x0[h].x, cur.x1[h].x, cur.x0[h].y, cur.x1[h].y, cur.a[j][h].x, cur.a[j][h].y);
+        cuda::mma16<Bf16>(acc[j], cur.x0[h].z, cur.x1[h].z, cur.x0[h].w, cur.x1[h].w, cur.a[j][h].z, cur.a[j][h].w);
       }
     }
     cur = next;
