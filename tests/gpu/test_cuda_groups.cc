@@ -1,12 +1,16 @@
 // link: qv_backend
 // Grouped ops on CUDA (one launch for q/k/v or gate/up) vs the reference's member-by-member
 // defaults: matmul_group on the GEMV path (every token bucket, with and without biases,
-// members of different sizes as in GQA) and on cuBLAS; lora_group with 1..3 members,
+// members of different sizes as in GQA), on the tensor-core path of 3..16 tokens and on
+// cuBLAS; lora_group with 1..3 members,
 // slot-sorted token order, slot -1 rows untouched; project() with the tensor-core shrink of
 // prefill tiles from x's bf16 copy, and project() on decode batches of 1..65 tokens, with
 // and without a deferred expand (LoraDelta, applied after: at 1 token the GEMV whose extra
-// blocks compute the shrink, up to 64 the token shrink beside the matmul, gemv_lora.cu;
-// otherwise the GEMV or cuBLAS + gather or tiled kernels). Skips without a GPU.
+// blocks compute the shrink, at 3..16 the tensor-core matmul whose first blocks do, up to 64
+// the token shrink beside the matmul, gemv_lora.cu; otherwise the GEMV or cuBLAS + gather or
+// tiled kernels). Skips without a GPU.
+#include <initializer_list>
+
 #include "gpu/cuda_test_util.h"
 
 namespace quiver::test {
@@ -177,6 +181,16 @@ class CudaGroups : public CudaTest {
   }
   Backend* decode_gpu_ = nullptr;  // check_project_decode's backend when set (else gpu_)
 
+  // check_matmul_group on decode-sized groups, every weight type and token count in ns.
+  void check_decode_groups(Backend* gpu, const std::string& path, std::initializer_list<int64_t> ns) {
+    for (DType wt : kFloatTypes)
+      for (int64_t n : ns) {
+        check_matmul_group(gpu, path, n, 256, {256, 64, 64}, wt);  // q, k, v under GQA
+        check_matmul_group(gpu, path, n, 136, {97, 33}, wt);      // gate, up; odd sizes
+        check_matmul_group(gpu, path, n, 4096, {8}, wt);
+      }
+  }
+
   // project() on a prefill-sized batch with bf16 stacks and bf16 matmul weights: from 512
   // tokens the shrink of one-run tiles reads x's bf16 copy on tensor cores (handed over as
   // MatmulGroup::x16, or made by project() when none is), the other tiles stay on CUDA
@@ -240,27 +254,17 @@ TEST_F(CudaGroups, MatmulGroupGemvEveryBucket) {
   o.gemv_max_n = 16;
   auto gemv = variant_backend(o);
   ASSERT_NE(gemv, nullptr);
-  for (DType wt : kFloatTypes)
-    for (int64_t n : {1, 2, 3, 5, 8, 13, 16}) {
-      check_matmul_group(gemv.get(), "gemv", n, 256, {256, 64, 64}, wt);  // q, k, v under GQA
-      check_matmul_group(gemv.get(), "gemv", n, 136, {97, 33}, wt);      // gate, up; odd sizes
-      check_matmul_group(gemv.get(), "gemv", n, 4096, {8}, wt);
-    }
+  check_decode_groups(gemv.get(), "gemv", {1, 2, 3, 5, 8, 13, 16});
 }
 
 // The tensor-core matmul of 3..16 tokens (gemm_skinny.cu), x rounded to the weights' type
-// as on cuBLAS; `in` 136 and 304 end in a partial step.
+// as on cuBLAS; `in` 136 ends in a partial step.
 TEST_F(CudaGroups, MatmulGroupSkinny) {
   CudaBackendOptions o;
   o.skinny_max_n = 16;
   auto skinny = variant_backend(o);
   ASSERT_NE(skinny, nullptr);
-  for (DType wt : kFloatTypes)
-    for (int64_t n : {3, 5, 8, 9, 13, 16}) {
-      check_matmul_group(skinny.get(), "skinny", n, 256, {256, 64, 64}, wt);
-      check_matmul_group(skinny.get(), "skinny", n, 136, {97, 33}, wt);
-      check_matmul_group(skinny.get(), "skinny", n, 4096, {8}, wt);
-    }
+  check_decode_groups(skinny.get(), "skinny", {3, 5, 8, 9, 13, 16});
 }
 
 TEST_F(CudaGroups, ProjectDecodeSkinny) {
