@@ -289,9 +289,11 @@ TEST_F(CudaGroups, ProjectDecodeSkinny) {
   decode_gpu_ = nullptr;
 }
 
+// 17 and 64 tokens on the cuBLAS handle without a workspace, 65 and 97 on the other
+// (CudaBackendOptions::cublas_no_workspace_max_n).
 TEST_F(CudaGroups, MatmulGroupCublas) {
   for (DType wt : kFloatTypes)
-    for (int64_t n : {17, 97}) check_matmul_group(gpu_.get(), "cublas", n, 256, {256, 64, 64}, wt);
+    for (int64_t n : {17, 64, 65, 97}) check_matmul_group(gpu_.get(), "cublas", n, 256, {256, 64, 64}, wt);
 }
 
 TEST_F(CudaGroups, LoraGroup) {

@@ -18,6 +18,7 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options) : options_(options) 
   check(options_.skinny_max_n >= 0 && options_.skinny_max_n <= 16 && options_.skinny_lora_max_n >= 0 &&
             options_.skinny_lora_max_n <= 16,
         "CudaBackendOptions::skinny_max_n and skinny_lora_max_n must be in [0, 16]");
+  check(options_.cublas_no_workspace_max_n >= 0, "CudaBackendOptions::cublas_no_workspace_max_n must be >= 0");
   cuda_check(cudaSetDevice(options_.device));
   cudaDeviceProp prop{};
   cuda_check(cudaGetDeviceProperties(&prop, options_.device));
@@ -40,6 +41,10 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options) : options_(options) 
   cublas_check(cublasSetWorkspace(cublas_, cublas_workspace_, options_.cublas_workspace_bytes));
   // No TF32 anywhere: f32 weights must match the reference to 1e-4.
   cublas_check(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
+  cublas_check(cublasCreate(&cublas_small_));  // decode-sized matmuls: no workspace (options)
+  cublas_check(cublasSetStream(cublas_small_, stream_));
+  cublas_check(cublasSetWorkspace(cublas_small_, nullptr, 0));
+  cublas_check(cublasSetMathMode(cublas_small_, CUBLAS_DEFAULT_MATH));
   cuda::configure_attention_kernels();
 }
 
@@ -54,6 +59,7 @@ CudaBackend::~CudaBackend() {
   cudaFree(attention_counts_.ptr);
   cudaFree(lora_scratch_.ptr);
   cublasDestroy(cublas_);
+  cublasDestroy(cublas_small_);
   cudaFree(cublas_workspace_);
   cudaEventDestroy(fork_);
   cudaEventDestroy(join_);

@@ -155,6 +155,7 @@ class CudaBackend : public Backend {
   cudaStream_t side_stream_ = nullptr;
   cudaEvent_t fork_ = nullptr, join_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
+  cublasHandle_t cublas_small_ = nullptr;  // no workspace: up to options_.cublas_no_workspace_max_n tokens
   void* cublas_workspace_ = nullptr;
   Scratch matmul_scratch_;     // x converted to 16 bits: [n, in] (twice that when split)
   Scratch attention_scratch_;  // split-K partials: [num_seqs, num_heads, max_splits, head_dim + 2] f32

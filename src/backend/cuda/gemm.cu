@@ -103,9 +103,11 @@ DType CudaBackend::gemm_input_type(int64_t n, DType w) const {
 }
 
 // x is converted to the weights' 16-bit type once for the whole group (unless g.x16 is that
-// conversion already), then one GEMM per member.
+// conversion already), then one GEMM per member. Decode-sized products go to the handle
+// without a workspace (CudaBackendOptions::cublas_no_workspace_max_n).
 void CudaBackend::matmul_cublas(const MatmulGroup& g, Tensor x) {
   const int64_t n = x.dim(0), in = x.dim(1);
+  cublasHandle_t h = n <= options_.cublas_no_workspace_max_n ? cublas_small_ : cublas_;
   const int n_ = static_cast<int>(n), k_ = static_cast<int>(in);
   const float one = 1.f, zero = 0.f;
   const DType wt = g.w[0].dtype;  // shared by the members (matmul_group)
@@ -131,15 +133,15 @@ void CudaBackend::matmul_cublas(const MatmulGroup& g, Tensor x) {
     const int m_ = static_cast<int>(w.dim(0));
     if (m_ == 0) continue;
     if (wt == DType::kF32) {
-      cuda::cublas_check(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, m_, n_, k_, &one, w.data, CUDA_R_32F, k_,
-                                      xs, CUDA_R_32F, k_, &zero, y.data, CUDA_R_32F, m_,
-                                      CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT));
+      cuda::cublas_check(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m_, n_, k_, &one, w.data, CUDA_R_32F, k_, xs,
+                                      CUDA_R_32F, k_, &zero, y.data, CUDA_R_32F, m_, CUBLAS_COMPUTE_32F_PEDANTIC,
+                                      CUBLAS_GEMM_DEFAULT));
     } else {
-      cuda::cublas_check(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, m_, n_, k_, &one, w.data, type, k_, xs,
+      cuda::cublas_check(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m_, n_, k_, &one, w.data, type, k_, xs,
                                       type, k_, &zero, y.data, CUDA_R_32F, m_, CUBLAS_COMPUTE_32F,
                                       CUBLAS_GEMM_DEFAULT));
       if (lo != nullptr) {
-        cuda::cublas_check(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, m_, n_, k_, &one, w.data, type, k_, lo,
+        cuda::cublas_check(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m_, n_, k_, &one, w.data, type, k_, lo,
                                         type, k_, &one, y.data, CUDA_R_32F, m_, CUBLAS_COMPUTE_32F,
                                         CUBLAS_GEMM_DEFAULT));
       }
