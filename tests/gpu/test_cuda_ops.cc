@@ -375,12 +375,13 @@ void check_matmul(Backend* gpu, RefBackend& ref, std::mt19937& rng, const std::s
 const std::pair<int64_t, int64_t> kMatmulShapes[] = {{1, 1}, {17, 97}, {97, 17}, {130, 33}, {256, 384}, {1024, 256}};
 
 // Default thresholds: n <= gemv_max_n on the GEMV (f32 activations: 1e-4 for every weight
-// type), up to skinny_max_n the tensor-core kernel for 16-bit weights, larger n on cuBLAS
-// (f32 weights: pedantic f32, 1e-4; 16-bit weights: x rounded to 16 bits, bound 1e-2,
-// expected ~2e-3).
-std::string default_path(int64_t n, DType wt) {
+// type), up to skinny_max_n the tensor-core kernel for 16-bit weights and `in` % 8 == 0,
+// otherwise cuBLAS (f32 weights: pedantic f32, 1e-4; 16-bit weights: x rounded to 16 bits,
+// bound 1e-2, expected ~2e-3).
+std::string default_path(int64_t n, int64_t in, DType wt) {
   const CudaBackendOptions o;
-  return n <= o.gemv_max_n ? "gemv" : n <= o.skinny_max_n && wt != DType::kF32 ? "skinny" : "cublas";
+  if (n <= o.gemv_max_n) return "gemv";
+  return n <= o.skinny_max_n && wt != DType::kF32 && in % 8 == 0 ? "skinny" : "cublas";
 }
 
 TEST_F(CudaOps, MatmulDefaultPaths) {
@@ -390,14 +391,14 @@ TEST_F(CudaOps, MatmulDefaultPaths) {
         for (bool bias : {false, true}) {
           const bool gemv = n <= CudaBackendOptions{}.gemv_max_n;
           const double tol = (gemv || wt == DType::kF32) ? 1e-4 : 1e-2;
-          check_matmul(gpu_.get(), ref_, rng_, default_path(n, wt), n, in, out, wt, bias, false, tol);
+          check_matmul(gpu_.get(), ref_, rng_, default_path(n, in, wt), n, in, out, wt, bias, false, tol);
         }
   // Long reductions (decode shapes scaled down), both paths.
   for (DType wt : kFloatTypes)
     for (auto [in, out] : {std::pair<int64_t, int64_t>{4096, 1000}, {11008, 64}})
       for (int64_t n : {1, 5, 8, 40}) {
         const bool gemv = n <= CudaBackendOptions{}.gemv_max_n;
-        check_matmul(gpu_.get(), ref_, rng_, default_path(n, wt), n, in, out, wt, true, false,
+        check_matmul(gpu_.get(), ref_, rng_, default_path(n, in, wt), n, in, out, wt, true, false,
                      (gemv || wt == DType::kF32) ? 1e-4 : 1e-2);
       }
 }

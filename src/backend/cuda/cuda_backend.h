@@ -26,6 +26,10 @@
 
 namespace quiver {
 
+namespace cuda {
+struct ShrinkRows;  // lora_shrink_rows.cuh
+}  // namespace cuda
+
 class CudaBackend : public Backend {
  public:
   explicit CudaBackend(const CudaBackendOptions& options);
@@ -127,6 +131,11 @@ class CudaBackend : public Backend {
   // the expand left in *defer (gemv_lora.cu); false, with nothing launched, where it does
   // not take the operands.
   bool token_shrink(const LoraGroup& lora, Tensor x, const LoraMeta& meta, LoraDelta* defer, cudaStream_t stream);
+  // The decode shrink blocks' operands for lora on x (cuda::shrink_rows_args) with t
+  // [G, n, R] in lora_scratch_ and their block count; false, with nothing allocated, where
+  // those blocks do not take the operands (gemv_lora.cu). For gemv_lora, token_shrink and
+  // skinny_project.
+  bool shrink_args(const LoraGroup& lora, Tensor x, const LoraMeta& meta, cuda::ShrinkRows* args);
   // A matmul of 3..16 tokens with 16-bit weights on tensor cores (options_.skinny_max_n,
   // skinny_lora_max_n), with lora's shrink in the same launch and its expand left in *defer
   // (lora null: the matmul alone); false, with nothing launched, where it does not take the

@@ -156,13 +156,9 @@ bool CudaBackend::skinny_project(const MatmulGroup& g, const LoraGroup* lora, Te
   if (!aligned) return false;
   ShrinkRows args;
   if (lora != nullptr) {  // with a deferred expand only: the caller adds nothing after
-    if (defer == nullptr || lora->count != g.count || lora->a_stack[0].dtype != wt ||
-        !cuda::shrink_rows_args(*lora, x, *meta, &args))
+    if (defer == nullptr || lora->a_stack[0].dtype != wt || !cuda::lora_matches_outputs(g, *lora) ||
+        !shrink_args(*lora, x, *meta, &args))
       return false;
-    for (int i = 0; i < g.count; ++i)
-      if (lora->y[i].data != g.y[i].data) return false;
-    args.t = static_cast<float*>(scratch(lora_scratch_, sizeof(float) * lora->count * n * args.rank, "lora"));
-    args.blocks = g.count * static_cast<int>(n) * args.rank_blocks;
   }
   const Tensor x16 = !g.x16.empty() && g.x16.dtype == wt ? g.x16 : convert_for_gemm(x, wt, nullptr);
   if (!cuda::aligned16(x16.data)) return false;

@@ -185,15 +185,11 @@ bool CudaBackend::gemv_lora(const MatmulGroup& g, const LoraGroup& lora, Tensor 
   const DType wt = g.w[0].dtype, st = lora.a_stack[0].dtype;
   const int64_t n = x.dim(0);
   if (defer == nullptr || n < 1 || n > 2 || options_.gemv_max_n < n || options_.gemv_variant != 0) return false;
-  if (lora.count != g.count || (st != wt && st != DType::kF32)) return false;
-  for (int i = 0; i < g.count; ++i)
-    if (lora.y[i].data != g.y[i].data) return false;
+  if ((st != wt && st != DType::kF32) || !cuda::lora_matches_outputs(g, lora)) return false;
   bool aligned = true;
   GemvGroup grp = cuda::gemv_group(g, &aligned);
   ShrinkRows args;
-  if (!aligned || !cuda::shrink_rows_args(lora, x, meta, &args)) return false;
-  args.t = static_cast<float*>(scratch(lora_scratch_, sizeof(float) * lora.count * n * args.rank, "lora"));
-  args.blocks = g.count * static_cast<int>(n) * args.rank_blocks;
+  if (!aligned || !shrink_args(lora, x, meta, &args)) return false;
   const int blocks = cuda::gemv_blocks<kRows>(grp, g.count) + args.blocks;
   const float* xp = x.ptr<float>();
   const int ii = static_cast<int>(x.dim(1));
@@ -214,10 +210,9 @@ bool CudaBackend::gemv_lora(const MatmulGroup& g, const LoraGroup& lora, Tensor 
 bool CudaBackend::token_shrink(const LoraGroup& lora, Tensor x, const LoraMeta& meta, LoraDelta* defer,
                                cudaStream_t stream) {
   ShrinkRows args;
-  if (!cuda::shrink_rows_args(lora, x, meta, &args)) return false;
+  if (!shrink_args(lora, x, meta, &args)) return false;
   const int64_t n = x.dim(0);
-  args.t = static_cast<float*>(scratch(lora_scratch_, sizeof(float) * lora.count * n * args.rank, "lora"));
-  const auto blocks = static_cast<unsigned>(lora.count * n * args.rank_blocks);
+  const auto blocks = static_cast<unsigned>(args.blocks);
   const int ni = static_cast<int>(n), ii = static_cast<int>(x.dim(1));
   cuda::dispatch_float(lora.a_stack[0].dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -225,6 +220,14 @@ bool CudaBackend::token_shrink(const LoraGroup& lora, Tensor x, const LoraMeta& 
                         ii);
   }, "lora: a_stack must be F32, F16 or BF16");
   cuda::fill_defer(defer, lora, meta, args.t, n);
+  return true;
+}
+
+bool CudaBackend::shrink_args(const LoraGroup& lora, Tensor x, const LoraMeta& meta, ShrinkRows* args) {
+  if (!cuda::shrink_rows_args(lora, x, meta, args)) return false;
+  const int64_t n = x.dim(0);
+  args->t = static_cast<float*>(scratch(lora_scratch_, sizeof(float) * lora.count * n * args->rank, "lora"));
+  args->blocks = lora.count * static_cast<int>(n) * args->rank_blocks;
   return true;
 }
 
