@@ -34,17 +34,18 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options) : options_(options) 
   cuda_check(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking));
   cuda_check(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
   cuda_check(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming));
-  cublas_check(cublasCreate(&cublas_));
-  // cublasSetStream resets the workspace to cuBLAS's own pool, so the workspace comes after.
-  cublas_check(cublasSetStream(cublas_, stream_));
+  // Both cuBLAS handles run on stream_ with the same settings; only the workspace differs.
+  const auto make_handle = [this](cublasHandle_t* h, void* workspace, size_t bytes) {
+    cublas_check(cublasCreate(h));
+    // cublasSetStream resets the workspace to cuBLAS's own pool, so the workspace comes after.
+    cublas_check(cublasSetStream(*h, stream_));
+    cublas_check(cublasSetWorkspace(*h, workspace, bytes));
+    // No TF32 anywhere: f32 weights must match the reference to 1e-4.
+    cublas_check(cublasSetMathMode(*h, CUBLAS_DEFAULT_MATH));
+  };
   cuda_check(cudaMalloc(&cublas_workspace_, options_.cublas_workspace_bytes));
-  cublas_check(cublasSetWorkspace(cublas_, cublas_workspace_, options_.cublas_workspace_bytes));
-  // No TF32 anywhere: f32 weights must match the reference to 1e-4.
-  cublas_check(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
-  cublas_check(cublasCreate(&cublas_small_));  // decode-sized matmuls: no workspace (options)
-  cublas_check(cublasSetStream(cublas_small_, stream_));
-  cublas_check(cublasSetWorkspace(cublas_small_, nullptr, 0));
-  cublas_check(cublasSetMathMode(cublas_small_, CUBLAS_DEFAULT_MATH));
+  make_handle(&cublas_, cublas_workspace_, options_.cublas_workspace_bytes);
+  make_handle(&cublas_small_, nullptr, 0);  // decode-sized matmuls: no workspace (options)
   cuda::configure_attention_kernels();
 }
 
