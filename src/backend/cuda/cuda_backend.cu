@@ -143,8 +143,9 @@ void* CudaBackend::scratch(Scratch& s, size_t bytes, const char* what) {
   s.bytes = 0;
   cuda_check(cudaMalloc(&s.ptr, rounded));
   cuda_check(cudaMemsetAsync(s.ptr, 0, rounded, stream_));
-  // project() grows t and dy after its fork, which does not order this memset before the
-  // side stream's kernels that write them: finish it first (growth is rare, never captured).
+  // project() grows lora_scratch_ (t, or a prefill shrink's partials) after its fork, which
+  // does not order this memset before the side stream's shrink that writes it: finish it
+  // first (growth is rare, never captured).
   cuda_check(cudaStreamSynchronize(stream_));
   s.bytes = rounded;
   return s.ptr;
