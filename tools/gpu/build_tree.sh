@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Run THERE (one H200), after sourcing setup_deps.sh: configure (Release, sm_90, no server)
+# Run THERE (one H200), after sourcing setup_deps.sh: configure (Release, sm_90; the server
+# only with SERVER=ON)
 # and build quiver and the given targets in DIR/build-gpu. DIR is taken by its physical
 # path, so a tree under build-trees/ linked to the checkout shares the checkout's build.
 # Usage: build_tree.sh DIR LOG [TARGET...]; LOG (an absolute path) gets both steps' output.
@@ -8,4 +9,4 @@ dir=$1 log=$2
 shift 2
 cd -P "$dir" || exit 1
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DQUIVER_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-  -DQUIVER_SERVER=OFF >"$log" 2>&1 && cmake --build build-gpu -j16 --target quiver "$@" >>"$log" 2>&1
+  -DQUIVER_SERVER=${SERVER:-OFF} >"$log" 2>&1 && cmake --build build-gpu -j16 --target quiver "$@" >>"$log" 2>&1
