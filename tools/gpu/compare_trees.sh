@@ -8,7 +8,7 @@
 #   done
 #   for b in main pdl lora-occupancy; do echo "$b $(git rev-parse --short $b)"; done >build-trees/commits
 # (the GPU tests need only that fixture; the device takes 64 MiB of files in all, so leave out
-# bench/results and tests/tokenizer_data too). The checkout itself can be one of the trees:
+# tests/tokenizer_data too). The checkout itself can be one of the trees:
 # `ln -sfn .. build-trees/NAME` there (a link is not carried); it is built in ./build-gpu,
 # which run_checks.sh then reuses (FIX, VERIFY) instead of building again.
 # then call the device tool with carry [".deps", "build-trees"] and
