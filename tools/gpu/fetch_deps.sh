@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run HERE (the dev machine): downloads the Debian packages the GPU machine lacks
-# (PCRE2 and xxhash headers + libraries) into .deps/, which device calls carry.
+# (PCRE2 and xxhash headers + libraries) into .deps/, which is copied to the GPU machine.
 # The server (cpp-httplib) is left out of GPU builds (-DQUIVER_SERVER=OFF).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
