@@ -7,7 +7,7 @@
 //   DESIGN.md section 5); one prefill-sized product reports TFLOP/s;
 // - LoRA of a q/k/v-shaped group (3 members, in = out = 4096, rank 16, bf16 stacks of 64
 //   slots) at n = 1 / 8 / 32 / 64 / 256 / 2048 tokens, all on one adapter or token i on
-//   slot i % 64 (at 256: four tokens per adapter, as in issue 6 (c)), reporting the time
+//   slot i % 64 (at 256: four tokens per adapter, as in the throughput benchmark), reporting the time
 //   over the byte floor (adapters + x + the f32 y read and written, at 4.26 TB/s).
 //
 // Every benchmark cycles through enough copies of its weights (>= 512 MiB) that they cannot

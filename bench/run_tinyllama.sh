@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# The TinyLlama-1.1B (bf16, dummy weights) measurements behind bench/RESULTS.md, issues 2, 4
-# and 5. Comparisons (LoRA vs base, batched vs adapter by adapter) alternate A and B passes
+# The TinyLlama-1.1B (bf16, dummy weights) CPU measurements of bench/RESULTS.md (records
+# bench/records/cpu-*.json): batch-1 decode and prefill, LoRA against the base model, online
+# load. Comparisons (LoRA vs base, batched vs adapter by adapter) alternate A and B passes
 # inside one process (--compare), so that load from other users of a shared machine hits
 # both sides alike; each case waits (up to WAIT s) for the 1-minute load to drop below MAXLOAD.
 #
 #   bench/run_tinyllama.sh BUILD_DIR OUT_DIR [DEVICE] [THREADS] [MAXLOAD] [WAIT]
-#   e.g. bench/run_tinyllama.sh build bench/results/cpu-2core cpu 2 1.5 900
-#        bench/run_tinyllama.sh build bench/results/h200 cuda 0 1000 0
+#   e.g. bench/run_tinyllama.sh build /tmp/bench-cpu cpu 2 1.5 900
+#        bench/run_tinyllama.sh build /tmp/bench-cuda cuda 0 1000 0
 # Writes OUT_DIR/<case>.json (one `quiver bench --json-output` record each) and
 # OUT_DIR/log.txt (the human tables). CASES="b1-base online-r2" runs a subset;
 # MODEL=bench/configs/llama-2-7b runs the same cases on another shape; COMMIT=abc1234 is
@@ -24,15 +25,15 @@ run() {  # name, flags...
   echo "=== $name ($(date -u +%H:%M:%SZ), load $(cut -d' ' -f1-3 /proc/loadavg), waited ${waited}s)" | tee -a "$out/log.txt"
   $q "$@" --json-output "$out/$name.json" 2>&1 | tee -a "$out/log.txt"
 }
-# Issue 2: batch-1 prefill of a 128-token prompt and decode, no LoRA.
+# Batch-1 prefill of a 128-token prompt and decode, no LoRA.
 run b1-base  --batch-size 1 --input-len 128 --output-len 128 --num-iters 3
-# 4a: batch 1 with one r=16 adapter on all 7 projections vs the base model.
+# Batch 1 with one r=16 adapter on all 7 projections vs the base model.
 run b1-lora1-vs-base  --batch-size 1 --input-len 128 --output-len 128 --num-iters 4 --num-adapters 1 --lora-rank 16 --compare base
-# 4b: 8 requests on 8 different adapters vs 8 on the base model.
+# 8 requests on 8 different adapters vs 8 on the base model.
 run b8-lora8-vs-base  --batch-size 8 --input-len 128 --output-len 64 --num-iters 4 --num-adapters 8 --lora-rank 16 --compare base
-# 4c: 4 requests over 4 adapters, batched vs adapter by adapter.
+# 4 requests over 4 adapters, batched vs adapter by adapter.
 run b4-lora4-vs-sequential  --batch-size 4 --input-len 128 --output-len 64 --num-iters 2 --num-adapters 4 --lora-rank 16 --compare sequential
-# Issue 5: 16 requests over 8 adapters, all at once and at 2 requests/s.
+# Online: 16 requests over 8 adapters, all at once and at 2 requests/s.
 run online-inf  --num-requests 16 --request-rate inf --input-len 128 --output-len 64 --num-adapters 8 --lora-rank 16
 run online-r2   --num-requests 16 --request-rate 2 --input-len 128 --output-len 64 --num-adapters 8 --lora-rank 16
 # 2 req/s x 128 prompt tokens is more prefill than 2 CPU cores do (~100 tok/s): a rate the

@@ -1,9 +1,9 @@
-# Source THERE (one H200) from a device call script, after the build: bench_switch NAME BS
+# Source THERE (one H200) from a script run on the GPU machine, after the build: bench_switch NAME BS
 # VAR=VALUE... [bench flags...] runs the 7B decode bench of ./build-gpu/quiver (LoRA against
 # the base model, every request on its own adapter, r=16, bf16 stacks) with those
 # environment switches (X=1 for none), logs to $BENCH_LOGS/NAME_bBS.log and prints the two decode-step
-# p50s. Runs starting later than $BENCH_UNTIL seconds after $T0 are skipped, so a call
-# ends inside the device's limit. Interleave the switches' runs: the machine drifts.
+# p50s. Runs starting later than $BENCH_UNTIL seconds after $T0 are skipped, so the script
+# ends inside the machine's time limit. Interleave the switches' runs: the machine drifts.
 : "${BENCH_LOGS:=/tmp/x_logs}" "${BENCH_UNTIL:=500}" "${T0:=$SECONDS}"
 mkdir -p "$BENCH_LOGS"
 bench_switch() {

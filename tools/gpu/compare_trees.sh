@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # Run THERE (one H200): the same GPU tests and 7B decode benches on several source trees, so
-# one device call compares branches (kernel experiments) against main. Prepare here:
-#   for b in main pdl lora-occupancy; do
+# one run on the GPU compares source trees (a kernel change, say) against main. Prepare here:
+#   for b in main candidate; do
 #     rm -rf build-trees/$b && mkdir -p build-trees/$b &&
 #       git archive $b | tar -x -C build-trees/$b --exclude=models --exclude='tests/fixtures/*' &&
 #       git archive $b tests/fixtures/llama3_bf16 | tar -x -C build-trees/$b
 #   done
-#   for b in main pdl lora-occupancy; do echo "$b $(git rev-parse --short $b)"; done >build-trees/commits
-# (the GPU tests need only that fixture; the device takes 64 MiB of files in all, so leave out
-# bench/results and tests/tokenizer_data too). The checkout itself can be one of the trees:
-# `ln -sfn .. build-trees/NAME` there (a link is not carried); it is built in ./build-gpu,
+#   for b in main candidate; do echo "$b $(git rev-parse --short $b)"; done >build-trees/commits
+# (the GPU tests need only that fixture; at most 64 MiB of files are copied to the GPU
+# machine, so leave out tests/tokenizer_data too). The checkout itself can be one of the trees:
+# `ln -sfn .. build-trees/NAME` there (a link is not copied); it is built in ./build-gpu,
 # which run_checks.sh then reuses (FIX, VERIFY) instead of building again.
-# then call the device tool with carry [".deps", "build-trees"] and
-#   TREES="main pdl lora-occupancy" bash tools/gpu/compare_trees.sh
+# Then, on the GPU machine with .deps and build-trees copied over, run
+#   TREES="main candidate" bash tools/gpu/compare_trees.sh
 # Variables: TARGETS (GPU tests, default: graphs, lora, groups, ops), BS (decode batches, empty: none,
 # default "1 8 64"; BATCH:ADAPTERS, e.g. 256:64, for fewer adapters than requests),
 # BENCHC=1 (also the 256-request case, BENCHC_ITERS iterations, default 1). Logs come
@@ -22,7 +22,7 @@
 # whose tests already passed in an earlier run.
 # EAGER=1: batch 1 also with --enforce-eager. CINTER=N: after everything else, the
 # 256-request case N rounds, one iteration per tree per round, the trees taking turns, so a
-# difference of 1% is not the machine drifting between two trees' runs (session 11).
+# difference of 1% is not the machine drifting between two trees' runs.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 : "${OUT:=/tmp/quiver_out}"
@@ -50,13 +50,13 @@ for tree in ${TREES:?name the trees under build-trees/}; do
     timeout 120 "$dir/build-gpu/$t" >"$log/$t.log" 2>&1 || failed=1
     echo "$tree: $t $(grep -E '^\[  (PASSED|FAILED)' "$log/$t.log" | tr '\n' ' ')"
   done
-  # Benches run even after a failed test (cheap, and a second device call is not): the
+  # Benches run even after a failed test (cheap, and a second GPU run is not): the
   # summary marks the tree.
   [ $failed = 1 ] && summary+=("$tree: tests FAILED (benches below are of a wrong tree)")
   bench=("$dir/build-gpu/quiver" bench --model "$dir/bench/configs/llama-2-7b" --load-format dummy --dtype bfloat16
     --device cuda --lora-rank 16 --lora-dtype bfloat16)
   # The tree's commit, from build-trees/commits ("NAME SHA" lines): a tree has no .git, and
-  # the checkout's .git on the device may be stale (session 10's headers said 5d764d3).
+  # a .git copied to the GPU machine may be older than the tree (bench headers would name it).
   commit=$(awk -v t="$tree" '$1 == t { print $2 }' build-trees/commits 2>/dev/null)
   [ -n "$commit" ] && bench+=(--commit "$commit")
   for entry in ${BS-1 8 64}; do  # BS= (empty): no batch benches

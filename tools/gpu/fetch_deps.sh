@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run HERE (the dev machine): downloads the Debian packages the GPU machine lacks
 # (PCRE2 and xxhash headers + libraries; cpp-httplib and the headers it includes, for the
-# server path of tools/gpu/run_invariance.sh) into .deps/, which device calls carry.
+# server path of tools/gpu/run_invariance.sh) into .deps/, which is copied to the GPU machine.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 mkdir -p .deps/debs

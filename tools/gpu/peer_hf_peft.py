@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Run THERE (one H200): the peer for issue 6's (b), Hugging Face transformers + PEFT on the
+"""Run THERE (one H200): the decode benchmark's peer, Hugging Face transformers + PEFT on the
 same shape quiver's bench uses (bench/configs/llama-2-7b, bf16, random weights), eager,
 dynamic KV cache. For each batch size: a prompt of --input-len random tokens per request,
 then --steps decode steps of one token per request, each step timed alone (CUDA events

@@ -11,7 +11,7 @@ n=0
 for spec in "$@"; do
   tree=${spec%%:*}; tg=${spec#*:}; tg=${tg//,/ }
   nice_lvl=$([ $n = 0 ] && echo 0 || echo 10); n=$((n+1))
-  rm -f /tmp/built_$tree.*  # a warm machine keeps the last call's markers
+  rm -f /tmp/built_$tree.*  # a machine that stayed up keeps the last run's markers
   [ -e build-trees/$tree/.deps ] || ln -s "$checkout/.deps" build-trees/$tree/.deps
   nice -n $nice_lvl bash tools/gpu/build_tree.sh build-trees/$tree /tmp/prebuild_$tree.log $tg &&
     touch /tmp/built_$tree.done || touch /tmp/built_$tree.failed &

@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # Run THERE (one H200): the GPU checks and the 7B numbers of bench/RESULTS.md, each part
-# switched on by a variable (see bench/RESULTS.md, "Re-running on the GPU"):
+# switched on by a variable (see bench/RESULTS.md, "Re-running"):
 #   TARGETS   GPU test binaries to build and run (default test_cuda_graphs)
 #   FIX       every HF fixture on CUDA vs HF and vs the CPU (run_engine_fixtures.sh)
 #   VERIFY    `quiver verify` graph vs eager on two fixtures
 #   NCU       per-kernel times of the first eager forward passes (NCU_BS, NCU_IN, NCU_SKIP,
 #             NCU_COUNT, NCU_T: its time limit, 200 s; by default a 2,048-token prefill step with 8 adapters). NCU_ADAPTERS
-#             (default NCU_BS) and NCU_KERNELS (a kernel-name regex) narrow it: issue 6 (c)'s
+#             (default NCU_BS) and NCU_KERNELS (a kernel-name regex) narrow it: the throughput case's
 #             decode LoRA is NCU_BS=256 NCU_IN=1 NCU_ADAPTERS=64 NCU_KERNELS='shrink|expand'
 #             NCU_COUNT=8 (one layer: 256 one-token prompts, four per adapter, sorted by slot).
 #             NCU_DETAIL=1 adds NCU_DETAIL_METRICS (bytes, occupancy, stalls) per kernel.
-#             NCU_KV (default 16GiB): the KV cache, e.g. 40GiB for (c)'s decode at real
+#             NCU_KV (default 16GiB): the KV cache, e.g. 40GiB for the throughput case's decode at real
 #             contexts: NCU_BS=256 NCU_IN=256 NCU_ADAPTERS=64 NCU_OUTLEN=8 runs a prefill
-#             step and 4 mixed ones, as (c) does; forwards 6 and 7 decode all 256.
+#             step and 4 mixed ones, as the throughput case does; forwards 6 and 7 decode all 256.
 #             NCU_OUTLEN (default 2): output tokens per request.
 #             NCU_SHOW (default "0 1 2"): which forwards the summary lists (0: kernels before
 #             the first embedding, i.e. the dummy weights' initialisation)
@@ -116,7 +116,7 @@ if [ -n "${BENCHC:-}" ]; then
   # step kind, tokens and time of the first 40 steps
   grep "^\[step" "$OUT/benchc.log" | head -40 | sed -E 's/adapters=\[[^]]*\]//' | cut -c1-200
 fi
-if [ -n "${BENCHAB:-}" ]; then  # (a) and (b): LoRA vs base at batch 1/8/32/64, short
+if [ -n "${BENCHAB:-}" ]; then  # the decode benchmark: LoRA vs base at batch 1/8/32/64, short
   for bs in ${BENCHAB_BS:-1 8 32 64}; do
     timeout 120 "${B[@]}" --batch-size $bs --input-len 128 --output-len ${BENCHAB_OUT:-64} --num-adapters $bs \
       --compare base --num-iters 2 --max-num-seqs $bs --kv-cache-memory 16GiB ${BENCHAB_FLAGS:-} \
@@ -124,7 +124,7 @@ if [ -n "${BENCHAB:-}" ]; then  # (a) and (b): LoRA vs base at batch 1/8/32/64, 
     echo "bench bs=$bs rc=$?"
     grep -E "decode|ratio|lora/base|x0|x1" "$OUT/bench_b$bs.log" | head -8
   done
-  if [ -n "${BENCHAB_EAGER:-}" ]; then  # (a) eager vs graphs at batch 1
+  if [ -n "${BENCHAB_EAGER:-}" ]; then  # eager vs graphs at batch 1
     timeout 120 "${B[@]}" --batch-size 1 --input-len 128 --output-len ${BENCHAB_OUT:-64} --num-adapters 1 \
       --compare base --num-iters 2 --max-num-seqs 1 --kv-cache-memory 16GiB ${BENCHAB_FLAGS:-} --enforce-eager \
       --json-output "$OUT/bench_b1_eager.json" >"$OUT/bench_b1_eager.log" 2>&1

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Trains the demo model on the GPU machine and packs everything into one gzipped tar laid out
 # like the repository (models/demo/..., tests/fixtures/demo_sql_*.jsonl), cut into pieces of
-# 15 MiB ($OUT/demo.tgz.00, .01, ...) because the device tool returns files of at most 16 MiB:
+# 15 MiB ($OUT/demo.tgz.00, .01, ...) because a run on the GPU machine returns files of at most 16 MiB:
 #   cat demo.tgz.* | tar xzf - -C /work/main
 # Needs .demo_data/corpus carried from the dev machine (tools/prepare_demo_data.sh makes it).
 # Extra arguments go to tools/train_demo.py (e.g. --pretrain-seconds 120).

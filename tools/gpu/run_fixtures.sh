@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Builds the e2e reference fixtures on the GPU machine (the one with torch + transformers 5 + peft)
-# and packs them into ONE file under $OUT, because the device tool brings back at most 8 files.
-# Usage (from the repo root, through the device tool): bash tools/gpu/run_fixtures.sh
+# and packs them into ONE file under $OUT, because a run there brings back only a few files.
+# Usage (from the repo root, on the GPU machine): bash tools/gpu/run_fixtures.sh
 # Then, on the dev machine: tar xzf <files_at>/fixtures.tgz -C /tmp && cp -r /tmp/fixtures/. tests/fixtures/
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-: "${OUT:?OUT must name the folder whose files come back (the device tool sets it)}"
+: "${OUT:?OUT must name the folder whose files come back (the GPU runner sets it)}"
 
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 TOKENIZERS_PARALLELISM=false
 rm -rf "$OUT/fixtures"

@@ -20,8 +20,8 @@
 // before the PDL wait, except this step's own key (rope_kv_write writes it): they are in
 // flight while the previous kernels finish. That holds the K vectors across the q load:
 // 121 registers instead of 58 (ptxas, bf16, head_dim 128, one head per block), which
-// halves the blocks per SM and costs more than it saves once the batch fills the GPU
-// (session 9, bench/RESULTS.md).
+// halves the blocks per SM and costs more than it saves once the batch fills the GPU (H200,
+// 7B: 0.09 ms gained at batch 1, but base batch 64 7.98 ms against 7.39-7.45 without it).
 // With one partition in the grid the block writes the output. Otherwise it writes (o, max,
 // sum), and the block that finishes its (sequence, head group) last, by an atomic count,
 // merges the partitions in partition order (no combine kernel; the count goes back to 0
@@ -29,8 +29,9 @@
 // most 2 x target blocks per sequence and head group, each taking every gridDim.x-th
 // partition, so a graph's bound (meta.max_seq_len, up to the model's context) does not
 // launch a block for every partition the longest sequence could have. At 256 sequences of
-// Llama-2-7B and a 4,096-token bound that was 16 blocks per (sequence, head) where 2 had
-// keys: 131,072 blocks a layer, 165 us a layer at a 2-token context (ncu, session 12).
+// Llama-2-7B and a 4,096-token bound a block per partition would be 16 blocks per
+// (sequence, head) where 2 have keys: 131,072 blocks a layer, 165 us a layer at a 2-token
+// context (ncu, H200).
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -387,8 +388,8 @@ void CudaBackend::attention(Tensor out, Tensor q, Tensor k_cache, Tensor v_cache
 
   if (meta.max_query_len > 1) {
     // The decode sequences of a mixed step go to the decode kernels below, which split
-    // their keys across blocks; in the prefill kernel each was one block walking all its
-    // keys for one query row.
+    // their keys across blocks; in the prefill kernel each would be one block walking all
+    // its keys for one query row.
     p.mixed = true;
     cuda::attention_prefill(p, k_cache.dtype, static_cast<int>(hd), meta.max_query_len, stream_);
   }

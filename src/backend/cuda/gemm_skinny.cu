@@ -1,9 +1,9 @@
 // The decode matmul of 3..16 tokens on tensor cores, with the LoRA shrink as extra blocks of
 // the same launch:
 //   y_g[n, :] = x16[n] @ w_g^T (+ bias_g)   16-bit weights, x's copy in their type (as cuBLAS)
-//   t_g[n, :] = a_g[slot_n] @ x[n]           lora_shrink_rows.cuh's blocks, f32 x (as today)
+//   t_g[n, :] = a_g[slot_n] @ x[n]           lora_shrink_rows.cuh's blocks, f32 x (as in gemv_lora.cu)
 // and the expand left to the op after it (LoraDelta), so a decode projection of 3..16 tokens
-// needs no side stream, fork or join (s15: those cost 0.39 ms of batch 8's step).
+// needs no side stream, fork or join (those cost 0.39 ms of a 7B batch-8 step on the H200).
 //
 // Work split: a block of kGemvWarps warps owns 16 output rows of one member; its warps take
 // every kGemvWarps-th step of 64 columns. Per step a lane (q = lane / 4, c = lane % 4) loads
@@ -28,7 +28,7 @@ using cuda::ShrinkRows;
 
 constexpr int kTileRows = 16;
 constexpr int kStepCols = 64;
-// Steps a warp has in flight (U): on the H200 (session 16) 2 beat 3 and 4 at 8 tokens
+// Steps a warp has in flight (U): on the H200 2 beat 3 and 4 at 8 tokens
 // (4096 x 4096: 15.5 us against 16.6 and 15.6; 11008 x 4096: 31.6 against 34.5 and 33.6).
 constexpr int kSkinnyRounds = 2;
 

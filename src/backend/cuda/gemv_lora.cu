@@ -4,16 +4,16 @@
 // and the expand, y_g += b_g[slot_0] @ t_g, left to the op that reads y next (LoraDelta:
 // rope_kv_write, add_rms_norm_x16, silu_mul_x16 add it in their own kernel, lora_delta.cuh).
 // So a batch-1 projection with an adapter is one kernel, as without: at batch 1 the LoRA's
-// cost was the latency of its extra kernels on the step's chain, not its bytes. Decode
+// cost is the latency of its extra kernels on the step's chain, not its bytes. Decode
 // batches of 2 tokens get the same A blocks per token beside the GEMV's 2-token blocks;
 // 3..64 tokens run them alone (token_shrink), on the side stream beside the base matmul
 // (lora.cu, project()).
 //
-// History (H200, 7B bf16, r=16 on all 7 projections, graphs): a separate shrink, GEMV and
-// expand took 5.38 ms a step; a small shrink kernel chained by PDL to a GEMV that added
-// B . t in its epilogue took 4.40-4.44 (base 3.87-3.93), the shrink still a kernel on the
-// chain per group; one launch whose GEMV blocks spun on the shrink blocks took 6.23 (the
-// per-block atomics). Sums in a fixed order, so graph == eager bitwise. A token with slot
+// The alternatives measured (H200, 7B bf16, r=16 on all 7 projections, graphs, batch 1):
+// a separate shrink, GEMV and expand take 5.38 ms a step; a small shrink kernel chained by
+// PDL to a GEMV that adds B . t in its epilogue 4.42 against 4.18 for this design (base
+// 3.87-3.90), the shrink still a kernel on the chain per group; one launch whose GEMV
+// blocks spin on the shrink blocks 6.23 (the per-block atomics). Sums in a fixed order, so graph == eager bitwise. A token with slot
 // -1 (or outside the stack) gets no t; the op after it skips it. Grids depend only on
 // the shapes, the slot is read at run time (graph rules 3 and 4).
 #include <type_traits>

@@ -30,7 +30,7 @@ inline constexpr int kLoraGatherMaxN = 15;
 // Columns per shrink split of the gather kernels (the shrink stages 16 tokens x this many
 // f32 of x in shared memory: 1024 exceeds the 48 KiB static limit). H200, 7B bf16 decode
 // step with LoRA at batch 4 / 8 (cuBLAS base, graphs): 64 columns 6.35 / 6.83 ms, 256
-// 6.14 / 6.66, 512 6.27 / 7.47 (bench/RESULTS.md, session 10): fewer partials for the
+// 6.14 / 6.66, 512 6.27 / 7.47: fewer partials for the
 // expand to add, while enough shrink blocks remain to run beside the GEMM.
 inline constexpr int kLoraGatherSplit = 256;
 

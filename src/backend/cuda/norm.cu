@@ -1,7 +1,7 @@
 // CUDA RMSNorm and the fused residual-add + RMSNorm: one block per row, sum of squares in
 // f32, then the scaled row. Same expression order as the reference: w * (x * inv_rms).
 // add_rms_norm_x16 with a pending LoRA term on x has kernels of its own (norm_lora.cu), so
-// the plain kernel's registers stay as they were.
+// the plain kernel keeps the registers of a norm without a term.
 #include <algorithm>
 
 #include "backend/cuda/cuda_backend.h"

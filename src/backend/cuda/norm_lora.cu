@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(256)
 // shared memory by cp.async before the wait, and each thread then adds the terms of its
 // two float4s from there. It needs 48 registers, so under PDL it starts beside the GEMV's
 // last blocks; the cluster kernel's start and barrier cost a batch-1 step 0.04-0.08 ms
-// more (H200, bench/RESULTS.md, session 15). 16-byte chunk i of the slab sits at chunk
+// more (H200, 7B: 3.90-3.91 ms against 3.95-3.98). 16-byte chunk i of the slab sits at chunk
 // smem_swizzle(i): the 8 threads of a quarter-warp, whose rows are 4 apart, read 8
 // different bank groups. Needs vec (16-bit stacks, R % 8 == 0) and d / 4 <= 1024.
 constexpr int64_t kNormSmemMaxRows = 2;
