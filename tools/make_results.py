@@ -266,6 +266,12 @@ RERUN = """\
   verify`, the throughput case and the decode benchmark at batch 1/8/32/64 with and without
   adapters, prints a summary and returns the logs in `$OUT/logs.tgz`. `NCU=1` adds per-kernel
   times of one eager step (the variables are listed at the top of the script).
+- **The CUDA invariance suite** (every change to CUDA code passes it before it lands):
+  carry `.deps` and run `bash tools/gpu/run_invariance.sh`: the GPU test binaries
+  (including the 512-request random stress), every HF fixture under every schedule with
+  graphs and eagerly against HF and the CPU (`tools/invariance.py`), and concurrent chunked
+  streams through the server (`tools/server_invariance.py`); one line per check, then `ALL
+  OK` or `FAILURES`.
 - **Two trees on one GPU**: export each into `build-trees/<name>` and run `TREES="main
   other" bash tools/gpu/compare_trees.sh`: each tree is built, tested and benchmarked
   (`BS="1 8 32 64 256:64"`, `BENCHC=1`, `CINTER=N` for interleaved throughput rounds). A host
