@@ -132,6 +132,11 @@ std::vector<AdapterInfo> LLMEngine::list_loras() const {
   return adapters_ ? adapters_->list() : std::vector<AdapterInfo>{};
 }
 
+AdapterCacheStats LLMEngine::lora_cache_stats() const {
+  if (!adapters_) return {};
+  return {adapters_->num_cached(), adapters_->loads()};
+}
+
 void LLMEngine::finish_seq(Request& req, int i, const std::string& reason, std::optional<std::string> stop_reason,
                            bool by_stop_string) {
   SeqState& st = *req.seqs[i];

@@ -182,6 +182,37 @@ TEST(EngineApi, AdapterRemovedWhileItsRequestWaitsStillRuns) {
   EXPECT_EQ(done["r"].outputs[0].token_ids, want);
 }
 
+// vLLM's LoRARequest path: an adapter is read from disk on its first request, kept in
+// the host LRU (max_cpu_loras = max_loras = 2 here) and read again only after eviction;
+// a path that does not load fails that request alone.
+TEST(EngineApi, AdaptersLoadOnFirstUseAndStayInTheHostLru) {
+  auto e = make_engine(2);
+  EXPECT_EQ(e->lora_cache_stats().loads, 0);
+  const LoRARequest a{"a", 1, adapter("r8_all")};
+  ASSERT_TRUE(e->add_request("x", ids(kPrompt), greedy(), a).is_ok());
+  ASSERT_TRUE(e->add_request("y", ids(kPrompt), greedy(), a).is_ok());
+  EXPECT_EQ(e->lora_cache_stats().loads, 1);
+  EXPECT_EQ(e->lora_cache_stats().num_cached, 1);
+  ASSERT_EQ(e->list_loras().size(), 1u);
+  EXPECT_EQ(e->list_loras()[0].name, "a");
+
+  Status bad = e->add_request("z", ids(kPrompt), greedy(), LoRARequest{"bad", 2, adapter("no_such_adapter")});
+  EXPECT_FALSE(bad.is_ok());
+  EXPECT_EQ(e->list_loras().size(), 1u);
+  auto done = run_all(*e);
+  EXPECT_EQ(done.size(), 2u);
+  EXPECT_EQ(done["x"].outputs[0].token_ids, done["y"].outputs[0].token_ids);
+
+  ASSERT_TRUE(e->add_request("b", ids(kPrompt), greedy(), LoRARequest{"b", 3, adapter("r16_rslora")}).is_ok());
+  ASSERT_TRUE(e->add_request("c", ids(kPrompt), greedy(), LoRARequest{"c", 4, adapter("r1_qv")}).is_ok());
+  run_all(*e);
+  EXPECT_EQ(e->lora_cache_stats().loads, 3);
+  EXPECT_EQ(e->lora_cache_stats().num_cached, 2);
+  ASSERT_TRUE(e->add_request("again", ids(kPrompt), greedy(), a).is_ok());  // "a" was evicted
+  EXPECT_EQ(e->lora_cache_stats().loads, 4);
+  EXPECT_EQ(run_all(*e)["again"].outputs[0].token_ids, done["x"].outputs[0].token_ids);
+}
+
 TEST(EngineApi, ReloadingANameNeverHitsStaleCache) {
   auto want_engine = make_engine(1, false);
   ASSERT_TRUE(want_engine->add_request("y", ids(kPrompt), greedy(), LoRARequest{"a", 0, adapter("r8_all")}).is_ok());
