@@ -1,0 +1,64 @@
+"""A native extension that behaves: Ctrl-C stops LLM.generate between steps and leaves the
+engine usable, and step() lets other Python threads run while it computes."""
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from conftest import SQL_QUESTION, sql_lora
+from quiver import SamplingParams
+
+LONG = SamplingParams(temperature=0, max_tokens=400, ignore_eos=True)
+
+
+def test_keyboard_interrupt_stops_generate_and_the_engine_keeps_working(llm):
+    prompts = [f"[user] Tell me fortune number {i}. [/user] [assistant]" for i in range(16)]
+    start = time.monotonic()
+    llm.generate(prompts[:1], SamplingParams(temperature=0, max_tokens=40, ignore_eos=True), use_tqdm=False)
+    forty_tokens_s = time.monotonic() - start
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        llm.generate(prompts, LONG, use_tqdm=False, lora_request=sql_lora())
+    interrupted_after = time.monotonic() - start
+    timer.join()
+    # 16 x 400 tokens take far longer than the 0.3 s before the signal plus one step.
+    assert interrupted_after < 0.3 + max(2.0, forty_tokens_s)
+    assert not llm.llm_engine.has_unfinished_requests()
+    out = llm.generate(SQL_QUESTION, SamplingParams(temperature=0, max_tokens=40), lora_request=sql_lora(),
+                       use_tqdm=False)
+    assert out[0].outputs[0].text.strip().startswith("SELECT icao")
+
+
+def test_step_releases_the_gil(llm):
+    engine = llm.llm_engine
+    # A prefill of 4 x 480 tokens: one long step, then decode steps.
+    for i in range(4):
+        engine.add_request(f"gil-{i}", {"prompt_token_ids": [0] + [100 + i + j % 50 for j in range(479)]},
+                           SamplingParams(temperature=0, max_tokens=2, ignore_eos=True))
+    step_ms = []
+    stop = threading.Event()
+
+    def drive():
+        while engine.has_unfinished_requests():
+            engine.step()
+            step_ms.append(engine.last_step_stats().ms)
+        stop.set()
+
+    worker = threading.Thread(target=drive)
+    gaps = []
+    last = time.monotonic()
+    worker.start()
+    while not stop.is_set():
+        now = time.monotonic()
+        gaps.append(now - last)
+        last = now
+    worker.join()
+    longest_step_s = max(step_ms) / 1e3
+    assert longest_step_s > 0.05, "the workload must make a step long enough to measure"
+    # Holding the GIL through a step would freeze this loop for the whole step.
+    assert max(gaps) < 0.5 * longest_step_s, (max(gaps), step_ms)
