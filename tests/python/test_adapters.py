@@ -30,7 +30,7 @@ def test_mixed_adapters_run_in_the_same_step():
         assert s.num_seqs == 3
         assert s.adapters == ["pirate", "sql"]
         assert s.lora_active
-    assert steps[0].num_prefill_tokens == 3 * len(engine.encode(SQL_QUESTION))
+    assert steps[0].num_prefill_tokens == 3 * len(engine.get_tokenizer().encode(SQL_QUESTION))
     assert engine.get_counters().steps == len(steps)
     assert engine.get_counters().requests_finished == 3
 

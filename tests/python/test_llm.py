@@ -104,3 +104,20 @@ def test_chat_uses_the_chat_template(llm):
         llm.chat([{"role": "system", "content": "x"}], GREEDY, use_tqdm=False)
     with pytest.raises(ValueError, match="continue_final_message"):
         llm.chat(messages, GREEDY, continue_final_message=True)
+
+
+def test_tokenizer(llm):
+    tok = llm.get_tokenizer()
+    assert tok is llm.llm_engine.get_tokenizer() and tok.vocab_size == 6144
+    messages = [{"role": "user", "content": SQL_USER}]
+    text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert text == "<|bos|>" + SQL_QUESTION
+    assert tok.apply_chat_template(messages, add_generation_prompt=True) == tok.encode(text, add_special_tokens=False)
+    ids = tok.encode(SQL_QUESTION)
+    assert ids[0] == 0 and tok.encode(SQL_QUESTION, add_special_tokens=False) == ids[1:]
+    assert tok.decode(ids) == "<|bos|>" + SQL_QUESTION
+    assert tok.decode(ids, skip_special_tokens=True) == SQL_QUESTION
+    with pytest.raises(ValueError, match="1000000 is not in the vocabulary"):
+        tok.decode([10**6])
+    with pytest.raises(TypeError, match="conversation"):
+        tok.apply_chat_template("hello")

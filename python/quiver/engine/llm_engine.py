@@ -4,13 +4,13 @@ add_request() queues a request with its own SamplingParams and optional LoRARequ
 each step() runs one batch (prefills and decodes of any mix of adapters, together) with
 the GIL released, and returns a RequestOutput for every request that progressed."""
 
-import json
 from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
 from .. import _quiver
 from ..lora.request import LoRARequest
 from ..outputs import RequestOutput
 from ..sampling_params import SamplingParams
+from ..tokenizer import Tokenizer
 from .arg_utils import EngineArgs
 from .output_builder import OutputBuilder, RequestInfo
 
@@ -29,7 +29,8 @@ class LLMEngine:
         self.engine_args = engine_args
         self._native = engine_args.create_native_engine()
         self._requests: Dict[str, RequestInfo] = {}
-        self._builder = OutputBuilder(lambda ids: self._native.decode(ids, False))
+        self._tokenizer = Tokenizer(self._native)
+        self._builder = OutputBuilder(self._tokenizer.decode)
 
     @classmethod
     def from_engine_args(cls, engine_args: EngineArgs, usage_context: Any = None) -> "LLMEngine":
@@ -65,7 +66,7 @@ class LLMEngine:
         if max_tokens is None:
             # vLLM's max_tokens=None: as many as the context leaves after the prompt.
             if text is not None:
-                token_ids, text = self._native.encode(text, True), None
+                token_ids, text = self._tokenizer.encode(text), None
             max_tokens = max(1, self._native.max_model_len - len(token_ids))
         lora = None
         if lora_request is not None:
@@ -134,15 +135,9 @@ class LLMEngine:
         """Names of the adapters the engine knows (loaded at least once)."""
         return [a.name for a in self._native.list_loras()]
 
-    def encode(self, text: str, add_special_tokens: bool = True) -> List[int]:
-        return self._native.encode(text, add_special_tokens)
-
-    def decode(self, token_ids: List[int], skip_special_tokens: bool = True) -> str:
-        return self._native.decode(list(token_ids), skip_special_tokens)
-
-    def apply_chat_template(self, messages: List[Dict[str, Any]], add_generation_prompt: bool = True,
-                            chat_template: Optional[str] = None) -> str:
-        return self._native.apply_chat_template(json.dumps(messages), add_generation_prompt, chat_template or "")
+    def get_tokenizer(self) -> Tokenizer:
+        """The model's tokenizer: encode, decode, apply_chat_template."""
+        return self._tokenizer
 
 
 def _native_lora(r: LoRARequest) -> Any:

@@ -11,6 +11,7 @@ from ..engine.llm_engine import LLMEngine, PromptType, _split_prompt
 from ..lora.request import LoRARequest
 from ..outputs import RequestOutput
 from ..sampling_params import SamplingParams
+from ..tokenizer import Tokenizer
 from .progress import ProgressBar
 
 Conversation = List[Dict[str, Any]]
@@ -26,9 +27,9 @@ class LLM:
         self.llm_engine = LLMEngine.from_engine_args(EngineArgs(model=model, **kwargs))
         self._ids = itertools.count()
 
-    def get_tokenizer(self) -> "LLMEngine":
-        """The engine, which offers encode(), decode() and apply_chat_template()."""
-        return self.llm_engine
+    def get_tokenizer(self) -> Tokenizer:
+        """The model's tokenizer: encode, decode, apply_chat_template."""
+        return self.llm_engine.get_tokenizer()
 
     def generate(self, prompts: Union[PromptType, Sequence[PromptType]],
                  sampling_params: Optional[Union[SamplingParams, Sequence[SamplingParams]]] = None,
@@ -60,10 +61,12 @@ class LLM:
         if not isinstance(messages, (list, tuple)) or not messages:
             raise TypeError("chat: messages must be a conversation (a list of dicts) or a list of them")
         conversations = [messages] if isinstance(messages[0], dict) else list(messages)
+        tokenizer = self.get_tokenizer()
         items = []
         for conv in conversations:
-            text = self.llm_engine.apply_chat_template(list(conv), add_generation_prompt, chat_template)
-            items.append((None, self.llm_engine.encode(text, add_special_tokens=False), text))
+            text = tokenizer.apply_chat_template(list(conv), tokenize=False, add_generation_prompt=add_generation_prompt,
+                                                 chat_template=chat_template)
+            items.append((None, tokenizer.encode(text, add_special_tokens=False), text))
         return self._run(items, sampling_params, lora_request, use_tqdm)
 
     def _run(self, items: List[Any], sampling_params: Any, lora_request: Any, use_tqdm: Any) -> List[RequestOutput]:
