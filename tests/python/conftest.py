@@ -55,7 +55,8 @@ def _require_device():
         pytest.skip(reason)
 
 
-@pytest.fixture(autouse=True)
+# Session scope: it runs before the module-scoped fixtures that start engines.
+@pytest.fixture(scope="session", autouse=True)
 def device_available():
     _require_device()
 
