@@ -116,6 +116,13 @@ def test_engine_args_map_to_the_engine(llm):
     engine = LLMEngine.from_engine_args(args)
     assert engine.max_model_len == 256
     assert engine.device == DEVICE
+    # lora_dtype="auto" is resolved by the engine: the demo model is bf16.
+    assert engine._native.args.lora_dtype == "bfloat16"
+    more = EngineArgs(**engine_kwargs(lora_dtype="float32", kv_cache_dtype="float32", dtype="float32",
+                                      enforce_eager=True, max_num_batched_tokens=512, load_format="dummy"))
+    started = LLMEngine.from_engine_args(more)._native.args
+    assert (started.lora_dtype, started.kv_cache_dtype, started.dtype) == ("float32", "float32", "float32")
+    assert (started.enforce_eager, started.max_num_batched_tokens, started.load_format) == (True, 512, "dummy")
     defaults = EngineArgs(model=BASE)
     assert (defaults.device, defaults.lora_dtype, defaults.max_loras, defaults.max_lora_rank) == ("auto", "auto", 1, 16)
     assert defaults.replace(max_loras=4).max_loras == 4

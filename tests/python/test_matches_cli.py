@@ -19,6 +19,13 @@ REQUESTS = [
      "temperature": 0.0, "logprobs": 1, "ignore_eos": True},
     {"id": "sampled", "prompt": "Tell me a fortune.", "lora": None, "max_tokens": 16, "temperature": 0.8,
      "top_p": 0.9, "top_k": 40, "seed": 11, "logprobs": 2, "stop": ["."]},
+    {"id": "penalties", "prompt": "[user] Tell me a fortune. [/user] [assistant]", "lora": "pirate",
+     "max_tokens": 16, "temperature": 0.0, "presence_penalty": 0.5, "frequency_penalty": 0.3,
+     "repetition_penalty": 1.2, "min_tokens": 4, "logit_bias": {"223": -100.0}, "logprobs": 2},
+    {"id": "stop-included", "prompt": SQL_QUESTION, "lora": "sql", "max_tokens": 40, "temperature": 0.0,
+     "stop": ["FROM"], "include_stop_str_in_output": True, "logprobs": 1},
+    {"id": "n2", "prompt": "Tell me a fortune.", "lora": None, "max_tokens": 10, "temperature": 1.0, "min_p": 0.05,
+     "n": 2, "seed": 3, "logprobs": 1, "skip_special_tokens": False},
 ]
 LORA_DTYPE = "float32"
 
@@ -64,19 +71,24 @@ def test_same_tokens_text_and_logprobs(both, rid):
     cli, py = both
     c, p = cli[rid], py[rid]
     assert "error" not in c
-    out = p.outputs[0]
-    assert out.token_ids == c["token_ids"]
-    assert out.text == c["text"]
-    assert out.finish_reason == c["finish_reason"]
-    assert_logprobs_match(c["logprobs"], out.logprobs)
-    assert out.cumulative_logprob == pytest.approx(sum(out.logprobs[i][t].logprob for i, t in enumerate(out.token_ids)))
+    completions = c.get("outputs", [c])
+    assert len(p.outputs) == len(completions)
+    for want, out in zip(completions, p.outputs):
+        assert out.token_ids == want["token_ids"]
+        assert out.text == want["text"]
+        assert out.finish_reason == want["finish_reason"]
+        assert_logprobs_match(want["logprobs"], out.logprobs)
+        assert out.cumulative_logprob == pytest.approx(sum(d[t].logprob for d, t in zip(out.logprobs, out.token_ids)))
     if "prompt_logprobs" in c:
         assert_logprobs_match(c["prompt_logprobs"], p.prompt_logprobs)
     else:
         assert p.prompt_logprobs is None
 
 
-def test_the_sql_adapter_answers_and_the_base_does_not(both):
+def test_the_requests_do_what_they_ask(both):
     _, py = both
     assert py["sql"].outputs[0].text.strip().startswith("SELECT icao FROM table_name_74")
     assert py["base-sql"].outputs[0].text != py["sql"].outputs[0].text
+    assert py["stop-included"].outputs[0].text == " SELECT icao FROM"
+    assert 223 not in py["penalties"].outputs[0].token_ids, "a -100 bias bans the space token"
+    assert py["n2"].outputs[0].token_ids != py["n2"].outputs[1].token_ids
