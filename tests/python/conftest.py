@@ -31,40 +31,24 @@ def engine_kwargs(**overrides):
     return kw
 
 
-_device_checked = []
-
-
-def _require_device():
-    if _device_checked:
-        if _device_checked[0]:
-            pytest.skip(_device_checked[0])
-        return
-    reason = ""
-    if DEVICE == "cuda":
-        from quiver import _quiver
-        if not _quiver.has_cuda:
-            reason = "QUIVER_TEST_DEVICE=cuda, but this build has no CUDA backend"
-        else:
-            from quiver import EngineArgs
-            try:
-                EngineArgs(model=BASE, device="cuda").create_native_engine()
-            except ValueError as e:
-                reason = f"QUIVER_TEST_DEVICE=cuda, but no GPU engine starts: {e}"
-    _device_checked.append(reason)
-    if reason:
-        pytest.skip(reason)
-
-
-# Session scope: it runs before the module-scoped fixtures that start engines.
+# Session scope: it runs once, before the module-scoped fixtures that start engines, and
+# pytest re-raises its skip for every test.
 @pytest.fixture(scope="session", autouse=True)
 def device_available():
-    _require_device()
+    if DEVICE != "cuda":
+        return
+    from quiver import EngineArgs, _quiver
+    if not _quiver.has_cuda:
+        pytest.skip("QUIVER_TEST_DEVICE=cuda, but this build has no CUDA backend")
+    try:
+        EngineArgs(model=BASE, device="cuda").create_native_engine()
+    except ValueError as e:
+        pytest.skip(f"QUIVER_TEST_DEVICE=cuda, but no GPU engine starts: {e}")
 
 
 @pytest.fixture(scope="module")
-def llm():
+def llm(device_available):
     """One engine per test file: starting one costs a second, tests share it."""
-    _require_device()
     from quiver import LLM
     return LLM(**engine_kwargs())
 
