@@ -56,7 +56,8 @@ void bind_outputs(py::module_& m) {
       .def_readonly("generation_tokens", &EngineCounters::generation_tokens)
       .def_readonly("preemptions", &EngineCounters::preemptions)
       .def_readonly("requests_finished", &EngineCounters::requests_finished)
-      .def_readonly("prefix_cache_hit_blocks", &EngineCounters::prefix_cache_hit_blocks);
+      .def_readonly("prefix_cache_hit_blocks", &EngineCounters::prefix_cache_hit_blocks)
+      .def_readonly("step_seconds", &EngineCounters::step_seconds);
 
   py::class_<AdapterInfo>(m, "AdapterInfo")
       .def_readonly("name", &AdapterInfo::name)

@@ -103,6 +103,7 @@ class EngineCounters:
     preemptions: int
     requests_finished: int
     prefix_cache_hit_blocks: int
+    step_seconds: float
 
 class AdapterInfo:
     name: str

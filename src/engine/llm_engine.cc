@@ -300,6 +300,7 @@ std::vector<RequestOutput> LLMEngine::step() {
   stats.num_waiting = scheduler_->num_waiting();
   backend_->synchronize();
   stats.ms = 1e3 * seconds_since(t0);
+  counters_.step_seconds += stats.ms / 1e3;
   last_step_ = stats;
   if (args_.trace && !sb.empty()) std::fprintf(stderr, "%s\n", stats.trace_line().c_str());
   return outputs;

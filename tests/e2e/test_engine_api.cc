@@ -4,6 +4,7 @@
 // stop strings and stop tokens (demo model).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <map>
 
@@ -211,6 +212,24 @@ TEST(EngineApi, AdaptersLoadOnFirstUseAndStayInTheHostLru) {
   ASSERT_TRUE(e->add_request("again", ids(kPrompt), greedy(), a).is_ok());  // "a" was evicted
   EXPECT_EQ(e->lora_cache_stats().loads, 4);
   EXPECT_EQ(run_all(*e)["again"].outputs[0].token_ids, done["x"].outputs[0].token_ids);
+}
+
+// step_seconds adds up the time inside step(): no more than the caller's wall time, and
+// every step's share (last_step().ms) is in it.
+TEST(EngineApi, StepSecondsSumTheStepTimes) {
+  auto e = make_engine();
+  ASSERT_TRUE(e->add_request("x", ids(kPrompt), greedy(6)).is_ok());
+  double sum_ms = 0;
+  const auto start = std::chrono::steady_clock::now();
+  while (e->has_unfinished_requests()) {
+    e->step();
+    sum_ms += e->last_step().ms;
+  }
+  const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(e->counters().steps, 6);
+  EXPECT_GT(e->counters().step_seconds, 0.0);
+  EXPECT_NEAR(e->counters().step_seconds, sum_ms / 1e3, 1e-9);
+  EXPECT_LE(e->counters().step_seconds, wall_s);
 }
 
 TEST(EngineApi, ReloadingANameNeverHitsStaleCache) {

@@ -32,6 +32,7 @@ def test_mixed_adapters_run_in_the_same_step():
         assert s.lora_active
     assert steps[0].num_prefill_tokens == 3 * len(engine.get_tokenizer().encode(SQL_QUESTION))
     assert engine.get_counters().steps == len(steps)
+    assert engine.get_counters().step_seconds == pytest.approx(sum(s.ms for s in steps) / 1e3)
     assert engine.get_counters().requests_finished == 3
 
 
