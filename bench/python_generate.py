@@ -6,8 +6,10 @@ run) and of LLM.generate over the same shapes with the same engine settings, in 
 A B B A ..., so load that changes on a shared machine hits both sides alike; the median of
 the per-pair ratios is the result. quiver bench counts output tokens over the time of its
 steps; the Python side counts the wall time of generate(), which adds add_request, the
-step loop and the output objects. The record (numbers, date, commit, machine) goes to
---json-output.
+step loop and the output objects. Within each Python pass it also reports the share of
+generate()'s wall time spent outside the engine's step() (EngineCounters.step_seconds):
+the binding's own cost, which load on the machine moves far less. The record (numbers,
+date, commit, machine) goes to --json-output.
 
     make python
     PYTHONPATH=build/python python3 bench/python_generate.py --device cpu
@@ -66,16 +68,24 @@ def python_runner(a, opts: dict, adapter_dir: Path, vocab_seed: int):
     llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True), lora_request=lora,
                  use_tqdm=False)
 
-    def one_pass() -> float:
+    def one_pass():
+        """Output tok/s over the wall time of generate(), the share of that time spent outside
+        the engine's step(), and that time per step in microseconds."""
         prompts, lora = batch()
+        before = llm.llm_engine.get_counters()
         start = time.perf_counter()
         outs = llm.generate(prompts, params, lora_request=lora, use_tqdm=False)
         seconds = time.perf_counter() - start
+        after = llm.llm_engine.get_counters()
+        inside = after.step_seconds - before.step_seconds
+        steps = after.steps - before.steps
         tokens = sum(len(o.outputs[0].token_ids) for o in outs)
         assert tokens == a.batch_size * a.output_len
-        print(f"python LLM.generate: {tokens} tokens in {seconds:.3f} s = {tokens / seconds:.1f} tok/s",
+        outside = 1 - inside / seconds
+        print(f"python LLM.generate: {tokens} tokens in {seconds:.3f} s = {tokens / seconds:.1f} tok/s; outside "
+              f"the engine's {steps} steps: {100 * outside:.2f}% of it, {1e6 * (seconds - inside) / steps:.1f} us/step",
               file=sys.stderr)
-        return tokens / seconds
+        return tokens / seconds, outside, 1e6 * (seconds - inside) / steps
 
     return one_pass
 
@@ -100,7 +110,7 @@ def main() -> None:
     p.add_argument("--num-iters", type=int, default=6, help="pairs of passes")
     p.add_argument("--json-output", help="write the record here")
     a = p.parse_args()
-    cpp_rates, py_rates = [], []
+    cpp_rates = []
     with tempfile.TemporaryDirectory(prefix="quiver_pybench_") as tmp:
         tmp = Path(tmp)
 
@@ -111,14 +121,16 @@ def main() -> None:
 
         options = cpp_pass()["options"]  # also writes the adapters the Python side loads
         python_pass = python_runner(a, options, tmp / "adapters", vocab_seed=12345)
-        py_rates.append(python_pass())
+        py_passes = [python_pass()]
         for i in range(1, a.num_iters):
             if i % 2:
-                py_rates.append(python_pass())
+                py_passes.append(python_pass())
                 cpp_pass()
             else:
                 cpp_pass()
-                py_rates.append(python_pass())
+                py_passes.append(python_pass())
+    py_rates = [p[0] for p in py_passes]
+    outside = [p[1] for p in py_passes]
     ratios = [p / c for p, c in zip(py_rates, cpp_rates)]
     record = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -132,10 +144,15 @@ def main() -> None:
         "ratio_python_over_cpp_per_pair": ratios,
         "median_ratio_python_over_cpp": statistics.median(ratios),
         "ratio_of_best": max(py_rates) / max(cpp_rates),
+        # Measured inside each Python pass, so load on the machine cancels out.
+        "python_share_outside_steps_per_pass": outside,
+        "median_python_share_outside_steps": statistics.median(outside),
+        "python_us_outside_steps_per_step": [p[2] for p in py_passes],
     }
     print(f"output tok/s over {a.num_iters} pairs: quiver bench best {max(cpp_rates):.1f}, python LLM.generate best "
           f"{max(py_rates):.1f}; python/C++ median of pair ratios x{record['median_ratio_python_over_cpp']:.3f} "
-          f"(ratio of bests x{record['ratio_of_best']:.3f})")
+          f"(ratio of bests x{record['ratio_of_best']:.3f}); time outside the engine's steps: median "
+          f"{100 * record['median_python_share_outside_steps']:.2f}% of generate()")
     if a.json_output:
         Path(a.json_output).write_text(json.dumps(record, indent=2) + "\n")
 
