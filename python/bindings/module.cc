@@ -32,6 +32,7 @@ void bind_engine(py::module_& m) {
       .def("add_request", &PyEngine::add_request, py::arg("request_id"), py::arg("text"), py::arg("token_ids"),
            py::arg("params"), py::arg("lora"))
       .def("step", &PyEngine::step)
+      .def("step_finished", &PyEngine::step_finished)
       .def("abort_request", &PyEngine::abort_request, py::arg("request_id"))
       .def("has_unfinished_requests", &PyEngine::has_unfinished_requests)
       .def("num_unfinished_requests", &PyEngine::num_unfinished_requests)

@@ -32,6 +32,14 @@ std::vector<RequestOutput> PyEngine::step() {
   return locked([&] { return engine_->step(); });
 }
 
+std::vector<RequestOutput> PyEngine::step_finished() {
+  return locked([&] {
+    std::vector<RequestOutput> outputs = engine_->step();
+    std::erase_if(outputs, [](const RequestOutput& o) { return !o.finished; });
+    return outputs;
+  });
+}
+
 bool PyEngine::abort_request(const std::string& request_id) {
   return locked([&] { return engine_->abort_request(request_id); });
 }

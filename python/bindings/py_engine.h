@@ -24,6 +24,9 @@ class PyEngine {
                    const std::vector<int32_t>& token_ids, const SamplingParams& params,
                    const std::optional<LoRARequest>& lora);
   std::vector<RequestOutput> step();
+  // step() keeping only the requests that finished: LLM.generate's loop, which then builds
+  // no Python object for a request that merely progressed.
+  std::vector<RequestOutput> step_finished();
   bool abort_request(const std::string& request_id);
   bool has_unfinished_requests();
   int num_unfinished_requests();

@@ -96,11 +96,7 @@ class LLMEngine:
 
     def _step_finished(self) -> List[RequestOutput]:
         """step() converting only the requests that finished (LLM.generate's loop)."""
-        outputs = []
-        for raw in self._native.step():
-            if raw.finished:
-                outputs.append(self._builder.build(raw, self._requests.pop(raw.request_id)))
-        return outputs
+        return [self._builder.build(raw, self._requests.pop(raw.request_id)) for raw in self._native.step_finished()]
 
     def has_unfinished_requests(self) -> bool:
         return self._native.has_unfinished_requests()
