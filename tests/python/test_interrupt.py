@@ -14,29 +14,44 @@ from quiver import SamplingParams
 LONG = SamplingParams(temperature=0, max_tokens=400, ignore_eos=True)
 
 
-def interrupt_after_steps(engine, steps):
-    """Sends SIGINT once the engine has run `steps` more steps: as soon as on any device."""
-    start = engine.get_counters().steps
+class InterruptWhenOneFinishes:
+    """A progress bar for LLM.generate that sends SIGINT from another thread when the
+    first request finishes, so the signal lands while the engine is still stepping the
+    others (with the GIL released), on any device and under any load."""
 
-    def watch():
-        while engine.get_counters().steps < start + steps:
-            time.sleep(0.001)
-        os.kill(os.getpid(), signal.SIGINT)
+    def __init__(self, total, desc):
+        self.sent = False
+        self.closed = False
 
-    thread = threading.Thread(target=watch)
-    thread.start()
-    return thread, start
+    def update(self, n=1):
+        if not self.sent:
+            self.sent = True
+            threading.Thread(target=os.kill, args=(os.getpid(), signal.SIGINT)).start()
+
+    def set_postfix_str(self, s, refresh=False):
+        pass
+
+    def close(self):
+        self.closed = True
 
 
 def test_keyboard_interrupt_stops_generate_and_the_engine_keeps_working(llm):
     engine = llm.llm_engine
     prompts = [f"[user] Tell me fortune number {i}. [/user] [assistant]" for i in range(16)]
-    watcher, start = interrupt_after_steps(engine, 5)
+    short = SamplingParams(temperature=0, max_tokens=5, ignore_eos=True)
+    bars = []
+
+    def bar(total, desc):
+        bars.append(InterruptWhenOneFinishes(total, desc))
+        return bars[-1]
+
+    start = engine.get_counters().steps
     with pytest.raises(KeyboardInterrupt):
-        llm.generate(prompts, LONG, use_tqdm=False, lora_request=sql_lora())
-    watcher.join()
-    # generate() needs 400 steps; it stopped within a few of the signal, and aborted the rest.
-    assert engine.get_counters().steps - start < 50
+        llm.generate(prompts, [short] + [LONG] * 15, use_tqdm=bar, lora_request=sql_lora())
+    # The long requests need 400 steps; generate() stopped a few steps after the signal,
+    # aborted them, and closed its progress bar.
+    assert bars[0].sent and bars[0].closed
+    assert engine.get_counters().steps - start < 100
     assert not engine.has_unfinished_requests()
     out = llm.generate(SQL_QUESTION, SamplingParams(temperature=0, max_tokens=40), lora_request=sql_lora(),
                        use_tqdm=False)
