@@ -26,10 +26,10 @@ if ! python3 -c "import pytest" 2>/dev/null; then
   PYTHONPATH=$PYTHONPATH:$root/usr/lib/python3/dist-packages
 fi
 QUIVER_TEST_DEVICE=cuda QUIVER_BINARY=$PWD/build-gpu/quiver QUIVER_SOURCE_DIR=$PWD \
-  timeout 400 python3 -m pytest -q -p no:cacheprovider -rs tests/python >"$OUT/python_tests.log" 2>&1
+  timeout 300 python3 -m pytest -q -p no:cacheprovider -rs tests/python >"$OUT/python_tests.log" 2>&1
 echo "pytest rc=$?"; tail -15 "$OUT/python_tests.log"
 # shellcheck disable=SC2086
-timeout 150 python3 bench/python_generate.py --device cuda --quiver build-gpu/quiver \
+timeout 180 python3 bench/python_generate.py --device cuda --quiver build-gpu/quiver \
   ${PY_BENCH_FLAGS:---batch-size 64 --input-len 128 --output-len 128 --num-adapters 4 --num-iters 6} \
   --json-output "$OUT/python_generate_cuda.json" >"$OUT/python_bench.log" 2>&1
 echo "bench rc=$?"; grep -E "python LLM|end-to-end|output tok/s" "$OUT/python_bench.log"
