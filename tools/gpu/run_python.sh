@@ -27,9 +27,11 @@ if ! python3 -c "import pytest" 2>/dev/null; then
 fi
 QUIVER_TEST_DEVICE=cuda QUIVER_BINARY=$PWD/build-gpu/quiver QUIVER_SOURCE_DIR=$PWD \
   timeout 300 python3 -m pytest -q -p no:cacheprovider -rs tests/python >"$OUT/python_tests.log" 2>&1
-echo "pytest rc=$?"; tail -15 "$OUT/python_tests.log"
+echo "pytest rc=$?"; grep -E "^(FAILED|ERROR)|passed|failed|skipped" "$OUT/python_tests.log" | tail -25
 # shellcheck disable=SC2086
 timeout 180 python3 bench/python_generate.py --device cuda --quiver build-gpu/quiver \
   ${PY_BENCH_FLAGS:---batch-size 64 --input-len 128 --output-len 128 --num-adapters 4 --num-iters 6} \
   --json-output "$OUT/python_generate_cuda.json" >"$OUT/python_bench.log" 2>&1
-echo "bench rc=$?"; grep -E "python LLM|end-to-end|output tok/s" "$OUT/python_bench.log"
+rc=$?
+echo "bench rc=$rc"; grep -E "python LLM|end-to-end|output tok/s" "$OUT/python_bench.log"
+[ $rc -eq 0 ] || tail -5 "$OUT/python_bench.log"
