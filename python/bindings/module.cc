@@ -39,6 +39,8 @@ void bind_engine(py::module_& m) {
       .def("last_step", &PyEngine::last_step)
       .def("counters", &PyEngine::counters)
       .def("list_loras", &PyEngine::list_loras)
+      .def("add_lora", &PyEngine::add_lora, py::arg("name"), py::arg("path"))
+      .def("remove_lora", &PyEngine::remove_lora, py::arg("name"))
       .def("lora_cache_stats", &PyEngine::lora_cache_stats)
       .def("encode", &PyEngine::encode, py::arg("text"), py::arg("add_special_tokens"))
       .def("decode", &PyEngine::decode, py::arg("ids"), py::arg("skip_special_tokens"))

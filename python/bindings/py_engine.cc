@@ -58,6 +58,14 @@ EngineCounters PyEngine::counters() {
 std::vector<AdapterInfo> PyEngine::list_loras() {
   return locked([&] { return engine_->list_loras(); });
 }
+void PyEngine::add_lora(const std::string& name, const std::string& path) {
+  auto added = locked([&] { return engine_->add_lora(name, path); });
+  if (!added.is_ok()) raise_value_error(added.message());
+}
+void PyEngine::remove_lora(const std::string& name) {
+  Status s = locked([&] { return engine_->remove_lora(name); });
+  if (!s.is_ok()) raise_value_error(s.message());
+}
 AdapterCacheStats PyEngine::lora_cache_stats() {
   return locked([&] { return engine_->lora_cache_stats(); });
 }

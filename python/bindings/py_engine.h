@@ -33,6 +33,10 @@ class PyEngine {
   StepStats last_step();
   EngineCounters counters();
   std::vector<AdapterInfo> list_loras();
+  // Registers and loads an adapter now rather than on its first request; ValueError when
+  // it does not load or the name is taken.
+  void add_lora(const std::string& name, const std::string& path);
+  void remove_lora(const std::string& name);  // ValueError for an unknown name
   AdapterCacheStats lora_cache_stats();
 
   // Tokenizer access; ValueError when the model folder has no tokenizer.json.

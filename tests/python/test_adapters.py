@@ -51,11 +51,11 @@ def test_batched_outputs_equal_each_request_alone():
 
 def test_adapters_load_on_first_use_and_stay_cached():
     engine = new_engine()
-    assert engine.list_loras() == []
+    assert engine.list_loras() == set()
     assert engine.lora_cache_stats().loads == 0
     engine.add_request("a", SQL_QUESTION, GREEDY, lora_request=sql_lora())
     engine.add_request("b", SQL_QUESTION, GREEDY, lora_request=sql_lora())
-    assert engine.list_loras() == ["sql"]
+    assert engine.list_loras() == {1}
     run(engine)
     engine.add_request("c", SQL_QUESTION, GREEDY, lora_request=sql_lora())
     run(engine)
@@ -97,7 +97,27 @@ def test_a_bad_adapter_path_fails_its_request_and_the_others_run(tmp_path):
     done = run(engine)
     assert list(done) == ["good"]
     assert done["good"].outputs[0].text == SQL_ANSWER
-    assert engine.list_loras() == ["sql"]
+    assert engine.list_loras() == {1}
+
+
+def test_add_remove_and_list_loras_by_id(tmp_path):
+    engine = new_engine()
+    assert engine.add_lora(pirate_lora()) is True
+    assert engine.add_lora(pirate_lora()) is False  # already loaded
+    assert engine.list_loras() == {2}
+    assert engine.lora_cache_stats().loads == 1
+    engine.add_request("p", SQL_QUESTION, GREEDY, lora_request=LoRARequest("pirate", 2))  # no path needed now
+    assert engine.lora_cache_stats().loads == 1
+    with pytest.raises(ValueError, match="missing"):
+        engine.add_lora(LoRARequest("missing", 9, str(tmp_path / "missing")))
+    assert engine.remove_lora(7) is False
+    assert engine.remove_lora(2) is True
+    assert engine.list_loras() == set()
+    assert run(engine)["p"].outputs[0].token_ids, "a running request keeps its adapter"
+    with pytest.raises(ValueError, match="unknown LoRA adapter 'pirate'"):
+        engine.add_request("q", SQL_QUESTION, GREEDY, lora_request=LoRARequest("pirate", 2))
+    with pytest.raises(TypeError, match="LoRARequest"):
+        engine.add_lora("pirate")
 
 
 def test_lora_request_without_enable_lora_is_refused():

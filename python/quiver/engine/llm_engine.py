@@ -4,7 +4,7 @@ add_request() queues a request with its own SamplingParams and optional LoRARequ
 each step() runs one batch (prefills and decodes of any mix of adapters, together) with
 the GIL released, and returns a RequestOutput for every request that progressed."""
 
-from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, List, Optional, Set, Tuple, Union
 
 from .. import _quiver
 from ..lora.request import LoRARequest
@@ -29,6 +29,9 @@ class LLMEngine:
         self.engine_args = engine_args
         self._native = engine_args.create_native_engine()
         self._requests: Dict[str, RequestInfo] = {}
+        # vLLM names adapters by lora_int_id in add_lora/remove_lora/list_loras; the C++
+        # engine by name. The id each loaded name came with:
+        self._lora_ids: Dict[str, int] = {}
         self._tokenizer = Tokenizer(self._native)
         self._builder = OutputBuilder(self._tokenizer.decode)
 
@@ -73,6 +76,8 @@ class LLMEngine:
             lora = _native_lora(lora_request)
         self._native.add_request(request_id, text, token_ids, params._to_native(max_tokens), lora)
         self._requests[request_id] = RequestInfo(params, lora_request, prompt_text)
+        if lora_request is not None:
+            self._lora_ids.setdefault(lora_request.lora_name, lora_request.lora_int_id)
 
     def abort_request(self, request_id: Union[str, Iterable[str]]) -> None:
         """Finishes the request(s) with finish_reason "abort"; the next step() reports them.
@@ -127,8 +132,34 @@ class LLMEngine:
         """The host adapter LRU: num_cached adapters, and loads (reads from disk) so far."""
         return self._native.lora_cache_stats()
 
-    def list_loras(self) -> List[str]:
-        """Names of the adapters the engine knows (loaded at least once)."""
+    # ---- adapters, as vLLM's LLMEngine manages them --------------------------------------
+
+    def add_lora(self, lora_request: LoRARequest) -> bool:
+        """Loads the adapter now instead of on its first request. False when an adapter of
+        that name is already loaded; ValueError when it does not load."""
+        if not isinstance(lora_request, LoRARequest):
+            raise TypeError(f"add_lora: needs a LoRARequest, got {type(lora_request).__name__}")
+        if lora_request.lora_name in self._loaded_names():
+            return False
+        self._native.add_lora(lora_request.lora_name, lora_request.lora_path)
+        self._lora_ids[lora_request.lora_name] = lora_request.lora_int_id
+        return True
+
+    def remove_lora(self, lora_id: int) -> bool:
+        """Forgets the adapter with this lora_int_id (requests already running keep it).
+        False when no loaded adapter has that id."""
+        for name in self._loaded_names():
+            if self._lora_ids.get(name) == lora_id:
+                self._native.remove_lora(name)
+                del self._lora_ids[name]
+                return True
+        return False
+
+    def list_loras(self) -> Set[int]:
+        """The lora_int_ids of the adapters loaded so far."""
+        return {self._lora_ids[name] for name in self._loaded_names() if name in self._lora_ids}
+
+    def _loaded_names(self) -> List[str]:
         return [a.name for a in self._native.list_loras()]
 
     def get_tokenizer(self) -> Tokenizer:
