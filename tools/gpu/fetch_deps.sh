@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run HERE (the dev machine): downloads the Debian packages the GPU machine lacks
 # (PCRE2 and xxhash headers + libraries; pytest and pybind11 for the Python package's
-# tests, used there only when the machine has none) into .deps/, which device calls carry.
+# tests, used there only when the machine has none) into .deps/, which runs on the GPU machine take along.
 # The server (cpp-httplib) is left out of GPU builds (-DQUIVER_SERVER=OFF).
 set -euo pipefail
 cd "$(dirname "$0")/../.."

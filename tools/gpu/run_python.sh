@@ -5,7 +5,7 @@
 #   PY_BENCH_FLAGS  extra flags for the benchmark (default: batch 64, input 128, output 128,
 #                   4 adapters, 6 pairs)
 # pytest and pybind11 come from the machine when it has them, else from the Debian packages
-# tools/gpu/fetch_deps.sh put in .deps/ (carried with the call).
+# tools/gpu/fetch_deps.sh put in .deps/ (taken along to the GPU machine).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 : "${OUT:=/tmp/quiver_out}"

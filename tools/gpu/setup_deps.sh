@@ -5,7 +5,7 @@ root="$PWD/.deps/root"
 mkdir -p "$root"
 pc="$root/usr/lib/x86_64-linux-gnu/pkgconfig"
 # Each package once (builds running meanwhile read these files); a package added to
-# .deps/debs later is unpacked on the next call.
+# .deps/debs later is unpacked the next time this runs.
 unpacked=
 for f in .deps/debs/*.deb; do
   mark="$root/.unpacked-$(basename "$f")"
