@@ -4,7 +4,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: run test build deps clean
+.PHONY: run test build python deps clean
 
 run: build
 	./$(BUILD)/multilora_inference --model models/demo/base --adapters models/demo/adapters
@@ -18,6 +18,13 @@ test: build
 build: deps
 	cmake -S . -B $(BUILD) -G Ninja $(CMAKE_FLAGS)
 	cmake --build $(BUILD) -j$(JOBS)
+
+# The Python package (vLLM's offline API) under $(BUILD)/python:
+#   PYTHONPATH=$(BUILD)/python python3 -c "import quiver"
+python: deps
+	cmake -S . -B $(BUILD) -G Ninja $(CMAKE_FLAGS)
+	@grep -q '^build python:' $(BUILD)/build.ninja || { echo "make python: cmake skipped the package (pybind11 or the Python headers missing; see its output)"; exit 1; }
+	cmake --build $(BUILD) -j$(JOBS) --target python
 
 deps:
 	@bash tools/install_deps.sh

@@ -2,7 +2,8 @@
 # Installs the Debian 12 packages quiver builds against, if any is missing.
 set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config nlohmann-json3-dev libcli11-dev libcpp-httplib-dev libpcre2-dev
-      libxxhash-dev googletest libgtest-dev libbenchmark-dev)
+      libxxhash-dev googletest libgtest-dev libbenchmark-dev
+      python3-dev pybind11-dev python3-pybind11 python3-pytest)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -191,6 +191,16 @@ def tokenizer(rec, machines, lines):
     lines.append("")
 
 
+def cpu_python(rec, machines, lines):
+    header(rec, machines, lines)
+    table_head(lines, "workload", "pairs", "quiver bench tok/s", "LLM.generate tok/s", "median pair ratio Python / C++",
+               "outside the engine's steps")
+    for r in rec["rows"]:
+        lines.append(f"| {r['what']} | {r['pairs']} | {r['cpp_tok_s']} | {r['python_tok_s']} | "
+                     f"**{n(r['median_ratio'], 3)}** | {r['outside_steps']} |")
+    close(rec, lines)
+
+
 def table_head(lines, *columns):
     lines.append("|" + "|".join(f" {c} " if c else " " for c in columns) + "|")
     lines.append("|" + "---|" * len(columns))
@@ -212,7 +222,7 @@ def notes(rec, lines):
 
 KINDS = {"decode": decode, "throughput": throughput, "prefill": prefill, "checks": checks,
          "cpu-decode": cpu_decode, "cpu-lora": cpu_lora, "cpu-online": cpu_online,
-         "tokenizer": tokenizer}
+         "tokenizer": tokenizer, "cpu-python": cpu_python}
 
 INTRO = """\
 # quiver benchmark results
@@ -266,12 +276,8 @@ RERUN = """\
   verify`, the throughput case and the decode benchmark at batch 1/8/32/64 with and without
   adapters, prints a summary and returns the logs in `$OUT/logs.tgz`. `NCU=1` adds per-kernel
   times of one eager step (the variables are listed at the top of the script).
-- **The CUDA invariance suite** (every change to CUDA code passes it before it lands):
-  carry `.deps` and run `bash tools/gpu/run_invariance.sh`: the GPU test binaries
-  (including the 512-request random stress), every HF fixture under every schedule with
-  graphs and eagerly against HF and the CPU (`tools/invariance.py`), and concurrent chunked
-  streams through the server (`tools/server_invariance.py`); one line per check, then `ALL
-  OK` or `FAILURES`.
+- **The CUDA invariance suite**, which every change to CUDA code passes: `bash
+  tools/gpu/run_invariance.sh` with `.deps` carried (docs/lora_and_graphs.md lists its checks).
 - **Two trees on one GPU**: export each into `build-trees/<name>` and run `TREES="main
   other" bash tools/gpu/compare_trees.sh`: each tree is built, tested and benchmarked
   (`BS="1 8 32 64 256:64"`, `BENCHC=1`, `CINTER=N` for interleaved throughput rounds). A host
@@ -282,6 +288,8 @@ RERUN = """\
 - **The peer**: `python3 tools/gpu/peer_hf_peft.py --config bench/configs/llama-2-7b
   --batches 1,8,32,64 --json OUT.json`, after quiver's benchmarks on the same GPU (adding 64
   adapters takes about 100 s, the runs about 2 minutes).
+- **The Python package on the GPU**: `bash tools/gpu/run_python.sh` with `.deps` carried, from
+  the checkout (its tests need `models/demo`): pytest and the benchmark with `--device cuda`.
 """
 
 
@@ -305,7 +313,7 @@ def render(machines, records):
     return "\n".join(lines).rstrip() + "\n"
 
 
-ORDER = ["decode", "throughput", "prefill", "checks", "cpu-decode", "cpu-lora", "cpu-online", "tokenizer"]
+ORDER = ["decode", "throughput", "prefill", "checks", "cpu-decode", "cpu-lora", "cpu-online", "cpu-python", "tokenizer"]
 
 
 def main():

@@ -132,6 +132,11 @@ std::vector<AdapterInfo> LLMEngine::list_loras() const {
   return adapters_ ? adapters_->list() : std::vector<AdapterInfo>{};
 }
 
+AdapterCacheStats LLMEngine::lora_cache_stats() const {
+  if (!adapters_) return {};
+  return {adapters_->num_cached(), adapters_->loads()};
+}
+
 void LLMEngine::finish_seq(Request& req, int i, const std::string& reason, std::optional<std::string> stop_reason,
                            bool by_stop_string) {
   SeqState& st = *req.seqs[i];
@@ -295,6 +300,7 @@ std::vector<RequestOutput> LLMEngine::step() {
   stats.num_waiting = scheduler_->num_waiting();
   backend_->synchronize();
   stats.ms = 1e3 * seconds_since(t0);
+  counters_.step_seconds += stats.ms / 1e3;
   last_step_ = stats;
   if (args_.trace && !sb.empty()) std::fprintf(stderr, "%s\n", stats.trace_line().c_str());
   return outputs;

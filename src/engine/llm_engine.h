@@ -50,6 +50,12 @@ struct LoRARequest {
   std::string path;
 };
 
+// The host level of the adapter cache, for callers that check adapters load once.
+struct AdapterCacheStats {
+  int num_cached = 0;  // adapters held in host memory by the LRU (<= max_cpu_loras)
+  int64_t loads = 0;   // adapters read from disk so far (first uses and reloads after eviction)
+};
+
 class LLMEngine {
  public:
   static Result<std::unique_ptr<LLMEngine>> create(const EngineArgs& args);
@@ -68,6 +74,7 @@ class LLMEngine {
   Result<AdapterInfo> add_lora(const std::string& name, const std::string& path);
   Status remove_lora(const std::string& name);
   std::vector<AdapterInfo> list_loras() const;
+  AdapterCacheStats lora_cache_stats() const;  // zeros when LoRA is not enabled
 
   const ModelConfig& model_config() const { return config_; }
   const Tokenizer* tokenizer() const { return tokenizer_.get(); }

@@ -34,6 +34,7 @@ struct EngineCounters {
   int64_t preemptions = 0;
   int64_t requests_finished = 0;
   int64_t prefix_cache_hit_blocks = 0;
+  double step_seconds = 0;         // wall time inside step(), summed: callers subtract it to see their own share
 };
 
 }  // namespace quiver

@@ -4,6 +4,7 @@
 // stop strings and stop tokens (demo model).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <map>
 
@@ -180,6 +181,55 @@ TEST(EngineApi, AdapterRemovedWhileItsRequestWaitsStillRuns) {
   EXPECT_FALSE(e->add_request("late", ids(kPrompt), greedy(), LoRARequest{"a", 0, ""}).is_ok());
   auto done = run_all(*e);
   EXPECT_EQ(done["r"].outputs[0].token_ids, want);
+}
+
+// vLLM's LoRARequest path: an adapter is read from disk on its first request, kept in
+// the host LRU (max_cpu_loras = max_loras = 2 here) and read again only after eviction;
+// a path that does not load fails that request alone.
+TEST(EngineApi, AdaptersLoadOnFirstUseAndStayInTheHostLru) {
+  auto e = make_engine(2);
+  EXPECT_EQ(e->lora_cache_stats().loads, 0);
+  const LoRARequest a{"a", 1, adapter("r8_all")};
+  ASSERT_TRUE(e->add_request("x", ids(kPrompt), greedy(), a).is_ok());
+  ASSERT_TRUE(e->add_request("y", ids(kPrompt), greedy(), a).is_ok());
+  EXPECT_EQ(e->lora_cache_stats().loads, 1);
+  EXPECT_EQ(e->lora_cache_stats().num_cached, 1);
+  ASSERT_EQ(e->list_loras().size(), 1u);
+  EXPECT_EQ(e->list_loras()[0].name, "a");
+
+  Status bad = e->add_request("z", ids(kPrompt), greedy(), LoRARequest{"bad", 2, adapter("no_such_adapter")});
+  EXPECT_FALSE(bad.is_ok());
+  EXPECT_EQ(e->list_loras().size(), 1u);
+  auto done = run_all(*e);
+  EXPECT_EQ(done.size(), 2u);
+  EXPECT_EQ(done["x"].outputs[0].token_ids, done["y"].outputs[0].token_ids);
+
+  ASSERT_TRUE(e->add_request("b", ids(kPrompt), greedy(), LoRARequest{"b", 3, adapter("r16_rslora")}).is_ok());
+  ASSERT_TRUE(e->add_request("c", ids(kPrompt), greedy(), LoRARequest{"c", 4, adapter("r1_qv")}).is_ok());
+  run_all(*e);
+  EXPECT_EQ(e->lora_cache_stats().loads, 3);
+  EXPECT_EQ(e->lora_cache_stats().num_cached, 2);
+  ASSERT_TRUE(e->add_request("again", ids(kPrompt), greedy(), a).is_ok());  // "a" was evicted
+  EXPECT_EQ(e->lora_cache_stats().loads, 4);
+  EXPECT_EQ(run_all(*e)["again"].outputs[0].token_ids, done["x"].outputs[0].token_ids);
+}
+
+// step_seconds adds up the time inside step(): no more than the caller's wall time, and
+// every step's share (last_step().ms) is in it.
+TEST(EngineApi, StepSecondsSumTheStepTimes) {
+  auto e = make_engine();
+  ASSERT_TRUE(e->add_request("x", ids(kPrompt), greedy(6)).is_ok());
+  double sum_ms = 0;
+  const auto start = std::chrono::steady_clock::now();
+  while (e->has_unfinished_requests()) {
+    e->step();
+    sum_ms += e->last_step().ms;
+  }
+  const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(e->counters().steps, 6);
+  EXPECT_GT(e->counters().step_seconds, 0.0);
+  EXPECT_NEAR(e->counters().step_seconds, sum_ms / 1e3, 1e-9);
+  EXPECT_LE(e->counters().step_seconds, wall_s);
 }
 
 TEST(EngineApi, ReloadingANameNeverHitsStaleCache) {

@@ -4,10 +4,17 @@
 root="$PWD/.deps/root"
 mkdir -p "$root"
 pc="$root/usr/lib/x86_64-linux-gnu/pkgconfig"
-if [ ! -e "$root/.unpacked" ]; then  # once: builds running meanwhile read these files
-  for f in .deps/debs/*.deb; do dpkg -x "$f" "$root"; done
+# Each package once (builds running meanwhile read these files); a package added to
+# .deps/debs later is unpacked the next time this runs.
+unpacked=
+for f in .deps/debs/*.deb; do
+  mark="$root/.unpacked-$(basename "$f")"
+  [ -e "$mark" ] && continue
+  dpkg -x "$f" "$root" && touch "$mark" && unpacked=1
+done
+if [ -n "$unpacked" ]; then
   for f in "$pc"/*.pc; do sed -i "s|^prefix=.*|prefix=$root/usr|" "$f"; done
-  touch "$root/.unpacked"
 fi
+unset unpacked
 export PKG_CONFIG_PATH="$pc${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
 export LD_LIBRARY_PATH="$root/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"

@@ -1,0 +1,69 @@
+// PyEngine: the Python-facing owner of one LLMEngine. Every entry point takes the engine
+// mutex with the GIL released, so Python threads may share an engine while step() runs
+// without the GIL, and no two threads are ever inside the engine at once.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <pybind11/pybind11.h>
+
+#include "engine/llm_engine.h"
+
+namespace quiver::python {
+
+class PyEngine {
+ public:
+  explicit PyEngine(std::unique_ptr<LLMEngine> engine) : engine_(std::move(engine)) {}
+
+  // Raises ValueError with the engine's message.
+  void add_request(const std::string& request_id, const std::optional<std::string>& text,
+                   const std::vector<int32_t>& token_ids, const SamplingParams& params,
+                   const std::optional<LoRARequest>& lora);
+  std::vector<RequestOutput> step();
+  // step() keeping only the requests that finished: LLM.generate's loop, which then builds
+  // no Python object for a request that merely progressed.
+  std::vector<RequestOutput> step_finished();
+  bool abort_request(const std::string& request_id);
+  bool has_unfinished_requests();
+  int num_unfinished_requests();
+  StepStats last_step();
+  EngineCounters counters();
+  std::vector<AdapterInfo> list_loras();
+  // Registers and loads an adapter now rather than on its first request; ValueError when
+  // it does not load or the name is taken.
+  void add_lora(const std::string& name, const std::string& path);
+  void remove_lora(const std::string& name);  // ValueError for an unknown name
+  AdapterCacheStats lora_cache_stats();
+
+  // Tokenizer access; ValueError when the model folder has no tokenizer.json.
+  std::vector<int32_t> encode(const std::string& text, bool add_special_tokens);
+  std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens);
+  // messages_json: the conversation as JSON text (Python's json.dumps keeps key order).
+  // template_source: "" = the model's own chat template.
+  std::string apply_chat_template(const std::string& messages_json, bool add_generation_prompt,
+                                  const std::string& template_source);
+
+  int max_model_len() const { return engine_->max_model_len(); }
+  int64_t vocab_size() const { return engine_->model_config().vocab_size; }
+  std::string device() const { return engine_->backend()->name(); }
+  const EngineArgs& args() const { return engine_->args(); }
+
+ private:
+  // Runs f under the engine mutex. Waiting for the mutex must not hold the GIL, or a
+  // thread inside step() that needs the GIL later could deadlock with this one.
+  template <typename F>
+  auto locked(F&& f) {
+    pybind11::gil_scoped_release release;
+    std::lock_guard<std::mutex> lock(mu_);
+    return f();
+  }
+  const Tokenizer& tokenizer() const;
+  std::mutex mu_;
+  std::unique_ptr<LLMEngine> engine_;
+};
+
+}  // namespace quiver::python

@@ -1,0 +1,112 @@
+"""EngineArgs: everything that configures an engine, with vLLM's keyword names and
+defaults (None = the engine's choice, as in vLLM)."""
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from .. import _quiver
+from .._checks import check_bool, check_int, check_str
+
+_DEVICES = ("auto", "cpu", "cuda", "ref")
+
+
+@dataclass
+class EngineArgs:
+    """vLLM's EngineArgs for the knobs quiver has; an unknown keyword is a TypeError.
+
+    device="auto" takes the GPU when this build has CUDA and one is present, else the CPU.
+    The last four fields are quiver's own: weights from safetensors or random ("dummy"),
+    CPU threads (0 = all cores), a KV cache budget such as "4GiB", and a per-step trace."""
+
+    model: str
+    dtype: str = "auto"
+    seed: Optional[int] = 0
+    max_model_len: Optional[int] = None
+    block_size: Optional[int] = None
+    enable_prefix_caching: Optional[bool] = None
+    enforce_eager: bool = False
+    max_num_seqs: Optional[int] = None
+    max_num_batched_tokens: Optional[int] = None
+    enable_lora: bool = False
+    max_loras: int = 1
+    max_lora_rank: int = 16
+    max_cpu_loras: Optional[int] = None
+    lora_dtype: str = "auto"
+    kv_cache_dtype: str = "auto"
+    device: str = "auto"
+    num_gpu_blocks_override: Optional[int] = None
+    load_format: str = "auto"
+    threads: int = 0
+    kv_cache_memory: Optional[str] = None
+    trace: bool = False
+
+    def __post_init__(self) -> None:
+        o = "EngineArgs"
+        check_str(o, "model", self.model)
+        if not self.model:
+            raise ValueError("EngineArgs.model must name a Hugging Face model folder")
+        check_str(o, "dtype", self.dtype)
+        check_int(o, "seed", self.seed, optional=True, minimum=0)
+        for name in ("max_model_len", "block_size", "max_num_seqs", "max_num_batched_tokens",
+                     "max_cpu_loras", "num_gpu_blocks_override"):
+            check_int(o, name, getattr(self, name), optional=True, minimum=1)
+        check_bool(o, "enable_prefix_caching", self.enable_prefix_caching, optional=True)
+        check_bool(o, "enforce_eager", self.enforce_eager)
+        check_bool(o, "enable_lora", self.enable_lora)
+        check_int(o, "max_loras", self.max_loras, minimum=1)
+        check_int(o, "max_lora_rank", self.max_lora_rank, minimum=1)
+        check_str(o, "lora_dtype", self.lora_dtype)
+        check_str(o, "kv_cache_dtype", self.kv_cache_dtype)
+        check_str(o, "device", self.device, choices=_DEVICES)
+        check_str(o, "load_format", self.load_format)
+        check_int(o, "threads", self.threads, minimum=0)
+        check_str(o, "kv_cache_memory", self.kv_cache_memory, optional=True)
+        check_bool(o, "trace", self.trace)
+        if self.max_cpu_loras is not None and self.max_cpu_loras < self.max_loras:
+            raise ValueError(f"EngineArgs.max_cpu_loras ({self.max_cpu_loras}) must be >= max_loras ({self.max_loras})")
+
+    def to_native(self, device: str) -> Any:
+        """The C++ EngineArgs for one concrete device (cpu, cuda or ref)."""
+        a = _quiver.EngineArgs()
+        a.model = self.model
+        a.dtype = self.dtype
+        a.device = device
+        # vLLM's seed=None means "not reproducible"; the C++ engine always takes one.
+        a.seed = self.seed if self.seed is not None else int.from_bytes(os.urandom(8), "little")
+        a.max_model_len = self.max_model_len or 0
+        if self.block_size is not None:
+            a.block_size = self.block_size
+        if self.enable_prefix_caching is not None:
+            a.enable_prefix_caching = self.enable_prefix_caching
+        a.enforce_eager = self.enforce_eager
+        if self.max_num_seqs is not None:
+            a.max_num_seqs = self.max_num_seqs
+        a.max_num_batched_tokens = self.max_num_batched_tokens or 0
+        a.enable_lora = self.enable_lora
+        a.max_loras = self.max_loras
+        a.max_lora_rank = self.max_lora_rank
+        a.max_cpu_loras = self.max_cpu_loras or 0
+        a.lora_dtype = self.lora_dtype
+        a.kv_cache_dtype = self.kv_cache_dtype
+        a.num_kv_blocks = self.num_gpu_blocks_override or 0
+        a.load_format = self.load_format
+        a.threads = self.threads
+        a.kv_cache_memory = self.kv_cache_memory or ""
+        a.trace = self.trace
+        return a
+
+    def create_native_engine(self) -> Any:
+        """A started native engine; ValueError with the engine's message when it cannot start."""
+        if self.device != "auto":
+            return _quiver.Engine(self.to_native(self.device))
+        if _quiver.has_cuda:
+            try:
+                return _quiver.Engine(self.to_native("cuda"))
+            except ValueError:
+                pass  # no usable GPU: the CPU serves, as vLLM's "auto" falls back
+        return _quiver.Engine(self.to_native("cpu"))
+
+    def replace(self, **changes: Any) -> "EngineArgs":
+        return dataclasses.replace(self, **changes)

@@ -1,0 +1,81 @@
+"""OutputBuilder: turns the native engine's RequestOutput into vLLM's classes, decoding
+each logprob entry's token text (cached: the vocabulary never changes)."""
+
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional
+
+from ..logprobs import Logprob
+from ..lora.request import LoRARequest
+from ..outputs import CompletionOutput, RequestOutput
+from ..sampling_params import SamplingParams
+
+
+@dataclass
+class RequestInfo:
+    """What the Python side remembers about a request until it finishes."""
+
+    params: SamplingParams
+    lora_request: Optional[LoRARequest]
+    prompt: Optional[str]  # the text the caller gave (also for chat prompts sent as ids)
+
+
+class OutputBuilder:
+    def __init__(self, decode: Callable[[List[int]], str]) -> None:
+        self._decode = decode
+        self._token_text: Dict[int, str] = {}
+
+    def token_text(self, token_id: int) -> str:
+        text = self._token_text.get(token_id)
+        if text is None:
+            text = self._decode([token_id])
+            self._token_text[token_id] = text
+        return text
+
+    def logprob_dict(self, entry: Any) -> Dict[int, Logprob]:
+        """The chosen (or actual) token first, then the top-K by rank, as vLLM orders them."""
+        d = {entry.token: Logprob(entry.logprob, entry.rank, self.token_text(entry.token))}
+        for rank, (token, logprob) in enumerate(entry.top, start=1):
+            if token not in d:
+                d[token] = Logprob(logprob, rank, self.token_text(token))
+        return d
+
+    def build(self, raw: Any, info: RequestInfo) -> RequestOutput:
+        params = info.params
+        completions = []
+        for c in raw.outputs:
+            logprobs = None
+            cumulative = None
+            if params.logprobs is not None:
+                entries = c.logprobs
+                logprobs = [self.logprob_dict(e) for e in entries]
+                cumulative = sum(e.logprob for e in entries)
+            completions.append(CompletionOutput(
+                index=c.index,
+                text=c.text if params.detokenize else "",
+                token_ids=c.token_ids,
+                cumulative_logprob=cumulative,
+                logprobs=logprobs,
+                finish_reason=c.finish_reason or None,
+                stop_reason=_stop_reason(c.stop_reason, params),
+                lora_request=info.lora_request,
+            ))
+        prompt_logprobs = None
+        if params.prompt_logprobs is not None:
+            prompt_logprobs = [None if e is None else self.logprob_dict(e) for e in raw.prompt_logprobs]
+        return RequestOutput(
+            request_id=raw.request_id,
+            prompt=info.prompt,
+            prompt_token_ids=raw.prompt_token_ids,
+            prompt_logprobs=prompt_logprobs,
+            outputs=completions,
+            finished=raw.finished,
+            lora_request=info.lora_request,
+        )
+
+
+def _stop_reason(reason: Optional[str], params: SamplingParams) -> Any:
+    # The engine reports a stop string as itself and a stop token id as its decimal text;
+    # vLLM's stop_reason is the str or the int. Stop strings are matched first.
+    if reason is None or reason in params.stop:
+        return reason
+    return int(reason)

@@ -1,0 +1,1 @@
+"""User-facing entry points, at vLLM's module paths: entrypoints.llm.LLM."""

@@ -1,0 +1,132 @@
+"""LLM: vLLM's offline batch API. generate() and chat() submit every prompt before the
+first step, so prompts for different adapters run in the same batches, and return one
+RequestOutput per prompt in input order."""
+
+import itertools
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+
+from ..engine.arg_utils import EngineArgs
+from ..engine.llm_engine import LLMEngine, PromptType, _split_prompt
+from ..lora.request import LoRARequest
+from ..outputs import RequestOutput
+from ..sampling_params import SamplingParams
+from ..tokenizer import Tokenizer
+from .progress import ProgressBar
+
+Conversation = List[Dict[str, Any]]
+
+
+class LLM:
+    """LLM(model, **engine_args): an engine for offline batches.
+
+    Keyword arguments are EngineArgs fields (vLLM's names); any other keyword is a
+    TypeError naming it."""
+
+    def __init__(self, model: str, **kwargs: Any) -> None:
+        self.llm_engine = LLMEngine.from_engine_args(EngineArgs(model=model, **kwargs))
+        self._ids = itertools.count()
+
+    def get_tokenizer(self) -> Tokenizer:
+        """The model's tokenizer: encode, decode, apply_chat_template."""
+        return self.llm_engine.get_tokenizer()
+
+    def generate(self, prompts: Union[PromptType, Sequence[PromptType]],
+                 sampling_params: Optional[Union[SamplingParams, Sequence[SamplingParams]]] = None,
+                 *, use_tqdm: Union[bool, Callable[..., Any]] = True,
+                 lora_request: Optional[Union[LoRARequest, Sequence[Optional[LoRARequest]]]] = None,
+                 ) -> List[RequestOutput]:
+        """Runs every prompt to completion. sampling_params and lora_request are one for
+        all prompts or a list with one per prompt. A prompt that cannot be added raises
+        ValueError (after the prompts already added are aborted)."""
+        if isinstance(prompts, (str, dict)):
+            prompts = [prompts]
+        items = []
+        for p in prompts:
+            text, ids = _split_prompt(p)
+            items.append((text, ids, text))
+        return self._run(items, sampling_params, lora_request, use_tqdm)
+
+    def chat(self, messages: Union[Conversation, Sequence[Conversation]],
+             sampling_params: Optional[Union[SamplingParams, Sequence[SamplingParams]]] = None,
+             use_tqdm: Union[bool, Callable[..., Any]] = True,
+             lora_request: Optional[Union[LoRARequest, Sequence[Optional[LoRARequest]]]] = None,
+             chat_template: Optional[str] = None, add_generation_prompt: bool = True,
+             continue_final_message: bool = False) -> List[RequestOutput]:
+        """generate() for conversations ([{"role": ..., "content": ...}, ...], or a list of
+        them), rendered with the model's chat template (or chat_template) and tokenized
+        without adding special tokens again, as vLLM does."""
+        if continue_final_message:
+            raise ValueError("chat: continue_final_message=True is not supported by quiver")
+        if not isinstance(messages, (list, tuple)) or not messages:
+            raise TypeError("chat: messages must be a conversation (a list of dicts) or a list of them")
+        conversations = [messages] if isinstance(messages[0], dict) else list(messages)
+        tokenizer = self.get_tokenizer()
+        items = []
+        for conv in conversations:
+            text = tokenizer.apply_chat_template(list(conv), tokenize=False, add_generation_prompt=add_generation_prompt,
+                                                 chat_template=chat_template)
+            items.append((None, tokenizer.encode(text, add_special_tokens=False), text))
+        return self._run(items, sampling_params, lora_request, use_tqdm)
+
+    def _run(self, items: List[Any], sampling_params: Any, lora_request: Any, use_tqdm: Any) -> List[RequestOutput]:
+        n = len(items)
+        params = _per_prompt("sampling_params", sampling_params if sampling_params is not None else SamplingParams(), n,
+                             SamplingParams)
+        loras = _per_prompt("lora_request", lora_request, n, LoRARequest)
+        engine = self.llm_engine
+        index: Dict[str, int] = {}
+        results: List[Optional[RequestOutput]] = [None] * n
+        bar = None
+        try:
+            for i, (text, ids, prompt_text) in enumerate(items):
+                rid = str(next(self._ids))
+                engine._add(rid, text, ids, params[i], loras[i], prompt_text)
+                index[rid] = i
+            bar = _progress_bar(use_tqdm, n)
+            start = time.monotonic()
+            in_toks = out_toks = 0
+            while engine.has_unfinished_requests():
+                for out in engine._step_finished():
+                    results[index.pop(out.request_id)] = out
+                    if bar is not None:
+                        in_toks += len(out.prompt_token_ids)
+                        out_toks += sum(len(c.token_ids) for c in out.outputs)
+                        elapsed = max(time.monotonic() - start, 1e-9)
+                        bar.set_postfix_str(f"est. speed input: {in_toks / elapsed:.2f} toks/s, "
+                                            f"output: {out_toks / elapsed:.2f} toks/s")
+                        bar.update(1)
+        except BaseException:
+            # Ctrl-C or a prompt that could not be added: the engine stays usable.
+            self._abort_and_drain(list(index))
+            raise
+        finally:
+            if bar is not None:
+                bar.close()
+        return results  # type: ignore[return-value]
+
+    def _abort_and_drain(self, request_ids: List[str]) -> None:
+        engine = self.llm_engine
+        engine.abort_request(request_ids)
+        while engine.has_unfinished_requests():
+            engine._step_finished()
+
+
+def _per_prompt(name: str, value: Any, n: int, kind: type) -> List[Any]:
+    if value is None or isinstance(value, kind):
+        return [value] * n
+    if not isinstance(value, (list, tuple)):
+        raise TypeError(f"{name} must be a {kind.__name__}, a list of them, or None; got {type(value).__name__}")
+    if len(value) != n:
+        raise ValueError(f"{name} has {len(value)} entries for {n} prompts")
+    for v in value:
+        if v is not None and not isinstance(v, kind):
+            raise TypeError(f"{name} entries must be {kind.__name__} or None, got {type(v).__name__}")
+    return list(value)
+
+
+def _progress_bar(use_tqdm: Any, total: int) -> Any:
+    if use_tqdm is False or use_tqdm is None:
+        return None
+    factory = use_tqdm if callable(use_tqdm) else ProgressBar
+    return factory(total=total, desc="Processed prompts")

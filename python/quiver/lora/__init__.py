@@ -1,0 +1,1 @@
+"""LoRA adapters: quiver.lora.request.LoRARequest, as in vLLM."""

@@ -1,0 +1,173 @@
+"""SamplingParams: vLLM's per-request decoding settings, names and defaults."""
+
+import copy
+from typing import Any, Dict, List, Optional, Union
+
+from . import _quiver
+from ._checks import check_bool, check_float, check_int, check_int_list, unsupported
+
+_GREEDY_EPS = 1e-5  # vLLM's threshold below which a temperature means greedy
+
+
+class SamplingParams:
+    """How one request samples: the fields and defaults of vllm.SamplingParams.
+
+    Ranges are checked when the object is built (ValueError naming the field); token ids
+    are checked against the vocabulary when the request is added. Fields vLLM has and
+    quiver does not implement are accepted only at their neutral value."""
+
+    def __init__(
+        self,
+        *,
+        n: int = 1,
+        best_of: Optional[int] = None,
+        presence_penalty: float = 0.0,
+        frequency_penalty: float = 0.0,
+        repetition_penalty: float = 1.0,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        min_p: float = 0.0,
+        seed: Optional[int] = None,
+        stop: Optional[Union[str, List[str]]] = None,
+        stop_token_ids: Optional[List[int]] = None,
+        bad_words: Optional[List[str]] = None,
+        ignore_eos: bool = False,
+        max_tokens: Optional[int] = 16,
+        min_tokens: int = 0,
+        logprobs: Optional[int] = None,
+        prompt_logprobs: Optional[int] = None,
+        detokenize: bool = True,
+        skip_special_tokens: bool = True,
+        spaces_between_special_tokens: bool = True,
+        logits_processors: Optional[list] = None,
+        include_stop_str_in_output: bool = False,
+        truncate_prompt_tokens: Optional[int] = None,
+        logit_bias: Optional[Dict[int, float]] = None,
+        allowed_token_ids: Optional[List[int]] = None,
+    ) -> None:
+        o = "SamplingParams"
+        check_int(o, "n", n, minimum=1)
+        check_int(o, "best_of", best_of, optional=True)
+        if best_of is not None and best_of != n:
+            raise ValueError(f"{o}.best_of={best_of} is not supported by quiver (only None or n)")
+        self.n = n
+        self.best_of = best_of
+        self.presence_penalty = check_float(o, "presence_penalty", presence_penalty)
+        self.frequency_penalty = check_float(o, "frequency_penalty", frequency_penalty)
+        self.repetition_penalty = check_float(o, "repetition_penalty", repetition_penalty)
+        self.temperature = check_float(o, "temperature", temperature)
+        self.top_p = check_float(o, "top_p", top_p)
+        check_int(o, "top_k", top_k)
+        self.top_k = top_k
+        self.min_p = check_float(o, "min_p", min_p)
+        check_int(o, "seed", seed, optional=True)
+        if seed is not None and not 0 <= seed < 2**64:
+            raise ValueError(f"{o}.seed must be in [0, 2**64), got {seed}")
+        self.seed = seed
+        if isinstance(stop, str):
+            stop = [stop]
+        if stop is not None and (not isinstance(stop, (list, tuple)) or not all(isinstance(s, str) for s in stop)):
+            raise TypeError(f"{o}.stop must be a str or a list of str, got {stop!r}")
+        self.stop: List[str] = list(stop or [])
+        self.stop_token_ids: List[int] = check_int_list(o, "stop_token_ids", stop_token_ids)
+        unsupported(o, "bad_words", bad_words or None, None)
+        self.bad_words: List[str] = []
+        check_bool(o, "ignore_eos", ignore_eos)
+        self.ignore_eos = ignore_eos
+        check_int(o, "max_tokens", max_tokens, optional=True, minimum=1)
+        self.max_tokens = max_tokens
+        check_int(o, "min_tokens", min_tokens, minimum=0)
+        self.min_tokens = min_tokens
+        check_int(o, "logprobs", logprobs, optional=True, minimum=0)
+        check_int(o, "prompt_logprobs", prompt_logprobs, optional=True, minimum=0)
+        self.logprobs = logprobs
+        self.prompt_logprobs = prompt_logprobs
+        check_bool(o, "detokenize", detokenize)
+        self.detokenize = detokenize
+        check_bool(o, "skip_special_tokens", skip_special_tokens)
+        self.skip_special_tokens = skip_special_tokens
+        check_bool(o, "spaces_between_special_tokens", spaces_between_special_tokens)
+        unsupported(o, "spaces_between_special_tokens", spaces_between_special_tokens, True)
+        self.spaces_between_special_tokens = True
+        unsupported(o, "logits_processors", logits_processors or None, None)
+        self.logits_processors = None
+        check_bool(o, "include_stop_str_in_output", include_stop_str_in_output)
+        self.include_stop_str_in_output = include_stop_str_in_output
+        unsupported(o, "truncate_prompt_tokens", truncate_prompt_tokens, None)
+        self.truncate_prompt_tokens = None
+        self.logit_bias = _check_logit_bias(logit_bias)
+        unsupported(o, "allowed_token_ids", allowed_token_ids or None, None)
+        self.allowed_token_ids = None
+        if self.stop and not self.detokenize:
+            raise ValueError(f"{o}.stop strings need detokenize=True")
+        self._to_native(max_tokens=self.max_tokens or 1).validate()
+        if self.temperature < _GREEDY_EPS:
+            # Greedy: vLLM turns the truncation knobs off so they cannot change the argmax.
+            self.temperature, self.top_p, self.top_k, self.min_p = 0.0, 1.0, 0, 0.0
+
+    @property
+    def sampling_type(self) -> str:
+        if self.temperature == 0.0:
+            return "greedy"
+        return "random_seed" if self.seed is not None else "random"
+
+    def clone(self) -> "SamplingParams":
+        return copy.deepcopy(self)
+
+    def _to_native(self, max_tokens: int) -> Any:
+        """The C++ engine's SamplingParams; max_tokens resolved by the caller when None."""
+        p = _quiver.SamplingParams()
+        p.n = self.n
+        p.temperature = self.temperature
+        p.top_p = self.top_p
+        p.top_k = self.top_k
+        p.min_p = self.min_p
+        p.seed = self.seed
+        p.presence_penalty = self.presence_penalty
+        p.frequency_penalty = self.frequency_penalty
+        p.repetition_penalty = self.repetition_penalty
+        p.logit_bias = sorted(self.logit_bias.items()) if self.logit_bias else []
+        p.max_tokens = max_tokens
+        p.min_tokens = self.min_tokens
+        p.stop = self.stop
+        p.stop_token_ids = self.stop_token_ids
+        p.include_stop_str_in_output = self.include_stop_str_in_output
+        p.ignore_eos = self.ignore_eos
+        p.logprobs = -1 if self.logprobs is None else self.logprobs
+        p.prompt_logprobs = -1 if self.prompt_logprobs is None else self.prompt_logprobs
+        p.skip_special_tokens = self.skip_special_tokens
+        return p
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, SamplingParams) and vars(self) == vars(other)
+
+    def __repr__(self) -> str:
+        return (
+            f"SamplingParams(n={self.n}, presence_penalty={self.presence_penalty}, "
+            f"frequency_penalty={self.frequency_penalty}, repetition_penalty={self.repetition_penalty}, "
+            f"temperature={self.temperature}, top_p={self.top_p}, top_k={self.top_k}, min_p={self.min_p}, "
+            f"seed={self.seed}, stop={self.stop}, stop_token_ids={self.stop_token_ids}, "
+            f"bad_words={self.bad_words}, include_stop_str_in_output={self.include_stop_str_in_output}, "
+            f"ignore_eos={self.ignore_eos}, max_tokens={self.max_tokens}, min_tokens={self.min_tokens}, "
+            f"logprobs={self.logprobs}, prompt_logprobs={self.prompt_logprobs}, "
+            f"skip_special_tokens={self.skip_special_tokens}, "
+            f"spaces_between_special_tokens={self.spaces_between_special_tokens}, "
+            f"truncate_prompt_tokens={self.truncate_prompt_tokens}, logit_bias={self.logit_bias})"
+        )
+
+
+def _check_logit_bias(logit_bias: Any) -> Optional[Dict[int, float]]:
+    if logit_bias is None:
+        return None
+    if not isinstance(logit_bias, dict):
+        raise TypeError(f"SamplingParams.logit_bias must be a dict of token id -> bias, got {type(logit_bias).__name__}")
+    out = {}
+    for k, v in logit_bias.items():
+        # vLLM accepts the keys as ints or as their decimal strings (the OpenAI JSON form).
+        try:
+            key = int(k)
+        except (TypeError, ValueError):
+            raise TypeError(f"SamplingParams.logit_bias keys must be token ids, got {k!r}") from None
+        out[key] = check_float("SamplingParams", "logit_bias", v)
+    return out

@@ -1,0 +1,123 @@
+"""LLM: generate() over prompt forms, per-prompt parameters and adapters, the progress
+bar, and chat() through the model's chat template."""
+
+import io
+
+import pytest
+
+from conftest import SQL_ANSWER, SQL_QUESTION, pirate_lora, sql_lora
+from quiver import LLM, RequestOutput, SamplingParams
+from quiver.entrypoints.progress import ProgressBar
+
+GREEDY = SamplingParams(temperature=0, max_tokens=40)
+SQL_USER = SQL_QUESTION[len("[user] "):-len(" [/user] [assistant]")]
+
+
+def test_generate_keeps_input_order_and_prompt_forms(llm):
+    ids = llm.get_tokenizer().encode(SQL_QUESTION)
+    outs = llm.generate([SQL_QUESTION, {"prompt": SQL_QUESTION}, {"prompt_token_ids": ids}], GREEDY,
+                        lora_request=sql_lora(), use_tqdm=False)
+    assert all(isinstance(o, RequestOutput) and o.finished for o in outs)
+    assert [o.outputs[0].text for o in outs] == [SQL_ANSWER] * 3
+    assert outs[0].prompt == outs[1].prompt == SQL_QUESTION and outs[2].prompt is None
+    assert outs[0].prompt_token_ids == outs[2].prompt_token_ids == ids
+    assert ids[0] == 0, "text prompts get the BOS token"
+    assert len({o.request_id for o in outs}) == 3
+    assert outs[0].lora_request == sql_lora() and outs[0].outputs[0].lora_request == sql_lora()
+
+
+def test_generate_per_prompt_params_and_adapters(llm):
+    outs = llm.generate([SQL_QUESTION] * 3, [GREEDY, GREEDY, SamplingParams(temperature=0, max_tokens=3)],
+                        lora_request=[sql_lora(), None, pirate_lora()], use_tqdm=False)
+    assert outs[0].outputs[0].text == SQL_ANSWER
+    assert outs[1].outputs[0].text != SQL_ANSWER and outs[1].lora_request is None
+    assert len(outs[2].outputs[0].token_ids) == 3
+    with pytest.raises(ValueError, match="sampling_params has 2 entries for 3 prompts"):
+        llm.generate([SQL_QUESTION] * 3, [GREEDY, GREEDY], use_tqdm=False)
+    with pytest.raises(ValueError, match="lora_request has 1 entries for 2 prompts"):
+        llm.generate([SQL_QUESTION] * 2, GREEDY, lora_request=[sql_lora()], use_tqdm=False)
+    with pytest.raises(TypeError, match="sampling_params"):
+        llm.generate(SQL_QUESTION, {"temperature": 0}, use_tqdm=False)
+
+
+def test_a_bad_prompt_raises_and_the_rest_is_aborted(llm):
+    with pytest.raises(ValueError, match="exceeds the maximum context length"):
+        llm.generate([SQL_QUESTION, {"prompt_token_ids": list(range(600))}], GREEDY, use_tqdm=False)
+    assert not llm.llm_engine.has_unfinished_requests()
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        llm.generate({"prompt_token_ids": [0, 999999]}, GREEDY, use_tqdm=False)
+    with pytest.raises(ValueError, match="exactly one of"):
+        llm.generate({"prompt": "a", "prompt_token_ids": [1]}, GREEDY, use_tqdm=False)
+    with pytest.raises(ValueError, match="unsupported keys"):
+        llm.generate({"prompt": "a", "multi_modal_data": {}}, GREEDY, use_tqdm=False)
+
+
+def test_progress_bar(llm, capsys):
+    llm.generate([SQL_QUESTION] * 3, GREEDY, lora_request=sql_lora())
+    err = capsys.readouterr().err
+    assert "Processed prompts: 100%|" in err and "| 3/3 [" in err and "est. speed input:" in err
+    llm.generate([SQL_QUESTION], GREEDY, use_tqdm=False)
+    assert "Processed prompts" not in capsys.readouterr().err
+    buf = io.StringIO()
+    bar = ProgressBar(total=4, desc="d", file=buf)
+    bar.update(1)
+    bar.update(1)
+    assert bar.line().startswith("d:  50%|████████████▌            | 2/4 [00:00<")
+    bar.close()
+    assert buf.getvalue().endswith("\n")
+
+
+def test_use_tqdm_may_be_a_factory(llm):
+    made = []
+
+    class Bar:
+        def __init__(self, total, desc):
+            made.append(self)
+            self.total, self.n, self.closed = total, 0, False
+
+        def update(self, n=1):
+            self.n += n
+
+        def set_postfix_str(self, s, refresh=False):
+            pass
+
+        def close(self):
+            self.closed = True
+
+    llm.generate([SQL_QUESTION] * 2, GREEDY, use_tqdm=Bar)
+    assert [(b.total, b.n, b.closed) for b in made] == [(2, 2, True)]
+
+
+def test_chat_uses_the_chat_template(llm):
+    messages = [{"role": "user", "content": SQL_USER}]
+    out = llm.chat(messages, GREEDY, lora_request=sql_lora(), use_tqdm=False)[0]
+    assert out.prompt == "<|bos|>" + SQL_QUESTION
+    assert out.outputs[0].text == SQL_ANSWER
+    # The template's BOS is not doubled by tokenization.
+    assert out.prompt_token_ids == llm.get_tokenizer().encode(SQL_QUESTION)
+    batch = llm.chat([messages, [{"role": "user", "content": "Tell me a fortune."}]], GREEDY, use_tqdm=False)
+    assert len(batch) == 2 and batch[1].prompt == "<|bos|>[user] Tell me a fortune. [/user] [assistant]"
+    custom = llm.chat(messages, GREEDY, use_tqdm=False, chat_template="{{ messages[0]['content'] }}!",
+                      add_generation_prompt=False)[0]
+    assert custom.prompt == SQL_USER + "!"
+    with pytest.raises(ValueError, match="only the user and assistant roles"):
+        llm.chat([{"role": "system", "content": "x"}], GREEDY, use_tqdm=False)
+    with pytest.raises(ValueError, match="continue_final_message"):
+        llm.chat(messages, GREEDY, continue_final_message=True)
+
+
+def test_tokenizer(llm):
+    tok = llm.get_tokenizer()
+    assert tok is llm.llm_engine.get_tokenizer() and tok.vocab_size == 6144
+    messages = [{"role": "user", "content": SQL_USER}]
+    text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert text == "<|bos|>" + SQL_QUESTION
+    assert tok.apply_chat_template(messages, add_generation_prompt=True) == tok.encode(text, add_special_tokens=False)
+    ids = tok.encode(SQL_QUESTION)
+    assert ids[0] == 0 and tok.encode(SQL_QUESTION, add_special_tokens=False) == ids[1:]
+    assert tok.decode(ids) == "<|bos|>" + SQL_QUESTION
+    assert tok.decode(ids, skip_special_tokens=True) == SQL_QUESTION
+    with pytest.raises(ValueError, match="1000000 is not in the vocabulary"):
+        tok.decode([10**6])
+    with pytest.raises(TypeError, match="conversation"):
+        tok.apply_chat_template("hello")
