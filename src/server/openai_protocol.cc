@@ -194,6 +194,9 @@ void read_common(FieldReader& r, CommonRequest* out) {
   if (const json* so = r.get("stream_options"); so && !r.error) {
     if (!so->is_object()) return r.fail("stream_options must be an object", "stream_options");
     if (!out->stream) return r.fail("stream_options can only be set when stream is true", "stream_options");
+    if (auto bad = check_stream_options_fields(*so)) return r.fail(bad->message, "stream_options");
+    // vLLM's default: stream_options without include_usage still asks for usage.
+    out->include_usage = true;
     FieldReader sr(*so);
     sr.boolean("include_usage", &out->include_usage);
     if (sr.error) return r.fail(sr.error->message, "stream_options");

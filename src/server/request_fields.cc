@@ -103,6 +103,11 @@ constexpr FieldRule kChatOnly[] = {
     {"web_search_options", kNo},
 };
 
+constexpr FieldRule kStreamOptions[] = {
+    {"include_usage"},
+    {"continuous_usage_stats", kNo, "false"},
+};
+
 template <size_t A, size_t B>
 std::optional<ApiError> check(const nlohmann::json& body, const FieldRule (&shared)[A], const FieldRule (&own)[B],
                               const char* api) {
@@ -121,6 +126,12 @@ std::optional<ApiError> check_completion_fields(const nlohmann::json& body) {
 
 std::optional<ApiError> check_chat_fields(const nlohmann::json& body) {
   return check(body, kShared, kChatOnly, "/v1/chat/completions");
+}
+
+std::optional<ApiError> check_stream_options_fields(const nlohmann::json& stream_options) {
+  auto problem = check_fields(stream_options, kStreamOptions, "stream_options");
+  if (!problem) return std::nullopt;
+  return ApiError::bad_request(problem->message, "stream_options");
 }
 
 }  // namespace quiver

@@ -13,5 +13,7 @@ namespace quiver {
 
 std::optional<ApiError> check_completion_fields(const nlohmann::json& body);
 std::optional<ApiError> check_chat_fields(const nlohmann::json& body);
+// The keys of a stream_options object (both endpoints).
+std::optional<ApiError> check_stream_options_fields(const nlohmann::json& stream_options);
 
 }  // namespace quiver

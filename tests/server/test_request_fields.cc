@@ -106,6 +106,21 @@ TEST(RequestFields, ImplementedExtrasReachTheRequest) {
   EXPECT_EQ(s.error().param, "prompt_logprobs");
 }
 
+TEST(RequestFields, StreamOptionsKeys) {
+  auto usage = parse_completion_request(completion(R"("stream": true, "stream_options": {})"));
+  ASSERT_TRUE(usage.is_ok()) << usage.error().message;
+  EXPECT_TRUE(usage.value().include_usage);  // vLLM's default once stream_options is given
+  auto off = parse_completion_request(completion(R"("stream": true, "stream_options": {"include_usage": false})"));
+  ASSERT_TRUE(off.is_ok());
+  EXPECT_FALSE(off.value().include_usage);
+  auto typo = parse_completion_request(completion(R"("stream": true, "stream_options": {"include_usag": true})"));
+  ASSERT_FALSE(typo.is_ok());
+  EXPECT_NE(typo.error().message.find("include_usag"), std::string::npos);
+  auto cont = parse_chat_request(chat(R"("stream": true, "stream_options": {"continuous_usage_stats": true})"));
+  ASSERT_FALSE(cont.is_ok());
+  EXPECT_NE(cont.error().message.find("not supported"), std::string::npos);
+}
+
 TEST(RequestFields, PromptLogprobsOnTheChoice) {
   ChoicePiece p;
   p.text = "x";
