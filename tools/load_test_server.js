@@ -62,7 +62,8 @@ async function getJson(o, route) {
 async function metricValues(o) {
   const text = await (await fetch(`${o.url}/metrics`)).text();
   const v = (name) => {
-    const line = text.split('\n').find((l) => l.startsWith(`quiver:${name}{`));
+    // vLLM's names where vLLM has the metric, quiver's prefix for the block counts.
+    const line = text.split('\n').find((l) => l.startsWith(`vllm:${name}{`) || l.startsWith(`quiver:${name}{`));
     return line === undefined ? NaN : Number(line.slice(line.lastIndexOf(' ') + 1));
   };
   return { running: v('num_requests_running'), waiting: v('num_requests_waiting'),

@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/load_progress.h"
+
 namespace quiver {
 
 namespace {
@@ -33,7 +35,7 @@ Status parse_lora_spec(const std::string& spec, std::vector<std::pair<std::strin
 
 }  // namespace
 
-void add_engine_flags(CLI::App* cmd, EngineFlags* f, const std::string& lora_flag) {
+void add_engine_flags(CLI::App* cmd, EngineFlags* f) {
   EngineArgs& a = f->args;
   cmd->add_option("--model", a.model, "Hugging Face model folder (config.json, *.safetensors)")->required();
   cmd->add_option("--load-format", a.load_format, "auto | dummy (random weights from config.json)");
@@ -45,7 +47,7 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* f, const std::string& lora_fla
                   "KV cache dtype: auto (cuda: the model's 16-bit dtype; cpu: float32) | float32 | bfloat16 | float16");
   cmd->add_option("--matmul-precision", a.matmul_precision,
                   "cuda prefill GEMMs: default (activations rounded to 16 bits) | highest (~float32, 2x GEMM math)");
-  cmd->add_option(lora_flag, f->loras,
+  cmd->add_option("--lora,--lora-modules", f->loras,
                   "adapter NAME=DIR or {\"name\": NAME, \"path\": DIR} (repeatable; enables LoRA)");
   cmd->add_flag("--enable-lora", a.enable_lora, "enable LoRA adapters");
   cmd->add_option("--max-loras", a.max_loras, "adapters resident on the device at once");
@@ -66,6 +68,7 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* f, const std::string& lora_fla
 Status finalize_engine_flags(EngineFlags* f) {
   for (const auto& spec : f->loras) QV_RETURN_IF_ERROR(parse_lora_spec(spec, &f->args.lora_modules));
   if (!f->args.lora_modules.empty()) f->args.enable_lora = true;
+  if (!f->args.on_load_progress) f->args.on_load_progress = stderr_load_progress("loading weights");
   if (f->args.enable_lora && f->args.max_loras < 1) return Status::error("--max-loras must be at least 1");
   return Status::ok();
 }

@@ -17,7 +17,9 @@ struct EngineFlags {
   std::vector<std::string> loras;  // NAME=DIR or vLLM's {"name": ..., "path": ..., "base_model_name": ...}
 };
 
-void add_engine_flags(CLI::App* cmd, EngineFlags* flags, const std::string& lora_flag = "--lora");
+// Adapters are taken as --lora (vLLM's offline spelling) or --lora-modules (vllm serve's) by
+// every subcommand, so a command line moves between them unchanged.
+void add_engine_flags(CLI::App* cmd, EngineFlags* flags);
 // Turns the adapter specs into args.lora_modules (an error names a malformed one) and
 // enables LoRA when any is given.
 Status finalize_engine_flags(EngineFlags* flags);

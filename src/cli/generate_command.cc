@@ -45,7 +45,7 @@ int run_generate(GenerateOptions& o) {
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     auto req = parse_generate_request(line, line_no);
-    std::string id = req.is_ok() ? req->id : "line-" + std::to_string(line_no);
+    std::string id = req.is_ok() ? req->id : generate_request_id(line, line_no);
     if (results.count(id) || std::find(order.begin(), order.end(), id) != order.end()) {
       const std::string dup = id;
       id = "line-" + std::to_string(line_no);

@@ -1,5 +1,6 @@
 #include "cli/generate_io.h"
 
+#include "io/json_fields.h"
 #include "io/json_util.h"
 
 namespace quiver {
@@ -7,6 +8,23 @@ namespace quiver {
 namespace {
 
 using nlohmann::json;
+
+constexpr FieldUse kNo = FieldUse::kUnsupported;
+
+// DESIGN.md's line fields and vLLM's SamplingParams names; structured-output keys are left
+// to the code that implements them.
+constexpr FieldRule kLineFields[] = {
+    {"id"}, {"prompt"}, {"prompt_token_ids"}, {"lora"}, {"max_tokens"}, {"min_tokens"}, {"n"}, {"temperature"},
+    {"top_p"}, {"top_k"}, {"min_p"}, {"presence_penalty"}, {"frequency_penalty"}, {"repetition_penalty"},
+    {"logprobs"}, {"prompt_logprobs"}, {"ignore_eos"}, {"skip_special_tokens"}, {"include_stop_str_in_output"},
+    {"seed"}, {"stop"}, {"logit_bias"}, {"stop_token_ids"},
+    {"response_format"}, {"guided_json"}, {"guided_regex"}, {"guided_choice"}, {"guided_grammar"},
+    {"structured_outputs"},
+    {"best_of", kNo}, {"use_beam_search", kNo, "false"}, {"length_penalty", kNo, "1.0"}, {"bad_words", kNo, "[]"},
+    {"allowed_token_ids", kNo}, {"truncate_prompt_tokens", kNo}, {"detokenize", kNo, "true"},
+    {"spaces_between_special_tokens", kNo, "true"}, {"logits_processors", kNo}, {"output_kind", kNo},
+    {"extra_args", kNo}, {"lora_request", kNo}, {"priority", kNo, "0"},
+};
 
 template <typename T>
 Status read_number(const json& j, const char* key, T* out) {
@@ -31,6 +49,10 @@ Result<GenerateRequest> parse_generate_request(const std::string& line, int line
   json j = json::parse(line, nullptr, false);
   if (j.is_discarded()) return Status::error("line " + std::to_string(line_no) + " is not valid JSON");
   if (!j.is_object()) return Status::error("line " + std::to_string(line_no) + " is not a JSON object");
+  if (auto problem = check_fields(j, kLineFields, "a request line")) {
+    if (problem->field == "lora_request") problem->message += " (name the adapter with \"lora\": NAME)";
+    return Status::error(problem->message);
+  }
   GenerateRequest r;
   if (j.contains("id")) {
     if (j["id"].is_string()) r.id = j["id"].get<std::string>();
@@ -101,6 +123,15 @@ Result<GenerateRequest> parse_generate_request(const std::string& line, int line
     }
   }
   return r;
+}
+
+std::string generate_request_id(const std::string& line, int line_no) {
+  const json j = json::parse(line, nullptr, false);
+  if (j.is_object() && j.contains("id")) {
+    if (j["id"].is_string()) return j["id"].get<std::string>();
+    if (j["id"].is_number_integer()) return std::to_string(j["id"].get<int64_t>());
+  }
+  return "line-" + std::to_string(line_no);
 }
 
 json logprob_map_json(const TokenLogprobs& lp) {

@@ -19,7 +19,12 @@ struct GenerateRequest {
 };
 
 // Parses one input line; errors name the field. `line_no` names requests without an id.
+// A key that is not a request field, or a vLLM SamplingParams field quiver does not
+// implement, is an error naming it.
 Result<GenerateRequest> parse_generate_request(const std::string& line, int line_no);
+// The id a line's results and errors carry: its own "id" when it has a readable one, else
+// "line-N".
+std::string generate_request_id(const std::string& line, int line_no);
 
 // One output line for a finished request.
 nlohmann::json generate_output_json(const RequestOutput& out);

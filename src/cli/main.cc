@@ -6,6 +6,8 @@
 int main(int argc, char** argv) {
   CLI::App app{"quiver: multi-LoRA LLM inference"};
   app.require_subcommand(1);
+  // Every option's --help line shows its default (subcommands inherit this).
+  app.option_defaults()->always_capture_default();
   int exit_code = 0;
   quiver::register_generate(app, &exit_code);
   quiver::register_tokenize(app, &exit_code);

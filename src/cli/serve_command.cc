@@ -10,12 +10,15 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <thread>
 
 #include "cli/commands.h"
 #include "cli/engine_flags.h"
+#include "io/generation_defaults.h"
+#include "io/json_util.h"
 #include "server/engine_loop.h"
 #include "server/http_server.h"
 
@@ -27,7 +30,43 @@ struct ServeOptions {
   EngineFlags engine;
   ServerOptions server;
   std::string allowed_origins, allowed_methods, allowed_headers;  // CORS, vLLM's JSON-list form
+  std::string generation_config = "auto";
+  std::string chat_template;  // a file, or the template itself
 };
+
+// --chat-template as vLLM reads it: a file's contents when the file exists; otherwise the
+// text itself when it looks like a template (has braces or a newline), else an error, so a
+// mistyped path is not served as a one-line template.
+Status finalize_chat_template(ServeOptions* o) {
+  const std::string& arg = o->chat_template;
+  if (arg.empty()) return Status::ok();
+  std::string source;
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(arg, ec)) {
+    QV_ASSIGN_OR_RETURN(source, read_text_file(arg));
+  } else if (arg.find_first_of("{}\n") != std::string::npos) {
+    source = arg;
+  } else {
+    return Status::error("--chat-template " + arg + ": no such file (and not a template)");
+  }
+  auto parsed = ChatTemplate::parse(source);
+  if (!parsed.is_ok()) return parsed.status().with_context("--chat-template");
+  o->server.chat_template = std::make_shared<const ChatTemplate>(std::move(parsed).value());
+  return Status::ok();
+}
+
+// The model's generation_config.json sampling fields as request defaults.
+Status finalize_generation_config(ServeOptions* o) {
+  QV_ASSIGN_OR_RETURN(GenerationDefaults d, load_generation_defaults(o->generation_config, o->engine.args.model));
+  SamplingParams& p = o->server.sampling_defaults;
+  if (d.temperature) p.temperature = static_cast<float>(*d.temperature);
+  if (d.top_p) p.top_p = static_cast<float>(*d.top_p);
+  if (d.top_k) p.top_k = static_cast<int>(*d.top_k);
+  if (d.min_p) p.min_p = static_cast<float>(*d.min_p);
+  if (d.repetition_penalty) p.repetition_penalty = static_cast<float>(*d.repetition_penalty);
+  if (!d.empty()) std::cerr << "quiver serve: sampling defaults from generation_config.json: " << d.describe() << "\n";
+  return Status::ok();
+}
 
 // The CORS list flags into server.cors; an error names the flag.
 Status finalize_cors(ServeOptions* o) {
@@ -100,8 +139,14 @@ int run_serve(ServeOptions& o) {
   o.engine.args.usage = EngineUsage::kServer;
   Status s = finalize_engine_flags(&o.engine);
   if (s.is_ok()) s = finalize_cors(&o);
+  if (s.is_ok()) s = finalize_generation_config(&o);
+  if (s.is_ok()) s = finalize_chat_template(&o);
   if (!s.is_ok()) {
     std::cerr << "quiver serve: " << s.message() << "\n";
+    return 2;
+  }
+  if (!(o.server.log_stats_interval_s > 0)) {
+    std::cerr << "quiver serve: --log-stats-interval must be positive\n";
     return 2;
   }
   if (o.server.port < 0 || o.server.port > 65535) {
@@ -120,8 +165,16 @@ int run_serve(ServeOptions& o) {
     return 1;
   }
   const std::string model_name = o.server.served_model_name.empty() ? o.engine.args.model : o.server.served_model_name;
-  ServerMetrics metrics(model_name);
-  EngineLoop loop(std::move(created).value(), &metrics, o.server.max_pending_requests);
+  const LLMEngine& engine = *created.value();
+  ServerMetrics metrics(model_name,
+                        CacheConfigInfo{engine.args().block_size, engine.last_step().kv_blocks_total,
+                                        engine.args().enable_prefix_caching},
+                        engine.max_model_len());
+  ServingLog log(&std::cerr, !o.server.disable_log_requests);
+  const int64_t kv_blocks = engine.last_step().kv_blocks_total;
+  log.line("KV cache: " + std::to_string(kv_blocks * engine.args().block_size) + " tokens (" +
+           std::to_string(kv_blocks) + " blocks of " + std::to_string(engine.args().block_size) + ")");
+  EngineLoop loop(std::move(created).value(), &metrics, o.server.max_pending_requests, &log, model_name);
   HttpServer server(o.server, &loop, &metrics, model_name, o.engine.args.model);
   Status bound = server.bind();
   if (!bound.is_ok()) {
@@ -129,6 +182,7 @@ int run_serve(ServeOptions& o) {
     return 1;
   }
   loop.start();
+  if (!o.server.disable_log_stats) log.start_stats(&metrics, o.server.log_stats_interval_s);
   std::cerr << "quiver serve: model '" << model_name << "' on http://" << o.server.host << ":" << server.port()
             << (o.server.api_key.empty() ? "" : " (API key required)") << "\n";
 
@@ -137,6 +191,7 @@ int run_serve(ServeOptions& o) {
   server.run();
   serving_done = true;
   watcher.join();
+  log.stop_stats();
   loop.stop();
   std::cerr << "quiver serve: stopped\n";
   return 0;
@@ -147,7 +202,7 @@ int run_serve(ServeOptions& o) {
 void register_serve(CLI::App& app, int* exit_code) {
   auto opts = std::make_shared<ServeOptions>();
   CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (completions, chat, LoRA adapters)");
-  add_engine_flags(cmd, &opts->engine, "--lora-modules");
+  add_engine_flags(cmd, &opts->engine);
   ServerOptions& s = opts->server;
   cmd->add_option("--host", s.host, "address to listen on (default 127.0.0.1: this machine only)");
   cmd->add_option("--port", s.port, "port to listen on (0 = any free port)");
@@ -166,6 +221,14 @@ void register_serve(CLI::App& app, int* exit_code) {
   cmd->add_option("--allowed-methods", opts->allowed_methods, "CORS: JSON list of methods (default '[\"*\"]')");
   cmd->add_option("--allowed-headers", opts->allowed_headers, "CORS: JSON list of request headers (default '[\"*\"]')");
   cmd->add_flag("--allow-credentials", s.cors.allow_credentials, "CORS: allow cookies / credentials");
+  cmd->add_option("--chat-template", opts->chat_template,
+                  "chat template file (or the Jinja text itself) used instead of the tokenizer's");
+  cmd->add_option("--generation-config", opts->generation_config,
+                  "request sampling defaults: auto (the model's generation_config.json), vllm (none), or a folder");
+  cmd->add_flag("--disable-log-requests", s.disable_log_requests,
+                "no log line per request (id, model, prompt/output tokens, TTFT, total time)");
+  cmd->add_flag("--disable-log-stats", s.disable_log_stats, "no periodic stats line (throughput, queue, KV, adapters)");
+  cmd->add_option("--log-stats-interval", s.log_stats_interval_s, "seconds between stats lines while there is work");
   cmd->callback([opts, exit_code] { *exit_code = run_serve(*opts); });
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,6 +43,8 @@ struct EngineArgs {
   bool enable_prefix_caching = true;
   bool enforce_eager = false;
   bool trace = false;                // one log line per step on stderr
+  // Called as checkpoint weights load: (layers loaded, layers in all); empty = silent.
+  std::function<void(int64_t, int64_t)> on_load_progress;
   EngineUsage usage = EngineUsage::kOffline;
 };
 

@@ -100,7 +100,8 @@ Status LLMEngine::init(const EngineArgs& args) {
     weights = dummy_llama_weights(config_, weight_dtype, backend_.get(), args.seed + 1);
   } else if (args.load_format == "auto" || args.load_format == "safetensors") {
     QV_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::open(args.model));
-    QV_ASSIGN_OR_RETURN(weights, load_llama_weights(config_, std::make_shared<Checkpoint>(std::move(ckpt)), backend_.get()));
+    QV_ASSIGN_OR_RETURN(weights, load_llama_weights(config_, std::make_shared<Checkpoint>(std::move(ckpt)), backend_.get(),
+                                                          args.on_load_progress));
   } else {
     return Status::error("unknown --load-format '" + args.load_format + "' (supported: auto, safetensors, dummy)");
   }
@@ -128,6 +129,8 @@ Status LLMEngine::init(const EngineArgs& args) {
   if (num_blocks < 1) return Status::error("the KV cache budget holds no block; raise --kv-cache-memory or --num-kv-blocks");
   kv_ = std::make_unique<KvCache>(backend_.get(), shape, num_blocks);
   blocks_ = std::make_unique<BlockPool>(num_blocks, args.block_size, args.enable_prefix_caching);
+  // Readers of last_step() (metrics, start-up report) see the pool's size before any step.
+  last_step_.kv_blocks_total = num_blocks;
 
   if (args.enable_lora) {
     const int cpu_loras = args.max_cpu_loras > 0 ? args.max_cpu_loras : args.max_loras;

@@ -39,7 +39,7 @@ size_t LlamaWeights::weight_bytes() const {
 }
 
 Result<LlamaWeights> load_llama_weights(const ModelConfig& c, std::shared_ptr<Checkpoint> checkpoint,
-                                        Backend* backend) {
+                                        Backend* backend, const std::function<void(int64_t, int64_t)>& progress) {
   LlamaWeights w;
   Loader ld(*checkpoint, backend);
   const int64_t h = c.hidden_size, q = c.q_size(), kv = c.kv_size(), f = c.intermediate_size;
@@ -68,6 +68,7 @@ Result<LlamaWeights> load_llama_weights(const ModelConfig& c, std::shared_ptr<Ch
     QV_ASSIGN_OR_RETURN(lw.w_up, ld.get(p + "mlp.up_proj.weight", {f, h}));
     QV_ASSIGN_OR_RETURN(lw.w_down, ld.get(p + "mlp.down_proj.weight", {h, f}));
     w.layers.push_back(lw);
+    if (progress) progress(l + 1, c.num_layers);
   }
   w.checkpoint = std::move(checkpoint);
   return w;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -36,9 +37,11 @@ struct LlamaWeights {
   size_t weight_bytes() const;
 };
 
-// Every tensor the config implies must be present with the right shape.
+// Every tensor the config implies must be present with the right shape. `progress`, if set,
+// hears (layers loaded, layers in all) after each layer.
 Result<LlamaWeights> load_llama_weights(const ModelConfig& config, std::shared_ptr<Checkpoint> checkpoint,
-                                        Backend* backend);
+                                        Backend* backend,
+                                        const std::function<void(int64_t, int64_t)>& progress = {});
 
 // Random weights in `dtype` (uniform, small scale; norms near 1) for benchmarks of
 // shapes without files; deterministic for a seed.

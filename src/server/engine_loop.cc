@@ -17,13 +17,19 @@ ApiError unavailable(std::string message) { return ApiError{503, std::move(messa
 
 }  // namespace
 
-EngineLoop::EngineLoop(std::unique_ptr<LLMEngine> engine, ServerMetrics* metrics, int max_pending_requests)
-    : engine_(std::move(engine)), metrics_(metrics), max_pending_(max_pending_requests) {
+EngineLoop::EngineLoop(std::unique_ptr<LLMEngine> engine, ServerMetrics* metrics, int max_pending_requests,
+                       ServingLog* log, std::string model_name)
+    : engine_(std::move(engine)),
+      metrics_(metrics),
+      max_pending_(max_pending_requests),
+      log_(log),
+      model_name_(std::move(model_name)) {
   tokenizer_ = engine_->tokenizer();
   max_model_len_ = engine_->max_model_len();
   vocab_size_ = engine_->model_config().vocab_size;
   max_loras_ = engine_->args().enable_lora ? engine_->args().max_loras : 0;
   listed_ = engine_->list_loras();
+  publish_metrics();  // KV totals and LoRA info are valid before the first request
 }
 
 EngineLoop::~EngineLoop() { stop(); }
@@ -198,7 +204,9 @@ void EngineLoop::admit(Submission& s) {
       error = ApiError::bad_request(st.message());
       break;
     }
-    active_[id] = Active{s.channel, static_cast<int>(job), j.lora, false, {}};
+    // A request with several prompts logs each as <id>-<prompt index>.
+    std::string log_id = s.jobs.size() > 1 ? j.log_id + "-" + std::to_string(job) : j.log_id;
+    active_[id] = Active{s.channel, static_cast<int>(job), j.lora, std::move(log_id), false, {}};
     if (!j.lora.empty()) ++lora_refs_[j.lora];
     added.push_back(id);
   }
@@ -280,6 +288,13 @@ void EngineLoop::route(std::vector<RequestOutput> outputs) {
       else if (!out.outputs.empty() && !out.outputs[0].finish_reason.empty()) reason = out.outputs[0].finish_reason;
       metrics_->count_finished(reason);
       if (out.finished_s >= 0) metrics_->observe_e2e(out.finished_s);
+      int64_t generated = 0;
+      for (const auto& c : out.outputs) generated += static_cast<int64_t>(c.token_ids.size());
+      metrics_->observe_request_tokens(static_cast<int64_t>(out.prompt_token_ids.size()), generated);
+      if (log_ != nullptr && log_->logs_requests())
+        log_->request_finished(RequestLogEntry{a.log_id, a.lora.empty() ? model_name_ : a.lora,
+                                               static_cast<int64_t>(out.prompt_token_ids.size()), generated,
+                                               out.first_token_s, out.finished_s, reason});
     }
     const bool finished = out.finished;
     const std::string id = out.request_id;

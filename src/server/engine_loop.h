@@ -22,6 +22,7 @@
 #include "server/metrics.h"
 #include "server/openai_protocol.h"
 #include "server/response_channel.h"
+#include "server/serving_log.h"
 
 namespace quiver {
 
@@ -30,11 +31,14 @@ struct EngineJob {
   std::vector<int32_t> prompt_token_ids;
   SamplingParams params;
   std::string lora;  // empty = the base model
+  std::string log_id;  // the response id, for the request log line
 };
 
 class EngineLoop {
  public:
-  EngineLoop(std::unique_ptr<LLMEngine> engine, ServerMetrics* metrics, int max_pending_requests);
+  // `log` (may be null) gets a line per finished request, naming base-model requests `model_name`.
+  EngineLoop(std::unique_ptr<LLMEngine> engine, ServerMetrics* metrics, int max_pending_requests,
+             ServingLog* log = nullptr, std::string model_name = "");
   ~EngineLoop();  // stop()s
 
   void start();
@@ -84,6 +88,7 @@ class EngineLoop {
     std::shared_ptr<ResponseChannel> channel;
     int job = 0;
     std::string lora;
+    std::string log_id;
     bool got_first_token = false;
     std::chrono::steady_clock::time_point last_token;
   };
@@ -100,6 +105,8 @@ class EngineLoop {
   std::unique_ptr<LLMEngine> engine_;
   ServerMetrics* metrics_;
   const int max_pending_;
+  ServingLog* log_;
+  const std::string model_name_;
   const Tokenizer* tokenizer_ = nullptr;
   int max_model_len_ = 0;
   int64_t vocab_size_ = 0;

@@ -130,11 +130,13 @@ void run_generation(ServerContext& ctx, const httplib::Request& req, httplib::Re
   auto g = std::make_shared<Generation>();
   g->ctx = &ctx;
   g->prep = std::move(prepared.value());
-  g->prep.meta.id = ctx.new_id(g->prep.chat ? "chatcmpl-" : "cmpl-");
+  const char* prefix = g->prep.chat ? "chatcmpl-" : "cmpl-";
+  g->prep.meta.id = g->prep.request_id.empty() ? ctx.new_id(prefix) : prefix + g->prep.request_id;
   g->prep.meta.created = static_cast<int64_t>(std::time(nullptr));
+  for (EngineJob& job : g->prep.jobs) job.log_id = g->prep.meta.id;
   g->channel = std::make_shared<ResponseChannel>(static_cast<int>(g->prep.jobs.size()));
   g->assembler = std::make_unique<OutputAssembler>(g->prep.assembler);
-  g->token_text = make_token_text(ctx.loop->tokenizer());
+  g->token_text = make_token_text(g->prep.tokens_as_ids ? nullptr : ctx.loop->tokenizer());
   g->text_offsets.assign(g->prep.jobs.size() * static_cast<size_t>(g->prep.assembler.n), 0);
   g->fd = find_connection_socket(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
 
@@ -158,17 +160,18 @@ void run_generation(ServerContext& ctx, const httplib::Request& req, httplib::Re
 }  // namespace
 
 ModelView model_view(const ServerContext& ctx) {
-  return ModelView{ctx.model_name, ctx.loop->max_model_len(), ctx.loop->tokenizer(), ctx.loop};
+  return ModelView{ctx.model_name, ctx.loop->max_model_len(), ctx.loop->tokenizer(), ctx.loop,
+                   ctx.options.chat_template.get()};
 }
 
 void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
-  auto parsed = parse_completion_request(req.body);
+  auto parsed = parse_completion_request(req.body, ctx.options.sampling_defaults);
   if (!parsed.is_ok()) return send_error(res, parsed.error());
   run_generation(ctx, req, res, prepare_completion(model_view(ctx), std::move(parsed.value())));
 }
 
 void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
-  auto parsed = parse_chat_request(req.body);
+  auto parsed = parse_chat_request(req.body, ctx.options.sampling_defaults);
   if (!parsed.is_ok()) return send_error(res, parsed.error());
   run_generation(ctx, req, res, prepare_chat(model_view(ctx), std::move(parsed.value())));
 }

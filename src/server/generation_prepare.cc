@@ -42,6 +42,8 @@ PreparedGeneration common_part(const ModelView& view, const CommonRequest& r) {
   g.assembler.n = r.params.n;
   g.assembler.return_token_ids = r.return_token_ids;
   g.assembler.stop = r.params.stop;
+  g.request_id = r.request_id;
+  g.tokens_as_ids = r.return_tokens_as_token_ids;
   return g;
 }
 
@@ -60,7 +62,8 @@ ApiResult<PreparedGeneration> prepare_completion(const ModelView& view, Completi
   g.logprobs = r.params.logprobs >= 0;
   g.assembler.echo = r.echo;
   // Echo with logprobs shows the prompt's logprobs too (vLLM does the same).
-  if (r.echo && r.params.logprobs >= 0) r.params.prompt_logprobs = r.params.logprobs;
+  if (r.echo && r.params.logprobs >= 0 && r.params.prompt_logprobs < 0) r.params.prompt_logprobs = r.params.logprobs;
+  g.assembler.prompt_logprobs = r.params.prompt_logprobs >= 0;
   for (const PromptSpec& p : r.prompts) {
     EngineJob job;
     job.lora = lora.value();
@@ -69,7 +72,7 @@ ApiResult<PreparedGeneration> prepare_completion(const ModelView& view, Completi
     if (p.text.has_value()) {
       if (view.tokenizer == nullptr)
         return ApiError::bad_request("this model has no tokenizer: send the prompt as token ids", "prompt");
-      auto ids = view.tokenizer->encode(*p.text, /*add_special_tokens=*/true);
+      auto ids = view.tokenizer->encode(*p.text, r.add_special_tokens.value_or(true));
       if (!ids.is_ok()) return ApiError::bad_request("prompt: " + ids.message(), "prompt");
       job.prompt_token_ids = std::move(ids.value());
       echo_text = *p.text;
@@ -100,10 +103,12 @@ ApiResult<PreparedGeneration> prepare_chat(const ModelView& view, ChatRequest r)
   PreparedGeneration g = common_part(view, r);
   g.chat = true;
   g.logprobs = r.logprobs;
-  auto rendered = view.tokenizer->apply_chat_template(r.messages, r.add_generation_prompt, r.template_variables);
+  auto rendered =
+      view.tokenizer->apply_chat_template(r.messages, r.add_generation_prompt, r.template_variables,
+                                          view.chat_template);
   if (!rendered.is_ok()) return ApiError::bad_request("chat template: " + rendered.message(), "messages");
-  // The template writes the special tokens itself (bos included), so none are added.
-  auto ids = view.tokenizer->encode(rendered.value(), /*add_special_tokens=*/false);
+  // The template writes the special tokens itself (bos included), so by default none are added.
+  auto ids = view.tokenizer->encode(rendered.value(), r.add_special_tokens.value_or(false));
   if (!ids.is_ok()) return ApiError::bad_request("messages: " + ids.message(), "messages");
   EngineJob job;
   job.lora = lora.value();

@@ -14,6 +14,7 @@
 namespace quiver {
 
 class Tokenizer;
+class ChatTemplate;
 
 struct PreparedGeneration {
   bool chat = false;
@@ -24,6 +25,8 @@ struct PreparedGeneration {
   bool include_usage = false;
   bool return_token_ids = false;
   bool logprobs = false;  // choices carry a logprob block
+  std::string request_id;  // the caller's (request_id), empty = a fresh one
+  bool tokens_as_ids = false;  // logprob blocks name tokens "token_id:N"
 };
 
 // What preparation needs to know about the running server.
@@ -32,6 +35,7 @@ struct ModelView {
   int max_model_len = 0;
   const Tokenizer* tokenizer = nullptr;  // null: token-id prompts only
   const EngineLoop* loop = nullptr;      // for adapter names
+  const ChatTemplate* chat_template = nullptr;  // --chat-template; null = the tokenizer's
 };
 
 // The adapter a "model" field names: "" for the base model (or an empty field), 404 if unknown.

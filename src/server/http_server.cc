@@ -4,6 +4,8 @@
 
 #include <httplib.h>
 
+#include <sys/socket.h>
+
 #include <chrono>
 #include <ctime>
 #include <random>
@@ -118,6 +120,13 @@ void HttpServer::install_routes() {
   const ServerOptions& o = ctx_.options;
   const size_t threads = static_cast<size_t>(std::max(4, o.http_threads));
   s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  // httplib's default also sets SO_REUSEPORT, with which a second server binds the same port
+  // and the kernel splits connections between the two. SO_REUSEADDR alone still allows a
+  // restart while old connections sit in TIME_WAIT, but not two listeners.
+  s.set_socket_options([](auto sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
   s.set_payload_max_length(o.max_body_bytes);
   s.set_keep_alive_max_count(1000);
   // A client that stops sending (or reading) for this long loses its connection; for a
@@ -179,9 +188,13 @@ void HttpServer::install_routes() {
     send_error(res, ApiError{500, what, ""});
   });
 
-  s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+  // /ping is vLLM's (SageMaker's) name for the same probe, on GET and POST.
+  const auto health = [this](const httplib::Request&, httplib::Response& res) {
     res.status = ctx_.loop->failed() ? 503 : 200;
-  });
+  };
+  s.Get("/health", health);
+  s.Get("/ping", health);
+  s.Post("/ping", health);
   s.Get("/version", [](const httplib::Request&, httplib::Response& res) {
     send_json(res, 200, json{{"version", kQuiverVersion}});
   });
@@ -221,8 +234,34 @@ Status HttpServer::bind() {
   return Status::ok();
 }
 
-void HttpServer::run() { server_->listen_after_bind(); }
+void HttpServer::run() {
+  bool start = false;
+  {
+    std::lock_guard<std::mutex> lock(run_mu_);
+    start = running_ = !stop_requested_;
+  }
+  if (start) server_->listen_after_bind();
+  std::lock_guard<std::mutex> lock(run_mu_);
+  running_ = false;
+  run_returned_ = true;
+  run_cv_.notify_all();
+}
 
-void HttpServer::stop() { server_->stop(); }
+void HttpServer::stop() {
+  std::unique_lock<std::mutex> lock(run_mu_);
+  stop_requested_ = true;
+  // httplib's stop() does nothing until its accept loop has started, which run() does a
+  // little after it is called; so a stop() that comes first would be lost and run() would
+  // serve forever. So wait for the loop to run, stop it once (a second httplib stop() on a
+  // closed socket is not allowed), then wait for run() to return.
+  bool asked = false;
+  while (running_ && !run_returned_) {
+    if (!asked && server_->is_running()) {
+      server_->stop();
+      asked = true;
+    }
+    run_cv_.wait_for(lock, std::chrono::milliseconds(5));
+  }
+}
 
 }  // namespace quiver

@@ -3,7 +3,9 @@
 // and a thread pool large enough for long-lived streaming connections.
 #pragma once
 
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "core/status.h"
@@ -27,9 +29,11 @@ class HttpServer {
   // Binds options.host:options.port (port 0 picks a free one).
   Status bind();
   int port() const { return port_; }
-  // Serves until stop(); returns once every in-flight handler has finished.
+  // Serves until stop(); returns once every in-flight handler has finished. Returns at once
+  // if stop() came first.
   void run();
-  // Stops accepting connections (safe from any thread). Streams still being written are
+  // Stops accepting connections (safe from any thread, before or during run()); once it
+  // returns, run() has returned or will return at once. Streams still being written are
   // cut off by httplib, so drain first (EngineLoop::begin_drain, open_streams() == 0).
   void stop();
   // Server-Sent Events responses not yet completely written.
@@ -42,6 +46,12 @@ class HttpServer {
   ServerMetrics* metrics_;
   std::unique_ptr<httplib::Server> server_;
   int port_ = 0;
+
+  std::mutex run_mu_;  // run() and stop() from different threads
+  std::condition_variable run_cv_;
+  bool stop_requested_ = false;
+  bool running_ = false;
+  bool run_returned_ = false;
 };
 
 // The version /version reports.

@@ -1,5 +1,6 @@
-// Server metrics in Prometheus text format, under vLLM's names with a `quiver:` prefix:
-// request gauges, KV cache usage, token counters, latency histograms, LoRA info.
+// Server metrics in Prometheus text format under vLLM's names (`vllm:` prefix), so dashboards
+// built for vLLM work unchanged: request gauges, KV cache usage, token counters, latency and
+// length histograms, LoRA and cache-config info. What vLLM has no name for keeps `quiver:`.
 // The engine thread writes (observe/set_engine_state), /metrics reads; one mutex.
 #pragma once
 
@@ -41,29 +42,48 @@ struct EngineGauges {
   int max_loras = 0;
 };
 
+// The KV pool as vLLM's cache_config_info reports it; fixed at start-up.
+struct CacheConfigInfo {
+  int block_size = 0;
+  int num_blocks = 0;
+  bool prefix_caching = false;
+};
+
 class ServerMetrics {
  public:
-  explicit ServerMetrics(std::string model_name);
+  // max_model_len bounds the token-count histograms (vLLM's 1-2-5 buckets up to it).
+  ServerMetrics(std::string model_name, CacheConfigInfo cache, int max_model_len);
 
   void set_engine_state(const EngineGauges& gauges);
   void observe_ttft(double seconds);
   void observe_inter_token(double seconds);
   void observe_e2e(double seconds);
+  void observe_request_tokens(int64_t prompt_tokens, int64_t generation_tokens);
   void count_finished(const std::string& finish_reason);  // stop, length, abort, error
   void set_engine_failed(bool failed);
 
   std::string render() const;
+  EngineGauges engine_state() const;
 
  private:
   std::string model_name_;
+  CacheConfigInfo cache_;
   mutable std::mutex mu_;
   EngineGauges gauges_;
   Histogram ttft_;
   Histogram inter_token_;
   Histogram e2e_;
+  Histogram request_prompt_tokens_;
+  Histogram request_generation_tokens_;
   std::map<std::string, int64_t> finished_;
   bool engine_failed_ = false;
 };
+
+// 1, 2, 5, 10, 20, 50, ... while <= max_value (vLLM's bounds for token-count histograms).
+std::vector<double> one_two_five_buckets(int64_t max_value);
+
+// "a,b,c" (sorted, as the set holds them); "" for none.
+std::string comma_joined(const std::set<std::string>& names);
 
 // Escapes a Prometheus label value (backslash, quote, newline).
 std::string prometheus_label_value(const std::string& s);

@@ -1,12 +1,14 @@
-// Request parsing for the OpenAI API. Unknown fields are ignored (clients send extras
-// such as "user"); known fields of the wrong type or out of range are a 400 naming the
-// field. Ranges follow vLLM's checks so clients see the same limits.
+// Request parsing for the OpenAI API. A key neither endpoint knows, or one quiver does not
+// implement, is a 400 naming it (request_fields.h); known fields of the wrong type or out
+// of range are a 400 naming the field. Ranges follow vLLM's checks so clients see the same
+// limits.
 #include "server/openai_protocol.h"
 
 #include <cmath>
 #include <limits>
 
 #include "io/json_util.h"
+#include "server/request_fields.h"
 
 namespace quiver {
 
@@ -155,6 +157,13 @@ void read_common(FieldReader& r, CommonRequest* out) {
   r.boolean("include_stop_str_in_output", &p.include_stop_str_in_output);
   r.boolean("return_token_ids", &out->return_token_ids);
   r.integer("prompt_logprobs", 0, kMaxLogprobs, &p.prompt_logprobs);
+  if (const json* v = r.get("add_special_tokens"); v && !r.error) {
+    bool add = false;
+    r.boolean("add_special_tokens", &add);
+    out->add_special_tokens = add;
+  }
+  r.string("request_id", &out->request_id);
+  r.boolean("return_tokens_as_token_ids", &out->return_tokens_as_token_ids);
 
   if (const json* stop = r.get("stop"); stop && !r.error) {
     if (stop->is_string()) {
@@ -180,9 +189,14 @@ void read_common(FieldReader& r, CommonRequest* out) {
   }
 
   r.boolean("stream", &out->stream);
+  if (out->stream && p.prompt_logprobs > 0 && !r.error)
+    return r.fail("prompt_logprobs are not available when stream is true", "prompt_logprobs");
   if (const json* so = r.get("stream_options"); so && !r.error) {
     if (!so->is_object()) return r.fail("stream_options must be an object", "stream_options");
     if (!out->stream) return r.fail("stream_options can only be set when stream is true", "stream_options");
+    if (auto bad = check_stream_options_fields(*so)) return r.fail(bad->message, "stream_options");
+    // vLLM's default: stream_options without include_usage still asks for usage.
+    out->include_usage = true;
     FieldReader sr(*so);
     sr.boolean("include_usage", &out->include_usage);
     if (sr.error) return r.fail(sr.error->message, "stream_options");
@@ -300,32 +314,35 @@ ApiResult<json> parse_json_object(std::string_view body) {
   return j;
 }
 
-ApiResult<CompletionRequest> parse_completion_request(std::string_view body) {
+ApiResult<CompletionRequest> parse_completion_request(std::string_view body, const SamplingParams& defaults) {
   auto parsed = parse_json_object(body);
   if (!parsed.is_ok()) return parsed.error();
   const json& j = parsed.value();
+  if (auto bad = check_completion_fields(j)) return *bad;
   CompletionRequest req;
+  req.params = defaults;  // fields the body gives overwrite these
   FieldReader r(j);
   read_prompts(r, &req.prompts);
   read_common(r, &req);
   read_max_tokens(r, "max_tokens", &req);
   r.integer("logprobs", 0, kMaxLogprobs, &req.params.logprobs);
   r.boolean("echo", &req.echo);
-  if (const json* s = r.get("suffix"); s && !r.error) r.fail("suffix is not supported", "suffix");
   if (r.error) return *r.error;
   if (req.params.min_tokens > req.max_tokens.value_or(16))
     return ApiError::bad_request("min_tokens must not exceed max_tokens", "min_tokens");
   return req;
 }
 
-ApiResult<ChatRequest> parse_chat_request(std::string_view body) {
+ApiResult<ChatRequest> parse_chat_request(std::string_view body, const SamplingParams& defaults) {
   auto parsed = parse_json_object(body);
   if (!parsed.is_ok()) return parsed.error();
-  return chat_request_from_json(parsed.value());
+  if (auto bad = check_chat_fields(parsed.value())) return *bad;
+  return chat_request_from_json(parsed.value(), defaults);
 }
 
-ApiResult<ChatRequest> chat_request_from_json(const json& j) {
+ApiResult<ChatRequest> chat_request_from_json(const json& j, const SamplingParams& defaults) {
   ChatRequest req;
+  req.params = defaults;  // fields the body gives overwrite these
   FieldReader r(j);
   read_messages(r, &req.messages);
   read_common(r, &req);
@@ -353,6 +370,11 @@ ApiResult<ChatRequest> chat_request_from_json(const json& j) {
   if (const json* kw = r.get("chat_template_kwargs")) {
     if (!kw->is_object()) return ApiError::bad_request("chat_template_kwargs must be an object", "chat_template_kwargs");
     for (const auto& [k, v] : kw->items()) req.template_variables[k] = v;
+  }
+  // RAG documents reach the template as a variable, as in vLLM; templates without them ignore it.
+  if (const json* docs = r.get("documents")) {
+    if (!docs->is_array()) return ApiError::bad_request("documents must be a list of objects", "documents");
+    req.template_variables["documents"] = *docs;
   }
   return req;
 }

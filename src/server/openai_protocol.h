@@ -63,6 +63,9 @@ struct CommonRequest {
   bool stream = false;
   bool include_usage = false;     // stream_options.include_usage
   bool return_token_ids = false;  // vLLM extension: "token_ids" / "prompt_token_ids" in choices
+  std::optional<bool> add_special_tokens;   // absent: true for completions, false for chat (vLLM's)
+  std::string request_id;                   // the caller's id: the response id becomes <prefix><request_id>
+  bool return_tokens_as_token_ids = false;  // logprob blocks name tokens "token_id:N"
 };
 
 struct CompletionRequest : CommonRequest {
@@ -90,10 +93,12 @@ constexpr int kMaxChoices = 128;
 // JSON nesting deeper than this is refused before parsing (keeps recursion bounded).
 constexpr int kMaxJsonDepth = 64;
 
-ApiResult<CompletionRequest> parse_completion_request(std::string_view body);
-ApiResult<ChatRequest> parse_chat_request(std::string_view body);
+// `defaults` are what a request gets for the sampling fields it leaves out (the model's
+// generation_config.json under --generation-config auto, as vLLM does).
+ApiResult<CompletionRequest> parse_completion_request(std::string_view body, const SamplingParams& defaults = {});
+ApiResult<ChatRequest> parse_chat_request(std::string_view body, const SamplingParams& defaults = {});
 // The same from an already parsed body (POST /tokenize's chat form).
-ApiResult<ChatRequest> chat_request_from_json(const nlohmann::json& body);
+ApiResult<ChatRequest> chat_request_from_json(const nlohmann::json& body, const SamplingParams& defaults = {});
 ApiResult<LoadLoraRequest> parse_load_lora_request(std::string_view body);
 ApiResult<std::string> parse_unload_lora_request(std::string_view body);  // the adapter name
 

@@ -73,6 +73,28 @@ json chat_logprobs_json(const ChoicePiece& p, const TokenText& token_text) {
   return json{{"content", content}};
 }
 
+// vLLM's prompt_logprobs: per prompt position null (the first) or {"<token id>": {logprob,
+// rank, decoded_token}} for the top-K and the prompt's actual token.
+json prompt_logprobs_json(const std::vector<std::optional<TokenLogprobs>>& positions, const TokenText& token_text) {
+  json out = json::array();
+  for (const auto& pos : positions) {
+    if (!pos.has_value()) {
+      out.push_back(nullptr);
+      continue;
+    }
+    json entry = json::object();
+    for (size_t i = 0; i < pos->top.size(); ++i) {
+      const auto& [id, lp] = pos->top[i];
+      entry[std::to_string(id)] = {
+          {"logprob", clamp_logprob(lp)}, {"rank", static_cast<int>(i) + 1}, {"decoded_token", token_text(id)}};
+    }
+    entry[std::to_string(pos->token)] = {
+        {"logprob", clamp_logprob(pos->logprob)}, {"rank", pos->rank}, {"decoded_token", token_text(pos->token)}};
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
 json envelope(const ResponseMeta& meta, const char* object, json choices) {
   return json{{"id", meta.id}, {"object", object}, {"created", meta.created}, {"model", meta.model},
               {"choices", std::move(choices)}};
@@ -103,6 +125,7 @@ json completion_choice_json(const ChoicePiece& p, bool logprobs, const TokenText
             {"finish_reason", or_null(p.finish_reason)},
             {"stop_reason", stop_reason_json(p)}};
   add_token_ids(c, p, return_token_ids);
+  if (p.prompt_logprobs.has_value()) c["prompt_logprobs"] = prompt_logprobs_json(*p.prompt_logprobs, token_text);
   return c;
 }
 

@@ -32,6 +32,8 @@ struct ChoicePiece {
   std::vector<int32_t> echo_token_ids;
   std::vector<std::optional<TokenLogprobs>> echo_logprobs;
   std::optional<std::vector<int32_t>> prompt_token_ids;
+  // vLLM's prompt_logprobs on a whole completion choice: null for the first position.
+  std::optional<std::vector<std::optional<TokenLogprobs>>> prompt_logprobs;
 };
 
 struct ResponseMeta {

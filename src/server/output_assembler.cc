@@ -72,6 +72,7 @@ std::vector<ChoicePiece> OutputAssembler::final_choices() const {
       p.text += c.text;
       p.token_ids = c.token_ids;
       p.logprobs = c.logprobs;
+      if (options_.prompt_logprobs) p.prompt_logprobs = out.prompt_logprobs;
       set_finish(c, &p);
       choices.push_back(std::move(p));
     }

@@ -17,6 +17,7 @@ struct AssemblerOptions {
   int n = 1;
   bool echo = false;              // completions: prepend the prompt (text, tokens, logprobs)
   bool return_token_ids = false;  // put prompt_token_ids on each choice's first piece
+  bool prompt_logprobs = false;   // completions: put the prompt's logprobs on each whole choice
   std::vector<std::string> prompt_texts;  // per job, for echo
   std::vector<std::string> stop;          // the request's stop strings
 };

@@ -3,10 +3,13 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "engine/sampling_params.h"
 #include "server/cors.h"
+#include "tokenizer/chat_template.h"
 
 namespace quiver {
 
@@ -22,6 +25,11 @@ struct ServerOptions {
   int max_pending_requests = 1024;    // engine requests queued or running; more gets 503
   double shutdown_timeout_s = 30;     // on SIGTERM: how long in-flight requests may finish before abort
   CorsOptions cors;                   // browser clients from other origins (off by default)
+  std::shared_ptr<const ChatTemplate> chat_template;  // --chat-template; null = the tokenizer's
+  SamplingParams sampling_defaults;   // for fields a request leaves out (--generation-config)
+  bool disable_log_requests = false;  // no line per finished request
+  bool disable_log_stats = false;     // no periodic stats line
+  double log_stats_interval_s = 10;   // seconds between stats lines (vLLM's VLLM_LOG_STATS_INTERVAL)
 };
 
 }  // namespace quiver

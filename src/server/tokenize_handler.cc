@@ -47,7 +47,9 @@ ApiResult<json> tokenize_response(const ModelView& view, std::string_view body) 
     auto request = chat_request_from_json(j);
     if (!request.is_ok()) return request.error();
     const ChatRequest& r = request.value();
-    auto rendered = view.tokenizer->apply_chat_template(r.messages, r.add_generation_prompt, r.template_variables);
+    auto rendered =
+        view.tokenizer->apply_chat_template(r.messages, r.add_generation_prompt, r.template_variables,
+                                            view.chat_template);
     if (!rendered.is_ok()) return ApiError::bad_request("chat template: " + rendered.message(), "messages");
     text = std::move(rendered).value();
   } else {

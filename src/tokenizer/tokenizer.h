@@ -41,8 +41,10 @@ class Tokenizer {
   Result<std::string> apply_chat_template(const nlohmann::json& messages, bool add_generation_prompt) const;
   // Same, with more template variables (tools, enable_thinking, ...); bos_token and
   // eos_token are set unless `extra_variables` sets them.
+  // `chat_template`, when given, replaces the tokenizer's own (vLLM's --chat-template).
   Result<std::string> apply_chat_template(const nlohmann::json& messages, bool add_generation_prompt,
-                                          const nlohmann::json& extra_variables) const;
+                                          const nlohmann::json& extra_variables,
+                                          const ChatTemplate* chat_template = nullptr) const;
 
   // Vocabulary lookups (added tokens included); nullopt when absent.
   virtual std::optional<int32_t> token_to_id(std::string_view token) const { return std::nullopt; }

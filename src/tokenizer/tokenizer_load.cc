@@ -120,8 +120,9 @@ Result<std::string> Tokenizer::apply_chat_template(const json& messages, bool ad
 }
 
 Result<std::string> Tokenizer::apply_chat_template(const json& messages, bool add_generation_prompt,
-                                                   const json& extra_variables) const {
-  const ChatTemplate* tmpl = chat_template();
+                                                   const json& extra_variables,
+                                                   const ChatTemplate* override_template) const {
+  const ChatTemplate* tmpl = override_template != nullptr ? override_template : chat_template();
   if (tmpl == nullptr) {
     QV_RETURN_IF_ERROR(chat_template_status());
     return Status::error("this tokenizer has no chat template (tokenizer_config.json \"chat_template\" "

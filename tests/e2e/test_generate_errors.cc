@@ -85,6 +85,27 @@ TEST(GenerateErrors, BadLinesGetErrorsAndTheOthersRun) {
   EXPECT_NE(error_of(res[14]).find("duplicate"), std::string::npos) << res[14].dump();
 }
 
+// Unknown keys and unsupported SamplingParams fields are errors on their line, carrying
+// the line's own id (not its line number); the no-op value of one is accepted.
+TEST(GenerateErrors, UnknownAndUnsupportedFieldsNameTheKeyAndTheId) {
+  auto res = generate({
+      R"({"id": "typo", "prompt_token_ids": [1, 2], "max_token": 3})",
+      R"({"id": "trunc", "prompt_token_ids": [1, 2], "truncate_prompt_tokens": 1})",
+      R"({"id": "lr", "prompt_token_ids": [1, 2], "lora_request": {"name": "r8"}})",
+      R"({"id": 7, "prompt_token_ids": [1, 2], "detokenize": false})",
+      R"({"id": "noop", "prompt_token_ids": [1, 2], "max_tokens": 2, "detokenize": true, "use_beam_search": false})",
+  });
+  ASSERT_EQ(res.size(), 5u);
+  EXPECT_EQ(res[0]["id"], "typo");
+  EXPECT_NE(error_of(res[0]).find("unknown field 'max_token'"), std::string::npos) << res[0].dump();
+  EXPECT_EQ(res[1]["id"], "trunc");
+  EXPECT_NE(error_of(res[1]).find("'truncate_prompt_tokens' is not supported"), std::string::npos) << res[1].dump();
+  EXPECT_NE(error_of(res[2]).find("\"lora\""), std::string::npos) << res[2].dump();
+  EXPECT_EQ(res[3]["id"], "7");
+  EXPECT_NE(error_of(res[3]).find("detokenize"), std::string::npos) << res[3].dump();
+  EXPECT_EQ(res[4]["token_ids"].size(), 2u) << res[4].dump();
+}
+
 TEST(GenerateErrors, ModelLoadFailuresExitWithAMessage) {
   const fs::path in = scratch("errors_in2.jsonl");
   std::ofstream(in) << R"({"prompt_token_ids": [1]})" << "\n";

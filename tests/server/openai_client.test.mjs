@@ -8,6 +8,8 @@ import path from 'node:path';
 import test from 'node:test';
 import OpenAI from 'openai';
 
+import { parsePrometheusText } from './prometheus_text.mjs';
+
 const url = process.env.QUIVER_URL;
 const apiKey = process.env.QUIVER_API_KEY;
 const fixture = process.env.QUIVER_FIXTURE;
@@ -22,7 +24,7 @@ const adapterNames = fs.readdirSync(path.join(fixture, 'adapters')).sort();
 async function metrics() {
   const text = await (await fetch(`${url}/metrics`)).text();
   const value = (name, extra = '') => {
-    const line = text.split('\n').find((l) => l.startsWith(`quiver:${name}{`) && l.includes(extra));
+    const line = text.split('\n').find((l) => (l.startsWith(`vllm:${name}{`) || l.startsWith(`quiver:${name}{`)) && l.includes(extra));
     return line === undefined ? undefined : Number(line.slice(line.lastIndexOf(' ') + 1));
   };
   return { text, value };
@@ -159,6 +161,94 @@ test('errors: 404 unknown model, 400 bad parameters, 401 without the key', async
   const noKey = await fetch(`${url}/v1/models`);
   assert.equal(noKey.status, 401);
   assert.equal((await noKey.json()).error.code, 401);
+});
+
+test('strict requests: an unknown field and an unsupported one are 400s that name them', async () => {
+  const prompt = [1, 2, 3];
+  await assert.rejects(client.completions.create({ prompt, max_token: 3 }),
+                       (e) => e instanceof OpenAI.BadRequestError && e.param === 'max_token' &&
+                              /unknown field/.test(e.message));
+  await assert.rejects(client.chat.completions.create({ messages: [{ role: 'user', content: 'x' }], max_token: 3 }),
+                       (e) => e instanceof OpenAI.BadRequestError && e.param === 'max_token');
+  await assert.rejects(client.completions.create({ prompt, truncate_prompt_tokens: 2 }),
+                       (e) => e instanceof OpenAI.BadRequestError && e.param === 'truncate_prompt_tokens' &&
+                              /not supported/.test(e.message));
+  // The no-op value of an unsupported parameter is fine.
+  const ok = await client.completions.create({ prompt, max_tokens: 2, use_beam_search: false, user: 'u' });
+  assert.equal(ok.usage.completion_tokens, 2);
+});
+
+test('prompt_logprobs come back on the choice without echo, equal to the echoed ones', async () => {
+  const prompt = requests[0].prompt_token_ids;
+  const res = await client.completions.create({ prompt, max_tokens: 1, temperature: 0, prompt_logprobs: 2,
+                                               request_id: 'mine-1' });
+  assert.equal(res.id, 'cmpl-mine-1');
+  const pl = res.choices[0].prompt_logprobs;
+  assert.equal(pl.length, prompt.length);
+  assert.equal(pl[0], null);
+  const echoed = await client.completions.create({ prompt, max_tokens: 1, temperature: 0, echo: true, logprobs: 2 });
+  for (let i = 1; i < prompt.length; i++) {
+    const actual = pl[i][String(prompt[i])];
+    assert.ok(actual !== undefined, `position ${i} lacks the prompt's token`);
+    assert.ok(Object.keys(pl[i]).length >= 2 && Object.keys(pl[i]).length <= 3);
+    assert.ok(Math.abs(actual.logprob - echoed.choices[0].logprobs.token_logprobs[i]) <= 1e-6, `position ${i}`);
+    assert.ok(actual.rank >= 1);
+  }
+});
+
+// vLLM's metric families as its /metrics names them (TYPE lines), which dashboards query.
+const VLLM_FAMILIES = {
+  'vllm:num_requests_running': 'gauge', 'vllm:num_requests_waiting': 'gauge',
+  'vllm:kv_cache_usage_perc': 'gauge', 'vllm:gpu_cache_usage_perc': 'gauge',
+  'vllm:prompt_tokens_total': 'counter', 'vllm:generation_tokens_total': 'counter',
+  'vllm:num_preemptions_total': 'counter', 'vllm:request_success_total': 'counter',
+  'vllm:time_to_first_token_seconds': 'histogram', 'vllm:inter_token_latency_seconds': 'histogram',
+  'vllm:time_per_output_token_seconds': 'histogram', 'vllm:e2e_request_latency_seconds': 'histogram',
+  'vllm:request_prompt_tokens': 'histogram', 'vllm:request_generation_tokens': 'histogram',
+  'vllm:cache_config_info': 'gauge', 'vllm:lora_requests_info': 'gauge',
+};
+
+test('the parser refuses malformed expositions', () => {
+  const bad = [
+    'x 1\n',                                                  // no TYPE
+    '# TYPE x gauge\nx{a="b} 1\n',                           // unterminated label
+    '# TYPE x gauge\nx{a="\\q"} 1\n',                       // bad escape
+    '# TYPE x gauge\nx one\n',                               // not a number
+    '# TYPE x gauge\n# TYPE y gauge\ny 1\nx 1\n',             // sample outside its block
+    '# TYPE h histogram\nh_bucket{le="1"} 2\nh_bucket{le="+Inf"} 1\nh_sum 1\nh_count 1\n',  // not cumulative
+    '# TYPE h histogram\nh_bucket{le="+Inf"} 2\nh_sum 1\nh_count 3\n',                     // +Inf != count
+    '# TYPE x gauge\nx 1',                                    // no final newline
+  ];
+  for (const text of bad) assert.throws(() => parsePrometheusText(text), JSON.stringify(text));
+  assert.equal(parsePrometheusText('# HELP x h\n# TYPE x gauge\nx{a="q\\"b"} 1\n').get('x').samples[0].labels.a, 'q"b');
+});
+
+test('/metrics parses strictly and carries vLLM\'s names and types', async () => {
+  await client.completions.create({ prompt: [1, 2, 3], max_tokens: 2 });
+  const families = parsePrometheusText(await (await fetch(`${url}/metrics`)).text());
+  for (const [name, type] of Object.entries(VLLM_FAMILIES)) {
+    assert.ok(families.has(name), `${name} missing`);
+    assert.equal(families.get(name).type, type, name);
+    assert.ok(families.get(name).samples.length > 0, `${name} has no sample`);
+  }
+  for (const name of families.keys()) {
+    assert.ok(name in VLLM_FAMILIES || name.startsWith('quiver:'), `${name}: neither vLLM's name nor quiver's prefix`);
+  }
+  const total = families.get('quiver:kv_cache_total_blocks').samples[0].value;
+  assert.ok(total > 0);
+  assert.equal(Number(families.get('vllm:cache_config_info').samples[0].labels.num_gpu_blocks), total);
+  const done = families.get('vllm:request_prompt_tokens').samples.find((s) => s.name.endsWith('_count'));
+  assert.ok(done.value >= 1);
+});
+
+test('every series the shipped Grafana dashboard queries is in the scrape', async () => {
+  const dashboard = fs.readFileSync(path.join(import.meta.dirname ?? path.dirname(new URL(import.meta.url).pathname),
+                                              '../../docs/grafana_dashboard.json'), 'utf8');
+  const wanted = new Set(dashboard.match(/vllm:[a-zA-Z0-9_]+/g));
+  assert.ok(wanted.size >= 10);
+  const families = parsePrometheusText(await (await fetch(`${url}/metrics`)).text());
+  const series = new Set([...families.values()].flatMap((f) => f.samples.map((s) => s.name)));
+  for (const name of wanted) assert.ok(series.has(name), `the dashboard queries ${name}, which /metrics lacks`);
 });
 
 test('a client that disconnects mid-stream aborts its request and frees its KV blocks', async () => {

@@ -33,13 +33,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-FAILED=0
-pass() { echo "ok   - $*"; }
-fail() { echo "FAIL - $*"; FAILED=1; }
-
-free_port() {
-  node -e 'const s = require("net").createServer(); s.listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close(); });'
-}
+source "$HERE/harness.sh"
 
 ADAPTER_FLAGS=()
 for dir in "$FIXTURE"/adapters/*/; do

@@ -120,8 +120,8 @@ TEST(Metrics, HistogramIsCumulative) {
   EXPECT_NE(text.find("m_count{a=\"b\"} 3\n"), std::string::npos) << text;
 }
 
-TEST(Metrics, VllmNamesUnderQuiverPrefix) {
-  ServerMetrics m("my \"model\"");
+TEST(Metrics, VllmNamesAndPrefix) {
+  ServerMetrics m("my \"model\"", CacheConfigInfo{16, 4, true}, 256);
   EngineGauges g;
   g.num_running = 2;
   g.kv_blocks_used = 1;
@@ -132,12 +132,25 @@ TEST(Metrics, VllmNamesUnderQuiverPrefix) {
   m.observe_ttft(0.02);
   const std::string text = m.render();
   for (const char* name :
-       {"quiver:num_requests_running{model_name=\"my \\\"model\\\"\"} 2", "quiver:num_requests_waiting{",
-        "quiver:kv_cache_usage_perc{model_name=\"my \\\"model\\\"\"} 0.25", "quiver:prompt_tokens_total{",
-        "quiver:generation_tokens_total{", "quiver:time_to_first_token_seconds_bucket{",
-        "quiver:inter_token_latency_seconds_count{", "quiver:e2e_request_latency_seconds_sum{",
-        "quiver:lora_requests_info{running_lora_adapters=\"pirate,sql\",waiting_lora_adapters=\"\",max_lora=\"4\"}"})
+       {"vllm:num_requests_running{model_name=\"my \\\"model\\\"\"} 2", "vllm:num_requests_waiting{",
+        "vllm:kv_cache_usage_perc{model_name=\"my \\\"model\\\"\"} 0.25", "vllm:prompt_tokens_total{",
+        "vllm:generation_tokens_total{", "vllm:time_to_first_token_seconds_bucket{",
+        "vllm:inter_token_latency_seconds_count{", "vllm:e2e_request_latency_seconds_sum{",
+        "vllm:cache_config_info{block_size=\"16\",enable_prefix_caching=\"True\",num_gpu_blocks=\"4\"} 1",
+        "vllm:request_prompt_tokens_bucket{model_name=\"my \\\"model\\\"\",le=\"200\"} 0",
+        "vllm:lora_requests_info{running_lora_adapters=\"pirate,sql\",waiting_lora_adapters=\"\",max_lora=\"4\"}"})
     EXPECT_NE(text.find(name), std::string::npos) << name;
+  EXPECT_EQ(text.find("le=\"500\""), std::string::npos) << "token buckets stop at max_model_len";
+}
+
+TEST(Metrics, KvTotalBeforeAnyStep) {
+  ServerMetrics m("m", CacheConfigInfo{16, 77, false}, 128);
+  EXPECT_NE(m.render().find("quiver:kv_cache_total_blocks{model_name=\"m\"} 77\n"), std::string::npos) << m.render();
+}
+
+TEST(Metrics, OneTwoFiveBuckets) {
+  EXPECT_EQ(one_two_five_buckets(256), (std::vector<double>{1, 2, 5, 10, 20, 50, 100, 200}));
+  EXPECT_EQ(one_two_five_buckets(1), (std::vector<double>{1}));
 }
 
 }  // namespace
