@@ -74,6 +74,13 @@ void watch_for_shutdown(const std::atomic<bool>& serving_done, HttpServer& serve
                         double grace_s) {
   while (!serving_done.load()) {
     const int sig = wait_signal(0.2);
+    if (loop.failed()) {
+      // The cause is already on stderr (engine_loop.cc). Exiting lets a supervisor start a
+      // fresh engine instead of answering 503 for good.
+      std::cerr << "quiver serve: the engine failed; stopping\n";
+      server.stop();
+      return;
+    }
     if (sig == 0) continue;
     std::cerr << "quiver serve: " << (sig == SIGTERM ? "SIGTERM" : "SIGINT") << ", shutting down ("
               << loop.num_in_flight() << " requests in flight)\n";
@@ -137,9 +144,10 @@ int run_serve(ServeOptions& o) {
   server.run();
   serving_done = true;
   watcher.join();
+  const bool failed = loop.failed();
   loop.stop();
-  std::cerr << "quiver serve: stopped\n";
-  return 0;
+  std::cerr << "quiver serve: stopped" << (failed ? " after an engine failure" : "") << "\n";
+  return failed ? 1 : 0;
 }
 
 }  // namespace

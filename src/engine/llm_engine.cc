@@ -118,9 +118,10 @@ size_t LLMEngine::weight_bytes() const { return model_->weights().weight_bytes()
 size_t LLMEngine::embedding_bytes() const { return model_->weights().embed.bytes(); }
 DType LLMEngine::kv_cache_dtype() const { return kv_->shape().dtype; }
 
-Result<AdapterInfo> LLMEngine::add_lora(const std::string& name, const std::string& path) {
+Result<AdapterInfo> LLMEngine::add_lora(const std::string& name, const std::string& path,
+                                        const std::vector<std::string>& allowlist) {
   if (!adapters_) return Status::error("LoRA is not enabled (--enable-lora)");
-  return adapters_->add(name, path);
+  return adapters_->add(name, path, allowlist);
 }
 
 Status LLMEngine::remove_lora(const std::string& name) {

@@ -65,7 +65,8 @@ class LLMEngine {
   bool has_unfinished_requests() const;
   int num_unfinished_requests() const { return static_cast<int>(requests_.size()); }
 
-  Result<AdapterInfo> add_lora(const std::string& name, const std::string& path);
+  Result<AdapterInfo> add_lora(const std::string& name, const std::string& path,
+                               const std::vector<std::string>& allowlist = {});
   Status remove_lora(const std::string& name);
   std::vector<AdapterInfo> list_loras() const;
 

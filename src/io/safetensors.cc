@@ -116,10 +116,14 @@ SafetensorsFile::~SafetensorsFile() {
 }
 
 Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::string& path) {
-  std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
-  f->path_ = path;
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Status::error(path + ": cannot open: " + std::strerror(errno));
+  return open_fd(fd, path);
+}
+
+Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open_fd(int fd, const std::string& path) {
+  std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
+  f->path_ = path;
   struct stat st {};
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
@@ -154,7 +158,7 @@ Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::string
   try {
     header = Json::parse(bytes + 8, bytes + 8 + header_bytes);
   } catch (const Json::parse_error& e) {
-    return Status::error(path + ": header is not valid JSON (" + e.what() + ")");
+    return Status::error(path + ": header is not valid JSON (" + json_parse_error_text(e) + ")");
   }
   if (!header.is_object()) return Status::error(path + ": header must be a JSON object, got " + json_describe(header));
 

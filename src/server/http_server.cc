@@ -75,7 +75,7 @@ void handle_load_lora(ServerContext& ctx, const httplib::Request& req, httplib::
     return send_error(res, ApiError::bad_request("lora_name must differ from the base model's name", "lora_name"));
   auto path = resolve_allowed_lora_path(r.path, ctx.options.lora_path_allowlist);
   if (!path.is_ok()) return send_error(res, ApiError::bad_request(path.message(), "lora_path"));
-  auto loaded = ctx.loop->load_lora(r.name, path.value());
+  auto loaded = ctx.loop->load_lora(r.name, path.value(), ctx.options.lora_path_allowlist);
   if (!loaded.is_ok()) return send_error(res, loaded.error());
   res.status = 200;
   res.set_content("Success: LoRA adapter '" + r.name + "' added successfully.", "text/plain");

@@ -25,17 +25,8 @@ if [ ! -d "$HERE/node_modules/openai" ]; then
   (cd "$HERE" && npm ci --no-audit --no-fund --loglevel=error) || { echo "SKIP: npm ci failed (offline?)"; exit 77; }
 fi
 
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-FAILED=0
-pass() { echo "ok   - $*"; }
-fail() { echo "FAIL - $*"; FAILED=1; }
+# shellcheck source=common.sh
+source "$(dirname "$0")/common.sh"
 
 free_port() {
   node -e 'const s = require("net").createServer(); s.listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close(); });'
