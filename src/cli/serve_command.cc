@@ -160,7 +160,8 @@ void register_serve(CLI::App& app, int* exit_code) {
   cmd->add_option("--host", s.host, "address to listen on (default 127.0.0.1: this machine only)");
   cmd->add_option("--port", s.port, "port to listen on (0 = any free port)");
   cmd->add_option("--served-model-name", s.served_model_name, "the base model's name in the API (default: --model)");
-  cmd->add_option("--api-key", s.api_key, "require 'Authorization: Bearer KEY' on /v1/*");
+  cmd->add_option("--api-key", s.api_key, "require 'Authorization: Bearer KEY' on every route but /health and /metrics");
+  cmd->add_flag("--show-model-paths", s.show_model_paths, "list model and adapter folders in /v1/models");
   cmd->add_flag("--allow-runtime-lora-updating", s.allow_runtime_lora_updating,
                 "enable /v1/load_lora_adapter and /v1/unload_lora_adapter");
   cmd->add_option("--lora-path-allowlist", s.lora_path_allowlist,

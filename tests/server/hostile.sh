@@ -71,7 +71,7 @@ mkdir -p "$A/bad"
 cp "$FIXTURE/adapters/r1_qv/adapter_config.json" "$A/bad/"
 cp "$WORK/bad_model.safetensors" "$A/bad/adapter_model.safetensors"
 
-start_server "$WORK/s.log" --model "$FIXTURE" --max-lora-rank 64 --max-loras 1 --max-cpu-loras 1 \
+start_server "$WORK/s.log" --model "$FIXTURE" --served-model-name base --max-lora-rank 64 --max-loras 1 --max-cpu-loras 1 \
   --api-key "$KEY" --allow-runtime-lora-updating --lora-path-allowlist "$A" --max-body-bytes 65536
 
 # ---- adapter operations never take the engine down ----------------------------------------
@@ -105,6 +105,16 @@ else fail "leak: HTTP $code: $(head -c 300 "$WORK/body")"; fi
 expect 200 "health after every adapter attack" "$URL/health"
 [ "$(complete "")" = 200 ] && pass "base model still serves" || fail "base completion: $(cat "$WORK/body")"
 
+# ---- clients that break the rules ----------------------------------------------------------
+head -c 200000 /dev/zero | tr '\0' ' ' >"$WORK/big.json"
+expect 413 "chunked body over --max-body-bytes" "${AUTH[@]}" -H 'Transfer-Encoding: chunked' \
+  "$URL/v1/completions" --data-binary @"$WORK/big.json"
+expect 401 "/tokenize needs the API key" "$URL/tokenize" -d '{"prompt": [1]}'
+expect 401 "/detokenize needs the API key" "$URL/detokenize" -d '{"tokens": [1]}'
+expect 200 "/metrics stays open" "$URL/metrics"
+curl -s "${AUTH[@]}" "$URL/v1/models" >"$WORK/models.json"
+if grep -q "$FIXTURE\|$A" "$WORK/models.json"; then fail "/v1/models shows folders: $(head -c 300 "$WORK/models.json")"
+else pass "/v1/models shows no folders without --show-model-paths"; fi
 kill -0 "$PID" 2>/dev/null && pass "server survived" || fail "server died: $(tail "$WORK/s.log")"
 if [ $FAILED -ne 0 ]; then echo "hostile server tests FAILED"; exit 1; fi
 echo "hostile server tests passed"
