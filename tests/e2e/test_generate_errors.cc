@@ -85,6 +85,27 @@ TEST(GenerateErrors, BadLinesGetErrorsAndTheOthersRun) {
   EXPECT_NE(error_of(res[14]).find("duplicate"), std::string::npos) << res[14].dump();
 }
 
+TEST(GenerateErrors, IntegersDoNotWrap) {
+  // Each value is 2^32 + a small number: read as a 32-bit int it became that small number.
+  auto res = generate({
+      R"({"id": "max", "prompt_token_ids": [1], "max_tokens": 4294967297})",
+      R"({"id": "n", "prompt_token_ids": [1], "max_tokens": 1, "n": 4294967298})",
+      R"({"id": "lp", "prompt_token_ids": [1], "max_tokens": 1, "logprobs": 4294967297})",
+      R"({"id": "stop", "prompt_token_ids": [1], "max_tokens": 1, "stop_token_ids": [4294967296]})",
+      R"({"id": "bign", "prompt_token_ids": [1], "max_tokens": 1, "n": 100000000})",
+      R"({"id": "seed", "prompt_token_ids": [1], "max_tokens": 1, "seed": -1})",
+      R"({"id": "ok", "prompt_token_ids": [1], "max_tokens": 2})",
+  });
+  ASSERT_EQ(res.size(), 7u);
+  EXPECT_NE(error_of(res[0]).find("max_tokens"), std::string::npos) << res[0].dump();
+  EXPECT_NE(error_of(res[1]).find("'n'"), std::string::npos) << res[1].dump();
+  EXPECT_NE(error_of(res[2]).find("logprobs"), std::string::npos) << res[2].dump();
+  EXPECT_NE(error_of(res[3]).find("stop_token_ids"), std::string::npos) << res[3].dump();
+  EXPECT_NE(error_of(res[4]).find("n must be at most"), std::string::npos) << res[4].dump();
+  EXPECT_NE(error_of(res[5]).find("seed"), std::string::npos) << res[5].dump();
+  EXPECT_EQ(res[6]["token_ids"].size(), 2u) << res[6].dump();
+}
+
 TEST(GenerateErrors, ModelLoadFailuresExitWithAMessage) {
   const fs::path in = scratch("errors_in2.jsonl");
   std::ofstream(in) << R"({"prompt_token_ids": [1]})" << "\n";
