@@ -3,6 +3,7 @@
 #include "engine/llm_engine.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <set>
 
@@ -153,6 +154,16 @@ void LLMEngine::finish_seq(Request& req, int i, const std::string& reason, std::
   req.touched = true;
 }
 
+void LLMEngine::fail_request(Request& req, const std::string& error) {
+  if (!req.error.empty()) return;
+  req.error = error;
+  // Finished after the commit, like any other end: the token sampled from the bad row
+  // keeps the scheduler's bookkeeping whole, and make_output reports only the error.
+  for (int i = 0; i < static_cast<int>(req.seqs.size()); ++i)
+    pending_finish_.push_back({&req, i, "error", std::nullopt, false});
+  req.touched = true;
+}
+
 void LLMEngine::process_sample(Request& req, int i, int32_t token, std::optional<TokenLogprobs> logprobs) {
   SeqState& st = *req.seqs[i];
   const SamplingParams& p = req.params;
@@ -250,11 +261,20 @@ std::vector<RequestOutput> LLMEngine::step() {
           if (k >= 0) lp = ds->logprobs(static_cast<int>(row), k);
         } else {
           const std::span<const float> logits(logits_.data() + row * vocab, static_cast<size_t>(vocab));
+          // NaN/Inf logits (broken weights or adapter, an overflow) would be sampled as token
+          // 0 with null logprobs for ever: end this request with the reason instead.
+          const auto bad = std::find_if(logits.begin(), logits.end(), [](float v) { return !std::isfinite(v); });
+          if (bad != logits.end()) {
+            fail_request(*req, "the model produced a non-finite logit (" + std::to_string(*bad) + " for token " +
+                                   std::to_string(bad - logits.begin()) + ")" +
+                                   (req->lora_name.empty() ? "" : " with adapter '" + req->lora_name + "'") +
+                                   "; the weights are broken or overflow");
+          }
           const bool block_eos = seq.num_generated() < req->params.min_tokens;
           token = sample_token(logits, req->params, std::span<const int32_t>(seq.tokens.data(), seq.num_prompt_tokens),
                                std::span<const int32_t>(seq.tokens.data() + seq.num_prompt_tokens, seq.num_generated()),
                                block_eos, config_.eos_token_ids, st.rng);
-          if (k >= 0) lp = logprobs_for(logits, token, k);
+          if (k >= 0 && req->error.empty()) lp = logprobs_for(logits, token, k);
         }
         // Sampling appends to seq.tokens, which commit() below relies on.
         process_sample(*req, i, token, std::move(lp));
@@ -341,6 +361,10 @@ RequestOutput LLMEngine::make_output(Request& req) {
   }
   out.first_token_s = req.first_token_s;
   if (out.finished) out.finished_s = seconds_since(req.arrival);
+  if (!req.error.empty()) {
+    out.error = req.error;
+    out.outputs.clear();  // what the failed step sampled is not an answer
+  }
   return out;
 }
 

@@ -100,6 +100,13 @@ Status LLMEngine::init(const EngineArgs& args) {
     auto tok = Tokenizer::load(args.model);
     if (!tok.is_ok()) return tok.status().with_context("tokenizer");
     tokenizer_ = std::move(tok).value();
+    // Ids the model emits but the tokenizer lacks would vanish from the text, and ids the
+    // tokenizer emits past the embedding would be refused per request: either way the
+    // tokenizer belongs to another model. Models pad their vocabulary by a few percent at most.
+    const int64_t tok_vocab = tokenizer_->vocab_size(), model_vocab = config_.vocab_size;
+    if (tok_vocab > model_vocab || tok_vocab * 10 < model_vocab * 9)
+      return Status::error("tokenizer.json has " + std::to_string(tok_vocab) + " token ids but config.json's vocab_size is " +
+                           std::to_string(model_vocab) + " (tokenizer made for another model?)");
   }
 
   LlamaWeights weights;

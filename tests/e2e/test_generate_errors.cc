@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -118,6 +119,63 @@ TEST(GenerateErrors, ModelLoadFailuresExitWithAMessage) {
   std::ifstream e(err);
   std::string msg((std::istreambuf_iterator<char>(e)), {});
   EXPECT_NE(msg.find("another model"), std::string::npos) << msg;
+}
+
+// Files next to the model that disagree with it stop start-up: a tokenizer whose ids do
+// not match the model's vocabulary (its text would silently lose tokens).
+TEST(GenerateErrors, TokenizerForAnotherModelIsRefused) {
+  const fs::path dir = scratch("other_tokenizer_model");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const auto& e : fs::directory_iterator(kModel))
+    if (e.is_regular_file()) fs::create_symlink(e.path(), dir / e.path().filename());
+  fs::copy_file(fs::path(QUIVER_SOURCE_DIR) / "tests/fixtures/tokenizers/gpt2/tokenizer.json", dir / "tokenizer.json");
+  const fs::path in = scratch("errors_in3.jsonl");
+  std::ofstream(in) << R"({"prompt_token_ids": [1]})" << "\n";
+  const fs::path err = scratch("errors_stderr3.txt");
+  const std::string cmd = std::string(QUIVER_BINARY) + " generate --model " + dir.string() + " --input " + in.string() +
+                          " --output /dev/null 2>" + err.string();
+  EXPECT_NE(std::system(cmd.c_str()), 0);
+  std::ifstream e(err);
+  std::string msg((std::istreambuf_iterator<char>(e)), {});
+  EXPECT_NE(msg.find("tokenizer made for another model"), std::string::npos) << msg;
+  fs::remove_all(dir);
+}
+
+// An adapter whose weights are finite but overflow the activations: its requests end with
+// an error naming it (instead of token 0 for ever), the base-model requests beside them
+// in the same batch finish normally.
+TEST(GenerateErrors, NonFiniteLogitsEndThatRequestOnly) {
+  const fs::path dir = scratch("overflow_adapter");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path src = kModel / "adapters/r8_all";
+  fs::copy_file(src / "adapter_config.json", dir / "adapter_config.json");
+  std::ifstream in(src / "adapter_model.safetensors", std::ios::binary);
+  std::string raw((std::istreambuf_iterator<char>(in)), {});
+  uint64_t n = 0;
+  std::memcpy(&n, raw.data(), 8);
+  const json header = json::parse(raw.substr(8, n));
+  for (const auto& [name, info] : header.items()) {
+    if (name == "__metadata__" || name.find("lora_B") == std::string::npos) continue;
+    ASSERT_EQ(info["dtype"], "F32");
+    const size_t begin = 8 + n + info["data_offsets"][0].get<size_t>(), end = 8 + n + info["data_offsets"][1].get<size_t>();
+    for (size_t off = begin; off < end; off += 4) {
+      const float big = 1e30f;
+      std::memcpy(raw.data() + off, &big, 4);
+    }
+  }
+  std::ofstream(dir / "adapter_model.safetensors", std::ios::binary) << raw;
+  auto res = generate({R"({"id": "base", "prompt_token_ids": [1, 2, 3], "max_tokens": 3, "temperature": 0})",
+                       R"({"id": "bad", "prompt_token_ids": [1, 2, 3], "lora": "big", "max_tokens": 3})",
+                       R"({"id": "base2", "prompt_token_ids": [4, 5], "max_tokens": 2, "logprobs": 1})"},
+                      "--max-loras 2 --lora big=" + dir.string());
+  ASSERT_EQ(res.size(), 3u);
+  EXPECT_EQ(res[0]["token_ids"].size(), 3u) << res[0].dump();
+  EXPECT_NE(error_of(res[1]).find("non-finite logit"), std::string::npos) << res[1].dump();
+  EXPECT_NE(error_of(res[1]).find("'big'"), std::string::npos) << res[1].dump();
+  EXPECT_EQ(res[2]["token_ids"].size(), 2u) << res[2].dump();
+  fs::remove_all(dir);
 }
 
 // vLLM's JSON form of an adapter spec gives the same outputs as NAME=DIR; malformed specs
