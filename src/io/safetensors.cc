@@ -321,6 +321,12 @@ Result<Tensor> Checkpoint::get(const std::string& name, const std::vector<int64_
     return Status::error(where + " has shape " + shape_str(info->shape) + ", expected " + shape_str(shape));
   if (shape.size() > static_cast<size_t>(Tensor::kMaxDims))
     return Status::error(where + " has " + std::to_string(shape.size()) + " dimensions; at most 4 are supported");
+  // Kernels read weight views as float / uint16 arrays in place, which needs element
+  // alignment; every safetensors writer pads the header to 8 bytes, so only a hand-made
+  // file gets here.
+  if (reinterpret_cast<uintptr_t>(info->data) % dtype_size(info->dtype) != 0)
+    return Status::error(where + " is not aligned to its " + std::to_string(dtype_size(info->dtype)) +
+                         "-byte elements (header length not a multiple of 8?); re-save it with the safetensors library");
   Tensor t;
   // The mapping is PROT_READ; Tensor::data is non-const only because the same struct also
   // describes writable buffers. Nothing may write through weight views.
