@@ -3,7 +3,7 @@
 # that used to kill the engine, a folder swapped behind an evicted adapter, and clients that
 # break the rules. Needs only curl and python3; every server listens on 127.0.0.1 only.
 #
-#   tests/server/hostile.sh QUIVER_BINARY
+#   tests/server/hostile.sh QUIVER_BINARY [LOAD_SECONDS]   (default 10; 0 skips the load part, which needs node)
 set -uo pipefail
 
 QUIVER=$(realpath "${1:?usage: hostile.sh QUIVER_BINARY}")
@@ -73,6 +73,7 @@ cp "$WORK/bad_model.safetensors" "$A/bad/adapter_model.safetensors"
 
 start_server "$WORK/s.log" --model "$FIXTURE" --served-model-name base --max-lora-rank 64 --max-loras 1 --max-cpu-loras 1 \
   --api-key "$KEY" --allow-runtime-lora-updating --lora-path-allowlist "$A" --max-body-bytes 65536
+S_PID=$PID
 
 # ---- adapter operations never take the engine down ----------------------------------------
 code=$(load bad "$A/bad")
@@ -115,6 +116,43 @@ expect 200 "/metrics stays open" "$URL/metrics"
 curl -s "${AUTH[@]}" "$URL/v1/models" >"$WORK/models.json"
 if grep -q "$FIXTURE\|$A" "$WORK/models.json"; then fail "/v1/models shows folders: $(head -c 300 "$WORK/models.json")"
 else pass "/v1/models shows no folders without --show-model-paths"; fi
-kill -0 "$PID" 2>/dev/null && pass "server survived" || fail "server died: $(tail "$WORK/s.log")"
+# ---- load while adapters come and go ------------------------------------------------------
+# 64 streaming clients (15% disconnect early) for LOAD_SECONDS while one client loads,
+# uses and unloads an adapter and attempts the malformed one, over and over; with
+# --max-cpu-loras below the adapters in use, host-cache evictions and reloads never stop.
+LOAD_SECONDS=${2:-10}
+if command -v node >/dev/null && [ "$LOAD_SECONDS" != 0 ]; then
+  cp -r "$FIXTURE/adapters/r8_all" "$A/dyn"
+  LORAS=()
+  for dir in "$FIXTURE"/adapters/*/; do LORAS+=(--lora-modules "$(basename "$dir")=${dir%/}"); done
+  start_server "$WORK/load.log" --model "$FIXTURE" --max-lora-rank 64 --max-loras 4 --max-cpu-loras 4 "${LORAS[@]}" \
+    --allow-runtime-lora-updating --lora-path-allowlist "$A" --show-model-paths
+  ops() {
+    local end=$((SECONDS + LOAD_SECONDS)) unexpected=0 rounds=0 c
+    op() { curl -s -m 60 -o /dev/null -w '%{http_code}' "$URL/$1" -d "$2"; }
+    while [ $SECONDS -lt $end ]; do
+      [ "$(op v1/load_lora_adapter "{\"lora_name\": \"dyn\", \"lora_path\": \"$A/dyn\"}")" = 200 ] || unexpected=$((unexpected + 1))
+      [ "$(op v1/completions '{"model": "dyn", "prompt": [5, 6, 7], "max_tokens": 4}')" = 200 ] || unexpected=$((unexpected + 1))
+      [ "$(op v1/load_lora_adapter "{\"lora_name\": \"bad\", \"lora_path\": \"$A/bad\"}")" = 400 ] || unexpected=$((unexpected + 1))
+      [ "$(op v1/unload_lora_adapter '{"lora_name": "dyn"}')" = 200 ] || unexpected=$((unexpected + 1))
+      rounds=$((rounds + 1))
+    done
+    echo "$rounds $unexpected"
+  }
+  ops >"$WORK/ops.txt" &
+  OPS_PID=$!
+  if node "$ROOT/tools/load_test_server.js" --url "$URL" --duration "$LOAD_SECONDS" --clients 64 \
+      --quiver "$QUIVER" --max-lora-rank 64; then pass "load test while adapters load, evict, reload and fail"
+  else fail "load test while adapters change"; fi
+  wait $OPS_PID
+  read -r rounds unexpected <"$WORK/ops.txt"
+  if [ "$unexpected" = 0 ] && [ "$rounds" -gt 0 ]; then pass "adapter operations under load: $rounds rounds, all answered as expected"
+  else fail "adapter operations under load: $unexpected unexpected answers in $rounds rounds"; fi
+  expect 200 "health after the load" "$URL/health"
+else
+  echo "note: node not found or LOAD_SECONDS=0; the load part is skipped"
+fi
+
+kill -0 "$S_PID" 2>/dev/null && pass "server survived" || fail "server died: $(tail "$WORK/s.log")"
 if [ $FAILED -ne 0 ]; then echo "hostile server tests FAILED"; exit 1; fi
 echo "hostile server tests passed"
