@@ -1,4 +1,4 @@
-// PCRE2 behind BoundedRegex. The limits are set on a match context per call. No JIT: the
+// PCRE2 behind BoundedRegex. The limits are set on a fresh match context for each match. No JIT: the
 // subjects are short module names, and anchoring at match time would bypass it anyway.
 #include "io/bounded_regex.h"
 
