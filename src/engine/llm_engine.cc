@@ -154,6 +154,11 @@ void LLMEngine::finish_seq(Request& req, int i, const std::string& reason, std::
   req.touched = true;
 }
 
+std::string LLMEngine::non_finite_logits_error(const Request& req, const std::string& seen) {
+  return "the model produced a non-finite logit (" + seen + ")" +
+         (req.lora_name.empty() ? "" : " with adapter '" + req.lora_name + "'") + "; the weights are broken or overflow";
+}
+
 void LLMEngine::fail_request(Request& req, const std::string& error) {
   if (!req.error.empty()) return;
   req.error = error;
@@ -258,18 +263,22 @@ std::vector<RequestOutput> LLMEngine::step() {
         std::optional<TokenLogprobs> lp;
         if (ds && ds->has(static_cast<int>(row))) {
           token = ds->token[row];
-          if (k >= 0) lp = ds->logprobs(static_cast<int>(row), k);
+          // The device reports the chosen token's log_softmax, which a NaN or Inf anywhere
+          // in the row turns non-finite: the same failure as on the host path below.
+          if (!std::isfinite(ds->logprob[row]) || token < 0 || token >= vocab) {
+            fail_request(*req, non_finite_logits_error(*req, "logprob " + std::to_string(ds->logprob[row])));
+            token = 0;  // bookkeeping only; the request reports just the error
+          } else if (k >= 0) {
+            lp = ds->logprobs(static_cast<int>(row), k);
+          }
         } else {
           const std::span<const float> logits(logits_.data() + row * vocab, static_cast<size_t>(vocab));
           // NaN/Inf logits (broken weights or adapter, an overflow) would be sampled as token
           // 0 with null logprobs for ever: end this request with the reason instead.
           const auto bad = std::find_if(logits.begin(), logits.end(), [](float v) { return !std::isfinite(v); });
-          if (bad != logits.end()) {
-            fail_request(*req, "the model produced a non-finite logit (" + std::to_string(*bad) + " for token " +
-                                   std::to_string(bad - logits.begin()) + ")" +
-                                   (req->lora_name.empty() ? "" : " with adapter '" + req->lora_name + "'") +
-                                   "; the weights are broken or overflow");
-          }
+          if (bad != logits.end())
+            fail_request(*req, non_finite_logits_error(*req, std::to_string(*bad) + " for token " +
+                                                                 std::to_string(bad - logits.begin())));
           const bool block_eos = seq.num_generated() < req->params.min_tokens;
           token = sample_token(logits, req->params, std::span<const int32_t>(seq.tokens.data(), seq.num_prompt_tokens),
                                std::span<const int32_t>(seq.tokens.data() + seq.num_prompt_tokens, seq.num_generated()),

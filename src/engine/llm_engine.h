@@ -93,6 +93,7 @@ class LLMEngine {
   void process_sample(Request& req, int seq_index, int32_t token, std::optional<TokenLogprobs> logprobs);
   // Ends every sequence of `req` after this step's commit, reporting `error`.
   void fail_request(Request& req, const std::string& error);
+  static std::string non_finite_logits_error(const Request& req, const std::string& seen);
   // Marks the rows of this step that the device samples (device_sampling.h).
   void plan_device_sampling(const ScheduledBatch& sb, const std::map<const Sequence*, std::pair<Request*, int>>& owner,
                             DeviceSampling* ds) const;

@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -13,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "e2e/overflow_adapter.h"
 #include "e2e/scratch.h"
 
 namespace {
@@ -147,25 +147,7 @@ TEST(GenerateErrors, TokenizerForAnotherModelIsRefused) {
 // in the same batch finish normally.
 TEST(GenerateErrors, NonFiniteLogitsEndThatRequestOnly) {
   const fs::path dir = scratch("overflow_adapter");
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  const fs::path src = kModel / "adapters/r8_all";
-  fs::copy_file(src / "adapter_config.json", dir / "adapter_config.json");
-  std::ifstream in(src / "adapter_model.safetensors", std::ios::binary);
-  std::string raw((std::istreambuf_iterator<char>(in)), {});
-  uint64_t n = 0;
-  std::memcpy(&n, raw.data(), 8);
-  const json header = json::parse(raw.substr(8, n));
-  for (const auto& [name, info] : header.items()) {
-    if (name == "__metadata__" || name.find("lora_B") == std::string::npos) continue;
-    ASSERT_EQ(info["dtype"], "F32");
-    const size_t begin = 8 + n + info["data_offsets"][0].get<size_t>(), end = 8 + n + info["data_offsets"][1].get<size_t>();
-    for (size_t off = begin; off < end; off += 4) {
-      const float big = 1e30f;
-      std::memcpy(raw.data() + off, &big, 4);
-    }
-  }
-  std::ofstream(dir / "adapter_model.safetensors", std::ios::binary) << raw;
+  ASSERT_TRUE(quiver::testing::write_overflowing_adapter(kModel / "adapters/r8_all", dir));
   auto res = generate({R"({"id": "base", "prompt_token_ids": [1, 2, 3], "max_tokens": 3, "temperature": 0})",
                        R"({"id": "bad", "prompt_token_ids": [1, 2, 3], "lora": "big", "max_tokens": 3})",
                        R"({"id": "base2", "prompt_token_ids": [4, 5], "max_tokens": 2, "logprobs": 1})"},
