@@ -65,7 +65,9 @@ int run_generate(GenerateOptions& o) {
   }
   while (engine.has_unfinished_requests()) {
     for (const RequestOutput& out : engine.step())
-      if (out.finished) results[out.request_id] = generate_output_json(out);
+      if (out.finished)
+        results[out.request_id] =
+            out.error.empty() ? generate_output_json(out) : generate_error_json(out.request_id, out.error);
   }
   std::ofstream outf(o.output);
   if (!outf) {

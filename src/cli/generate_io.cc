@@ -1,5 +1,7 @@
 #include "cli/generate_io.h"
 
+#include <limits>
+
 #include "io/json_fields.h"
 #include "io/json_util.h"
 
@@ -34,8 +36,12 @@ Status read_number(const json& j, const char* key, T* out) {
     if (!v.is_boolean()) return Status::error(std::string("field '") + key + "' must be true or false");
     *out = v.get<bool>();
   } else if constexpr (std::is_integral_v<T>) {
-    if (!v.is_number_integer()) return Status::error(std::string("field '") + key + "' must be an integer");
-    *out = v.get<T>();
+    // Range-checked in 64 bits first: get<int>() would turn 4294967297 into 1.
+    Result<int64_t> x = json_as_int(v, key);
+    if (!x) return x.status();
+    if (*x < std::numeric_limits<T>::min() || *x > std::numeric_limits<T>::max())
+      return Status::error(std::string("field '") + key + "' is out of range: " + v.dump());
+    *out = static_cast<T>(*x);
   } else {
     if (!v.is_number()) return Status::error(std::string("field '") + key + "' must be a number");
     *out = v.get<T>();
@@ -97,7 +103,8 @@ Result<GenerateRequest> parse_generate_request(const std::string& line, int line
   QV_RETURN_IF_ERROR(read_number(j, "skip_special_tokens", &p.skip_special_tokens));
   QV_RETURN_IF_ERROR(read_number(j, "include_stop_str_in_output", &p.include_stop_str_in_output));
   if (j.contains("seed") && !j["seed"].is_null()) {
-    if (!j["seed"].is_number_integer()) return Status::error("field 'seed' must be an integer");
+    if (!j["seed"].is_number_integer() || (!j["seed"].is_number_unsigned() && j["seed"].get<int64_t>() < 0))
+      return Status::error("field 'seed' must be a non-negative integer");
     p.seed = j["seed"].get<uint64_t>();
   }
   if (j.contains("stop") && !j["stop"].is_null()) {
@@ -118,8 +125,10 @@ Result<GenerateRequest> parse_generate_request(const std::string& line, int line
   if (j.contains("stop_token_ids") && !j["stop_token_ids"].is_null()) {
     if (!j["stop_token_ids"].is_array()) return Status::error("field 'stop_token_ids' must be a list of integers");
     for (const auto& x : j["stop_token_ids"]) {
-      if (!x.is_number_integer()) return Status::error("field 'stop_token_ids' must be a list of integers");
-      p.stop_token_ids.push_back(x.get<int32_t>());
+      Result<int64_t> id = json_as_int(x, "stop_token_ids");
+      if (!id || *id < 0 || *id > std::numeric_limits<int32_t>::max())
+        return Status::error("field 'stop_token_ids' must be a list of token ids, got " + x.dump());
+      p.stop_token_ids.push_back(static_cast<int32_t>(*id));
     }
   }
   return r;

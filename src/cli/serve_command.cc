@@ -113,6 +113,13 @@ void watch_for_shutdown(const std::atomic<bool>& serving_done, HttpServer& serve
                         double grace_s) {
   while (!serving_done.load()) {
     const int sig = wait_signal(0.2);
+    if (loop.failed()) {
+      // The cause is already on stderr (engine_loop.cc). Exiting lets a supervisor start a
+      // fresh engine instead of answering 503 for good.
+      std::cerr << "quiver serve: the engine failed; stopping\n";
+      server.stop();
+      return;
+    }
     if (sig == 0) continue;
     std::cerr << "quiver serve: " << (sig == SIGTERM ? "SIGTERM" : "SIGINT") << ", shutting down ("
               << loop.num_in_flight() << " requests in flight)\n";
@@ -192,9 +199,10 @@ int run_serve(ServeOptions& o) {
   serving_done = true;
   watcher.join();
   log.stop_stats();
+  const bool failed = loop.failed();
   loop.stop();
-  std::cerr << "quiver serve: stopped\n";
-  return 0;
+  std::cerr << "quiver serve: stopped" << (failed ? " after an engine failure" : "") << "\n";
+  return failed ? 1 : 0;
 }
 
 }  // namespace
@@ -207,7 +215,8 @@ void register_serve(CLI::App& app, int* exit_code) {
   cmd->add_option("--host", s.host, "address to listen on (default 127.0.0.1: this machine only)");
   cmd->add_option("--port", s.port, "port to listen on (0 = any free port)");
   cmd->add_option("--served-model-name", s.served_model_name, "the base model's name in the API (default: --model)");
-  cmd->add_option("--api-key", s.api_key, "require 'Authorization: Bearer KEY' on /v1/*");
+  cmd->add_option("--api-key", s.api_key, "require 'Authorization: Bearer KEY' on every route but /health and /metrics");
+  cmd->add_flag("--show-model-paths", s.show_model_paths, "list model and adapter folders in /v1/models");
   cmd->add_flag("--allow-runtime-lora-updating", s.allow_runtime_lora_updating,
                 "enable /v1/load_lora_adapter and /v1/unload_lora_adapter");
   cmd->add_option("--lora-path-allowlist", s.lora_path_allowlist,

@@ -97,13 +97,28 @@ inline uint16_t f32_to_f16(float f) {
   return static_cast<uint16_t>(sign | h);
 }
 
-// Reads element i of a buffer of the given floating dtype as float.
+// Reads element i of a buffer of the given floating dtype as float. The buffer may be
+// unaligned (a safetensors header of odd length shifts the data), so elements are copied
+// out byte-wise; compilers turn each memcpy into one plain load.
 inline float load_as_f32(const void* data, DType t, size_t i) {
+  const auto* bytes = static_cast<const unsigned char*>(data);
   switch (t) {
-    case DType::kF32: return static_cast<const float*>(data)[i];
-    case DType::kF16: return f16_to_f32(static_cast<const uint16_t*>(data)[i]);
-    case DType::kBF16: return bf16_to_f32(static_cast<const uint16_t*>(data)[i]);
-    case DType::kI32: return static_cast<float>(static_cast<const int32_t*>(data)[i]);
+    case DType::kF32: {
+      float v;
+      std::memcpy(&v, bytes + i * 4, 4);
+      return v;
+    }
+    case DType::kF16:
+    case DType::kBF16: {
+      uint16_t h;
+      std::memcpy(&h, bytes + i * 2, 2);
+      return t == DType::kF16 ? f16_to_f32(h) : bf16_to_f32(h);
+    }
+    case DType::kI32: {
+      int32_t v;
+      std::memcpy(&v, bytes + i * 4, 4);
+      return static_cast<float>(v);
+    }
   }
   return 0.f;
 }

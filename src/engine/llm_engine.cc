@@ -3,6 +3,7 @@
 #include "engine/llm_engine.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <set>
 
@@ -118,9 +119,10 @@ size_t LLMEngine::weight_bytes() const { return model_->weights().weight_bytes()
 size_t LLMEngine::embedding_bytes() const { return model_->weights().embed.bytes(); }
 DType LLMEngine::kv_cache_dtype() const { return kv_->shape().dtype; }
 
-Result<AdapterInfo> LLMEngine::add_lora(const std::string& name, const std::string& path) {
+Result<AdapterInfo> LLMEngine::add_lora(const std::string& name, const std::string& path,
+                                        const std::vector<std::string>& allowlist) {
   if (!adapters_) return Status::error("LoRA is not enabled (--enable-lora)");
-  return adapters_->add(name, path);
+  return adapters_->add(name, path, allowlist);
 }
 
 Status LLMEngine::remove_lora(const std::string& name) {
@@ -154,6 +156,21 @@ void LLMEngine::finish_seq(Request& req, int i, const std::string& reason, std::
   }
   st.out.finish_reason = reason;
   st.out.stop_reason = stop_reason;
+  req.touched = true;
+}
+
+std::string LLMEngine::non_finite_logits_error(const Request& req, const std::string& seen) {
+  return "the model produced a non-finite logit (" + seen + ")" +
+         (req.lora_name.empty() ? "" : " with adapter '" + req.lora_name + "'") + "; the weights are broken or overflow";
+}
+
+void LLMEngine::fail_request(Request& req, const std::string& error) {
+  if (!req.error.empty()) return;
+  req.error = error;
+  // Finished after the commit, like any other end: the token sampled from the bad row
+  // keeps the scheduler's bookkeeping whole, and make_output reports only the error.
+  for (int i = 0; i < static_cast<int>(req.seqs.size()); ++i)
+    pending_finish_.push_back({&req, i, "error", std::nullopt, false});
   req.touched = true;
 }
 
@@ -251,14 +268,27 @@ std::vector<RequestOutput> LLMEngine::step() {
         std::optional<TokenLogprobs> lp;
         if (ds && ds->has(static_cast<int>(row))) {
           token = ds->token[row];
-          if (k >= 0) lp = ds->logprobs(static_cast<int>(row), k);
+          // The device reports the chosen token's log_softmax, which a NaN or Inf anywhere
+          // in the row turns non-finite: the same failure as on the host path below.
+          if (!std::isfinite(ds->logprob[row]) || token < 0 || token >= vocab) {
+            fail_request(*req, non_finite_logits_error(*req, "logprob " + std::to_string(ds->logprob[row])));
+            token = 0;  // bookkeeping only; the request reports just the error
+          } else if (k >= 0) {
+            lp = ds->logprobs(static_cast<int>(row), k);
+          }
         } else {
           const std::span<const float> logits(logits_.data() + row * vocab, static_cast<size_t>(vocab));
+          // NaN/Inf logits (broken weights or adapter, an overflow) would be sampled as token
+          // 0 with null logprobs for ever: end this request with the reason instead.
+          const auto bad = std::find_if(logits.begin(), logits.end(), [](float v) { return !std::isfinite(v); });
+          if (bad != logits.end())
+            fail_request(*req, non_finite_logits_error(*req, std::to_string(*bad) + " for token " +
+                                                                 std::to_string(bad - logits.begin())));
           const bool block_eos = seq.num_generated() < req->params.min_tokens;
           token = sample_token(logits, req->params, std::span<const int32_t>(seq.tokens.data(), seq.num_prompt_tokens),
                                std::span<const int32_t>(seq.tokens.data() + seq.num_prompt_tokens, seq.num_generated()),
                                block_eos, config_.eos_token_ids, st.rng);
-          if (k >= 0) lp = logprobs_for(logits, token, k);
+          if (k >= 0 && req->error.empty()) lp = logprobs_for(logits, token, k);
         }
         // Sampling appends to seq.tokens, which commit() below relies on.
         process_sample(*req, i, token, std::move(lp));
@@ -346,6 +376,10 @@ RequestOutput LLMEngine::make_output(Request& req) {
   }
   out.first_token_s = req.first_token_s;
   if (out.finished) out.finished_s = seconds_since(req.arrival);
+  if (!req.error.empty()) {
+    out.error = req.error;
+    out.outputs.clear();  // what the failed step sampled is not an answer
+  }
   return out;
 }
 

@@ -71,7 +71,8 @@ class LLMEngine {
   bool has_unfinished_requests() const;
   int num_unfinished_requests() const { return static_cast<int>(requests_.size()); }
 
-  Result<AdapterInfo> add_lora(const std::string& name, const std::string& path);
+  Result<AdapterInfo> add_lora(const std::string& name, const std::string& path,
+                               const std::vector<std::string>& allowlist = {});
   Status remove_lora(const std::string& name);
   std::vector<AdapterInfo> list_loras() const;
   AdapterCacheStats lora_cache_stats() const;  // zeros when LoRA is not enabled
@@ -97,6 +98,9 @@ class LLMEngine {
   Status init(const EngineArgs& args);
   // logprobs: the row's TokenLogprobs when the request asked for them.
   void process_sample(Request& req, int seq_index, int32_t token, std::optional<TokenLogprobs> logprobs);
+  // Ends every sequence of `req` after this step's commit, reporting `error`.
+  void fail_request(Request& req, const std::string& error);
+  static std::string non_finite_logits_error(const Request& req, const std::string& seen);
   // Marks the rows of this step that the device samples (device_sampling.h).
   void plan_device_sampling(const ScheduledBatch& sb, const std::map<const Sequence*, std::pair<Request*, int>>& owner,
                             DeviceSampling* ds) const;

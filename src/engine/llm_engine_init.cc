@@ -7,6 +7,7 @@
 
 #include "engine/device_sampling.h"
 #include "engine/engine_defaults.h"
+#include "engine/engine_limits.h"
 #include "engine/engine_lora_slots.h"
 #include "engine/llm_engine.h"
 #include "engine/model_runner.h"
@@ -52,6 +53,7 @@ Status LLMEngine::init(const EngineArgs& args) {
     // bf16 model keeps bf16 stacks; float32 for f32 and f16 models. args() reports the choice.
     if (args.lora_dtype == "auto") args_.lora_dtype = config_.dtype == DType::kBF16 ? "bfloat16" : "float32";
   }
+  // max_position_embeddings is bounded by load_model_config, so it fits an int.
   max_model_len_ = args.max_model_len > 0 ? args.max_model_len : static_cast<int>(config_.max_position_embeddings);
   if (max_model_len_ > config_.max_position_embeddings)
     return Status::error("--max-model-len " + std::to_string(max_model_len_) + " exceeds the model's max_position_embeddings " +
@@ -60,6 +62,8 @@ Status LLMEngine::init(const EngineArgs& args) {
   if (args.matmul_precision != "default" && args.matmul_precision != "highest")
     return Status::error("unknown --matmul-precision '" + args.matmul_precision + "' (supported: default, highest)");
 
+  // The fixed bounds first: --threads sizes the backend's thread pool.
+  QV_RETURN_IF_ERROR(check_engine_limits(args_, config_, EngineLimitsInput{}));
   // The linear weights' type: the checkpoint's, or --dtype for dummy weights.
   QV_ASSIGN_OR_RETURN(const DType weight_dtype,
                       args.load_format == "dummy" ? parse_dtype(args.dtype, config_.dtype) : Result<DType>(config_.dtype));
@@ -87,12 +91,30 @@ Status LLMEngine::init(const EngineArgs& args) {
   const DType auto_kv = backend_->device() == Device::kCuda && config_.dtype != DType::kF32 ? config_.dtype : DType::kF32;
   const auto kv_dtype = parse_dtype(args.kv_cache_dtype, auto_kv);
   if (!kv_dtype.is_ok()) return kv_dtype.status().with_context("--kv-cache-dtype");
+  KvCacheShape shape;
+  shape.num_layers = config_.num_layers;
+  shape.num_kv_heads = config_.num_kv_heads;
+  shape.head_dim = config_.head_dim;
+  shape.block_size = args.block_size;
+  shape.dtype = kv_dtype.value();
+  EngineLimitsInput bounds;
+  bounds.memory_bytes = backend_->device() == Device::kCuda ? backend_->device_memory_bytes() : host_memory_bytes();
+  bounds.kv_bytes_per_block = shape.bytes_per_block();
+  bounds.max_model_len = max_model_len_;
+  QV_RETURN_IF_ERROR(check_engine_limits(args_, config_, bounds));
 
   // Tokenizer: optional (token-id prompts work without one).
   if (std::filesystem::exists(std::filesystem::path(args.model) / "tokenizer.json")) {
     auto tok = Tokenizer::load(args.model);
     if (!tok.is_ok()) return tok.status().with_context("tokenizer");
     tokenizer_ = std::move(tok).value();
+    // Ids the model emits but the tokenizer lacks would vanish from the text, and ids the
+    // tokenizer emits past the embedding would be refused per request: either way the
+    // tokenizer belongs to another model. Models pad their vocabulary by a few percent at most.
+    const int64_t tok_vocab = tokenizer_->vocab_size(), model_vocab = config_.vocab_size;
+    if (tok_vocab > model_vocab || tok_vocab * 10 < model_vocab * 9)
+      return Status::error("tokenizer.json has " + std::to_string(tok_vocab) + " token ids but config.json's vocab_size is " +
+                           std::to_string(model_vocab) + " (tokenizer made for another model?)");
   }
 
   LlamaWeights weights;
@@ -109,12 +131,6 @@ Status LLMEngine::init(const EngineArgs& args) {
 
   // KV cache: explicit block count, a memory budget, or enough for every sequence's
   // full context capped at 1 GiB of cache.
-  KvCacheShape shape;
-  shape.num_layers = config_.num_layers;
-  shape.num_kv_heads = config_.num_kv_heads;
-  shape.head_dim = config_.head_dim;
-  shape.block_size = args.block_size;
-  shape.dtype = kv_dtype.value();
   const int blocks_per_seq = (max_model_len_ + args.block_size - 1) / args.block_size;
   int num_blocks = args.num_kv_blocks;
   if (num_blocks <= 0) {
@@ -158,7 +174,7 @@ Status LLMEngine::init(const EngineArgs& args) {
   limits.max_num_batched_tokens = args_.max_num_batched_tokens;
   limits.max_num_seqs = args.max_num_seqs;
   limits.max_blocks_per_seq = blocks_per_seq;
-  limits.max_model_len = max_model_len_;
+  bounds.max_model_len = max_model_len_;
   // On the GPU, tokens are sampled where the logits are (device_sampling.h): a decode step
   // then downloads a few bytes per row instead of the [rows, vocab] logits.
   limits.sample_on_device = backend_->device() == Device::kCuda;

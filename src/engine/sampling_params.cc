@@ -7,6 +7,8 @@ namespace quiver {
 Status SamplingParams::validate(int64_t vocab_size) const {
   auto bad = [](const std::string& m) { return Status::error(m); };
   if (n < 1) return bad("n must be at least 1, got " + std::to_string(n));
+  // Each choice is a sequence with its own state; a huge n is memory, not a request.
+  if (n > kMaxN) return bad("n must be at most " + std::to_string(kMaxN) + ", got " + std::to_string(n));
   if (!(temperature >= 0.0f) || !std::isfinite(temperature)) return bad("temperature must be >= 0");
   if (!(top_p > 0.0f && top_p <= 1.0f)) return bad("top_p must be in (0, 1], got " + std::to_string(top_p));
   if (top_k < -1) return bad("top_k must be -1 (off), 0 (off) or positive, got " + std::to_string(top_k));

@@ -12,6 +12,7 @@
 namespace quiver {
 
 struct SamplingParams {
+  static constexpr int kMaxN = 1024;  // choices per request
   int n = 1;
   float temperature = 1.0f;  // 0 = greedy
   float top_p = 1.0f;

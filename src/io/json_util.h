@@ -20,6 +20,9 @@ using Json = nlohmann::json;
 // The whole file as bytes; the error names the path and the OS reason.
 Result<std::string> read_text_file(const std::string& path);
 
+// A parse error as "syntax error at byte N", without quoting the input.
+std::string json_parse_error_text(const Json::parse_error& e);
+
 // Parses `text`, which must hold a JSON object. `what` (e.g. a file name) prefixes errors.
 Result<Json> parse_json_object(const std::string& text, const std::string& what);
 

@@ -61,9 +61,14 @@ Result<const ArchInfo*> parse_arch(const Json& j) {
       "MistralForCausalLM, Qwen2ForCausalLM");
 }
 
+// Sizes past this are not a model (the largest real vocabularies and contexts are well
+// below it), and products of two of them stay far inside 64 bits.
+constexpr int64_t kMaxSize = int64_t{1} << 24;
+
 Result<int64_t> positive_int(const Json& j, const std::string& key) {
   QV_ASSIGN_OR_RETURN(int64_t v, json_int(j, key));
   if (v <= 0) return Status::error(field(key) + " must be positive, got " + std::to_string(v));
+  if (v > kMaxSize) return Status::error(field(key) + " is " + std::to_string(v) + ", above the limit " + std::to_string(kMaxSize));
   return v;
 }
 
@@ -202,11 +207,13 @@ Status parse_config(const Json& j, ModelConfig& c) {
 
   QV_ASSIGN_OR_RETURN(c.max_position_embeddings,
                       json_int_or(j, "max_position_embeddings", arch->default_max_positions));
-  if (c.max_position_embeddings <= 0)
-    return Status::error(field("max_position_embeddings") + " must be positive, got " +
+  if (c.max_position_embeddings <= 0 || c.max_position_embeddings > kMaxSize)
+    return Status::error(field("max_position_embeddings") + " must be in [1, " + std::to_string(kMaxSize) + "], got " +
                          std::to_string(c.max_position_embeddings));
   QV_ASSIGN_OR_RETURN(c.rms_norm_eps, json_number_or(j, "rms_norm_eps", 1e-6));
-  if (!(c.rms_norm_eps > 0)) return Status::error(field("rms_norm_eps") + " must be positive");
+  // Real models use 1e-5 or 1e-6; an epsilon near 1 or above swamps the activations.
+  if (!(c.rms_norm_eps > 0 && c.rms_norm_eps <= 0.1))
+    return Status::error(field("rms_norm_eps") + " must be in (0, 0.1], got " + std::to_string(c.rms_norm_eps));
 
   QV_ASSIGN_OR_RETURN(std::string act, json_string_or(j, "hidden_act", "silu"));
   if (act != "silu") return Status::error(field("hidden_act") + " is \"" + act + "\"; only \"silu\" is supported");

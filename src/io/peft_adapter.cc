@@ -5,15 +5,16 @@
 // model before they are converted to float32 with the scale folded into B.
 #include "io/peft_adapter.h"
 
+#include <charconv>
 #include <cmath>
-#include <fstream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <regex>
 #include <set>
-#include <sstream>
-#include <sys/stat.h>
 
+#include "io/adapter_files.h"
+#include "io/bounded_regex.h"
+#include "io/json_util.h"
 #include "io/safetensors.h"
 
 namespace quiver {
@@ -85,25 +86,32 @@ bool is_embedding_name(const std::string& s) {
   return s.find("embed_tokens") != std::string::npos || s.find("lm_head") != std::string::npos;
 }
 
-bool file_exists(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+// |lora_alpha| past this only ever multiplies B into overflow; PEFT configs use at most a
+// few thousand.
+constexpr double kMaxAbsAlpha = 1e6;
+
+Status check_alpha(double alpha, const std::string& field) {
+  if (!std::isfinite(alpha) || std::fabs(alpha) > kMaxAbsAlpha)
+    return Status::error(field + "=" + std::to_string(alpha) + " is out of range (|lora_alpha| <= 1e6)");
+  return Status::ok();
 }
 
-Result<std::string> read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::error("cannot read " + path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+// A rank from the config; ranks are ints everywhere after this.
+Result<int> rank_value(const OJson& v, const std::string& field) {
+  if (!v.is_number_integer()) return Status::error(field + " must be an integer, not " + v.dump());
+  if (v.is_number_unsigned() ? v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int>::max())
+                             : (v.get<int64_t>() <= 0 || v.get<int64_t>() > std::numeric_limits<int>::max()))
+    return Status::error(field + "=" + v.dump() + " must be a positive rank");
+  return static_cast<int>(v.get<int64_t>());
 }
 
-Result<std::regex> compile(const std::string& pattern, const std::string& field) {
-  try {
-    return std::regex(pattern, std::regex::ECMAScript);
-  } catch (const std::regex_error& e) {
-    return Status::error(field + ": invalid regular expression '" + pattern + "': " + e.what());
-  }
+// A decimal layer index taken from a tensor or module name; no wrap-around.
+Result<int64_t> parse_index(const std::string& digits, const std::string& where) {
+  int64_t v = 0;
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+  if (ec != std::errc() || end != digits.data() + digits.size() || digits.empty())
+    return Status::error(where + ": layer index " + digits.substr(0, 24) + " is out of range");
+  return v;
 }
 
 // adapter_config.json, reduced to what decides which modules get which rank and scale.
@@ -114,16 +122,15 @@ struct LoraSpec {
   bool rslora = false;
   Mode mode = Mode::kList;
   std::vector<std::string> targets;  // kList
-  std::regex target_regex;           // kRegex
-  std::vector<std::pair<std::string, std::regex>> rank_keys;
+  std::optional<BoundedRegex> target_regex;  // kRegex
+  std::vector<std::pair<std::string, BoundedRegex>> rank_keys;
   std::vector<int> rank_values;
-  std::vector<std::pair<std::string, std::regex>> alpha_keys;
+  std::vector<std::pair<std::string, BoundedRegex>> alpha_keys;
   std::vector<double> alpha_values;
   bool use_layer_indexes = false;
   std::set<int64_t> layers;  // layers_to_transform
-  std::vector<std::regex> layers_patterns;
-  bool exclude_is_regex = false;
-  std::regex exclude_regex;
+  std::vector<BoundedRegex> layers_patterns;
+  std::optional<BoundedRegex> exclude_regex;
   std::vector<std::string> exclude_list;
 };
 
@@ -143,6 +150,11 @@ Result<T> field_or(const OJson& c, const char* key, T fallback) {
     ok = v.is_boolean(), want = "true or false";
   } else if constexpr (std::is_integral_v<T>) {
     ok = v.is_number_integer(), want = "an integer";
+    // get<int>() would wrap 4294967312 to 16: range-check in 64 bits first.
+    if (ok && (v.is_number_unsigned() ? v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<T>::max())
+                                      : v.get<int64_t>() < std::numeric_limits<T>::min() ||
+                                            v.get<int64_t>() > std::numeric_limits<T>::max()))
+      return Status::error(std::string(key) + "=" + v.dump() + " is out of range");
   } else if constexpr (std::is_floating_point_v<T>) {
     ok = v.is_number(), want = "a number";
   } else {
@@ -183,11 +195,11 @@ Status check_list_entry(const std::string& entry, const std::string& field) {
   return Status::error(field + " contains unknown module '" + entry + "' (supported: " + supported_targets() + ")");
 }
 
-Result<std::vector<std::pair<std::string, std::regex>>> pattern_keys(const OJson& obj, const std::string& field) {
-  std::vector<std::pair<std::string, std::regex>> keys;
+Result<std::vector<std::pair<std::string, BoundedRegex>>> pattern_keys(const OJson& obj, const std::string& field) {
+  std::vector<std::pair<std::string, BoundedRegex>> keys;
   // PEFT's get_pattern_key: key K matches module M when re.match(r"(.*\.)?(K)$", M).
   for (const auto& [k, v] : obj.items()) {
-    QV_ASSIGN_OR_RETURN(std::regex re, compile("(.*\\.)?(" + k + ")", field));
+    QV_ASSIGN_OR_RETURN(BoundedRegex re, BoundedRegex::compile("(.*\\.)?(" + k + ")", field + "['" + k + "']"));
     keys.emplace_back(k, std::move(re));
   }
   return keys;
@@ -205,6 +217,7 @@ Result<LoraSpec> parse_spec(const OJson& c) {
   QV_ASSIGN_OR_RETURN(s.r, field_or(c, "r", 8));
   if (s.r <= 0) return Status::error("r=" + std::to_string(s.r) + " must be positive");
   QV_ASSIGN_OR_RETURN(s.alpha, field_or(c, "lora_alpha", 8.0));
+  QV_RETURN_IF_ERROR(check_alpha(s.alpha, "lora_alpha"));
   QV_ASSIGN_OR_RETURN(s.rslora, field_or(c, "use_rslora", false));
   // fan_in_fan_out only applies to GPT-2 style Conv1D; PEFT resets it to false (with a
   // warning) for nn.Linear, which every target here is, so the stored A/B are normal.
@@ -221,11 +234,14 @@ Result<LoraSpec> parse_spec(const OJson& c) {
       s.mode = LoraSpec::Mode::kAllLinear;
     } else {
       s.mode = LoraSpec::Mode::kRegex;
-      QV_ASSIGN_OR_RETURN(s.target_regex, compile(t, "target_modules"));
-      for (const char* emb : {"model.embed_tokens", "lm_head"})
-        if (std::regex_match(emb, s.target_regex))
+      QV_ASSIGN_OR_RETURN(BoundedRegex re, BoundedRegex::compile(t, "target_modules"));
+      s.target_regex = std::move(re);
+      for (const char* emb : {"model.embed_tokens", "lm_head"}) {
+        QV_ASSIGN_OR_RETURN(bool hit, s.target_regex->full_match(emb));
+        if (hit)
           return Status::error("target_modules regex '" + t + "' matches " + emb +
                                ": LoRA on embed_tokens / lm_head is not supported");
+      }
     }
   } else {
     for (const auto& e : tm) {
@@ -237,13 +253,16 @@ Result<LoraSpec> parse_spec(const OJson& c) {
   if (c.contains("rank_pattern") && c["rank_pattern"].is_object()) {
     QV_ASSIGN_OR_RETURN(s.rank_keys, pattern_keys(c["rank_pattern"], "rank_pattern"));
     for (const auto& [k, v] : c["rank_pattern"].items()) {
-      s.rank_values.push_back(v.get<int>());
-      if (s.rank_values.back() <= 0) return Status::error("rank_pattern['" + k + "'] must be positive");
+      QV_ASSIGN_OR_RETURN(int rank, rank_value(v, "rank_pattern['" + k + "']"));
+      s.rank_values.push_back(rank);
     }
   }
   if (c.contains("alpha_pattern") && c["alpha_pattern"].is_object()) {
     QV_ASSIGN_OR_RETURN(s.alpha_keys, pattern_keys(c["alpha_pattern"], "alpha_pattern"));
-    for (const auto& [k, v] : c["alpha_pattern"].items()) s.alpha_values.push_back(v.get<double>());
+    for (const auto& [k, v] : c["alpha_pattern"].items()) {
+      s.alpha_values.push_back(v.get<double>());
+      QV_RETURN_IF_ERROR(check_alpha(s.alpha_values.back(), "alpha_pattern['" + k + "']"));
+    }
   }
 
   const OJson lt = c.contains("layers_to_transform") ? c["layers_to_transform"] : OJson();
@@ -272,36 +291,40 @@ Result<LoraSpec> parse_spec(const OJson& c) {
   // PEFT takes the first numbered segment after the pattern (lazy prefix) as the layer index.
   if (patterns.empty()) patterns.push_back("[^.]*");
   for (const auto& p : patterns) {
-    QV_ASSIGN_OR_RETURN(std::regex re, compile(".*?\\." + p + "\\.(\\d+)\\.", "layers_pattern"));
+    QV_ASSIGN_OR_RETURN(BoundedRegex re, BoundedRegex::compile(".*?\\." + p + "\\.(\\d+)\\.", "layers_pattern"));
     s.layers_patterns.push_back(std::move(re));
   }
 
   const OJson ex = c.contains("exclude_modules") ? c["exclude_modules"] : OJson();
   if (ex.is_string() && !ex.get<std::string>().empty()) {
-    s.exclude_is_regex = true;
-    QV_ASSIGN_OR_RETURN(s.exclude_regex, compile(ex.get<std::string>(), "exclude_modules"));
+    QV_ASSIGN_OR_RETURN(BoundedRegex re, BoundedRegex::compile(ex.get<std::string>(), "exclude_modules"));
+    s.exclude_regex = std::move(re);
   } else if (ex.is_array()) {
     for (const auto& e : ex) s.exclude_list.push_back(e.get<std::string>());
   }
   return s;
 }
 
-bool layer_selected(const LoraSpec& s, const std::string& key) {
+Result<bool> layer_selected(const LoraSpec& s, const std::string& key) {
   for (const auto& re : s.layers_patterns) {
-    std::smatch m;
-    if (std::regex_search(key, m, re, std::regex_constants::match_continuous))
-      return s.layers.count(std::stoll(m[1].str())) > 0;
+    QV_ASSIGN_OR_RETURN(std::optional<std::string> digits, re.prefix_match(key, 1));
+    if (!digits) continue;
+    QV_ASSIGN_OR_RETURN(int64_t layer, parse_index(*digits, key));
+    return s.layers.count(layer) > 0;
   }
   return false;
 }
 
 // PEFT's check_target_module_exists for one module name.
-bool is_targeted(const LoraSpec& s, const std::string& key) {
-  if (s.exclude_is_regex && std::regex_match(key, s.exclude_regex)) return false;
+Result<bool> is_targeted(const LoraSpec& s, const std::string& key) {
+  if (s.exclude_regex) {
+    QV_ASSIGN_OR_RETURN(bool excluded, s.exclude_regex->full_match(key));
+    if (excluded) return false;
+  }
   for (const auto& e : s.exclude_list)
     if (key == e || ends_with(key, "." + e)) return false;
   switch (s.mode) {
-    case LoraSpec::Mode::kRegex: return std::regex_match(key, s.target_regex);  // no layer filter, as PEFT
+    case LoraSpec::Mode::kRegex: return s.target_regex->full_match(key);  // no layer filter, as PEFT
     case LoraSpec::Mode::kAllLinear: return true;  // every projection, never lm_head
     case LoraSpec::Mode::kList: break;
   }
@@ -320,19 +343,23 @@ struct RankScale {
   std::string rank_from;  // for messages: "r" or "rank_pattern['k']"
 };
 
-RankScale rank_and_alpha(const LoraSpec& s, const std::string& key) {
+Result<RankScale> rank_and_alpha(const LoraSpec& s, const std::string& key) {
   RankScale rs{s.r, s.alpha, "r"};
-  for (size_t i = 0; i < s.rank_keys.size(); ++i)
-    if (std::regex_match(key, s.rank_keys[i].second)) {
+  for (size_t i = 0; i < s.rank_keys.size(); ++i) {
+    QV_ASSIGN_OR_RETURN(bool hit, s.rank_keys[i].second.full_match(key));
+    if (hit) {
       rs.rank = s.rank_values[i];
       rs.rank_from = "rank_pattern['" + s.rank_keys[i].first + "']";
       break;
     }
-  for (size_t i = 0; i < s.alpha_keys.size(); ++i)
-    if (std::regex_match(key, s.alpha_keys[i].second)) {
+  }
+  for (size_t i = 0; i < s.alpha_keys.size(); ++i) {
+    QV_ASSIGN_OR_RETURN(bool hit, s.alpha_keys[i].second.full_match(key));
+    if (hit) {
       rs.alpha = s.alpha_values[i];
       break;
     }
+  }
   return rs;
 }
 
@@ -343,20 +370,36 @@ struct TensorKey {
   bool is_a = true;
 };
 
+std::vector<std::string> split_dots(const std::string& s) {
+  std::vector<std::string> parts(1);
+  for (char ch : s) {
+    if (ch == '.') parts.emplace_back();
+    else parts.back().push_back(ch);
+  }
+  return parts;
+}
+
+bool all_of_chars(const std::string& s, const char* allowed) {
+  return !s.empty() && s.find_first_not_of(allowed) == std::string::npos;
+}
+
+// Matched by splitting, not by a regex: names come from the file and may be any length.
 Result<TensorKey> parse_tensor_name(const std::string& tname, int64_t num_layers) {
-  static const std::regex kName(
-      R"(base_model\.model\.model\.layers\.(\d+)\.(self_attn|mlp)\.([a-z_]+)\.lora_(A|B)\.(?:default\.)?weight)");
-  std::smatch m;
-  if (std::regex_match(tname, m, kName)) {
-    std::optional<LoraTarget> t = target_from_name(m[3].str());
-    if (!t) return Status::error("tensor " + tname + " is for unknown module '" + m[3].str() + "' (supported: " + supported_targets() + ")");
-    if (target_parent(*t) != m[2].str()) return Status::error("tensor " + tname + " has " + m[3].str() + " under " + m[2].str());
+  const std::vector<std::string> p = split_dots(tname);
+  const bool shaped = (p.size() == 9 || (p.size() == 10 && p[8] == "default")) && p[0] == "base_model" &&
+                      p[1] == "model" && p[2] == "model" && p[3] == "layers" && all_of_chars(p[4], "0123456789") &&
+                      (p[5] == "self_attn" || p[5] == "mlp") && all_of_chars(p[6], "abcdefghijklmnopqrstuvwxyz_") &&
+                      (p[7] == "lora_A" || p[7] == "lora_B") && p.back() == "weight";
+  if (shaped) {
+    std::optional<LoraTarget> t = target_from_name(p[6]);
+    if (!t) return Status::error("tensor " + tname + " is for unknown module '" + p[6] + "' (supported: " + supported_targets() + ")");
+    if (target_parent(*t) != p[5]) return Status::error("tensor " + tname + " has " + p[6] + " under " + p[5]);
     TensorKey k;
-    k.layer = std::stoll(m[1].str());
+    QV_ASSIGN_OR_RETURN(k.layer, parse_index(p[4], "tensor " + tname));
     k.target = *t;
-    k.is_a = m[4].str() == "A";
+    k.is_a = p[7] == "lora_A";
     if (k.layer >= num_layers)
-      return Status::error("tensor " + tname + " is for layer " + m[1].str() + " but the base model has " +
+      return Status::error("tensor " + tname + " is for layer " + p[4] + " but the base model has " +
                            std::to_string(num_layers) + " layers (adapter made for another model?)");
     return k;
   }
@@ -387,36 +430,30 @@ Status check_shape(const std::string& tname, const TensorInfo& info, std::vector
                        rs.rank_from + ")");
 }
 
-std::vector<float> to_f32(const TensorInfo& info, double scale) {
+// A NaN or Inf weight (or one the scale pushes past float) would silently poison every
+// token of every request using the adapter, so it is refused here, by tensor name.
+Result<std::vector<float>> to_f32(const std::string& tname, const TensorInfo& info, double scale) {
   size_t n = 1;
   for (int64_t d : info.shape) n *= static_cast<size_t>(d);
   std::vector<float> out(n);
-  for (size_t i = 0; i < n; ++i)
-    out[i] = scale == 1.0 ? load_as_f32(info.data, info.dtype, i)
-                          : static_cast<float>(static_cast<double>(load_as_f32(info.data, info.dtype, i)) * scale);
+  for (size_t i = 0; i < n; ++i) {
+    const float v = load_as_f32(info.data, info.dtype, i);
+    out[i] = scale == 1.0 ? v : static_cast<float>(static_cast<double>(v) * scale);
+    if (!std::isfinite(out[i]))
+      return Status::error("tensor " + tname + " holds a non-finite value at element " + std::to_string(i) +
+                           (std::isfinite(v) ? " once scaled by lora_alpha / r" : ""));
+  }
   return out;
 }
 
 Result<LoraAdapter> load_impl(const std::string& dir, const std::string& name, const ModelConfig& base,
-                              int max_lora_rank) {
-  struct stat st;
-  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return Status::error("not a directory");
-  const std::string config_path = dir + "/adapter_config.json";
-  const std::string weights_path = dir + "/adapter_model.safetensors";
-  if (!file_exists(config_path)) return Status::error("adapter_config.json not found");
-  if (!file_exists(weights_path)) {
-    if (file_exists(dir + "/adapter_model.bin"))
-      return Status::error("only adapter_model.bin (PyTorch pickle) found; convert it to safetensors "
-                           "(load it with PEFT and save_pretrained(..., safe_serialization=True))");
-    return Status::error("adapter_model.safetensors not found");
-  }
-
-  QV_ASSIGN_OR_RETURN(std::string text, read_text(config_path));
+                              int max_lora_rank, const std::vector<std::string>& allowlist) {
+  QV_ASSIGN_OR_RETURN(AdapterFiles files, open_adapter_files(dir, allowlist));
   OJson config;
   try {
-    config = OJson::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    return Status::error("adapter_config.json is not valid JSON: " + std::string(e.what()));
+    config = OJson::parse(files.config_text);
+  } catch (const nlohmann::json::parse_error& e) {
+    return Status::error("adapter_config.json is not valid JSON: " + json_parse_error_text(e));
   }
   Result<LoraSpec> parsed = Status::error("unparsed");
   try {
@@ -438,7 +475,7 @@ Result<LoraAdapter> load_impl(const std::string& dir, const std::string& name, c
     if (spec.rank_values[i] > max_lora_rank)
       return too_big(spec.rank_values[i], "rank_pattern['" + spec.rank_keys[i].first + "']");
 
-  QV_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file, SafetensorsFile::open(weights_path));
+  const std::unique_ptr<SafetensorsFile>& file = files.weights;
   struct Pair {
     const TensorInfo* a = nullptr;
     const TensorInfo* b = nullptr;
@@ -466,7 +503,8 @@ Result<LoraAdapter> load_impl(const std::string& dir, const std::string& name, c
       const auto target = static_cast<LoraTarget>(t);
       const std::string key = module_name(l, target);
       const Pair& p = found[l][t];
-      if (!is_targeted(spec, key)) {
+      QV_ASSIGN_OR_RETURN(bool targeted, is_targeted(spec, key));
+      if (!targeted) {
         if (p.a || p.b)
           return Status::error("tensor " + (p.a ? p.a_name : p.b_name) + " is for " + key +
                                ", which adapter_config.json does not target");
@@ -476,15 +514,15 @@ Result<LoraAdapter> load_impl(const std::string& dir, const std::string& name, c
         if (!(ab[0] == 'A' ? p.a : p.b))
           return Status::error("missing tensor base_model.model." + key + ".lora_" + ab +
                                ".weight (adapter_config.json targets " + key + ")");
-      const RankScale rs = rank_and_alpha(spec, key);
+      QV_ASSIGN_OR_RETURN(const RankScale rs, rank_and_alpha(spec, key));
       const int64_t in = lora_target_in(base, target), out = lora_target_out(base, target);
       QV_RETURN_IF_ERROR(check_shape(p.a_name, *p.a, {rs.rank, in}, 0, rs));
       QV_RETURN_IF_ERROR(check_shape(p.b_name, *p.b, {out, rs.rank}, 1, rs));
       const double scale = spec.rslora ? rs.alpha / std::sqrt(static_cast<double>(rs.rank)) : rs.alpha / rs.rank;
       LoraModule m;
       m.rank = rs.rank;
-      m.a = to_f32(*p.a, 1.0);    // [rank, in]
-      m.b = to_f32(*p.b, scale);  // [out, rank]
+      QV_ASSIGN_OR_RETURN(m.a, to_f32(p.a_name, *p.a, 1.0));    // [rank, in]
+      QV_ASSIGN_OR_RETURN(m.b, to_f32(p.b_name, *p.b, scale));  // [out, rank]
       adapter.max_rank = std::max(adapter.max_rank, m.rank);
       adapter.layers[l][t] = std::move(m);
       ++num_modules;
@@ -499,8 +537,15 @@ Result<LoraAdapter> load_impl(const std::string& dir, const std::string& name, c
 }  // namespace
 
 Result<LoraAdapter> load_peft_adapter(const std::string& dir, const std::string& name, const ModelConfig& base,
-                                      int max_lora_rank) {
-  Result<LoraAdapter> r = load_impl(dir, name, base, max_lora_rank);
+                                      int max_lora_rank, const std::vector<std::string>& allowlist) {
+  Result<LoraAdapter> r = Status::error("not loaded");
+  try {
+    r = load_impl(dir, name, base, max_lora_rank, allowlist);
+  } catch (const std::exception& e) {
+    // A file is outside input: whatever a bad one trips (a JSON type error, an allocation
+    // sized from it) is this load's error, never the caller's crash.
+    r = Status::error(std::string("cannot be loaded: ") + e.what());
+  }
   if (!r) return r.status().with_context("LoRA adapter '" + name + "' (" + dir + ")");
   return r;
 }

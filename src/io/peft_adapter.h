@@ -39,8 +39,10 @@ struct LoraAdapter {
 // Loads DIR/adapter_config.json and DIR/adapter_model.safetensors. Refuses, with a message
 // naming the cause: non-LORA peft_type, use_dora, modules_to_save, bias != "none",
 // embedding/lm_head targets, unknown target names, a .bin-only adapter, a rank above
-// max_lora_rank, tensors whose shapes do not fit `base`, missing tensors.
+// max_lora_rank, tensors whose shapes do not fit `base`, missing tensors, NaN/Inf weights,
+// patterns that backtrack past BoundedRegex's limits. With a non-empty `allowlist` the
+// folder and both files must really lie inside it (io/adapter_files.h).
 Result<LoraAdapter> load_peft_adapter(const std::string& dir, const std::string& name, const ModelConfig& base,
-                                      int max_lora_rank);
+                                      int max_lora_rank, const std::vector<std::string>& allowlist = {});
 
 }  // namespace quiver

@@ -116,10 +116,14 @@ SafetensorsFile::~SafetensorsFile() {
 }
 
 Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::string& path) {
-  std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
-  f->path_ = path;
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Status::error(path + ": cannot open: " + std::strerror(errno));
+  return open_fd(fd, path);
+}
+
+Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open_fd(int fd, const std::string& path) {
+  std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
+  f->path_ = path;
   struct stat st {};
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
@@ -154,7 +158,7 @@ Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::string
   try {
     header = Json::parse(bytes + 8, bytes + 8 + header_bytes);
   } catch (const Json::parse_error& e) {
-    return Status::error(path + ": header is not valid JSON (" + e.what() + ")");
+    return Status::error(path + ": header is not valid JSON (" + json_parse_error_text(e) + ")");
   }
   if (!header.is_object()) return Status::error(path + ": header must be a JSON object, got " + json_describe(header));
 
@@ -317,6 +321,12 @@ Result<Tensor> Checkpoint::get(const std::string& name, const std::vector<int64_
     return Status::error(where + " has shape " + shape_str(info->shape) + ", expected " + shape_str(shape));
   if (shape.size() > static_cast<size_t>(Tensor::kMaxDims))
     return Status::error(where + " has " + std::to_string(shape.size()) + " dimensions; at most 4 are supported");
+  // Kernels read weight views as float / uint16 arrays in place, which needs element
+  // alignment; every safetensors writer pads the header to 8 bytes, so only a hand-made
+  // file gets here.
+  if (reinterpret_cast<uintptr_t>(info->data) % dtype_size(info->dtype) != 0)
+    return Status::error(where + " is not aligned to its " + std::to_string(dtype_size(info->dtype)) +
+                         "-byte elements (header length not a multiple of 8?); re-save it with the safetensors library");
   Tensor t;
   // The mapping is PROT_READ; Tensor::data is non-const only because the same struct also
   // describes writable buffers. Nothing may write through weight views.

@@ -34,6 +34,9 @@ struct TensorInfo {
 class SafetensorsFile {
  public:
   static Result<std::unique_ptr<SafetensorsFile>> open(const std::string& path);
+  // The same from a descriptor the caller opened (and vetted); takes ownership of `fd`.
+  // `path` names the file in messages.
+  static Result<std::unique_ptr<SafetensorsFile>> open_fd(int fd, const std::string& path);
   ~SafetensorsFile();
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;

@@ -25,7 +25,8 @@ std::string known_names(const std::vector<AdapterInfo>& registered) {
 
 }  // namespace
 
-Result<AdapterInfo> AdapterRegistry::add(const std::string& name, const std::string& path) {
+Result<AdapterInfo> AdapterRegistry::add(const std::string& name, const std::string& path,
+                                         const std::vector<std::string>& allowlist) {
   if (name.empty()) return Status::error("LoRA adapter name must not be empty");
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -33,14 +34,14 @@ Result<AdapterInfo> AdapterRegistry::add(const std::string& name, const std::str
       if (r.name == name) return Status::error("LoRA adapter name '" + name + "' is already registered (" + r.path + ")");
   }
   // Validate fully before the name becomes visible.
-  Result<LoraAdapter> loaded = load_peft_adapter(path, name, base_, max_lora_rank_);
+  Result<LoraAdapter> loaded = load_peft_adapter(path, name, base_, max_lora_rank_, allowlist);
   if (!loaded) return loaded.status();
   auto adapter = std::make_shared<const LoraAdapter>(std::move(loaded).value());
 
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& r : registered_)  // another thread may have won the race for the name
     if (r.name == name) return Status::error("LoRA adapter name '" + name + "' is already registered (" + r.path + ")");
-  AdapterInfo info{name, path, next_uid_++, adapter->max_rank};
+  AdapterInfo info{name, path, next_uid_++, adapter->max_rank, allowlist};
   registered_.push_back(info);
   ++loads_;
   lru_.emplace_front(info.uid, std::move(adapter));
@@ -87,7 +88,7 @@ Result<std::shared_ptr<const LoraAdapter>> AdapterRegistry::get(uint64_t uid) {
   }
 
   // Evicted from host memory: read it again (unlocked; the files may be large).
-  Result<LoraAdapter> loaded = load_peft_adapter(info.path, info.name, base_, max_lora_rank_);
+  Result<LoraAdapter> loaded = load_peft_adapter(info.path, info.name, base_, max_lora_rank_, info.allowlist);
   if (!loaded) return loaded.status().with_context("reloading evicted adapter");
   auto adapter = std::make_shared<const LoraAdapter>(std::move(loaded).value());
 

@@ -24,6 +24,8 @@ struct AdapterInfo {
   std::string path;
   uint64_t uid = 0;
   int max_rank = 0;
+  // Folders the adapter's files must really lie in on every load from disk; empty = any.
+  std::vector<std::string> allowlist;
 };
 
 class AdapterRegistry {
@@ -31,8 +33,9 @@ class AdapterRegistry {
   AdapterRegistry(ModelConfig base, int max_lora_rank, int max_cpu_loras);
 
   // Validates the adapter fully (loads it) before it becomes visible. Errors: name taken,
-  // anything load_peft_adapter refuses.
-  Result<AdapterInfo> add(const std::string& name, const std::string& path);
+  // anything load_peft_adapter refuses. `allowlist` is checked again on every reload.
+  Result<AdapterInfo> add(const std::string& name, const std::string& path,
+                          const std::vector<std::string>& allowlist = {});
   // Forgets the name. Requests already holding the adapter keep their shared_ptr.
   Status remove(const std::string& name);
   Result<AdapterInfo> find(const std::string& name) const;  // error: unknown adapter, listing known names

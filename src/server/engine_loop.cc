@@ -3,6 +3,7 @@
 #include "server/engine_loop.h"
 
 #include <algorithm>
+#include <iostream>
 #include <utility>
 
 #include "tokenizer/tokenizer.h"
@@ -14,6 +15,16 @@ namespace {
 double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 ApiError unavailable(std::string message) { return ApiError{503, std::move(message), ""}; }
+
+std::string what_of(std::exception_ptr ep) {
+  try {
+    std::rethrow_exception(ep);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
 
 }  // namespace
 
@@ -82,11 +93,13 @@ void EngineLoop::begin_drain() {
   draining_ = true;
 }
 
-ApiResult<AdapterInfo> EngineLoop::load_lora(const std::string& name, const std::string& path) {
+ApiResult<AdapterInfo> EngineLoop::load_lora(const std::string& name, const std::string& path,
+                                             const std::vector<std::string>& allowlist) {
   auto op = std::make_unique<LoraOp>();
   op->load = true;
   op->name = name;
   op->path = path;
+  op->allowlist = allowlist;
   auto done = op->done.get_future();
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -155,12 +168,12 @@ void EngineLoop::run() {
           std::lock_guard<std::mutex> lock(mu_);
           num_pending_ -= static_cast<int>(s.jobs.size());
         } else {
-          admit(s);
+          admit_guarded(s);
         }
       }
       for (auto& op : ops) {
         if (stopping || failed_) op->done.set_value(unavailable("the server is shutting down"));
-        else apply_lora_op(*op);
+        else apply_lora_op_guarded(*op);
       }
       if (!failed_) {
         for (const auto& c : cancels)
@@ -174,11 +187,47 @@ void EngineLoop::run() {
         publish_metrics();
       }
     } catch (const std::exception& e) {
-      fail_all(ApiError{500, std::string("engine failure: ") + e.what(), ""}, /*engine_failed=*/true);
+      // A step that throws leaves the engine's state unknown: stop serving and say why
+      // where an operator looks (the server then exits non-zero for a supervisor).
+      std::cerr << "quiver serve: engine failure: " << e.what() << "\n";
+      fail_all(ApiError{500, std::string("engine failure: ") + e.what() + " (see the server's stderr)", ""},
+               /*engine_failed=*/true);
     }
     if (stopping) {
       fail_all(unavailable("the server is shutting down"), /*engine_failed=*/false);
       return;
+    }
+  }
+}
+
+void EngineLoop::admit_guarded(Submission& s) {
+  // add_request validates before it changes anything, so an exception from it is one
+  // request's failure: that client gets a 500, everyone else keeps being served.
+  const size_t active_before = active_.size();
+  try {
+    admit(s);
+  } catch (...) {
+    const std::string what = what_of(std::current_exception());
+    std::cerr << "quiver serve: request failed: " << what << "\n";
+    for (const auto& [id, a] : active_)
+      if (a.channel == s.channel) engine_->abort_request(id);
+    s.channel->reject(ApiError{500, "internal error: " + what, ""});
+    const size_t admitted = active_.size() - active_before;
+    std::lock_guard<std::mutex> lock(mu_);
+    num_pending_ -= static_cast<int>(s.jobs.size() - admitted);
+  }
+}
+
+void EngineLoop::apply_lora_op_guarded(LoraOp& op) {
+  try {
+    apply_lora_op(op);
+  } catch (...) {
+    const std::string what = what_of(std::current_exception());
+    std::cerr << "quiver serve: adapter operation on '" << op.name << "' failed: " << what << "\n";
+    try {
+      op.done.set_value(ApiError{500, "adapter operation failed: " + what, ""});
+    } catch (const std::future_error&) {
+      // already answered before the failure
     }
   }
 }
@@ -234,7 +283,7 @@ void EngineLoop::apply_lora_op(LoraOp& op) {
           return op.done.set_value(ApiError::bad_request("The lora adapter '" + op.name + "' has already been loaded.",
                                                          "lora_name"));
     }
-    auto added = engine_->add_lora(op.name, op.path);
+    auto added = engine_->add_lora(op.name, op.path, op.allowlist);
     if (!added.is_ok())
       return op.done.set_value(ApiError::bad_request("cannot load adapter '" + op.name + "': " + added.message(),
                                                      "lora_path"));

@@ -56,7 +56,9 @@ class EngineLoop {
   // New submissions get 503 from now on.
   void begin_drain();
   // Loads and fully validates an adapter before it is listed; 400 on any problem.
-  ApiResult<AdapterInfo> load_lora(const std::string& name, const std::string& path);
+  // `allowlist` stays with the adapter: every later reload from disk is checked against it.
+  ApiResult<AdapterInfo> load_lora(const std::string& name, const std::string& path,
+                                   const std::vector<std::string>& allowlist);
   // Unlists the adapter at once; requests already using it finish first, then the engine
   // forgets it. 404 if unknown.
   std::optional<ApiError> unload_lora(const std::string& name);
@@ -81,6 +83,7 @@ class EngineLoop {
     bool load = true;
     std::string name;
     std::string path;
+    std::vector<std::string> allowlist;
     std::promise<ApiResult<AdapterInfo>> done;
   };
   // A running engine request, owned by the engine thread.
@@ -96,6 +99,9 @@ class EngineLoop {
   void run();
   void admit(Submission& s);
   void apply_lora_op(LoraOp& op);
+  // The same, turning an exception into that submission's or operation's error.
+  void admit_guarded(Submission& s);
+  void apply_lora_op_guarded(LoraOp& op);
   void route(std::vector<RequestOutput> outputs);
   void release(const std::string& id);  // a job ended: adapter refs, pending count
   // Every running request gets `error`; queued work gets 503.

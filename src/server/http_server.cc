@@ -1,5 +1,5 @@
-// Routes of `quiver serve`. Authentication covers /v1/* (as in vLLM); /health, /version
-// and /metrics stay open for probes and scrapers.
+// Routes of `quiver serve`. With --api-key every route needs the key except /health and
+// /metrics (probes and scrapers) and CORS preflights (browsers send them without it).
 #include "server/http_server.h"
 
 #include <httplib.h>
@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <ctime>
 #include <random>
 
@@ -61,15 +62,21 @@ json model_card(const std::string& id, const std::string& root, const json& pare
               {"permission", json::array()}};
 }
 
+// `root` is the served name unless --show-model-paths: folder layouts are the operator's.
 void handle_models(ServerContext& ctx, httplib::Response& res) {
+  const bool paths = ctx.options.show_model_paths;
   json data = json::array();
-  data.push_back(model_card(ctx.model_name, ctx.model_path, nullptr, ctx.started_unix, ctx.loop->max_model_len()));
+  data.push_back(model_card(ctx.model_name, paths ? ctx.model_path : ctx.model_name, nullptr, ctx.started_unix,
+                            ctx.loop->max_model_len()));
   for (const AdapterInfo& a : ctx.loop->adapters())
-    data.push_back(model_card(a.name, a.path, ctx.model_name, ctx.started_unix, ctx.loop->max_model_len()));
+    data.push_back(model_card(a.name, paths ? a.path : a.name, ctx.model_name, ctx.started_unix,
+                              ctx.loop->max_model_len()));
   send_json(res, 200, json{{"object", "list"}, {"data", data}});
 }
 
 void handle_load_lora(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  if (!ctx.options.allow_runtime_lora_updating)
+    return send_error(res, ApiError::not_found("runtime LoRA updating is disabled (--allow-runtime-lora-updating)"));
   auto parsed = parse_load_lora_request(req.body);
   if (!parsed.is_ok()) return send_error(res, parsed.error());
   const LoadLoraRequest& r = parsed.value();
@@ -77,18 +84,60 @@ void handle_load_lora(ServerContext& ctx, const httplib::Request& req, httplib::
     return send_error(res, ApiError::bad_request("lora_name must differ from the base model's name", "lora_name"));
   auto path = resolve_allowed_lora_path(r.path, ctx.options.lora_path_allowlist);
   if (!path.is_ok()) return send_error(res, ApiError::bad_request(path.message(), "lora_path"));
-  auto loaded = ctx.loop->load_lora(r.name, path.value());
+  auto loaded = ctx.loop->load_lora(r.name, path.value(), ctx.options.lora_path_allowlist);
   if (!loaded.is_ok()) return send_error(res, loaded.error());
   res.status = 200;
   res.set_content("Success: LoRA adapter '" + r.name + "' added successfully.", "text/plain");
 }
 
 void handle_unload_lora(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  if (!ctx.options.allow_runtime_lora_updating)
+    return send_error(res, ApiError::not_found("runtime LoRA updating is disabled (--allow-runtime-lora-updating)"));
   auto parsed = parse_unload_lora_request(req.body);
   if (!parsed.is_ok()) return send_error(res, parsed.error());
   if (auto error = ctx.loop->unload_lora(parsed.value())) return send_error(res, *error);
   res.status = 200;
   res.set_content("Success: LoRA adapter '" + parsed.value() + "' removed successfully.", "text/plain");
+}
+
+// 413 for a body over --max-body-bytes; `size` is what is known of its length.
+void refuse_large_body(httplib::Response& res, const std::string& size, size_t max) {
+  send_error(res, ApiError{413, "Request body too large: " + size + " (limit " + std::to_string(max) + " bytes)", ""});
+  res.set_header("Connection", "close");
+}
+
+bool over_limit(const std::string& content_length, size_t max) {
+  char* end = nullptr;
+  const unsigned long long n = std::strtoull(content_length.c_str(), &end, 10);
+  return !content_length.empty() && end != content_length.c_str() && n > max;
+}
+
+bool needs_no_key(const std::string& path) { return path == "/health" || path == "/metrics"; }
+
+using Handler = void (*)(ServerContext&, const httplib::Request&, httplib::Response&);
+
+// A POST route whose body is read here, counted against --max-body-bytes whatever its
+// transfer encoding: httplib's own limit only sees Content-Length, so a chunked body (or
+// one without a length) would otherwise grow without bound.
+httplib::Server::HandlerWithContentReader with_body(ServerContext& ctx, Handler handler) {
+  return [&ctx, handler](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+    const size_t max = ctx.options.max_body_bytes;
+    // A declared length over the limit is refused before reading (httplib then closes).
+    const std::string declared = req.get_header_value("Content-Length");
+    if (over_limit(declared, max)) return refuse_large_body(res, declared + " bytes", max);
+    std::string body;
+    bool too_large = false;
+    const bool read = reader([&](const char* data, size_t n) {
+      if (n > max - body.size()) return !(too_large = true);
+      body.append(data, n);
+      return true;
+    });
+    if (too_large) return refuse_large_body(res, "more than the limit", max);
+    if (!read) return send_error(res, ApiError::bad_request("the request body could not be read"));
+    httplib::Request with = req;
+    with.body = std::move(body);
+    handler(ctx, with, res);
+  };
 }
 
 }  // namespace
@@ -138,12 +187,9 @@ void HttpServer::install_routes() {
   // Content-Length itself and answers 413.
   s.set_expect_100_continue_handler([max = o.max_body_bytes](const httplib::Request& req, httplib::Response& res) {
     const std::string len = req.get_header_value("Content-Length");
-    char* end = nullptr;
-    const unsigned long long n = std::strtoull(len.c_str(), &end, 10);
-    if (len.empty() || end == len.c_str() || n <= max) return 100;
+    if (!over_limit(len, max)) return 100;
     // httplib writes `res` as it is, so the status must be set here as well.
-    send_error(res, ApiError{413, "Request body too large: " + len + " bytes (limit " + std::to_string(max) + ")", ""});
-    res.set_header("Connection", "close");
+    refuse_large_body(res, len + " bytes", max);
     return 413;
   });
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
@@ -158,7 +204,7 @@ void HttpServer::install_routes() {
       res.set_content(a.body, "text/plain");
       return httplib::Server::HandlerResponse::Handled;
     }
-    if (req.path.rfind("/v1/", 0) == 0 && !authorized(ctx_.options, req)) {
+    if (!needs_no_key(req.path) && !authorized(ctx_.options, req)) {
       send_error(res, ApiError{401, "Unauthorized: a valid API key is required (Authorization: Bearer KEY)", ""});
       return httplib::Server::HandlerResponse::Handled;
     }
@@ -202,23 +248,12 @@ void HttpServer::install_routes() {
     res.set_content(metrics_->render(), "text/plain; version=0.0.4; charset=utf-8");
   });
   s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) { handle_models(ctx_, res); });
-  s.Post("/v1/completions",
-         [this](const httplib::Request& req, httplib::Response& res) { handle_completions(ctx_, req, res); });
-  s.Post("/v1/chat/completions",
-         [this](const httplib::Request& req, httplib::Response& res) { handle_chat_completions(ctx_, req, res); });
-  s.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) { handle_tokenize(ctx_, req, res); });
-  s.Post("/detokenize",
-         [this](const httplib::Request& req, httplib::Response& res) { handle_detokenize(ctx_, req, res); });
-  s.Post("/v1/load_lora_adapter", [this](const httplib::Request& req, httplib::Response& res) {
-    if (!ctx_.options.allow_runtime_lora_updating)
-      return send_error(res, ApiError::not_found("runtime LoRA updating is disabled (--allow-runtime-lora-updating)"));
-    handle_load_lora(ctx_, req, res);
-  });
-  s.Post("/v1/unload_lora_adapter", [this](const httplib::Request& req, httplib::Response& res) {
-    if (!ctx_.options.allow_runtime_lora_updating)
-      return send_error(res, ApiError::not_found("runtime LoRA updating is disabled (--allow-runtime-lora-updating)"));
-    handle_unload_lora(ctx_, req, res);
-  });
+  s.Post("/v1/completions", with_body(ctx_, handle_completions));
+  s.Post("/v1/chat/completions", with_body(ctx_, handle_chat_completions));
+  s.Post("/tokenize", with_body(ctx_, handle_tokenize));
+  s.Post("/detokenize", with_body(ctx_, handle_detokenize));
+  s.Post("/v1/load_lora_adapter", with_body(ctx_, handle_load_lora));
+  s.Post("/v1/unload_lora_adapter", with_body(ctx_, handle_unload_lora));
 }
 
 Status HttpServer::bind() {

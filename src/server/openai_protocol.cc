@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/json_nesting.h"
 #include "io/json_util.h"
 #include "server/request_fields.h"
 
@@ -32,27 +33,6 @@ json api_error_json(const ApiError& e) {
 }
 
 namespace {
-
-// Bracket depth outside strings; a cheap pre-pass so no later recursion (dump, template
-// rendering) meets an adversarially deep document.
-bool nesting_within(std::string_view s, int max_depth) {
-  int depth = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < s.size(); ++i) {
-    const char c = s[i];
-    if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > max_depth) return false;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return true;
-}
 
 // Reads optional fields of one object; the first error sticks and later reads are no-ops,
 // so a parser reads every field it knows and checks `error` once at the end.
@@ -306,7 +286,7 @@ void read_messages(FieldReader& r, json* out) {
 }  // namespace
 
 ApiResult<json> parse_json_object(std::string_view body) {
-  if (!nesting_within(body, kMaxJsonDepth))
+  if (!json_nesting_within(body, kMaxJsonDepth))
     return ApiError::bad_request("JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
   json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return ApiError::bad_request("the request body is not valid JSON");

@@ -20,7 +20,8 @@ struct ServerOptions {
   std::string api_key;              // empty = no authentication
   bool allow_runtime_lora_updating = false;
   std::vector<std::string> lora_path_allowlist;  // folders adapters may be loaded from at run time
-  size_t max_body_bytes = 32u << 20;  // larger request bodies get 413
+  size_t max_body_bytes = 32u << 20;  // larger request bodies get 413, however they are sent
+  bool show_model_paths = false;      // /v1/models gives folders as `root` (else the names)
   int http_threads = 128;             // each streaming client holds one for its whole response
   int max_pending_requests = 1024;    // engine requests queued or running; more gets 503
   double shutdown_timeout_s = 30;     // on SIGTERM: how long in-flight requests may finish before abort

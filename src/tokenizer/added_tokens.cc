@@ -18,7 +18,8 @@ Result<AddedToken> parse_added_token(const nlohmann::json& j, const std::string&
   if (!j.is_object()) return jp::error(path, "expected an object");
   AddedToken t;
   QV_ASSIGN_OR_RETURN(int64_t id, jp::get_int(j, "id", path, -1));
-  if (id < 0 || id > INT32_MAX) return jp::error(jp::child(path, "id"), "missing or out of range");
+  if (id < 0 || id > jp::kMaxTokenId)
+    return jp::error(jp::child(path, "id"), "missing or outside [0, " + std::to_string(jp::kMaxTokenId) + "]");
   t.id = static_cast<int32_t>(id);
   QV_ASSIGN_OR_RETURN(t.content, jp::require_string(j, "content", path));
   if (t.content.empty()) return jp::error(jp::child(path, "content"), "is empty");

@@ -23,8 +23,9 @@ Result<std::unique_ptr<BpeModel>> BpeModel::parse(const json& j, const std::stri
   m->vocab_.reserve(vocab->size());
   int32_t max_id = -1;
   for (const auto& [token, id] : vocab->items()) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
-      return jp::error(jp::child(vocab_path, token), "expected a non-negative integer id");
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > jp::kMaxTokenId) {
+      return jp::error(jp::child(vocab_path, token),
+                       "expected an integer id in [0, " + std::to_string(jp::kMaxTokenId) + "]");
     }
     int32_t i = static_cast<int32_t>(id.get<int64_t>());
     m->vocab_[token] = i;

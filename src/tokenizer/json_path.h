@@ -2,6 +2,7 @@
 // name the file and JSON path of the offending field (e.g. "pre_tokenizer.pretokenizers[1]").
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -19,6 +20,14 @@ inline std::string child(const std::string& path, const std::string& key) {
 inline std::string index(const std::string& path, size_t i) {
   return path + "[" + std::to_string(i) + "]";
 }
+
+// Token ids index dense tables (id -> token), so an id is bounded before anything is
+// sized by it; real vocabularies stay below a million.
+constexpr int64_t kMaxTokenId = (int64_t{1} << 22) - 1;
+
+// tokenizer.json components nest (Sequence of Sequence ...) and are parsed recursively,
+// so a file is checked against this depth (core/json_nesting.h) before it is parsed.
+constexpr int kMaxNesting = 256;
 
 inline Status error(const std::string& path, const std::string& message) {
   return Status::error(path + ": " + message);

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "tokenizer/hf_tokenizer.h"
+#include "core/json_nesting.h"
 #include "tokenizer/json_path.h"
 
 namespace quiver {
@@ -26,6 +27,8 @@ Result<std::string> read_file(const fs::path& path) {
 
 Result<json> read_json(const fs::path& path) {
   QV_ASSIGN_OR_RETURN(std::string text, read_file(path));
+  if (!json_nesting_within(text, jp::kMaxNesting))
+    return Status::error(path.string() + ": nested more than " + std::to_string(jp::kMaxNesting) + " levels deep");
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Status::error(path.string() + ": not valid JSON");
   return j;

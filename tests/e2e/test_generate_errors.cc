@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "e2e/overflow_adapter.h"
 #include "e2e/scratch.h"
 
 namespace {
@@ -106,6 +107,27 @@ TEST(GenerateErrors, UnknownAndUnsupportedFieldsNameTheKeyAndTheId) {
   EXPECT_EQ(res[4]["token_ids"].size(), 2u) << res[4].dump();
 }
 
+TEST(GenerateErrors, IntegersDoNotWrap) {
+  // Each value is 2^32 + a small number: read as a 32-bit int it became that small number.
+  auto res = generate({
+      R"({"id": "max", "prompt_token_ids": [1], "max_tokens": 4294967297})",
+      R"({"id": "n", "prompt_token_ids": [1], "max_tokens": 1, "n": 4294967298})",
+      R"({"id": "lp", "prompt_token_ids": [1], "max_tokens": 1, "logprobs": 4294967297})",
+      R"({"id": "stop", "prompt_token_ids": [1], "max_tokens": 1, "stop_token_ids": [4294967296]})",
+      R"({"id": "bign", "prompt_token_ids": [1], "max_tokens": 1, "n": 100000000})",
+      R"({"id": "seed", "prompt_token_ids": [1], "max_tokens": 1, "seed": -1})",
+      R"({"id": "ok", "prompt_token_ids": [1], "max_tokens": 2})",
+  });
+  ASSERT_EQ(res.size(), 7u);
+  EXPECT_NE(error_of(res[0]).find("max_tokens"), std::string::npos) << res[0].dump();
+  EXPECT_NE(error_of(res[1]).find("'n'"), std::string::npos) << res[1].dump();
+  EXPECT_NE(error_of(res[2]).find("logprobs"), std::string::npos) << res[2].dump();
+  EXPECT_NE(error_of(res[3]).find("stop_token_ids"), std::string::npos) << res[3].dump();
+  EXPECT_NE(error_of(res[4]).find("n must be at most"), std::string::npos) << res[4].dump();
+  EXPECT_NE(error_of(res[5]).find("seed"), std::string::npos) << res[5].dump();
+  EXPECT_EQ(res[6]["token_ids"].size(), 2u) << res[6].dump();
+}
+
 TEST(GenerateErrors, ModelLoadFailuresExitWithAMessage) {
   const fs::path in = scratch("errors_in2.jsonl");
   std::ofstream(in) << R"({"prompt_token_ids": [1]})" << "\n";
@@ -118,6 +140,45 @@ TEST(GenerateErrors, ModelLoadFailuresExitWithAMessage) {
   std::ifstream e(err);
   std::string msg((std::istreambuf_iterator<char>(e)), {});
   EXPECT_NE(msg.find("another model"), std::string::npos) << msg;
+}
+
+// Files next to the model that disagree with it stop start-up: a tokenizer whose ids do
+// not match the model's vocabulary (its text would silently lose tokens).
+TEST(GenerateErrors, TokenizerForAnotherModelIsRefused) {
+  const fs::path dir = scratch("other_tokenizer_model");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const auto& e : fs::directory_iterator(kModel))
+    if (e.is_regular_file()) fs::create_symlink(e.path(), dir / e.path().filename());
+  fs::copy_file(fs::path(QUIVER_SOURCE_DIR) / "tests/fixtures/tokenizers/gpt2/tokenizer.json", dir / "tokenizer.json");
+  const fs::path in = scratch("errors_in3.jsonl");
+  std::ofstream(in) << R"({"prompt_token_ids": [1]})" << "\n";
+  const fs::path err = scratch("errors_stderr3.txt");
+  const std::string cmd = std::string(QUIVER_BINARY) + " generate --model " + dir.string() + " --input " + in.string() +
+                          " --output /dev/null 2>" + err.string();
+  EXPECT_NE(std::system(cmd.c_str()), 0);
+  std::ifstream e(err);
+  std::string msg((std::istreambuf_iterator<char>(e)), {});
+  EXPECT_NE(msg.find("tokenizer made for another model"), std::string::npos) << msg;
+  fs::remove_all(dir);
+}
+
+// An adapter whose weights are finite but overflow the activations: its requests end with
+// an error naming it (instead of token 0 for ever), the base-model requests beside them
+// in the same batch finish normally.
+TEST(GenerateErrors, NonFiniteLogitsEndThatRequestOnly) {
+  const fs::path dir = scratch("overflow_adapter");
+  ASSERT_TRUE(quiver::testing::write_overflowing_adapter(kModel / "adapters/r8_all", dir));
+  auto res = generate({R"({"id": "base", "prompt_token_ids": [1, 2, 3], "max_tokens": 3, "temperature": 0})",
+                       R"({"id": "bad", "prompt_token_ids": [1, 2, 3], "lora": "big", "max_tokens": 3})",
+                       R"({"id": "base2", "prompt_token_ids": [4, 5], "max_tokens": 2, "logprobs": 1})"},
+                      "--max-loras 2 --lora big=" + dir.string());
+  ASSERT_EQ(res.size(), 3u);
+  EXPECT_EQ(res[0]["token_ids"].size(), 3u) << res[0].dump();
+  EXPECT_NE(error_of(res[1]).find("non-finite logit"), std::string::npos) << res[1].dump();
+  EXPECT_NE(error_of(res[1]).find("'big'"), std::string::npos) << res[1].dump();
+  EXPECT_EQ(res[2]["token_ids"].size(), 2u) << res[2].dump();
+  fs::remove_all(dir);
 }
 
 // vLLM's JSON form of an adapter spec gives the same outputs as NAME=DIR; malformed specs

@@ -1,5 +1,5 @@
 // libFuzzer target for the OpenAI request parsers and the error/response JSON they feed.
-// Not part of the CMake build: tools/fuzz_server_parser.sh compiles it with clang's
+// Not part of the CMake build: tools/fuzz.sh openai_parser compiles it with clang's
 // -fsanitize=fuzzer,address,undefined together with the two pure server files it needs.
 #include <cstddef>
 #include <cstdint>

@@ -14,14 +14,6 @@ TRIES=${2:-50}
 HERE=$(cd "$(dirname "$0")" && pwd)
 FIXTURE=$(cd "$HERE/../fixtures/llama_gqa" && pwd)
 command -v node >/dev/null || { echo "SKIP: node is not installed"; exit 77; }
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for pid in "${PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-
 source "$HERE/harness.sh"
 now_ms() { date +%s%3N; }
 

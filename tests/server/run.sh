@@ -25,14 +25,6 @@ if [ ! -d "$HERE/node_modules/openai" ]; then
   (cd "$HERE" && npm ci --no-audit --no-fund --loglevel=error) || { echo "SKIP: npm ci failed (offline?)"; exit 77; }
 fi
 
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; done
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-
 source "$HERE/harness.sh"
 
 ADAPTER_FLAGS=()
@@ -85,7 +77,7 @@ expect() {
 # ---- 1. the OpenAI client -----------------------------------------------------------------
 mkdir -p "$WORK/allowed" "$WORK/outside"
 start_server A "$WORK/a.log" --model "$FIXTURE" --max-lora-rank 64 --max-loras 4 "${ADAPTER_FLAGS[@]}" \
-  --api-key "$KEY" --allow-runtime-lora-updating --lora-path-allowlist "$WORK/allowed" --max-body-bytes 1048576 \
+  --api-key "$KEY" --allow-runtime-lora-updating --lora-path-allowlist "$WORK/allowed" --max-body-bytes 1048576 --show-model-paths \
   --allowed-origins '["https://app.example"]'
 
 CHAT_ENV=()
@@ -127,8 +119,9 @@ if [ -n "${D_URL:-}" ]; then
   used=$(node_field "$D_URL/v1/chat/completions" "{\"model\": \"sql\", $MSGS, \"max_tokens\": 1}" 'r.usage.prompt_tokens')
   if [ -n "$count" ] && [ "$count" = "$used" ]; then pass "/tokenize of chat messages counts what chat completions use ($count)"
   else fail "/tokenize messages count '$count' vs chat usage.prompt_tokens '$used'"; fi
-  expect 404 "/tokenize with an unknown model" "$D_URL/tokenize" -d '{"model": "nope", "prompt": "x"}'
-  expect 400 "/detokenize with an id outside the vocabulary" "$D_URL/detokenize" -d '{"tokens": [1, 99999999]}'
+  expect 404 "/tokenize with an unknown model" -H "Authorization: Bearer $KEY" "$D_URL/tokenize" -d '{"model": "nope", "prompt": "x"}'
+  expect 400 "/detokenize with an id outside the vocabulary" -H "Authorization: Bearer $KEY" "$D_URL/detokenize" -d '{"tokens": [1, 99999999]}'
+  expect 401 "/tokenize without the API key" "$D_URL/tokenize" -d '{"prompt": "x"}'
 fi
 
 # ---- 2. curl: malformed requests and limits ----------------------------------------------
@@ -253,7 +246,8 @@ grep -q 'shutting down' "$WORK/t.log" && pass "SIGTERM: logged" || fail "SIGTERM
 
 # ---- 4. load test ------------------------------------------------------------------------
 if [ "$LOAD_SECONDS" != 0 ]; then
-  start_server L "$WORK/l.log" --model "$FIXTURE" --max-lora-rank 64 --max-loras 8 "${ADAPTER_FLAGS[@]}"
+  # --show-model-paths: the load test finds the folders to run `quiver generate` on in /v1/models.
+  start_server L "$WORK/l.log" --model "$FIXTURE" --max-lora-rank 64 --max-loras 8 "${ADAPTER_FLAGS[@]}" --show-model-paths
   expect 404 "runtime LoRA endpoints are off without --allow-runtime-lora-updating" "$L_URL/v1/load_lora_adapter" \
     -d "{\"lora_name\": \"dyn\", \"lora_path\": \"$WORK/allowed/dyn\"}"
   if node "$ROOT/tools/load_test_server.js" --url "$L_URL" --duration "$LOAD_SECONDS" --clients 64 \

@@ -494,5 +494,26 @@ TEST(RopeTables, Llama3FromParsedConfig) {
   EXPECT_NEAR(inv[63], low_63, low_63 * 1e-6);
 }
 
+TEST(ModelConfig, SizesAreBoundedNotWrapped) {
+  // 4294967808 = 2^32 + 512 once passed as 512; 2147483647 and 3e9 aborted the engine.
+  for (int64_t n : {int64_t{4294967808}, int64_t{2147483647}, int64_t{3000000000}}) {
+    auto r = parse_edited(kLlama31, Json{{"max_position_embeddings", n}});
+    ASSERT_FALSE(r.is_ok()) << n;
+    EXPECT_NE(r.message().find("max_position_embeddings"), std::string::npos) << r.message();
+  }
+  auto r = parse_edited(kLlama31, Json{{"vocab_size", int64_t{1} << 40}});
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_NE(r.message().find("vocab_size"), std::string::npos) << r.message();
+}
+
+TEST(ModelConfig, AbsurdRmsNormEpsIsRefused) {
+  for (double eps : {1e300, 1.0, -1e-6}) {
+    auto r = parse_edited(kLlama31, Json{{"rms_norm_eps", eps}});
+    ASSERT_FALSE(r.is_ok()) << eps;
+    EXPECT_NE(r.message().find("rms_norm_eps"), std::string::npos) << r.message();
+  }
+  EXPECT_TRUE(parse_edited(kLlama31, Json{{"rms_norm_eps", 1e-5}}).is_ok());
+}
+
 }  // namespace
 }  // namespace quiver

@@ -51,7 +51,9 @@ std::string build(const std::vector<Spec>& specs, const Json& metadata = nullptr
     data += s.data;
   }
   if (!metadata.is_null()) header["__metadata__"] = metadata;
-  return raw_file(header.dump(), data);
+  std::string text = header.dump();
+  while (text.size() % 8 != 0) text += ' ';  // as every writer does: the data stays aligned
+  return raw_file(text, data);
 }
 
 class SafetensorsTest : public ::testing::Test {
@@ -169,10 +171,22 @@ TEST_F(SafetensorsTest, FileLevelInfoAndMetadata) {
 TEST_F(SafetensorsTest, HeaderPaddedWithSpacesIsAccepted) {
   // Writers pad the header with spaces so the data section is 8-byte aligned.
   Json h = {{"w", {{"dtype", "F32"}, {"shape", {1}}, {"data_offsets", {0, 4}}}}};
-  std::string header = h.dump() + "     ";
+  std::string header = h.dump() + " ";
+  while (header.size() % 8 != 0) header += ' ';
   auto f = SafetensorsFile::open(write("m.safetensors", raw_file(header, bytes_of(std::vector<float>{4.f}))));
   ASSERT_TRUE(f.is_ok()) << f.message();
   EXPECT_EQ(static_cast<const float*>((*f)->tensors().at("w").data)[0], 4.f);
+}
+
+TEST_F(SafetensorsTest, UnalignedWeightViewsAreRefused) {
+  Json h = {{"w", {{"dtype", "F32"}, {"shape", {1}}, {"data_offsets", {0, 4}}}}};
+  std::string header = h.dump();
+  if (header.size() % 2 == 0) header += ' ';
+  auto ck = Checkpoint::open(write("m.safetensors", raw_file(header, bytes_of(std::vector<float>{4.f}))));
+  ASSERT_TRUE(ck.is_ok()) << ck.message();
+  auto t = ck->get("w", {1});
+  ASSERT_FALSE(t.is_ok());
+  EXPECT_NE(t.message().find("not aligned"), std::string::npos) << t.message();
 }
 
 TEST_F(SafetensorsTest, FolderWithModelSafetensors) {

@@ -175,5 +175,35 @@ TEST(TokenizerLoad, ChatTemplateSources) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(TokenizerErrors, HugeIdsAreRefusedNotAllocated) {
+  // id + 1 overflowed a 32-bit int (a crash), and a vocab id of 2^31-1 sized a 2^31 table.
+  json doc = sp_doc();
+  doc["added_tokens"] = json::array({{{"id", 2147483647}, {"content", "<x>"}, {"special", true}}});
+  std::string msg = create_error(doc);
+  EXPECT_NE(msg.find("added_tokens[0].id"), std::string::npos) << msg;
+  doc = sp_doc();
+  doc["model"]["vocab"]["big"] = 2147483647;
+  msg = create_error(doc);
+  EXPECT_NE(msg.find("model.vocab.big"), std::string::npos) << msg;
+}
+
+TEST(TokenizerLoad, DeepNestingIsAnErrorNotAStackOverflow) {
+  auto dir = testing::temp_dir("deep");
+  std::string deep = sp_doc().dump();
+  const std::string normalizer = "\"normalizer\":";
+  std::string nested;
+  for (int i = 0; i < 100000; ++i) nested += R"({"type":"Sequence","normalizers":[)";
+  nested += "null";
+  for (int i = 0; i < 100000; ++i) nested += "]}";
+  const size_t at = deep.find(normalizer);
+  ASSERT_NE(at, std::string::npos);
+  deep.insert(at + normalizer.size(), nested + ",\"unused\":");
+  testing::write_file(dir / "tokenizer.json", deep);
+  auto t = Tokenizer::load(dir.string());
+  ASSERT_FALSE(t.is_ok());
+  EXPECT_NE(t.message().find("nested more than"), std::string::npos) << t.message();
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace quiver

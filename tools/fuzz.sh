@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Runs one libFuzzer target with ASan + UBSan for a bounded time. Needs Debian's clang;
+# CTest runs each target briefly (fuzz_io, fuzz_openai_parser) and skips (77) without it.
+#
+#   tools/fuzz.sh TARGET [SECONDS=60] [BUILD_DIR=build-fuzz]
+#
+#   io             tests/fuzz/fuzz_io_readers.cc: safetensors header, config.json,
+#                  adapter_config.json (src/core + src/io), seeds tests/fuzz/io_seeds
+#   openai_parser  tests/fuzz/fuzz_openai_parser.cc: the OpenAI request parsers,
+#                  seeds tests/fuzz/openai_parser_seeds
+#
+# The corpus grows in BUILD_DIR/TARGET_corpus; a finding leaves BUILD_DIR/crash-* (or
+# leak-*, timeout-*) and a non-zero exit status. The binary is rebuilt only when a source
+# is newer.
+set -euo pipefail
+TARGET=${1:?usage: fuzz.sh io|openai_parser [SECONDS] [BUILD_DIR]}
+SECONDS_TO_RUN=${2:-60}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${3:-$ROOT/build-fuzz}
+CXX=${CXX_FUZZ:-clang++}
+command -v "$CXX" >/dev/null || { echo "SKIP: $CXX not found"; exit 77; }
+
+
+case "$TARGET" in
+  io)
+    SOURCES=("$ROOT"/tests/fuzz/fuzz_io_readers.cc "$ROOT"/src/core/*.cc "$ROOT"/src/io/*.cc)
+    SEEDS=$ROOT/tests/fuzz/io_seeds
+    LIBS=($(pkg-config --cflags --libs libpcre2-8) -lpthread)
+    RUN=(-max_len=16384)
+    ;;
+  openai_parser)
+    SOURCES=("$ROOT"/tests/fuzz/fuzz_openai_parser.cc "$ROOT"/src/server/openai_protocol.cc
+             "$ROOT"/src/server/openai_response.cc "$ROOT"/src/io/json_util.cc)
+    SEEDS=$ROOT/tests/fuzz/openai_parser_seeds
+    LIBS=()
+    RUN=(-max_len=8192 -dict="$ROOT/tests/fuzz/openai_parser.dict")
+    ;;
+  *) echo "unknown target '$TARGET' (io, openai_parser)"; exit 2 ;;
+esac
+
+mkdir -p "$BUILD/${TARGET}_corpus"
+find "$SEEDS" -type f -exec cp -n {} "$BUILD/${TARGET}_corpus/" \;
+BIN=$BUILD/fuzz_$TARGET
+if [ ! -x "$BIN" ] || [ -n "$(find "${SOURCES[@]}" "$ROOT"/src -newer "$BIN" -print -quit)" ]; then
+  # clang 14 lacks std::source_location (core/check.h): the shim stands in for it.
+  "$CXX" -std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined \
+    -fno-sanitize-recover=undefined -include "$ROOT/tests/fuzz/source_location_shim.h" -I "$ROOT/src" -I "$ROOT/tests" \
+    "${SOURCES[@]}" "${LIBS[@]}" -o "$BIN"
+fi
+
+cd "$BUILD"
+"$BIN" -max_total_time="$SECONDS_TO_RUN" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 "${RUN[@]}" \
+  "${TARGET}_corpus"
