@@ -1,6 +1,7 @@
 #include "cli/generate_io.h"
 
 #include "io/json_util.h"
+#include "structured/request_fields.h"
 
 namespace quiver {
 
@@ -99,6 +100,12 @@ Result<GenerateRequest> parse_generate_request(const std::string& line, int line
       if (!x.is_number_integer()) return Status::error("field 'stop_token_ids' must be a list of integers");
       p.stop_token_ids.push_back(x.get<int32_t>());
     }
+  }
+  if (structured::has_structured_fields(j)) {
+    std::string field;
+    auto spec = structured::read_structured_fields(nlohmann::ordered_json::parse(line), &field);
+    if (!spec.is_ok()) return spec.status();
+    p.structured_outputs = std::move(spec).value();
   }
   return r;
 }

@@ -10,6 +10,7 @@
 #include "server/openai_protocol.h"
 #include "server/openai_response.h"
 #include "server/output_assembler.h"
+#include "server/tool_calls.h"
 
 namespace quiver {
 
@@ -24,6 +25,7 @@ struct PreparedGeneration {
   bool include_usage = false;
   bool return_token_ids = false;
   bool logprobs = false;  // choices carry a logprob block
+  ToolPlan tools;         // chat: how the output becomes tool_calls
 };
 
 // What preparation needs to know about the running server.
@@ -32,6 +34,7 @@ struct ModelView {
   int max_model_len = 0;
   const Tokenizer* tokenizer = nullptr;  // null: token-id prompts only
   const EngineLoop* loop = nullptr;      // for adapter names
+  ToolOptions tools;
 };
 
 // The adapter a "model" field names: "" for the base model (or an empty field), 404 if unknown.

@@ -32,6 +32,8 @@ struct ChoicePiece {
   std::vector<int32_t> echo_token_ids;
   std::vector<std::optional<TokenLogprobs>> echo_logprobs;
   std::optional<std::vector<int32_t>> prompt_token_ids;
+  // Chat: OpenAI tool_calls parsed from the text (tool_calls.h); empty when none.
+  nlohmann::json tool_calls = nlohmann::json::array();
 };
 
 struct ResponseMeta {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "server/cors.h"
+#include "server/tool_calls.h"
 
 namespace quiver {
 
@@ -21,6 +22,7 @@ struct ServerOptions {
   int http_threads = 128;             // each streaming client holds one for its whole response
   int max_pending_requests = 1024;    // engine requests queued or running; more gets 503
   double shutdown_timeout_s = 30;     // on SIGTERM: how long in-flight requests may finish before abort
+  ToolOptions tools;                  // --enable-auto-tool-choice, --tool-call-parser
   CorsOptions cors;                   // browser clients from other origins (off by default)
 };
 
