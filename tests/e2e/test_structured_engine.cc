@@ -4,15 +4,19 @@
 // sampled at temperature 1; every constrained output matches its constraint and ends by
 // the constraint (finish "stop"), and the unconstrained one is untouched by the masks of
 // its batch-mates (the same tokens as when run alone). Unsupported schemas are refused at
-// add_request with a message naming the keyword.
+// add_request with a message naming the keyword. `quiver generate` lines take the same
+// request fields as the server, and a bad constraint is that line's error only.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <regex>
 
 #include <nlohmann/json.hpp>
 
+#include "e2e/scratch.h"
 #include "engine/llm_engine.h"
 
 namespace quiver {
@@ -113,6 +117,39 @@ TEST(StructuredEngine, UnsupportedSchemaIsRefusedByName) {
   ASSERT_FALSE(s.is_ok());
   EXPECT_NE(s.message().find("missing ')'"), std::string::npos) << s.message();
   EXPECT_FALSE(e->has_unfinished_requests());
+}
+
+TEST(StructuredEngine, GenerateLinesTakeTheServerFields) {
+  const fs::path in = testing::scratch("structured_in.jsonl"), out = testing::scratch("structured_out.jsonl");
+  {
+    std::ofstream f(in);
+    f << R"({"id": "choice", "prompt": "Q:", "max_tokens": 20, "temperature": 1, "seed": 3, "guided_choice": ["left", "right"]})"
+      << "\n"
+      << R"({"id": "bad", "prompt": "Q:", "max_tokens": 20, "guided_json": {"type": "integer", "minimum": 1}})" << "\n"
+      << R"({"id": "regex", "prompt": "Q:", "max_tokens": 40, "structured_outputs": {"regex": "[0-9]{4}"}})" << "\n"
+      << R"({"id": "json", "prompt": "Q:", "max_tokens": 60, "temperature": 1, "seed": 5, )"
+         R"("response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", )"
+         R"("properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}}}})"
+      << "\n";
+  }
+  const std::string cmd = std::string(QUIVER_BINARY) + " generate --model " + kModel.string() + " --input " + in.string() +
+                          " --output " + out.string();
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::map<std::string, nlohmann::json> got;
+  std::ifstream f(out);
+  for (std::string line; std::getline(f, line);) {
+    auto j = nlohmann::json::parse(line);
+    got[j["id"]] = j;
+  }
+  ASSERT_EQ(got.size(), 4u);
+  EXPECT_TRUE(got["choice"]["text"] == "left" || got["choice"]["text"] == "right") << got["choice"];
+  EXPECT_NE(got["bad"]["error"]["message"].get<std::string>().find("'minimum' is not supported"), std::string::npos);
+  EXPECT_TRUE(std::regex_match(got["regex"]["text"].get<std::string>(), std::regex("[0-9]{4}"))) << got["regex"];
+  auto v = nlohmann::json::parse(got["json"]["text"].get<std::string>(), nullptr, false);
+  ASSERT_TRUE(v.is_object()) << got["json"];
+  EXPECT_TRUE(v["ok"].is_boolean()) << got["json"];
+  fs::remove(in);
+  fs::remove(out);
 }
 
 }  // namespace
