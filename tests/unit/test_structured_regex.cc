@@ -1,8 +1,9 @@
 // link: qv_structured
 // The regex subset against std::regex (ECMAScript) as an independent oracle: for each
 // pattern, random strings over a small alphabet, strings the automaton accepts, and those
-// with one character changed get the same full-match answer; malformed and unsupported patterns fail with messages naming
-// what is wrong; non-ASCII classes follow UTF-8; the state bound gives an error.
+// with one character changed get the same full-match answer; malformed and unsupported
+// patterns fail with messages naming what is wrong; non-ASCII classes follow UTF-8; the
+// state bound gives an error.
 #include <gtest/gtest.h>
 
 #include <random>
