@@ -4,6 +4,7 @@
 
 #include "io/json_fields.h"
 #include "io/json_util.h"
+#include "structured/request_fields.h"
 
 namespace quiver {
 
@@ -130,6 +131,12 @@ Result<GenerateRequest> parse_generate_request(const std::string& line, int line
         return Status::error("field 'stop_token_ids' must be a list of token ids, got " + x.dump());
       p.stop_token_ids.push_back(static_cast<int32_t>(*id));
     }
+  }
+  if (structured::has_structured_fields(j)) {
+    std::string field;
+    auto spec = structured::read_structured_fields(nlohmann::ordered_json::parse(line), &field);
+    if (!spec.is_ok()) return spec.status();
+    p.structured_outputs = std::move(spec).value();
   }
   return r;
 }

@@ -32,6 +32,7 @@ struct ServeOptions {
   std::string allowed_origins, allowed_methods, allowed_headers;  // CORS, vLLM's JSON-list form
   std::string generation_config = "auto";
   std::string chat_template;  // a file, or the template itself
+  std::string tool_call_parser;
 };
 
 // --chat-template as vLLM reads it: a file's contents when the file exists; otherwise the
@@ -65,6 +66,19 @@ Status finalize_generation_config(ServeOptions* o) {
   if (d.min_p) p.min_p = static_cast<float>(*d.min_p);
   if (d.repetition_penalty) p.repetition_penalty = static_cast<float>(*d.repetition_penalty);
   if (!d.empty()) std::cerr << "quiver serve: sampling defaults from generation_config.json: " << d.describe() << "\n";
+  return Status::ok();
+}
+
+// --tool-call-parser into server.tools; auto tool choice needs a parser, as in vLLM.
+Status finalize_tools(ServeOptions* o) {
+  ToolOptions& t = o->server.tools;
+  if (!o->tool_call_parser.empty()) {
+    auto parser = parse_tool_call_parser(o->tool_call_parser);
+    if (!parser.is_ok()) return Status::error("--tool-call-parser: " + parser.error().message);
+    t.parser = parser.value();
+  }
+  if (t.enable_auto_tool_choice && t.parser == ToolCallParser::kNone)
+    return Status::error("--enable-auto-tool-choice needs --tool-call-parser (llama3_json or hermes)");
   return Status::ok();
 }
 
@@ -148,6 +162,7 @@ int run_serve(ServeOptions& o) {
   if (s.is_ok()) s = finalize_cors(&o);
   if (s.is_ok()) s = finalize_generation_config(&o);
   if (s.is_ok()) s = finalize_chat_template(&o);
+  if (s.is_ok()) s = finalize_tools(&o);
   if (!s.is_ok()) {
     std::cerr << "quiver serve: " << s.message() << "\n";
     return 2;
@@ -221,6 +236,10 @@ void register_serve(CLI::App& app, int* exit_code) {
                 "enable /v1/load_lora_adapter and /v1/unload_lora_adapter");
   cmd->add_option("--lora-path-allowlist", s.lora_path_allowlist,
                   "folders runtime adapters may be loaded from (repeatable)");
+  cmd->add_flag("--enable-auto-tool-choice", s.tools.enable_auto_tool_choice,
+                "let the model choose to call tools (tool_choice \"auto\"); needs --tool-call-parser");
+  cmd->add_option("--tool-call-parser", opts->tool_call_parser,
+                  "how tool calls are read from the model's text: llama3_json or hermes");
   cmd->add_option("--max-body-bytes", s.max_body_bytes, "largest request body accepted (413 beyond)");
   cmd->add_option("--http-threads", s.http_threads, "HTTP worker threads (each open stream holds one)");
   cmd->add_option("--max-pending-requests", s.max_pending_requests, "requests queued or running before 503");

@@ -24,7 +24,7 @@ int32_t float_bits(float f) {
 
 bool device_can_sample(const SamplingParams& p, bool block_eos) {
   return p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f && p.repetition_penalty == 1.0f && !block_eos &&
-         p.logit_bias.empty() && p.logprobs <= kK;
+         p.logit_bias.empty() && p.logprobs <= kK && !p.structured_outputs.active();
 }
 
 void DeviceSampling::reset(int rows) {

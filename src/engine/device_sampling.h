@@ -5,7 +5,8 @@
 //
 // Which rows go to the device is decided per request, from its own state only, so a seeded
 // request gets the same tokens alone or batched: rows whose sampling the device op reproduces
-// (no presence/frequency/repetition penalty, EOS not blocked by min_tokens, logprobs <= 20)
+// (no presence/frequency/repetition penalty, EOS not blocked by min_tokens, logprobs <= 20,
+// no structured-output mask)
 // are always sampled by the counter-based sampler of backend/sampling_math.h; the others
 // always by the host sampler (sampler.h), from host logits.
 #pragma once

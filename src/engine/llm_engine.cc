@@ -16,6 +16,7 @@
 #include "kv/kv_cache.h"
 #include "model/llama.h"
 #include "sched/scheduler.h"
+#include "structured/grammar_cache.h"
 #include "tokenizer/tokenizer.h"
 
 namespace quiver {
@@ -44,6 +45,11 @@ Status LLMEngine::add_request(const std::string& id, const PromptInput& prompt, 
   req->id = id;
   req->params = params;
   req->arrival = std::chrono::steady_clock::now();
+  if (params.structured_outputs.active()) {
+    auto g = grammar_for(params.structured_outputs);
+    if (!g.is_ok()) return g.status();
+    req->grammar = std::move(g).value();
+  }
 
   std::vector<int32_t> ids = prompt.token_ids;
   if (prompt.text.has_value()) {
@@ -178,6 +184,11 @@ void LLMEngine::process_sample(Request& req, int i, int32_t token, std::optional
   SeqState& st = *req.seqs[i];
   const SamplingParams& p = req.params;
   if (logprobs.has_value()) st.out.logprobs.push_back(std::move(*logprobs));
+  if (req.grammar) {
+    st.grammar_state = req.grammar->advance(st.grammar_state, token);
+    // The next step's mask, derived now rather than when the next logits are waiting.
+    if (st.grammar_state != structured::kDead) req.grammar->mask(st.grammar_state);
+  }
   st.seq.tokens.push_back(token);
   st.out.token_ids.push_back(token);
   if (req.first_token_s < 0) req.first_token_s = seconds_since(req.arrival);
@@ -284,10 +295,9 @@ std::vector<RequestOutput> LLMEngine::step() {
           if (bad != logits.end())
             fail_request(*req, non_finite_logits_error(*req, std::to_string(*bad) + " for token " +
                                                                  std::to_string(bad - logits.begin())));
-          const bool block_eos = seq.num_generated() < req->params.min_tokens;
-          token = sample_token(logits, req->params, std::span<const int32_t>(seq.tokens.data(), seq.num_prompt_tokens),
-                               std::span<const int32_t>(seq.tokens.data() + seq.num_prompt_tokens, seq.num_generated()),
-                               block_eos, config_.eos_token_ids, st.rng);
+          const std::optional<int32_t> sampled = sample_host(*req, i, logits);
+          if (!sampled.has_value()) continue;  // finished by its grammar
+          token = *sampled;
           if (k >= 0 && req->error.empty()) lp = logprobs_for(logits, token, k);
         }
         // Sampling appends to seq.tokens, which commit() below relies on.
@@ -364,6 +374,7 @@ RequestOutput LLMEngine::make_output(Request& req) {
     out.prompt_logprobs.resize(out.prompt_token_ids.size());
   }
   out.lora_name = req.lora_name;
+  out.error = req.error;
   out.finished = true;
   for (auto& st : req.seqs) {
     CompletionOutput c = st->out;

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,10 @@ class EngineLoraSlots;
 struct Request;
 struct DeviceSampling;
 struct ScheduledBatch;
+namespace structured {
+class Grammar;
+class GrammarCache;
+}
 struct Sequence;
 
 // A prompt is text (needs the model's tokenizer) or token ids.
@@ -108,6 +113,11 @@ class LLMEngine {
   void finish_seq(Request& req, int seq_index, const std::string& reason, std::optional<std::string> stop_reason,
                   bool by_stop_string = false);
   RequestOutput make_output(Request& req);
+  // The grammar a structured-output request is held to (compiled or cached).
+  Result<std::shared_ptr<structured::Grammar>> grammar_for(const StructuredOutputSpec& spec);
+  // Host-samples row `logits` of sequence i, under its grammar's mask if it has one.
+  // nullopt: the sequence was finished instead (nothing left the grammar allows).
+  std::optional<int32_t> sample_host(Request& req, int i, std::span<const float> logits);
 
   EngineArgs args_;
   ModelConfig config_;
@@ -122,6 +132,7 @@ class LLMEngine {
   std::unique_ptr<EngineLoraSlots> slot_provider_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<structured::GrammarCache> grammars_;  // made on the first structured request
 
   std::map<std::string, std::unique_ptr<Request>> requests_;
   std::vector<std::string> aborted_;  // reported by the next step

@@ -12,6 +12,7 @@
 #include "engine/sampling_params.h"
 #include "io/peft_adapter.h"
 #include "sched/sequence.h"
+#include "structured/grammar.h"
 #include "tokenizer/stop_checker.h"
 #include "tokenizer/tokenizer.h"
 
@@ -26,6 +27,7 @@ struct SeqState {
   std::unique_ptr<StopChecker> stops;
   size_t reported_tokens = 0;   // tokens included in the previous RequestOutput
   size_t reported_text = 0;     // bytes of text included in the previous RequestOutput
+  int32_t grammar_state = 0;    // where the output stands in the request's grammar
 };
 
 struct Request {
@@ -35,6 +37,8 @@ struct Request {
   std::string lora_name;
   uint64_t lora_uid = 0;
   std::shared_ptr<const LoraAdapter> adapter;  // keeps host weights while running
+  std::shared_ptr<structured::Grammar> grammar;  // set when params.structured_outputs is
+  std::string error;  // why the engine ended the request, reported as RequestOutput::error
   std::vector<std::unique_ptr<SeqState>> seqs;
   std::vector<std::optional<TokenLogprobs>> prompt_logprobs;
   std::chrono::steady_clock::time_point arrival;

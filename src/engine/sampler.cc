@@ -36,9 +36,13 @@ TokenLogprobs logprobs_for(std::span<const float> logits, int32_t token, int top
 }
 
 int32_t sample_token(std::span<const float> logits_in, const SamplingParams& p, std::span<const int32_t> prompt,
-                     std::span<const int32_t> output, bool block_eos, std::span<const int64_t> eos_ids, SeqRng& rng) {
+                     std::span<const int32_t> output, bool block_eos, std::span<const int64_t> eos_ids, SeqRng& rng,
+                     std::span<const uint64_t> allowed) {
   std::vector<float> logits(logits_in.begin(), logits_in.end());
   const int64_t v = static_cast<int64_t>(logits.size());
+  if (!allowed.empty())
+    for (int64_t i = 0; i < v; ++i)
+      if (!((allowed[static_cast<size_t>(i) >> 6] >> (i & 63)) & 1)) logits[i] = -std::numeric_limits<float>::infinity();
   for (const auto& [t, bias] : p.logit_bias)
     if (t >= 0 && t < v) logits[t] += bias;
   // Penalties (vLLM semantics): repetition over prompt + output; presence/frequency over output.

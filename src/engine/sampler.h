@@ -27,10 +27,13 @@ using SeqRng = std::mt19937_64;
 // log_softmax(logits) top-K entries plus the given token.
 TokenLogprobs logprobs_for(std::span<const float> logits, int32_t token, int top_k);
 
-// Chooses a token. `output_tokens`/`prompt_tokens` feed the penalties. Greedy
+// Chooses a token. `allowed` (a bitset over the vocabulary, empty = all) is a structured
+// output's token mask: refused tokens get -inf logits before logit_bias, penalties and
+// truncation; the caller guarantees it allows some token that block_eos leaves. `output_tokens`/`prompt_tokens` feed the penalties. Greedy
 // (temperature 0) returns the lowest-index argmax of the penalised logits.
 int32_t sample_token(std::span<const float> logits, const SamplingParams& params,
                      std::span<const int32_t> prompt_tokens, std::span<const int32_t> output_tokens,
-                     bool block_eos, std::span<const int64_t> eos_ids, SeqRng& rng);
+                     bool block_eos, std::span<const int64_t> eos_ids, SeqRng& rng,
+                     std::span<const uint64_t> allowed = {});
 
 }  // namespace quiver

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "structured/structured_spec.h"
 
 namespace quiver {
 
@@ -35,6 +36,9 @@ struct SamplingParams {
   int logprobs = -1;         // top-K per generated token (plus the chosen one); -1 = none
   int prompt_logprobs = -1;  // top-K per prompt position (plus the actual one); -1 = none
   bool skip_special_tokens = true;
+  // vLLM's structured_outputs (guided_json / guided_regex / guided_choice / response_format):
+  // the output must match it. Such rows are always sampled on the host, under a token mask.
+  StructuredOutputSpec structured_outputs;
 
   // Range checks with messages naming the field (400-style errors).
   Status validate(int64_t vocab_size) const;

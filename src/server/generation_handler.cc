@@ -30,8 +30,29 @@ struct Generation {
   std::vector<size_t> text_offsets;  // per choice: text already streamed (completion logprobs)
   bool preamble_sent = false;
   bool done = false;
+  std::vector<std::string> tool_text;  // per choice: text held back until it can be parsed
 
   void cancel() { ctx->loop->cancel(channel); }
+
+  // Content and tool_calls from a whole choice's text; finish "tool_calls" when the
+  // model stopped after calling.
+  void apply_tools(ChoicePiece& p) {
+    ParsedTools parsed = parse_tool_output(p.text, prep.tools, [this] { return ctx->new_id("chatcmpl-tool-"); });
+    p.text = std::move(parsed.content);
+    p.tool_calls = std::move(parsed.tool_calls);
+    if (!p.tool_calls.empty() && p.finish_reason == "stop") p.finish_reason = "tool_calls";
+  }
+  // Streaming with tools: text is parsed once the choice is whole, so pieces are held
+  // back and the finishing one carries content and tool_calls together.
+  bool hold_for_tools(ChoicePiece& p) {
+    if (!prep.chat || !prep.tools.active()) return false;
+    std::string& held = tool_text[static_cast<size_t>(p.index)];
+    held += p.text;
+    if (p.finish_reason.empty()) return true;
+    p.text = std::move(held);
+    apply_tools(p);
+    return false;
+  }
 
   json choice_json(const ChoicePiece& p, bool streaming) {
     if (!prep.chat) {
@@ -82,7 +103,10 @@ void respond_whole(Generation& g, httplib::Response& res) {
   }
   if (g.assembler->error()) return send_error(res, ApiError{500, *g.assembler->error(), ""});
   json choices = json::array();
-  for (const ChoicePiece& p : g.assembler->final_choices()) choices.push_back(g.choice_json(p, false));
+  for (ChoicePiece& p : g.assembler->final_choices()) {
+    if (g.prep.chat && g.prep.tools.active()) g.apply_tools(p);
+    choices.push_back(g.choice_json(p, false));
+  }
   const Usage usage = g.assembler->usage();
   send_json(res, 200,
             g.prep.chat ? chat_response_json(g.prep.meta, std::move(choices), usage)
@@ -105,8 +129,8 @@ bool stream_step(Generation& g, httplib::DataSink& sink) {
   }
   const bool finished = g.channel->all_finished();
   for (auto& [job, out] : g.channel->take(finished ? std::chrono::milliseconds(0) : kPoll))
-    for (const ChoicePiece& p : g.assembler->add(job, out))
-      if (!write(g.chunk(g.choice_json(p, true)))) return false;
+    for (ChoicePiece& p : g.assembler->add(job, out))
+      if (!g.hold_for_tools(p) && !write(g.chunk(g.choice_json(p, true)))) return false;
   std::optional<ApiError> error = g.channel->error();
   if (!error && g.assembler->error()) error = ApiError{500, *g.assembler->error(), ""};
   if (error || finished) {
@@ -138,6 +162,7 @@ void run_generation(ServerContext& ctx, const httplib::Request& req, httplib::Re
   g->assembler = std::make_unique<OutputAssembler>(g->prep.assembler);
   g->token_text = make_token_text(g->prep.tokens_as_ids ? nullptr : ctx.loop->tokenizer());
   g->text_offsets.assign(g->prep.jobs.size() * static_cast<size_t>(g->prep.assembler.n), 0);
+  g->tool_text.assign(g->text_offsets.size(), "");
   g->fd = find_connection_socket(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
 
   if (auto busy = ctx.loop->submit(std::move(g->prep.jobs), g->channel)) return send_error(res, *busy);
@@ -161,7 +186,7 @@ void run_generation(ServerContext& ctx, const httplib::Request& req, httplib::Re
 
 ModelView model_view(const ServerContext& ctx) {
   return ModelView{ctx.model_name, ctx.loop->max_model_len(), ctx.loop->tokenizer(), ctx.loop,
-                   ctx.options.chat_template.get()};
+                   ctx.options.chat_template.get(), ctx.options.tools};
 }
 
 void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {

@@ -115,6 +115,16 @@ ApiResult<PreparedGeneration> prepare_chat(const ModelView& view, ChatRequest r)
   job.params = r.params;
   job.prompt_token_ids = std::move(ids.value());
   if (job.prompt_token_ids.empty()) return ApiError::bad_request("the rendered chat prompt is empty", "messages");
+  auto plan = plan_tools(r.tools, r.tool_choice, view.tools);
+  if (!plan.is_ok()) return plan.error();
+  if (plan.value().constraint.active()) {
+    if (job.params.structured_outputs.active())
+      return ApiError::bad_request("tool_choice \"required\" or a named function constrains the output itself; "
+                                   "it cannot be combined with response_format or structured_outputs",
+                                   "tool_choice");
+    job.params.structured_outputs = plan.value().constraint;
+  }
+  g.tools = plan.value();
   if (auto e = fit_context(job.prompt_token_ids.size(), r.max_tokens, -1, view.max_model_len, "messages", &job.params))
     return *e;
   g.jobs.push_back(std::move(job));

@@ -10,6 +10,7 @@
 #include "server/openai_protocol.h"
 #include "server/openai_response.h"
 #include "server/output_assembler.h"
+#include "server/tool_calls.h"
 
 namespace quiver {
 
@@ -27,6 +28,7 @@ struct PreparedGeneration {
   bool logprobs = false;  // choices carry a logprob block
   std::string request_id;  // the caller's (request_id), empty = a fresh one
   bool tokens_as_ids = false;  // logprob blocks name tokens "token_id:N"
+  ToolPlan tools;         // chat: how the output becomes tool_calls
 };
 
 // What preparation needs to know about the running server.
@@ -36,6 +38,7 @@ struct ModelView {
   const Tokenizer* tokenizer = nullptr;  // null: token-id prompts only
   const EngineLoop* loop = nullptr;      // for adapter names
   const ChatTemplate* chat_template = nullptr;  // --chat-template; null = the tokenizer's
+  ToolOptions tools;
 };
 
 // The adapter a "model" field names: "" for the base model (or an empty field), 404 if unknown.

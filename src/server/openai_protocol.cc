@@ -10,6 +10,7 @@
 #include "core/json_nesting.h"
 #include "io/json_util.h"
 #include "server/request_fields.h"
+#include "structured/request_fields.h"
 
 namespace quiver {
 
@@ -283,6 +284,18 @@ void read_messages(FieldReader& r, json* out) {
   }
 }
 
+// structured_outputs / guided_* / response_format, read from the body again with its key
+// order kept (a schema's properties are generated in the order it lists them).
+std::optional<ApiError> read_structured(std::string_view body, const json& j, SamplingParams* p) {
+  if (!structured::has_structured_fields(j)) return std::nullopt;
+  const auto ordered = nlohmann::ordered_json::parse(body.begin(), body.end(), nullptr, false);
+  std::string field;
+  auto spec = structured::read_structured_fields(ordered, &field);
+  if (!spec.is_ok()) return ApiError::bad_request(spec.status().message(), field);
+  p->structured_outputs = std::move(spec).value();
+  return std::nullopt;
+}
+
 }  // namespace
 
 ApiResult<json> parse_json_object(std::string_view body) {
@@ -310,6 +323,7 @@ ApiResult<CompletionRequest> parse_completion_request(std::string_view body, con
   if (r.error) return *r.error;
   if (req.params.min_tokens > req.max_tokens.value_or(16))
     return ApiError::bad_request("min_tokens must not exceed max_tokens", "min_tokens");
+  if (auto e = read_structured(body, j, &req.params)) return *e;
   return req;
 }
 
@@ -317,7 +331,10 @@ ApiResult<ChatRequest> parse_chat_request(std::string_view body, const SamplingP
   auto parsed = parse_json_object(body);
   if (!parsed.is_ok()) return parsed.error();
   if (auto bad = check_chat_fields(parsed.value())) return *bad;
-  return chat_request_from_json(parsed.value(), defaults);
+  auto req = chat_request_from_json(parsed.value(), defaults);
+  if (!req.is_ok()) return req;
+  if (auto e = read_structured(body, parsed.value(), &req.value().params)) return *e;
+  return req;
 }
 
 ApiResult<ChatRequest> chat_request_from_json(const json& j, const SamplingParams& defaults) {
@@ -337,8 +354,6 @@ ApiResult<ChatRequest> chat_request_from_json(const json& j, const SamplingParam
   if (req.logprobs) req.params.logprobs = req.top_logprobs;
   if (const json* c = r.get("continue_final_message"); c && *c != false)
     return ApiError::bad_request("continue_final_message is not supported", "continue_final_message");
-  if (const json* f = r.get("response_format"); f && !(f->is_object() && f->contains("type") && (*f)["type"] == "text"))
-    return ApiError::bad_request("response_format other than {\"type\": \"text\"} is not supported", "response_format");
   if (req.max_tokens && req.params.min_tokens > *req.max_tokens)
     return ApiError::bad_request("min_tokens must not exceed max_tokens", "min_tokens");
 
@@ -346,7 +361,9 @@ ApiResult<ChatRequest> chat_request_from_json(const json& j, const SamplingParam
   if (const json* tools = r.get("tools")) {
     if (!tools->is_array()) return ApiError::bad_request("tools must be a list", "tools");
     req.template_variables["tools"] = *tools;
+    req.tools = *tools;
   }
+  if (const json* tc = r.get("tool_choice")) req.tool_choice = *tc;
   if (const json* kw = r.get("chat_template_kwargs")) {
     if (!kw->is_object()) return ApiError::bad_request("chat_template_kwargs must be an object", "chat_template_kwargs");
     for (const auto& [k, v] : kw->items()) req.template_variables[k] = v;

@@ -76,6 +76,8 @@ struct CompletionRequest : CommonRequest {
 struct ChatRequest : CommonRequest {
   nlohmann::json messages;            // content parts already joined into strings
   nlohmann::json template_variables;  // tools + chat_template_kwargs
+  nlohmann::json tools;                // null when absent (tool_calls.h plans what they mean)
+  nlohmann::json tool_choice;          // null when absent
   bool add_generation_prompt = true;
   bool logprobs = false;
   int top_logprobs = 0;

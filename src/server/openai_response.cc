@@ -140,8 +140,10 @@ json completion_chunk_json(const ResponseMeta& meta, json choices) {
 }
 
 json chat_choice_json(const ChoicePiece& p, bool logprobs, const TokenText& token_text, bool return_token_ids) {
+  // With tool calls and no other text, content is null, as OpenAI sends it.
+  const json content = p.text.empty() && !p.tool_calls.empty() ? json(nullptr) : json(p.text);
   json c = {{"index", p.index},
-            {"message", {{"role", "assistant"}, {"content", p.text}, {"tool_calls", json::array()}}},
+            {"message", {{"role", "assistant"}, {"content", content}, {"tool_calls", p.tool_calls}}},
             {"logprobs", logprobs ? chat_logprobs_json(p, token_text) : json(nullptr)},
             {"finish_reason", or_null(p.finish_reason)},
             {"stop_reason", stop_reason_json(p)}};
@@ -154,6 +156,11 @@ json chat_delta_choice_json(const ChoicePiece& p, bool with_role, bool logprobs,
   json delta = json::object();
   if (with_role) delta["role"] = "assistant";
   if (with_role || !p.text.empty()) delta["content"] = p.text;
+  if (!p.tool_calls.empty()) {
+    json calls = p.tool_calls;
+    for (size_t i = 0; i < calls.size(); ++i) calls[i]["index"] = i;  // a stream's calls are numbered
+    delta["tool_calls"] = std::move(calls);
+  }
   json c = {{"index", p.index},
             {"delta", std::move(delta)},
             {"logprobs", logprobs && !p.token_ids.empty() ? chat_logprobs_json(p, token_text) : json(nullptr)},

@@ -34,6 +34,8 @@ struct ChoicePiece {
   std::optional<std::vector<int32_t>> prompt_token_ids;
   // vLLM's prompt_logprobs on a whole completion choice: null for the first position.
   std::optional<std::vector<std::optional<TokenLogprobs>>> prompt_logprobs;
+  // Chat: OpenAI tool_calls parsed from the text (tool_calls.h); empty when none.
+  nlohmann::json tool_calls = nlohmann::json::array();
 };
 
 struct ResponseMeta {

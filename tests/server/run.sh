@@ -5,7 +5,8 @@
 #
 # 1. the official OpenAI client (node:test, openai_client.test.mjs) against the llama_gqa
 #    fixture with its 8 adapters and an API key;
-#    then /tokenize and /detokenize on the demo model;
+#    then /tokenize and /detokenize on the demo model, and structured outputs and tool
+#    calls on it (structured_client.test.mjs);
 # 2. curl: malformed requests, body limit (413), runtime LoRA load/unload (allow-list,
 #    `..` and symlink escapes, invalid adapters, unloading while a request runs);
 # 3. SIGTERM with streams in flight: every stream ends with [DONE], exit status 0;
@@ -122,6 +123,16 @@ if [ -n "${D_URL:-}" ]; then
   expect 404 "/tokenize with an unknown model" -H "Authorization: Bearer $KEY" "$D_URL/tokenize" -d '{"model": "nope", "prompt": "x"}'
   expect 400 "/detokenize with an id outside the vocabulary" -H "Authorization: Bearer $KEY" "$D_URL/detokenize" -d '{"tokens": [1, 99999999]}'
   expect 401 "/tokenize without the API key" "$D_URL/tokenize" -d '{"prompt": "x"}'
+fi
+
+# ---- 1c. structured outputs and tool calls (structured_client.test.mjs), on the demo model ----
+if [ -f "$DEMO/base/tokenizer.json" ]; then
+  start_server S "$WORK/s.log" --model "$DEMO/base" --enable-auto-tool-choice --tool-call-parser hermes
+  if env QUIVER_STRUCT_URL="$S_URL" node --test --test-reporter=spec "$HERE/structured_client.test.mjs"; then
+    pass "structured output and tool call tests"
+  else
+    fail "structured output and tool call tests"
+  fi
 fi
 
 # ---- 2. curl: malformed requests and limits ----------------------------------------------

@@ -1,0 +1,180 @@
+#include "server/tool_calls.h"
+
+namespace quiver {
+
+namespace {
+
+using nlohmann::json;
+
+const std::string kPythonTag = "<|python_tag|>";
+const std::string kOpen = "<tool_call>", kClose = "</tool_call>";
+
+// The function's parameter schema, or any object when it declares none.
+json parameters_of(const json& tool) {
+  const json& f = tool["function"];
+  if (f.contains("parameters") && !f["parameters"].is_null()) return f["parameters"];
+  return json{{"type", "object"}};
+}
+
+std::string trim(const std::string& s) {
+  const size_t a = s.find_first_not_of(" \t\r\n");
+  if (a == std::string::npos) return "";
+  const size_t b = s.find_last_not_of(" \t\r\n");
+  return s.substr(a, b - a + 1);
+}
+
+json call_json(const std::string& id, const std::string& name, const std::string& arguments) {
+  return json{{"id", id}, {"type", "function"}, {"function", {{"name", name}, {"arguments", arguments}}}};
+}
+
+// One {"name", "parameters"|"arguments"} object as a call; false when it is not one.
+bool add_call(const json& obj, const std::function<std::string()>& new_id, json* calls) {
+  if (!obj.is_object() || !obj.contains("name") || !obj["name"].is_string()) return false;
+  json args = obj.contains("arguments") ? obj["arguments"] : obj.contains("parameters") ? obj["parameters"] : json::object();
+  // Some models write the arguments as a JSON string already.
+  const std::string text = args.is_string() ? args.get<std::string>() : args.dump();
+  calls->push_back(call_json(new_id(), obj["name"].get<std::string>(), text));
+  return true;
+}
+
+ParsedTools parse_llama3(const std::string& text, const std::function<std::string()>& new_id) {
+  ParsedTools out;
+  std::string body = trim(text);
+  if (body.rfind(kPythonTag, 0) == 0) body = trim(body.substr(kPythonTag.size()));
+  if (body.empty() || body[0] != '{') {
+    out.content = text;
+    return out;
+  }
+  // Calls separated by ';' (a ';' inside a string would split wrongly, so try the whole
+  // text first).
+  json whole = json::parse(body, nullptr, false);
+  if (!whole.is_discarded() && add_call(whole, new_id, &out.tool_calls)) return out;
+  size_t start = 0;
+  while (start < body.size()) {
+    size_t end = body.find(';', start);
+    if (end == std::string::npos) end = body.size();
+    json one = json::parse(body.substr(start, end - start), nullptr, false);
+    if (one.is_discarded() || !add_call(one, new_id, &out.tool_calls)) {
+      out.tool_calls = json::array();
+      out.content = text;
+      return out;
+    }
+    start = end + 1;
+  }
+  return out;
+}
+
+ParsedTools parse_hermes(const std::string& text, const std::function<std::string()>& new_id) {
+  ParsedTools out;
+  const size_t first = text.find(kOpen);
+  if (first == std::string::npos) {
+    out.content = text;
+    return out;
+  }
+  out.content = trim(text.substr(0, first));
+  size_t pos = first;
+  while ((pos = text.find(kOpen, pos)) != std::string::npos) {
+    const size_t body = pos + kOpen.size();
+    size_t end = text.find(kClose, body);
+    if (end == std::string::npos) end = text.size();  // cut off by max_tokens: take what is there
+    json one = json::parse(trim(text.substr(body, end - body)), nullptr, false);
+    if (!one.is_discarded()) add_call(one, new_id, &out.tool_calls);
+    pos = end;
+  }
+  if (out.tool_calls.empty()) out.content = text;
+  return out;
+}
+
+}  // namespace
+
+ApiResult<ToolCallParser> parse_tool_call_parser(const std::string& name) {
+  if (name == "llama3_json") return ToolCallParser::kLlama3Json;
+  if (name == "hermes") return ToolCallParser::kHermes;
+  return ApiError::bad_request("unknown tool call parser '" + name + "' (supported: llama3_json, hermes)");
+}
+
+ApiResult<ToolPlan> plan_tools(const json& tools, const json& tool_choice, const ToolOptions& options) {
+  ToolPlan plan;
+  plan.parser = options.parser;
+  const bool has_tools = tools.is_array() && !tools.empty();
+  if (!tools.is_null()) {
+    if (!tools.is_array()) return ApiError::bad_request("tools must be a list", "tools");
+    for (const json& t : tools) {
+      if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") || !t["function"].is_object() ||
+          !t["function"].contains("name") || !t["function"]["name"].is_string())
+        return ApiError::bad_request("each tool must be {\"type\": \"function\", \"function\": {\"name\": ..., \"parameters\": ...}}",
+                                     "tools");
+    }
+  }
+  std::string choice;
+  if (tool_choice.is_null()) {
+    choice = has_tools && options.enable_auto_tool_choice ? "auto" : "none";
+  } else if (tool_choice.is_string()) {
+    choice = tool_choice.get<std::string>();
+    if (choice != "none" && choice != "auto" && choice != "required")
+      return ApiError::bad_request("tool_choice must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+                                   "\"function\": {\"name\": ...}}",
+                                   "tool_choice");
+  } else if (tool_choice.is_object() && tool_choice.value("type", "") == "function" && tool_choice.contains("function") &&
+             tool_choice["function"].is_object() && tool_choice["function"].contains("name") &&
+             tool_choice["function"]["name"].is_string()) {
+    choice = "named";
+    plan.function = tool_choice["function"]["name"].get<std::string>();
+  } else {
+    return ApiError::bad_request("tool_choice must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+                                 "\"function\": {\"name\": ...}}",
+                                 "tool_choice");
+  }
+  if (choice == "none") return plan;
+  if (!has_tools) return ApiError::bad_request("tool_choice \"" + choice + "\" needs a non-empty tools list", "tool_choice");
+  if (choice == "auto") {
+    if (!options.enable_auto_tool_choice || options.parser == ToolCallParser::kNone)
+      return ApiError::bad_request("\"auto\" tool choice needs `quiver serve --enable-auto-tool-choice --tool-call-parser NAME`",
+                                   "tool_choice");
+    plan.mode = ToolPlan::Mode::kAuto;
+    return plan;
+  }
+  plan.constraint.kind = StructuredOutputSpec::Kind::kJson;
+  if (choice == "named") {
+    for (const json& t : tools)
+      if (t["function"]["name"] == plan.function) {
+        plan.mode = ToolPlan::Mode::kNamed;
+        plan.constraint.json_schema = parameters_of(t).dump();
+        return plan;
+      }
+    return ApiError::bad_request("tool_choice names function '" + plan.function + "', which is not in tools", "tool_choice");
+  }
+  // required: a non-empty list of calls, each naming one of the tools with its parameters.
+  json any = json::array();
+  for (const json& t : tools)
+    any.push_back({{"type", "object"},
+                   {"properties", {{"name", {{"const", t["function"]["name"]}}}, {"parameters", parameters_of(t)}}},
+                   {"required", {"name", "parameters"}}});
+  plan.mode = ToolPlan::Mode::kRequired;
+  plan.constraint.json_schema = json{{"type", "array"}, {"minItems", 1}, {"items", {{"anyOf", any}}}}.dump();
+  return plan;
+}
+
+ParsedTools parse_tool_output(const std::string& text, const ToolPlan& plan, const std::function<std::string()>& new_id) {
+  ParsedTools out;
+  switch (plan.mode) {
+    case ToolPlan::Mode::kNone:
+      out.content = text;
+      return out;
+    case ToolPlan::Mode::kNamed:
+      out.tool_calls.push_back(call_json(new_id(), plan.function, trim(text)));
+      return out;
+    case ToolPlan::Mode::kRequired: {
+      json calls = json::parse(text, nullptr, false);
+      if (calls.is_array())
+        for (const json& c : calls) add_call(c, new_id, &out.tool_calls);
+      if (out.tool_calls.empty()) out.content = text;  // cut off before a whole call
+      return out;
+    }
+    case ToolPlan::Mode::kAuto:
+      return plan.parser == ToolCallParser::kHermes ? parse_hermes(text, new_id) : parse_llama3(text, new_id);
+  }
+  return out;
+}
+
+}  // namespace quiver

@@ -1,0 +1,55 @@
+// Tool calling as vLLM serves it (--enable-auto-tool-choice --tool-call-parser NAME):
+// which tool_choice a chat request may use, the structured-output constraint that
+// enforces "required" and a named function, and the parsers that turn the model's text
+// into OpenAI tool_calls:
+//   llama3_json: optional <|python_tag|>, then {"name": ..., "parameters"|"arguments": {...}},
+//                several separated by ';'
+//   hermes:      <tool_call>{"name": ..., "arguments": {...}}</tool_call>, any number, after
+//                optional content
+// Pure functions; errors are 400s naming the field.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "server/openai_protocol.h"
+#include "structured/structured_spec.h"
+
+namespace quiver {
+
+enum class ToolCallParser { kNone, kLlama3Json, kHermes };
+
+// "llama3_json" / "hermes"; an error lists the supported names.
+ApiResult<ToolCallParser> parse_tool_call_parser(const std::string& name);
+
+struct ToolOptions {
+  bool enable_auto_tool_choice = false;
+  ToolCallParser parser = ToolCallParser::kNone;
+};
+
+struct ToolPlan {
+  enum class Mode { kNone, kAuto, kRequired, kNamed };
+  Mode mode = Mode::kNone;
+  std::string function;            // kNamed
+  ToolCallParser parser = ToolCallParser::kNone;
+  StructuredOutputSpec constraint;  // kRequired / kNamed: what the output must be
+  bool active() const { return mode != Mode::kNone; }
+};
+
+// From the request's tools and tool_choice (either may be null). tool_choice absent means
+// "auto" when tools are given and auto tool choice is enabled, "none" otherwise.
+ApiResult<ToolPlan> plan_tools(const nlohmann::json& tools, const nlohmann::json& tool_choice, const ToolOptions& options);
+
+struct ParsedTools {
+  std::string content;          // text that is not a tool call (may be empty)
+  nlohmann::json tool_calls = nlohmann::json::array();  // OpenAI's shape, ids from new_id
+};
+
+// The model's text as content and tool calls. Text the parser does not recognise stays
+// content (auto), as vLLM leaves it.
+ParsedTools parse_tool_output(const std::string& text, const ToolPlan& plan, const std::function<std::string()>& new_id);
+
+}  // namespace quiver

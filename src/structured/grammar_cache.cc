@@ -1,0 +1,58 @@
+#include "structured/grammar_cache.h"
+
+#include "structured/json_schema_regex.h"
+#include "structured/regex_parser.h"
+
+namespace quiver::structured {
+
+Result<std::string> spec_to_regex(const StructuredOutputSpec& spec) {
+  using Kind = StructuredOutputSpec::Kind;
+  switch (spec.kind) {
+    case Kind::kRegex:
+      return spec.regex;
+    case Kind::kChoice: {
+      if (spec.choice.empty()) return Status::error("choice: must list at least one string");
+      std::string r;
+      for (const std::string& c : spec.choice) {
+        if (!r.empty()) r += "|";
+        r += regex_escape(c);
+      }
+      return r;
+    }
+    case Kind::kJsonObject:
+      return any_json_object_regex();
+    case Kind::kJson: {
+      auto schema = nlohmann::ordered_json::parse(spec.json_schema, nullptr, false);
+      if (schema.is_discarded()) return Status::error("json: the schema is not valid JSON");
+      return json_schema_to_regex(schema);
+    }
+    case Kind::kNone:
+      break;
+  }
+  return Status::error("no structured output constraint given");
+}
+
+Result<std::shared_ptr<Grammar>> GrammarCache::get(const StructuredOutputSpec& spec) {
+  const std::string key = spec.cache_key();
+  auto it = entries_.find(key);
+  if (it != entries_.end()) {
+    order_.splice(order_.begin(), order_, it->second.second);
+    return it->second.first;
+  }
+  auto regex = spec_to_regex(spec);
+  if (!regex.is_ok()) return regex.status();
+  auto tree = parse_regex(regex.value());
+  if (!tree.is_ok()) return tree.status();
+  auto dfa = Dfa::compile(*tree.value(), kMaxDfaStates);
+  if (!dfa.is_ok()) return dfa.status();
+  auto g = std::make_shared<Grammar>(std::move(dfa).value(), vocab_);
+  order_.push_front(key);
+  entries_.emplace(key, std::make_pair(g, order_.begin()));
+  if (entries_.size() > capacity_) {
+    entries_.erase(order_.back());
+    order_.pop_back();
+  }
+  return g;
+}
+
+}  // namespace quiver::structured

@@ -1,0 +1,39 @@
+// GrammarCache: compiles StructuredOutputSpecs for one model's vocabulary and keeps the
+// most recent ones, so requests with the same schema share one automaton and its masks.
+// Owned by the engine; not thread-safe (the engine's step loop is its only user).
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "structured/grammar.h"
+#include "structured/structured_spec.h"
+
+namespace quiver::structured {
+
+// Bound on automaton states per constraint: masks and transitions cost about 1 KiB each.
+inline constexpr int kMaxDfaStates = 20000;
+
+// The regex a spec compiles through (JSON schemas, choices and json_object become
+// regexes first). Errors name the problem in the spec.
+Result<std::string> spec_to_regex(const StructuredOutputSpec& spec);
+
+class GrammarCache {
+ public:
+  GrammarCache(std::shared_ptr<const TokenVocab> vocab, size_t capacity = 64)
+      : vocab_(std::move(vocab)), capacity_(capacity) {}
+  Result<std::shared_ptr<Grammar>> get(const StructuredOutputSpec& spec);
+  size_t size() const { return entries_.size(); }
+
+ private:
+  std::shared_ptr<const TokenVocab> vocab_;
+  size_t capacity_;
+  std::list<std::string> order_;  // most recently used first
+  std::map<std::string, std::pair<std::shared_ptr<Grammar>, std::list<std::string>::iterator>> entries_;
+};
+
+}  // namespace quiver::structured

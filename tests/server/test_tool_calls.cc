@@ -1,0 +1,170 @@
+// Tool calling's pure parts: which tool_choice values are allowed (400s naming the field),
+// the constraint that enforces "required" and a named function (checked by compiling it
+// and matching real call text), the llama3_json and hermes parsers, and the structured
+// output fields of request bodies.
+#include <gtest/gtest.h>
+
+#include "server/openai_protocol.h"
+#include "server/tool_calls.h"
+#include "structured/dfa.h"
+#include "structured/grammar_cache.h"
+#include "structured/regex_parser.h"
+
+namespace quiver {
+namespace {
+
+using nlohmann::json;
+
+const json kTools = json::parse(R"([
+  {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+    "properties": {"city": {"type": "string"}, "unit": {"enum": ["c", "f"]}}, "required": ["city"]}}},
+  {"type": "function", "function": {"name": "ping"}}])");
+
+ToolOptions enabled(ToolCallParser p = ToolCallParser::kHermes) { return ToolOptions{true, p}; }
+
+std::function<std::string()> ids() {
+  auto n = std::make_shared<int>(0);
+  return [n] { return "call-" + std::to_string((*n)++); };
+}
+
+bool constraint_matches(const ToolPlan& plan, const std::string& text) {
+  auto regex = structured::spec_to_regex(plan.constraint);
+  EXPECT_TRUE(regex.is_ok()) << regex.status().message();
+  auto tree = structured::parse_regex(regex.value());
+  EXPECT_TRUE(tree.is_ok());
+  auto dfa = structured::Dfa::compile(*tree.value(), structured::kMaxDfaStates);
+  EXPECT_TRUE(dfa.is_ok()) << dfa.status().message();
+  return dfa.value().matches(text);
+}
+
+TEST(ToolCalls, ChoiceDefaultsAndErrors) {
+  auto plan = plan_tools(kTools, json(), enabled());
+  ASSERT_TRUE(plan.is_ok());
+  EXPECT_EQ(plan.value().mode, ToolPlan::Mode::kAuto);
+  plan = plan_tools(kTools, json(), ToolOptions{});
+  ASSERT_TRUE(plan.is_ok());
+  EXPECT_EQ(plan.value().mode, ToolPlan::Mode::kNone);  // tools only reach the template
+  plan = plan_tools(kTools, "auto", ToolOptions{});
+  ASSERT_FALSE(plan.is_ok());
+  EXPECT_EQ(plan.error().param, "tool_choice");
+  EXPECT_NE(plan.error().message.find("--enable-auto-tool-choice"), std::string::npos);
+  plan = plan_tools(json(), "required", enabled());
+  ASSERT_FALSE(plan.is_ok());
+  EXPECT_NE(plan.error().message.find("non-empty tools"), std::string::npos);
+  plan = plan_tools(kTools, json::parse(R"({"type": "function", "function": {"name": "nope"}})"), enabled());
+  ASSERT_FALSE(plan.is_ok());
+  EXPECT_NE(plan.error().message.find("'nope'"), std::string::npos);
+  plan = plan_tools(kTools, "sometimes", enabled());
+  ASSERT_FALSE(plan.is_ok());
+  plan = plan_tools(json::parse(R"([{"type": "function"}])"), "required", enabled());
+  ASSERT_FALSE(plan.is_ok());
+  EXPECT_EQ(plan.error().param, "tools");
+  EXPECT_FALSE(parse_tool_call_parser("mistral").is_ok());
+}
+
+TEST(ToolCalls, RequiredIsEnforcedAndParsed) {
+  auto plan = plan_tools(kTools, "required", enabled());
+  ASSERT_TRUE(plan.is_ok());
+  ASSERT_EQ(plan.value().mode, ToolPlan::Mode::kRequired);
+  const std::string text = R"([{"name": "get_weather", "parameters": {"city": "Oslo", "unit": "c"}}, {"name": "ping", "parameters": {}}])";
+  EXPECT_TRUE(constraint_matches(plan.value(), text));
+  EXPECT_FALSE(constraint_matches(plan.value(), "[]"));
+  EXPECT_FALSE(constraint_matches(plan.value(), R"([{"name": "other", "parameters": {}}])"));
+  EXPECT_FALSE(constraint_matches(plan.value(), R"([{"name": "get_weather", "parameters": {"unit": "c"}}])"));
+  ParsedTools p = parse_tool_output(text, plan.value(), ids());
+  ASSERT_EQ(p.tool_calls.size(), 2u);
+  EXPECT_EQ(p.tool_calls[0]["id"], "call-0");
+  EXPECT_EQ(p.tool_calls[0]["type"], "function");
+  EXPECT_EQ(p.tool_calls[0]["function"]["name"], "get_weather");
+  EXPECT_EQ(json::parse(p.tool_calls[0]["function"]["arguments"].get<std::string>()), json::parse(R"({"city": "Oslo", "unit": "c"})"));
+  EXPECT_EQ(p.content, "");
+}
+
+TEST(ToolCalls, NamedIsEnforcedAndParsed) {
+  auto plan = plan_tools(kTools, json::parse(R"({"type": "function", "function": {"name": "get_weather"}})"), ToolOptions{});
+  ASSERT_TRUE(plan.is_ok());
+  ASSERT_EQ(plan.value().mode, ToolPlan::Mode::kNamed);
+  EXPECT_TRUE(constraint_matches(plan.value(), R"({"city": "Paris"})"));
+  EXPECT_FALSE(constraint_matches(plan.value(), R"({"unit": "c"})"));
+  ParsedTools p = parse_tool_output(" {\"city\": \"Paris\"}\n", plan.value(), ids());
+  ASSERT_EQ(p.tool_calls.size(), 1u);
+  EXPECT_EQ(p.tool_calls[0]["function"]["name"], "get_weather");
+  EXPECT_EQ(p.tool_calls[0]["function"]["arguments"], "{\"city\": \"Paris\"}");
+}
+
+TEST(ToolCalls, HermesParser) {
+  ToolPlan plan = plan_tools(kTools, "auto", enabled(ToolCallParser::kHermes)).value();
+  ParsedTools p = parse_tool_output(
+      "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}\n</tool_call>\n"
+      "<tool_call>{\"name\": \"ping\", \"arguments\": {}}</tool_call>",
+      plan, ids());
+  EXPECT_EQ(p.content, "Let me check.");
+  ASSERT_EQ(p.tool_calls.size(), 2u);
+  EXPECT_EQ(p.tool_calls[1]["function"]["name"], "ping");
+  EXPECT_EQ(p.tool_calls[0]["function"]["arguments"], "{\"city\":\"Rome\"}");
+  EXPECT_NE(p.tool_calls[0]["id"], p.tool_calls[1]["id"]);
+  p = parse_tool_output("just text", plan, ids());
+  EXPECT_EQ(p.content, "just text");
+  EXPECT_TRUE(p.tool_calls.empty());
+  p = parse_tool_output("<tool_call>{not json</tool_call>", plan, ids());
+  EXPECT_TRUE(p.tool_calls.empty());
+  EXPECT_EQ(p.content, "<tool_call>{not json</tool_call>");
+}
+
+TEST(ToolCalls, Llama3JsonParser) {
+  ToolPlan plan = plan_tools(kTools, "auto", enabled(ToolCallParser::kLlama3Json)).value();
+  ParsedTools p = parse_tool_output("<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"a;b\"}}", plan, ids());
+  ASSERT_EQ(p.tool_calls.size(), 1u);
+  EXPECT_EQ(p.tool_calls[0]["function"]["arguments"], "{\"city\":\"a;b\"}");
+  p = parse_tool_output("{\"name\": \"ping\", \"parameters\": {}}; {\"name\": \"get_weather\", \"parameters\": {\"city\": \"x\"}}",
+                        plan, ids());
+  ASSERT_EQ(p.tool_calls.size(), 2u);
+  EXPECT_EQ(p.tool_calls[1]["function"]["name"], "get_weather");
+  p = parse_tool_output("The answer is 4.", plan, ids());
+  EXPECT_TRUE(p.tool_calls.empty());
+  EXPECT_EQ(p.content, "The answer is 4.");
+}
+
+TEST(StructuredFields, RequestBodiesGiveSpecs) {
+  auto chat = parse_chat_request(R"({"messages": [{"role": "user", "content": "x"}],
+      "response_format": {"type": "json_schema", "json_schema": {"name": "w", "strict": true,
+      "schema": {"type": "object", "properties": {"z": {"type": "integer"}, "a": {"type": "string"}}}}}})");
+  ASSERT_TRUE(chat.is_ok()) << chat.error().message;
+  const StructuredOutputSpec& s = chat.value().params.structured_outputs;
+  ASSERT_EQ(s.kind, StructuredOutputSpec::Kind::kJson);
+  EXPECT_LT(s.json_schema.find("\"z\""), s.json_schema.find("\"a\""));  // the request's order
+  auto c = parse_completion_request(R"({"prompt": "x", "guided_choice": ["a", "b"]})");
+  ASSERT_TRUE(c.is_ok());
+  EXPECT_EQ(c.value().params.structured_outputs.choice, (std::vector<std::string>{"a", "b"}));
+  c = parse_completion_request(R"({"prompt": "x", "structured_outputs": {"regex": "[0-9]+"}})");
+  ASSERT_TRUE(c.is_ok());
+  EXPECT_EQ(c.value().params.structured_outputs.regex, "[0-9]+");
+  c = parse_completion_request(R"({"prompt": "x", "response_format": {"type": "json_object"}})");
+  ASSERT_TRUE(c.is_ok());
+  EXPECT_EQ(c.value().params.structured_outputs.kind, StructuredOutputSpec::Kind::kJsonObject);
+  c = parse_completion_request(R"({"prompt": "x", "guided_json": "{\"type\": \"boolean\"}"})");
+  ASSERT_TRUE(c.is_ok());
+  EXPECT_EQ(c.value().params.structured_outputs.json_schema, "{\"type\":\"boolean\"}");
+  c = parse_completion_request(R"({"prompt": "x", "response_format": {"type": "text"}})");
+  ASSERT_TRUE(c.is_ok());
+  EXPECT_FALSE(c.value().params.structured_outputs.active());
+
+  auto refused = [](const std::string& body, const std::string& param, const std::string& words) {
+    auto r = parse_completion_request(body);
+    ASSERT_FALSE(r.is_ok()) << body;
+    EXPECT_EQ(r.error().status, 400);
+    EXPECT_EQ(r.error().param, param) << body;
+    EXPECT_NE(r.error().message.find(words), std::string::npos) << r.error().message;
+  };
+  refused(R"({"prompt": "x", "guided_grammar": "root ::= x"})", "guided_grammar", "not supported");
+  refused(R"({"prompt": "x", "structured_outputs": {"grammar": "root ::= x"}})", "structured_outputs", "grammar");
+  refused(R"({"prompt": "x", "guided_regex": "a", "guided_choice": ["b"]})", "guided_choice", "only one");
+  refused(R"({"prompt": "x", "structured_outputs": {"regex": "a", "choice": ["b"]}})", "structured_outputs", "only one");
+  refused(R"({"prompt": "x", "guided_choice": []})", "guided_choice", "non-empty list");
+  refused(R"({"prompt": "x", "response_format": {"type": "json_schema"}})", "response_format", "json_schema");
+  refused(R"({"prompt": "x", "response_format": {"type": "yaml"}})", "response_format", "'yaml'");
+  refused(R"({"prompt": "x", "guided_json": 3})", "guided_json", "JSON schema");
+}
+
+}  // namespace
+}  // namespace quiver
