@@ -14,7 +14,7 @@
 #include <sstream>
 #include <sys/stat.h>
 
-#include "io/safetensors.h"
+#include "io/adapter_weights.h"
 
 namespace quiver {
 
@@ -402,14 +402,8 @@ Result<LoraAdapter> load_impl(const std::string& dir, const std::string& name, c
   struct stat st;
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return Status::error("not a directory");
   const std::string config_path = dir + "/adapter_config.json";
-  const std::string weights_path = dir + "/adapter_model.safetensors";
   if (!file_exists(config_path)) return Status::error("adapter_config.json not found");
-  if (!file_exists(weights_path)) {
-    if (file_exists(dir + "/adapter_model.bin"))
-      return Status::error("only adapter_model.bin (PyTorch pickle) found; convert it to safetensors "
-                           "(load it with PEFT and save_pretrained(..., safe_serialization=True))");
-    return Status::error("adapter_model.safetensors not found");
-  }
+  QV_ASSIGN_OR_RETURN(AdapterWeights file, AdapterWeights::open(dir));
 
   QV_ASSIGN_OR_RETURN(std::string text, read_text(config_path));
   OJson config;
@@ -438,7 +432,6 @@ Result<LoraAdapter> load_impl(const std::string& dir, const std::string& name, c
     if (spec.rank_values[i] > max_lora_rank)
       return too_big(spec.rank_values[i], "rank_pattern['" + spec.rank_keys[i].first + "']");
 
-  QV_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file, SafetensorsFile::open(weights_path));
   struct Pair {
     const TensorInfo* a = nullptr;
     const TensorInfo* b = nullptr;
@@ -446,7 +439,7 @@ Result<LoraAdapter> load_impl(const std::string& dir, const std::string& name, c
   };
   const int64_t num_layers = base.num_layers;
   std::vector<std::array<Pair, kNumLoraTargets>> found(static_cast<size_t>(num_layers));
-  for (const auto& [tname, info] : file->tensors()) {
+  for (const auto& [tname, info] : file.tensors()) {
     QV_ASSIGN_OR_RETURN(TensorKey k, parse_tensor_name(tname, num_layers));
     Pair& p = found[k.layer][static_cast<int>(k.target)];
     const TensorInfo*& slot = k.is_a ? p.a : p.b;

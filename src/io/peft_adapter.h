@@ -1,4 +1,4 @@
-// PEFT LoRA adapters (adapter_config.json + adapter_model.safetensors), validated against
+// PEFT LoRA adapters (adapter_config.json + adapter_model.safetensors or .bin), validated against
 // the base model and converted to float32 with the scale folded into B.
 #pragma once
 
@@ -36,9 +36,9 @@ struct LoraAdapter {
   size_t host_bytes() const;
 };
 
-// Loads DIR/adapter_config.json and DIR/adapter_model.safetensors. Refuses, with a message
-// naming the cause: non-LORA peft_type, use_dora, modules_to_save, bias != "none",
-// embedding/lm_head targets, unknown target names, a .bin-only adapter, a rank above
+// Loads DIR/adapter_config.json and DIR/adapter_model.safetensors (else adapter_model.bin,
+// see io/adapter_weights.h). Refuses, with a message naming the cause: non-LORA peft_type,
+// use_dora, modules_to_save, bias != "none", embedding/lm_head targets, unknown target names, a rank above
 // max_lora_rank, tensors whose shapes do not fit `base`, missing tensors.
 Result<LoraAdapter> load_peft_adapter(const std::string& dir, const std::string& name, const ModelConfig& base,
                                       int max_lora_rank);
