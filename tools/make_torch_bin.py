@@ -206,6 +206,10 @@ def make_seeds(out):
     (out / "bad_crc.bin").write_bytes(bytes(raw))
     (out / "bad_truncated.bin").write_bytes(raw[: len(raw) // 2])
     (out / "bad_legacy.bin").write_bytes(pickle.dumps(0x1950A86A20F9469CFC6C, protocol=2) + dumps(two))
+    # Bare data.pkl contents: the fuzz target also feeds its input to the unpickler directly,
+    # past the zip CRCs that would reject almost every mutation of a pickle inside an archive.
+    for name, obj, proto in (("f32", two, 2), ("protocol4", two, 4), ("ordered_dict", od, 2)):
+        (out / ("pkl_" + name + ".pkl")).write_bytes(dumps(obj, proto))
 
 
 def main():

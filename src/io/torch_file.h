@@ -12,7 +12,7 @@
 
 #include "core/status.h"
 #include "io/mapped_file.h"
-#include "io/safetensors.h"
+#include "io/tensor_info.h"
 
 namespace quiver {
 

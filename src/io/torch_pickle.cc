@@ -92,14 +92,10 @@ class Unpickler {
     v->kind = kind;
     return v;
   }
-  Status push_int(int64_t i) {
-    QV_ASSIGN_OR_RETURN(Ref v, make(Value::Kind::kInt));
+  // A new scalar (or empty dict) on the stack: `i` for kInt / kBool, `s` for kStr.
+  Status push(Value::Kind kind, int64_t i = 0, std::string_view s = {}) {
+    QV_ASSIGN_OR_RETURN(Ref v, make(kind));
     v->i = i;
-    stack_.push_back(std::move(v));
-    return Status::ok();
-  }
-  Status push_str(std::string_view s) {
-    QV_ASSIGN_OR_RETURN(Ref v, make(Value::Kind::kStr));
     v->s = s;
     stack_.push_back(std::move(v));
     return Status::ok();
@@ -153,10 +149,13 @@ Status Unpickler::push_global(std::string_view module, std::string_view name) {
   const std::string full = std::string(module) + "." + std::string(name);
   QV_ASSIGN_OR_RETURN(Ref g, make(Value::Kind::kGlobal));
   g->s = full;
-  for (const StorageType& st : kStorageTypes)
-    if (full == st.name) return stack_.push_back(g), Status::ok();
-  for (const char* c : kCallables)
-    if (full == c) return stack_.push_back(g), Status::ok();
+  bool allowed = false;
+  for (const StorageType& st : kStorageTypes) allowed = allowed || full == st.name;
+  for (const char* c : kCallables) allowed = allowed || full == c;
+  if (allowed) {
+    stack_.push_back(std::move(g));
+    return Status::ok();
+  }
   if (module == "torch" && name.size() > 7 && name.substr(name.size() - 7) == "Storage")
     return fail("storage type " + printable(full) +
                 " is not supported (only torch.FloatStorage, torch.HalfStorage and torch.BFloat16Storage)");
@@ -259,9 +258,7 @@ Status Unpickler::reduce() {
   const std::vector<Ref>& a = args->items;
   if (fn->s == "collections.OrderedDict") {
     if (!a.empty()) return fail("OrderedDict called with arguments");
-    QV_ASSIGN_OR_RETURN(Ref d, make(Value::Kind::kDict));
-    stack_.push_back(std::move(d));
-    return Status::ok();
+    return push(Value::Kind::kDict);
   }
   if (fn->s == "torch._utils._rebuild_tensor_v2" || fn->s == "torch._utils._rebuild_tensor") {
     QV_ASSIGN_OR_RETURN(Ref t, rebuild_tensor(a, fn->s == "torch._utils._rebuild_tensor_v2"));
@@ -286,11 +283,7 @@ Status Unpickler::step(uint8_t op) {
       return Status::ok();
     }
     case 0x95: return take(8).status();  // FRAME: framing is advisory, the data follows inline
-    case '}': {                          // EMPTY_DICT
-      QV_ASSIGN_OR_RETURN(Ref d, make(Value::Kind::kDict));
-      stack_.push_back(std::move(d));
-      return Status::ok();
-    }
+    case '}': return push(Value::Kind::kDict);  // EMPTY_DICT
     case ')': return push_tuple({});  // EMPTY_TUPLE
     case '(': marks_.push_back(stack_.size()); return Status::ok();
     case 't': {  // TUPLE
@@ -307,7 +300,7 @@ Status Unpickler::step(uint8_t op) {
     case 'X': case 0x8c: case 0x8d: case 'U': {  // BINUNICODE, SHORT_BINUNICODE, BINUNICODE8, SHORT_BINSTRING
       QV_ASSIGN_OR_RETURN(uint64_t n, take_le(op == 'X' ? 4 : op == 0x8d ? 8 : 1));
       QV_ASSIGN_OR_RETURN(std::string_view s, take(n));
-      return push_str(s);
+      return push(Value::Kind::kStr, 0, s);
     }
     case 'q': case 'r': case 0x94: {  // BINPUT, LONG_BINPUT, MEMOIZE
       uint64_t idx = memo_.size();
@@ -339,30 +332,21 @@ Status Unpickler::step(uint8_t op) {
     }
     case 'J': {  // BININT
       QV_ASSIGN_OR_RETURN(uint64_t v, take_le(4));
-      return push_int(static_cast<int32_t>(static_cast<uint32_t>(v)));
+      return push(Value::Kind::kInt, static_cast<int32_t>(static_cast<uint32_t>(v)));
     }
     case 'K': case 'M': {  // BININT1, BININT2
       QV_ASSIGN_OR_RETURN(uint64_t v, take_le(op == 'K' ? 1 : 2));
-      return push_int(static_cast<int64_t>(v));
+      return push(Value::Kind::kInt, static_cast<int64_t>(v));
     }
     case 0x8a: {  // LONG1: little-endian two's complement of n bytes
       QV_ASSIGN_OR_RETURN(uint64_t n, take_le(1));
       if (n > 8) return fail("integer of " + std::to_string(n) + " bytes");
       QV_ASSIGN_OR_RETURN(uint64_t v, take_le(static_cast<int>(n)));
       if (n > 0 && n < 8 && (v >> (8 * n - 1)) & 1) v |= ~uint64_t{0} << (8 * n);
-      return push_int(static_cast<int64_t>(v));
+      return push(Value::Kind::kInt, static_cast<int64_t>(v));
     }
-    case 0x88: case 0x89: {  // NEWTRUE, NEWFALSE
-      QV_ASSIGN_OR_RETURN(Ref b, make(Value::Kind::kBool));
-      b->i = op == 0x88;
-      stack_.push_back(std::move(b));
-      return Status::ok();
-    }
-    case 'N': {
-      QV_ASSIGN_OR_RETURN(Ref n, make(Value::Kind::kNone));
-      stack_.push_back(std::move(n));
-      return Status::ok();
-    }
+    case 0x88: case 0x89: return push(Value::Kind::kBool, op == 0x88);  // NEWTRUE, NEWFALSE
+    case 'N': return push(Value::Kind::kNone);
     case 'Q': return persistent_load();  // BINPERSID
     case 'R': return reduce();
     case 's': {  // SETITEM
