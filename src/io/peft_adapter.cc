@@ -14,6 +14,7 @@
 #include <sstream>
 #include <sys/stat.h>
 
+#include "io/adapter_vocab.h"
 #include "io/adapter_weights.h"
 
 namespace quiver {
@@ -404,6 +405,8 @@ Result<LoraAdapter> load_impl(const std::string& dir, const std::string& name, c
   const std::string config_path = dir + "/adapter_config.json";
   if (!file_exists(config_path)) return Status::error("adapter_config.json not found");
   QV_ASSIGN_OR_RETURN(AdapterWeights file, AdapterWeights::open(dir));
+  QV_ASSIGN_OR_RETURN(std::optional<AddedVocab> added, load_added_vocab(dir, base));
+  if (added) return refusal_for(*added);
 
   QV_ASSIGN_OR_RETURN(std::string text, read_text(config_path));
   OJson config;
