@@ -166,6 +166,26 @@ def convert_adapter(src, dst):
     torch_save(state, dst / "adapter_model.bin")
 
 
+def overlapping_zip():
+    """A zip whose second entry (local header and data) lies inside the first entry's data."""
+    inner = io.BytesIO()
+    with zipfile.ZipFile(inner, "w") as zf:
+        zf.writestr(zipfile.ZipInfo("archive/b", date_time=(1980, 1, 1, 0, 0, 0)), b"inner")
+    inner = inner.getvalue()
+    b_central = inner[inner.index(b"PK\x01\x02"):inner.index(b"PK\x05\x06")]
+    outer = io.BytesIO()
+    with zipfile.ZipFile(outer, "w") as zf:
+        zf.writestr(zipfile.ZipInfo("archive/a", date_time=(1980, 1, 1, 0, 0, 0)), inner[:inner.index(b"PK\x01\x02")])
+    outer = outer.getvalue()
+    dir_at = outer.index(b"PK\x01\x02")
+    a_central = outer[dir_at:outer.index(b"PK\x05\x06")]
+    b_local = 30 + len("archive/a")  # where entry a's data (b's local header) starts
+    b_central = b_central[:42] + struct.pack("<I", b_local) + b_central[46:]
+    central = a_central + b_central
+    end = b"PK\x05\x06" + struct.pack("<HHHHIIH", 0, 0, 2, 2, len(central), dir_at, 0)
+    return outer[:dir_at] + central + end
+
+
 def f32(values):
     return struct.pack("<%df" % len(values), *values)
 
@@ -205,6 +225,7 @@ def make_seeds(out):
     raw[raw.index(f32([0.5, 1.0]))] ^= 0x40  # inside storage 0
     (out / "bad_crc.bin").write_bytes(bytes(raw))
     (out / "bad_truncated.bin").write_bytes(raw[: len(raw) // 2])
+    (out / "bad_overlap.bin").write_bytes(overlapping_zip())
     (out / "bad_legacy.bin").write_bytes(pickle.dumps(0x1950A86A20F9469CFC6C, protocol=2) + dumps(two))
     # Bare data.pkl contents: the fuzz target also feeds its input to the unpickler directly,
     # past the zip CRCs that would reject almost every mutation of a pickle inside an archive.

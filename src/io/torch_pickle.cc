@@ -18,6 +18,10 @@ namespace {
 // thousands. These bounds keep a hostile pickle to a few hundred MB of values at worst.
 constexpr size_t kMaxValues = 1 << 18;
 constexpr int kMaxDepth = 32;
+// Memo references (BINGET) and MARKs grow the stacks without making values, and strings
+// reached through the memo are copied into names and keys: both are bounded separately.
+constexpr size_t kMaxStack = 1 << 18;
+constexpr size_t kMaxNameBytes = 1024;
 
 struct Value;
 using Ref = std::shared_ptr<Value>;
@@ -134,6 +138,8 @@ void freeze(const Ref& v) {
 }
 
 Status Unpickler::push_tuple(std::vector<Ref> items) {
+  // Container slots count as values: memo references would otherwise fill them for free.
+  num_values_ += items.size();
   QV_ASSIGN_OR_RETURN(Ref t, make(Value::Kind::kTuple));
   for (const Ref& v : items) {
     freeze(v);
@@ -146,6 +152,7 @@ Status Unpickler::push_tuple(std::vector<Ref> items) {
 }
 
 Status Unpickler::push_global(std::string_view module, std::string_view name) {
+  if (module.size() > kMaxNameBytes || name.size() > kMaxNameBytes) return fail("GLOBAL name longer than 1024 bytes");
   const std::string full = std::string(module) + "." + std::string(name);
   QV_ASSIGN_OR_RETURN(Ref g, make(Value::Kind::kGlobal));
   g->s = full;
@@ -165,6 +172,8 @@ Status Unpickler::push_global(std::string_view module, std::string_view name) {
 
 Status Unpickler::set_items(const Ref& dict, const std::vector<Ref>& kv) {
   if (kv.size() % 2) return fail("SETITEMS with an odd number of values");
+  num_values_ += kv.size();
+  if (num_values_ > kMaxValues) return fail("more than " + std::to_string(kMaxValues) + " values");
   for (const Ref& v : kv) freeze(v);
   if (dict->kind != Value::Kind::kDict) return fail("SETITEM on a " + std::string(kind_name(dict->kind)));
   if (dict->frozen) return fail("SETITEM on a dict that is already part of another value");
@@ -172,7 +181,10 @@ Status Unpickler::set_items(const Ref& dict, const std::vector<Ref>& kv) {
     const Ref& k = kv[i];
     std::string key;
     switch (k->kind) {
-      case Value::Kind::kStr: key = "s" + k->s; break;
+      case Value::Kind::kStr:
+        if (k->s.size() > kMaxNameBytes) return fail("dict key longer than 1024 bytes");
+        key = "s" + k->s;
+        break;
       case Value::Kind::kInt:
       case Value::Kind::kBool: key = "i" + std::to_string(k->i); break;
       case Value::Kind::kNone: key = "n"; break;
@@ -195,6 +207,8 @@ Status Unpickler::persistent_load() {
       it[0]->s != "storage" || it[1]->kind != Value::Kind::kGlobal || it[2]->kind != Value::Kind::kStr ||
       it[3]->kind != Value::Kind::kStr || it[4]->kind != Value::Kind::kInt || it[4]->i < 0)
     return fail("persistent id is not ('storage', <storage type>, key, location, numel)");
+  if (it[2]->s.size() > kMaxNameBytes || it[3]->s.size() > kMaxNameBytes)
+    return fail("storage key or location longer than 1024 bytes");
   const StorageType* type = nullptr;
   for (const StorageType& st : kStorageTypes)
     if (it[1]->s == st.name) type = &st;
@@ -285,7 +299,10 @@ Status Unpickler::step(uint8_t op) {
     case 0x95: return take(8).status();  // FRAME: framing is advisory, the data follows inline
     case '}': return push(Value::Kind::kDict);  // EMPTY_DICT
     case ')': return push_tuple({});  // EMPTY_TUPLE
-    case '(': marks_.push_back(stack_.size()); return Status::ok();
+    case '(':  // MARK
+      if (marks_.size() >= kMaxStack) return fail("more than " + std::to_string(kMaxStack) + " open MARKs");
+      marks_.push_back(stack_.size());
+      return Status::ok();
     case 't': {  // TUPLE
       QV_ASSIGN_OR_RETURN(std::vector<Ref> items, pop_to_mark());
       return push_tuple(std::move(items));
@@ -315,6 +332,7 @@ Status Unpickler::step(uint8_t op) {
       QV_ASSIGN_OR_RETURN(uint64_t idx, take_le(op == 'h' ? 1 : 4));
       auto it = memo_.find(idx);
       if (it == memo_.end()) return fail("memo entry " + std::to_string(idx) + " was never stored");
+      if (stack_.size() >= kMaxStack) return fail("more than " + std::to_string(kMaxStack) + " values on the stack");
       stack_.push_back(it->second);
       return Status::ok();
     }

@@ -95,6 +95,7 @@ TEST(TorchFile, RefusesEachBrokenSeedWithItsReason) {
       {"bad_nested.bin", {"'outer' is a dict, not a tensor"}},
       {"bad_offset.bin", {"tensor 'a'", "at offset 3 runs past its storage '0' of 6 elements"}},
       {"bad_opcode.bin", {"opcode 0x5d is not supported"}},
+      {"bad_overlap.bin", {"zip entries overlap at offset 39"}},
       {"bad_storage_size.bin", {"tensor 'a'", "storage '0' holds 24 bytes", "7 F32 elements"}},
       {"bad_storage_type.bin", {"torch.LongStorage is not supported"}},
       {"bad_stride.bin", {"tensor 'a'", "stride [1, 3] for size [3, 2]", "not contiguous"}},
@@ -125,8 +126,9 @@ TEST(TorchPickle, EmptyStateDict) {
 TEST(TorchPickle, RefusesMalformedAndHostilePickles) {
   std::string deep = ")";
   for (int i = 0; i < 40; ++i) deep += "\x85";
-  std::string many;
-  for (int i = 0; i < 300000; ++i) many += "K\x01";
+  std::string many, refs = "X\x01\x00\x00\x00" "a" "q\x00"s, marks, long_key = "}X\x00\x08\x00\x00"s;
+  for (int i = 0; i < 300000; ++i) many += "K\x01", refs += "h\x00"s, marks += "(";
+  long_key += std::string(2048, 'k') + "K\x01s."s;
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"}X\xff\xff\xff\x7f"s, "truncated"},
       {"}"s, "ends without STOP"},
@@ -147,6 +149,9 @@ TEST(TorchPickle, RefusesMalformedAndHostilePickles) {
       {"}q\x00\x85h\x00X\x01\x00\x00\x00kK\x01s."s, "already part of another value"},
       {deep, "nested deeper than 32"},
       {many, "more than 262144 values"},
+      {refs, "more than 262144 values on the stack"},
+      {marks, "more than 262144 open MARKs"},
+      {long_key, "dict key longer than 1024 bytes"},
       {"\x80\x07"s, "pickle protocol 7"},
   };
   for (const auto& [body, part] : cases) {
