@@ -21,6 +21,7 @@ import collections
 import io
 import json
 import pickle
+import re
 import shutil
 import struct
 import sys
@@ -159,8 +160,17 @@ def convert_adapter(src, dst):
     dst.mkdir(parents=True, exist_ok=True)
     shutil.copy(src / "adapter_config.json", dst / "adapter_config.json")
     state = {}
-    # PEFT's state dict order is the model's module order: layer by layer, then A before B.
-    for i, (name, (dtype, shape, data)) in enumerate(read_safetensors(src / "adapter_model.safetensors").items()):
+    tensors = read_safetensors(src / "adapter_model.safetensors")
+    # PEFT's state dict is in the model's module order (safetensors files are sorted by name):
+    # layer by layer, attention before MLP, projections in forward order, A before B.
+    order = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+    def module_order(name):
+        m = re.search(r"layers\.(\d+)\.\w+\.(\w+)\.lora_([AB])", name)
+        return (int(m.group(1)), order.index(m.group(2)), m.group(3)) if m else (1 << 30, 0, name)
+
+    for i, name in enumerate(sorted(tensors, key=module_order)):
+        dtype, shape, data = tensors[name]
         storage_type, elem = DTYPES[dtype]
         state[name] = Tensor(Storage(str(i), storage_type, len(data) // elem, data), shape)
     torch_save(state, dst / "adapter_model.bin")

@@ -9,8 +9,9 @@ For the fixture adapter llama_gqa/r8_all it
      also in bfloat16 and float16 (the model cast before saving), and once with
      torch.save(..., _use_new_zipfile_serialization=False), the legacy format quiver refuses;
   2. compares the real .bin with tools/make_torch_bin.py's twin (tests/fixtures/torch_bin):
-     the zip's record names below the archive folder, the data alignment, and the pickle's
-     opcode and GLOBAL sequence, so the committed test data stays faithful to torch.save;
+     torch.load must read the twin (same keys in the same order, same values), and the zip's
+     record names below the archive folder, the data alignment, and the pickle's opcode and
+     GLOBAL sequence must match, so the committed test data stays faithful to torch.save;
   3. runs `quiver generate` on the fixture's r8_all and base requests with the safetensors
      adapter and with each real .bin: float32 outputs must be identical, 16-bit ones must equal
      a run on a safetensors file of the same 16-bit weights; the legacy file must be refused.
@@ -108,6 +109,15 @@ def main():
         saved[dtype_name + "_st"] = st
     model.to(torch.float32)
 
+    # torch itself must read the committed twin: same keys in the same order, same values.
+    from safetensors.torch import load_file
+    twin_state = torch.load(TWIN, weights_only=True)
+    real_state = torch.load(saved["f32"] / "adapter_model.bin", weights_only=True)
+    st_state = load_file(ADAPTER / "adapter_model.safetensors")
+    check("torch.load reads the twin: keys in PEFT's order", list(twin_state) == list(real_state),
+          f"twin {list(twin_state)[:3]} real {list(real_state)[:3]}")
+    check("torch.load reads the twin: values equal the safetensors file",
+          twin_state.keys() == st_state.keys() and all(torch.equal(twin_state[k], st_state[k]) for k in st_state))
     real, twin = layout(saved["f32"] / "adapter_model.bin"), layout(TWIN)
     check("zip records match the twin", real[0] == twin[0], f"real {real[0]} twin {twin[0]}")
     check("storages 64-byte aligned", not real[1] and not twin[1], f"real {real[1]} twin {twin[1]}")
