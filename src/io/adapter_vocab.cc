@@ -49,19 +49,117 @@ Result<std::vector<std::string>> new_tokens(const Json& j, int64_t vocab_size) {
   return out;
 }
 
-Result<std::vector<float>> rows(const TensorInfo& t, const std::string& name, size_t num_tokens, int64_t hidden) {
+Status check_float(const TensorInfo& t, const std::string& name) {
   if (!t.dtype_known || (t.dtype != DType::kF32 && t.dtype != DType::kF16 && t.dtype != DType::kBF16))
     return Status::error("tensor " + name + " has dtype " + t.file_dtype + "; only F32, F16 and BF16 are supported");
+  return Status::ok();
+}
+
+// `what` says what the rows are for, e.g. "one row per new token of added_tokens.json".
+Result<std::vector<float>> rows(const TensorInfo& t, const std::string& name, size_t num_tokens, int64_t hidden,
+                                const std::string& what = "one row per new token of added_tokens.json") {
+  QV_RETURN_IF_ERROR(check_float(t, name));
   if (t.shape.size() != 2 || t.shape[0] != static_cast<int64_t>(num_tokens) || t.shape[1] != hidden)
     return Status::error("tensor " + name + " must be [" + std::to_string(num_tokens) + ", " + std::to_string(hidden) +
-                         "] (one row per new token of added_tokens.json, hidden size " + std::to_string(hidden) +
-                         ")");
+                         "] (" + what + ", hidden size " + std::to_string(hidden) + ")");
   std::vector<float> out(num_tokens * static_cast<size_t>(hidden));
   for (size_t i = 0; i < out.size(); ++i) out[i] = load_as_f32(t.data, t.dtype, i);
   return out;
 }
 
+// PEFT's saved names: the model's own, minus PEFT's "modules_to_save.default." part.
+std::string module_path(const std::string& module) {
+  return module == "lm_head" ? "base_model.model.lm_head" : "base_model.model.model.embed_tokens";
+}
+
+// trainable_token_indices: a list (for embed_tokens) or {"embed_tokens": [...], "lm_head": [...]}.
+Result<std::vector<int64_t>> token_ids(const nlohmann::ordered_json& v, const std::string& field, int64_t vocab) {
+  if (!v.is_array()) return Status::error(field + " must be a list of token ids");
+  if (v.size() > static_cast<size_t>(kMaxAddedTokens))
+    return Status::error(field + " has " + std::to_string(v.size()) + " ids, more than " + std::to_string(kMaxAddedTokens));
+  std::vector<int64_t> ids;
+  std::map<int64_t, bool> seen;
+  for (const auto& e : v) {
+    if (!e.is_number_integer() || e.get<int64_t>() < 0 || e.get<int64_t>() >= vocab)
+      return Status::error(field + ": " + e.dump() + " is not a token id below the vocabulary size " + std::to_string(vocab));
+    if (!seen.emplace(e.get<int64_t>(), true).second) return Status::error(field + ": id " + e.dump() + " appears twice");
+    ids.push_back(e.get<int64_t>());
+  }
+  return ids;
+}
+
 }  // namespace
+
+Result<std::optional<PeftVocab>> load_peft_vocab(const nlohmann::ordered_json& config,
+                                                  const std::map<std::string, TensorInfo>& tensors,
+                                                  const ModelConfig& base) {
+  PeftVocab v;
+  const auto tensor = [&](const std::string& name, const char* field) -> Result<const TensorInfo*> {
+    auto it = tensors.find(name);
+    if (it == tensors.end()) return Status::error(std::string(field) + " needs tensor " + name + ", which is missing");
+    return &it->second;
+  };
+  const auto mts = config.find("modules_to_save");
+  if (mts != config.end() && mts->is_array() && !mts->empty()) {
+    for (const auto& m : *mts) {
+      const std::string name = m.is_string() ? m.get<std::string>() : std::string();
+      const std::string last = name.substr(name.rfind('.') == std::string::npos ? 0 : name.rfind('.') + 1);
+      if (last != "embed_tokens" && last != "lm_head") return std::optional<PeftVocab>();
+      const std::string tname = module_path(last) + ".weight";
+      QV_ASSIGN_OR_RETURN(const TensorInfo* t, tensor(tname, "modules_to_save"));
+      QV_RETURN_IF_ERROR(check_float(*t, tname).with_context("modules_to_save"));
+      if (t->shape.size() != 2 || t->shape[1] != base.hidden_size || t->shape[0] < base.vocab_size ||
+          (v.replaced_vocab && t->shape[0] != v.replaced_vocab))
+        return Status::error("modules_to_save: tensor " + tname + " must be [vocab, " + std::to_string(base.hidden_size) +
+                             "] with vocab >= the base's " + std::to_string(base.vocab_size) +
+                             " (and the same for embed_tokens and lm_head)");
+      v.replaced_vocab = t->shape[0];
+      v.replaced.push_back(last);
+    }
+  }
+  const auto tti = config.find("trainable_token_indices");
+  if (tti != config.end() && !tti->is_null() && !(tti->is_array() && tti->empty())) {
+    std::vector<std::pair<std::string, nlohmann::ordered_json>> lists;
+    if (tti->is_object()) {
+      for (const auto& [k, ids] : tti->items()) lists.emplace_back(k, ids);
+    } else {
+      lists.emplace_back("embed_tokens", *tti);
+    }
+    for (const auto& [module, ids_json] : lists) {
+      if (module != "embed_tokens" && module != "lm_head")
+        return Status::error("trainable_token_indices names module '" + module + "' (only embed_tokens and lm_head)");
+      const bool lm_head = module == "lm_head";
+      QV_ASSIGN_OR_RETURN(std::vector<int64_t> ids,
+                          token_ids(ids_json, "trainable_token_indices['" + module + "']", base.vocab_size));
+      // A tied lm_head shares embed_tokens' delta; PEFT stores it once.
+      if (lm_head && base.tie_word_embeddings) continue;
+      const std::string tname = module_path(module) + ".token_adapter.trainable_tokens_delta";
+      QV_ASSIGN_OR_RETURN(const TensorInfo* t, tensor(tname, "trainable_token_indices"));
+      QV_ASSIGN_OR_RETURN(std::vector<float> r, rows(*t, tname, ids.size(), base.hidden_size,
+                                                     "one row per id of trainable_token_indices"));
+      (lm_head ? v.lm_head_ids : v.embed_ids) = std::move(ids);
+      (lm_head ? v.lm_head_rows : v.embed_rows) = std::move(r);
+    }
+  }
+  if (v.replaced.empty() && v.embed_ids.empty() && v.lm_head_ids.empty()) return std::optional<PeftVocab>();
+  return std::optional<PeftVocab>(std::move(v));
+}
+
+Status refusal_for(const PeftVocab& v, const ModelConfig& base) {
+  std::string what;
+  for (const auto& m : v.replaced) {
+    const double mib = static_cast<double>(v.replaced_vocab * base.hidden_size) * 4.0 / (1 << 20);
+    what += (what.empty() ? "" : "; ") + std::string("modules_to_save replaces ") + m + " ([" +
+            std::to_string(v.replaced_vocab) + ", " + std::to_string(base.hidden_size) + "], " +
+            std::to_string(static_cast<int64_t>(mib + 0.5)) + " MiB as float32)";
+  }
+  if (!v.embed_ids.empty())
+    what += (what.empty() ? "" : "; ") + std::string("trainable_token_indices trains ") +
+            std::to_string(v.embed_ids.size()) + " embed_tokens rows";
+  if (!v.lm_head_ids.empty())
+    what += (what.empty() ? "" : "; ") + std::to_string(v.lm_head_ids.size()) + " lm_head rows";
+  return Status::error(what + ": adapters that change vocabulary rows are not supported yet");
+}
 
 Result<std::optional<AddedVocab>> load_added_vocab(const std::string& dir, const ModelConfig& base) {
   const std::string tokens_path = dir + "/added_tokens.json", rows_path = dir + "/new_embeddings.safetensors";

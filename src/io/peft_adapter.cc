@@ -415,6 +415,8 @@ Result<LoraAdapter> load_impl(const std::string& dir, const std::string& name, c
   } catch (const nlohmann::json::exception& e) {
     return Status::error("adapter_config.json is not valid JSON: " + std::string(e.what()));
   }
+  QV_ASSIGN_OR_RETURN(std::optional<PeftVocab> vocab_rows, load_peft_vocab(config, file.tensors(), base));
+  if (vocab_rows) return refusal_for(*vocab_rows, base);
   Result<LoraSpec> parsed = Status::error("unparsed");
   try {
     parsed = parse_spec(config);

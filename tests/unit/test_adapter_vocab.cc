@@ -16,6 +16,14 @@ namespace {
 
 using lora_test::HostTensor;
 
+// Rows whose value at [r, c] is r + c / 8, so a transposed or shifted read shows.
+HostTensor test_rows(int64_t n, int64_t hidden, const std::string& dtype = "F32") {
+  HostTensor t{dtype, {n, hidden}, {}};
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t c = 0; c < hidden; ++c) t.values.push_back(static_cast<float>(r) + static_cast<float>(c) / 8.f);
+  return t;
+}
+
 class AdapterVocabTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -27,12 +35,8 @@ class AdapterVocabTest : public ::testing::Test {
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
   void write_tokens(const std::string& json) { std::ofstream(dir_ + "/added_tokens.json") << json; }
-  // Rows whose value at [r, c] is r + c / 8, so a transposed or shifted read shows.
   static HostTensor rows(int64_t n, int64_t hidden, const std::string& dtype = "F32") {
-    HostTensor t{dtype, {n, hidden}, {}};
-    for (int64_t r = 0; r < n; ++r)
-      for (int64_t c = 0; c < hidden; ++c) t.values.push_back(static_cast<float>(r) + static_cast<float>(c) / 8.f);
-    return t;
+    return test_rows(n, hidden, dtype);
   }
   void write_rows(const std::map<std::string, HostTensor>& tensors) {
     lora_test::write_safetensors(dir_ + "/new_embeddings.safetensors", tensors);
@@ -98,6 +102,55 @@ TEST_F(AdapterVocabTest, RefusesInconsistentFiles) {
   expect_error({"neither input_embeddings nor output_embeddings"});
   std::filesystem::remove(dir_ + "/new_embeddings.safetensors");
   expect_error({"adds 2 tokens from id 32", "no new_embeddings.safetensors"});
+}
+
+
+// PEFT's layouts, through load_peft_adapter: validated, then refused as not supported yet.
+class PeftVocabTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = lora_test::make_temp_dir("peftvocab");
+    ASSERT_FALSE(dir_.empty());
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  Result<LoraAdapter> load(const nlohmann::ordered_json& extra, std::map<std::string, HostTensor> more) {
+    auto config = lora_test::lora_config(2, 2, {"q_proj"});
+    for (const auto& [k, v] : extra.items()) config[k] = v;
+    auto tensors = lora_test::adapter_tensors(base_, {LoraTarget::kQ}, 2, 1);
+    for (auto& [k, v] : more) tensors[k] = v;
+    lora_test::write_adapter(dir_, config, tensors);
+    return load_peft_adapter(dir_, "ad", base_, 8);
+  }
+  static void expect(const Result<LoraAdapter>& r, const std::vector<std::string>& parts) {
+    ASSERT_FALSE(r.is_ok()) << parts[0];
+    for (const auto& p : parts) EXPECT_NE(r.message().find(p), std::string::npos) << r.message();
+  }
+  ModelConfig base_ = lora_test::tiny_config();  // vocab 32, hidden 8, untied
+  std::string dir_;
+};
+
+TEST_F(PeftVocabTest, ModulesToSaveOverAResizedVocabulary) {
+  const HostTensor full = test_rows(36, 8);
+  expect(load({{"modules_to_save", {"embed_tokens", "lm_head"}}},
+              {{"base_model.model.model.embed_tokens.weight", full}, {"base_model.model.lm_head.weight", full}}),
+         {"modules_to_save replaces embed_tokens ([36, 8]", "lm_head", "not supported yet"});
+  expect(load({{"modules_to_save", {"lm_head"}}}, {}),
+         {"modules_to_save needs tensor base_model.model.lm_head.weight, which is missing"});
+  expect(load({{"modules_to_save", {"embed_tokens"}}}, {{"base_model.model.model.embed_tokens.weight", test_rows(30, 8)}}),
+         {"must be [vocab, 8] with vocab >= the base's 32"});
+}
+
+TEST_F(PeftVocabTest, TrainableTokenIndices) {
+  const std::string delta = "base_model.model.model.embed_tokens.token_adapter.trainable_tokens_delta";
+  expect(load({{"trainable_token_indices", {3, 5}}}, {{delta, test_rows(2, 8)}}),
+         {"trainable_token_indices trains 2 embed_tokens rows", "not supported yet"});
+  expect(load({{"trainable_token_indices", {3, 5}}}, {{delta, test_rows(3, 8)}}),
+         {"must be [2, 8] (one row per id of trainable_token_indices"});
+  expect(load({{"trainable_token_indices", {3, 3}}}, {{delta, test_rows(2, 8)}}), {"id 3 appears twice"});
+  expect(load({{"trainable_token_indices", {40}}}, {{delta, test_rows(1, 8)}}),
+         {"40 is not a token id below the vocabulary size 32"});
+  expect(load({{"trainable_token_indices", {{"lm_head", {1}}}}}, {}),
+         {"trainable_token_indices needs tensor base_model.model.lm_head.token_adapter.trainable_tokens_delta"});
 }
 
 }  // namespace
