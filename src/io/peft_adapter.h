@@ -38,7 +38,8 @@ struct LoraAdapter {
 
 // Loads DIR/adapter_config.json and DIR/adapter_model.safetensors (else adapter_model.bin,
 // see io/adapter_weights.h). Refuses, with a message naming the cause: non-LORA peft_type,
-// use_dora, modules_to_save, bias != "none", embedding/lm_head targets, unknown target names, a rank above
+// use_dora, modules_to_save, bias != "none", embedding/lm_head targets, unknown target names,
+// added tokens and trained vocabulary rows (io/adapter_vocab.h, after validating them), a rank above
 // max_lora_rank, tensors whose shapes do not fit `base`, missing tensors.
 Result<LoraAdapter> load_peft_adapter(const std::string& dir, const std::string& name, const ModelConfig& base,
                                       int max_lora_rank);

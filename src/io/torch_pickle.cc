@@ -1,18 +1,22 @@
-// The unpickler is a small stack machine over a closed value model (None, bool, int, str,
-// tuple, dict, an allowed global, a storage reference, a tensor view). Globals are only
-// names matched against an allowlist; REDUCE on an allowed global is interpreted here, so
-// no code named by the file ever runs. Hostile files are bounded: the number of values,
-// their nesting depth, and dict mutation (a dict already placed inside another value is
-// frozen, which rules out reference cycles) are all limited.
+// The unpickler is a small stack machine over a closed value model (io/torch_pickle_value.h:
+// None, bool, int, str, tuple, dict, an allowed global, a storage reference, a tensor view).
+// Globals are only names matched against an allowlist; REDUCE on an allowed global is
+// interpreted here, so no code named by the file ever runs. Hostile files are bounded: the
+// number of values, their nesting depth, and dict mutation (a dict already placed inside
+// another value is frozen, which rules out reference cycles) are all limited.
 #include "io/torch_pickle.h"
 
 #include <map>
 #include <memory>
 #include <unordered_map>
 
+#include "io/torch_pickle_value.h"
+
 namespace quiver {
 
 namespace {
+
+using namespace torch_pickle;
 
 // A real adapter's pickle holds a few thousand values; full-model state dicts tens of
 // thousands. These bounds keep a hostile pickle to a few hundred MB of values at worst.
@@ -22,34 +26,6 @@ constexpr int kMaxDepth = 32;
 // reached through the memo are copied into names and keys: both are bounded separately.
 constexpr size_t kMaxStack = 1 << 18;
 constexpr size_t kMaxNameBytes = 1024;
-
-struct Value;
-using Ref = std::shared_ptr<Value>;
-
-struct Value {
-  enum class Kind { kNone, kBool, kInt, kStr, kTuple, kDict, kGlobal, kStorage, kTensor } kind = Kind::kNone;
-  int64_t i = 0;                           // kBool, kInt
-  std::string s;                           // kStr; kGlobal: "module.name"
-  std::vector<Ref> items;                  // kTuple
-  std::vector<std::pair<Ref, Ref>> dict;   // kDict, in insertion order
-  std::map<std::string, size_t> index;     // kDict: key -> position in `dict`
-  std::shared_ptr<PickledTensor> tensor;   // kStorage (storage fields only), kTensor
-  int depth = 1;
-  bool frozen = false;  // kDict: placed inside another value, no longer mutable
-};
-
-const char* kind_name(Value::Kind k) {
-  static constexpr const char* kNames[] = {"None",  "bool",   "int",           "str",   "tuple",
-                                           "dict",  "global", "storage",       "tensor"};
-  return kNames[static_cast<int>(k)];
-}
-
-// File text quoted in messages: printable ASCII only, at most 80 characters.
-std::string printable(std::string_view s) {
-  std::string out;
-  for (char c : s.substr(0, 80)) out += (c >= 0x20 && c < 0x7f) ? c : '?';
-  return s.size() > 80 ? out + "..." : out;
-}
 
 struct StorageType {
   const char* name;
@@ -131,11 +107,6 @@ class Unpickler {
   std::vector<size_t> marks_;
   std::unordered_map<uint64_t, Ref> memo_;
 };
-
-// Placing a value inside another freezes it if it is a dict (see the file comment).
-void freeze(const Ref& v) {
-  if (v->kind == Value::Kind::kDict) v->frozen = true;
-}
 
 Status Unpickler::push_tuple(std::vector<Ref> items) {
   // Container slots count as values: memo references would otherwise fill them for free.
@@ -222,21 +193,6 @@ Status Unpickler::persistent_load() {
   s->tensor->storage_numel = static_cast<uint64_t>(it[4]->i);
   stack_.push_back(std::move(s));
   return Status::ok();
-}
-
-Result<std::vector<int64_t>> int_tuple(const Ref& v, const char* what) {
-  if (v->kind != Value::Kind::kTuple) return Status::error(std::string(what) + " is not a tuple");
-  std::vector<int64_t> out;
-  for (const Ref& e : v->items) {
-    if (e->kind != Value::Kind::kInt || e->i < 0)
-      return Status::error(std::string(what) + " holds something other than a non-negative int");
-    out.push_back(e->i);
-  }
-  return out;
-}
-
-bool is_empty_dict_or_none(const Ref& v) {
-  return v->kind == Value::Kind::kNone || (v->kind == Value::Kind::kDict && v->dict.empty());
 }
 
 // _rebuild_tensor_v2(storage, offset, size, stride, requires_grad, backward_hooks[, metadata])
