@@ -374,7 +374,6 @@ RequestOutput LLMEngine::make_output(Request& req) {
     out.prompt_logprobs.resize(out.prompt_token_ids.size());
   }
   out.lora_name = req.lora_name;
-  out.error = req.error;
   out.finished = true;
   for (auto& st : req.seqs) {
     CompletionOutput c = st->out;

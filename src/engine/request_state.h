@@ -44,7 +44,6 @@ struct Request {
   std::chrono::steady_clock::time_point arrival;
   double first_token_s = -1;
   bool touched = false;  // progressed this step
-  std::string error;     // set when the request failed while running; it then finishes
 };
 
 }  // namespace quiver

@@ -45,13 +45,14 @@ Result<AdapterFiles> open_adapter_files(const std::string& dir, const std::vecto
   if (ec || !std::filesystem::is_directory(real_dir, ec)) return Status::error("not a directory");
   if (!allowlist.empty()) QV_RETURN_IF_ERROR(check_allowed(real_dir.string(), allowlist, "the adapter folder"));
   const std::string config_path = dir + "/adapter_config.json";
-  const std::string weights_path = dir + "/adapter_model.safetensors";
   if (!is_regular(config_path)) return Status::error("adapter_config.json not found");
-  if (!is_regular(weights_path)) {
-    if (is_regular(dir + "/adapter_model.bin"))
-      return Status::error("only adapter_model.bin (PyTorch pickle) found; convert it to safetensors "
-                           "(load it with PEFT and save_pretrained(..., safe_serialization=True))");
-    return Status::error("adapter_model.safetensors not found");
+  const std::string weights_path = AdapterWeights::pick(dir);
+  if (weights_path.empty()) return Status::error("neither adapter_model.safetensors nor adapter_model.bin found");
+  // The added-vocabulary files are read by path (io/adapter_vocab.h): they must resolve
+  // inside the allow-list too.
+  for (const char* name : {"/added_tokens.json", "/new_embeddings.safetensors"}) {
+    const std::filesystem::path extra = std::filesystem::canonical(dir + name, ec);
+    if (!ec && !allowlist.empty()) QV_RETURN_IF_ERROR(check_allowed(extra.string(), allowlist, name + 1));
   }
 
   AdapterFiles files;
@@ -61,8 +62,9 @@ Result<AdapterFiles> open_adapter_files(const std::string& dir, const std::vecto
   if (!text) return text.status();
   files.config_text = std::move(text).value();
 
-  QV_ASSIGN_OR_RETURN(OpenedFile weights, open_allowed(weights_path, allowlist, "adapter_model.safetensors"));
-  QV_ASSIGN_OR_RETURN(files.weights, SafetensorsFile::open_fd(weights.fd, weights_path));
+  const std::string weights_name = weights_path.substr(weights_path.rfind('/') + 1);
+  QV_ASSIGN_OR_RETURN(OpenedFile weights, open_allowed(weights_path, allowlist, weights_name));
+  QV_ASSIGN_OR_RETURN(files.weights, AdapterWeights::open_fd(weights.fd, weights_path));
   return files;
 }
 

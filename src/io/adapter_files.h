@@ -1,4 +1,4 @@
-// The two files of a PEFT adapter folder, opened under an optional allow-list. Each load
+// The files of a PEFT adapter folder, opened under an optional allow-list. Each load
 // from disk (first registration and every reload after host-cache eviction) goes through
 // here, so a folder swapped for a link to somewhere else is refused on the next load.
 #pragma once
@@ -8,13 +8,13 @@
 #include <vector>
 
 #include "core/status.h"
-#include "io/safetensors.h"
+#include "io/adapter_weights.h"
 
 namespace quiver {
 
 struct AdapterFiles {
-  std::string config_text;                   // adapter_config.json
-  std::unique_ptr<SafetensorsFile> weights;  // adapter_model.safetensors
+  std::string config_text;  // adapter_config.json
+  AdapterWeights weights;   // adapter_model.safetensors, else adapter_model.bin
 };
 
 // adapter_config.json is refused past this size: real ones are a few KiB.

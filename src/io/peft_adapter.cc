@@ -13,9 +13,9 @@
 #include <set>
 
 #include "io/adapter_files.h"
+#include "io/adapter_vocab.h"
 #include "io/bounded_regex.h"
 #include "io/json_util.h"
-#include "io/safetensors.h"
 
 namespace quiver {
 
@@ -449,12 +449,17 @@ Result<std::vector<float>> to_f32(const std::string& tname, const TensorInfo& in
 Result<LoraAdapter> load_impl(const std::string& dir, const std::string& name, const ModelConfig& base,
                               int max_lora_rank, const std::vector<std::string>& allowlist) {
   QV_ASSIGN_OR_RETURN(AdapterFiles files, open_adapter_files(dir, allowlist));
+  QV_ASSIGN_OR_RETURN(std::optional<AddedVocab> added, load_added_vocab(dir, base));
+  if (added) return refusal_for(*added);
+  const AdapterWeights& file = files.weights;
   OJson config;
   try {
     config = OJson::parse(files.config_text);
   } catch (const nlohmann::json::parse_error& e) {
     return Status::error("adapter_config.json is not valid JSON: " + json_parse_error_text(e));
   }
+  QV_ASSIGN_OR_RETURN(std::optional<PeftVocab> vocab_rows, load_peft_vocab(config, file.tensors(), base));
+  if (vocab_rows) return refusal_for(*vocab_rows, base);
   Result<LoraSpec> parsed = Status::error("unparsed");
   try {
     parsed = parse_spec(config);
@@ -475,7 +480,6 @@ Result<LoraAdapter> load_impl(const std::string& dir, const std::string& name, c
     if (spec.rank_values[i] > max_lora_rank)
       return too_big(spec.rank_values[i], "rank_pattern['" + spec.rank_keys[i].first + "']");
 
-  const std::unique_ptr<SafetensorsFile>& file = files.weights;
   struct Pair {
     const TensorInfo* a = nullptr;
     const TensorInfo* b = nullptr;
@@ -483,7 +487,7 @@ Result<LoraAdapter> load_impl(const std::string& dir, const std::string& name, c
   };
   const int64_t num_layers = base.num_layers;
   std::vector<std::array<Pair, kNumLoraTargets>> found(static_cast<size_t>(num_layers));
-  for (const auto& [tname, info] : file->tensors()) {
+  for (const auto& [tname, info] : file.tensors()) {
     QV_ASSIGN_OR_RETURN(TensorKey k, parse_tensor_name(tname, num_layers));
     Pair& p = found[k.layer][static_cast<int>(k.target)];
     const TensorInfo*& slot = k.is_a ? p.a : p.b;

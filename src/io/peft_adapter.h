@@ -1,4 +1,4 @@
-// PEFT LoRA adapters (adapter_config.json + adapter_model.safetensors), validated against
+// PEFT LoRA adapters (adapter_config.json + adapter_model.safetensors or .bin), validated against
 // the base model and converted to float32 with the scale folded into B.
 #pragma once
 
@@ -36,12 +36,13 @@ struct LoraAdapter {
   size_t host_bytes() const;
 };
 
-// Loads DIR/adapter_config.json and DIR/adapter_model.safetensors. Refuses, with a message
-// naming the cause: non-LORA peft_type, use_dora, modules_to_save, bias != "none",
-// embedding/lm_head targets, unknown target names, a .bin-only adapter, a rank above
-// max_lora_rank, tensors whose shapes do not fit `base`, missing tensors, NaN/Inf weights,
-// patterns that backtrack past BoundedRegex's limits. With a non-empty `allowlist` the
-// folder and both files must really lie inside it (io/adapter_files.h).
+// Loads DIR/adapter_config.json and DIR/adapter_model.safetensors (else adapter_model.bin,
+// see io/adapter_weights.h). Refuses, with a message naming the cause: non-LORA peft_type,
+// use_dora, modules_to_save, bias != "none", embedding/lm_head targets, unknown target names,
+// added tokens and trained vocabulary rows (io/adapter_vocab.h, after validating them), a rank
+// above max_lora_rank, tensors whose shapes do not fit `base`, missing tensors, NaN/Inf
+// weights, patterns that backtrack past BoundedRegex's limits. With a non-empty `allowlist`
+// the folder and its files must really lie inside it (io/adapter_files.h).
 Result<LoraAdapter> load_peft_adapter(const std::string& dir, const std::string& name, const ModelConfig& base,
                                       int max_lora_rank, const std::vector<std::string>& allowlist = {});
 

@@ -5,13 +5,10 @@
 #include "io/safetensors.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <bit>
 #include <cerrno>
+#include <bit>
 #include <cstring>
 #include <filesystem>
 #include <tuple>
@@ -111,9 +108,7 @@ Status parse_entry(const Json& e, TensorInfo& info, uint64_t& begin, uint64_t& e
 
 }  // namespace
 
-SafetensorsFile::~SafetensorsFile() {
-  if (map_) munmap(map_, map_bytes_);
-}
+SafetensorsFile::~SafetensorsFile() = default;
 
 Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -124,26 +119,12 @@ Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::string
 Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open_fd(int fd, const std::string& path) {
   std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
   f->path_ = path;
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return Status::error(path + ": not a regular file");
-  }
-  const uint64_t file_bytes = static_cast<uint64_t>(st.st_size);
-  if (file_bytes < 8) {
-    ::close(fd);
+  QV_ASSIGN_OR_RETURN(f->map_, MappedFile::open_fd(fd, path));
+  const uint64_t file_bytes = f->map_.size();
+  if (file_bytes < 8)
     return Status::error(path + ": file is " + std::to_string(file_bytes) +
                          " bytes, shorter than the 8-byte header length; truncated or not safetensors");
-  }
-  // Read-only private mapping: weights are never written, and pages are shared with the
-  // page cache, so opening a checkpoint costs no copy.
-  void* map = mmap(nullptr, file_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
-  int map_errno = errno;
-  ::close(fd);
-  if (map == MAP_FAILED) return Status::error(path + ": mmap failed: " + std::strerror(map_errno));
-  f->map_ = map;
-  f->map_bytes_ = file_bytes;
-  const char* bytes = static_cast<const char*>(map);
+  const char* bytes = reinterpret_cast<const char*>(f->map_.data());
 
   uint64_t header_bytes = 0;
   std::memcpy(&header_bytes, bytes, 8);

@@ -11,20 +11,10 @@
 
 #include "core/status.h"
 #include "core/tensor.h"
+#include "io/mapped_file.h"
+#include "io/tensor_info.h"
 
 namespace quiver {
-
-struct TensorInfo {
-  DType dtype = DType::kF32;
-  std::vector<int64_t> shape;
-  const void* data = nullptr;  // inside the mapping; read-only (the file is mapped PROT_READ)
-  size_t bytes = 0;
-  // The dtype string as written in the header ("F32", "I64", ...). Files may hold dtypes
-  // quiver has no DType for (I64, U8, BOOL, F64, ...): then dtype_known is false, `dtype`
-  // is meaningless, and Checkpoint::get refuses the tensor.
-  std::string file_dtype;
-  bool dtype_known = true;
-};
 
 // One mmap'd .safetensors file. Validation at open: file at least 8 bytes, header length
 // within the file and <= 100 MB, header is a JSON object, every entry has a known dtype
@@ -48,8 +38,7 @@ class SafetensorsFile {
  private:
   SafetensorsFile() = default;
   std::string path_;
-  void* map_ = nullptr;
-  size_t map_bytes_ = 0;
+  MappedFile map_;
   std::map<std::string, TensorInfo> tensors_;
   std::map<std::string, std::string> metadata_;
 };

@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "e2e/jsonl.h"
 #include "e2e/scratch.h"
 
 namespace {
@@ -24,20 +25,12 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+using quiver::testing::read_jsonl;
 using quiver::testing::scratch;
 
 const std::vector<std::string> kModels = {"llama_gqa", "llama3_bf16", "qwen2_tied", "mistral"};
 
 fs::path fixture(const std::string& model) { return fs::path(QUIVER_SOURCE_DIR) / "tests/fixtures" / model; }
-
-std::vector<json> read_jsonl(const fs::path& p) {
-  std::vector<json> out;
-  std::ifstream in(p);
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty()) out.push_back(json::parse(line));
-  return out;
-}
 
 void write_jsonl(const fs::path& p, const std::vector<json>& lines) {
   std::ofstream out(p);

@@ -307,16 +307,17 @@ TEST_F(PeftAdapterTest, RefusesUnknownTargetName) {
   expect_error(write_and_load(lora_config(2, 2, {"q_proj", "c_attn"}), {}), {"unknown module 'c_attn'", "q_proj"});
 }
 
-TEST_F(PeftAdapterTest, RefusesBinOnly) {
+TEST_F(PeftAdapterTest, RefusesBinThatIsNotTorchSave) {
   std::ofstream(dir_ + "/adapter_config.json") << lora_config(2, 2, {"q_proj"}).dump();
   std::ofstream(dir_ + "/adapter_model.bin") << "pickle";
   auto r = load_peft_adapter(dir_, "ad", base_, kMaxRank);
-  expect_error(r, {"adapter_model.bin", "convert it to safetensors"});
+  expect_error(r, {"adapter_model.bin", "not a PyTorch checkpoint"});
 }
 
 TEST_F(PeftAdapterTest, RefusesMissingWeights) {
   std::ofstream(dir_ + "/adapter_config.json") << lora_config(2, 2, {"q_proj"}).dump();
-  expect_error(load_peft_adapter(dir_, "ad", base_, kMaxRank), {"adapter_model.safetensors not found"});
+  expect_error(load_peft_adapter(dir_, "ad", base_, kMaxRank),
+               {"neither adapter_model.safetensors nor adapter_model.bin found"});
 }
 
 TEST_F(PeftAdapterTest, RefusesMissingConfig) {
