@@ -74,11 +74,15 @@ TEST(RequestFields, NoOpValuesNullAndDelegatedKeysPass) {
   for (const char* extra : {R"("use_beam_search": false)", R"("length_penalty": 1)", R"("priority": 0)",
                             R"("truncate_prompt_tokens": null)", R"("bad_words": [])", R"("user": "u1")",
                             R"("guided_json": {"type": "object"})", R"("guided_regex": "a+")",
-                            R"("guided_choice": ["a"])", R"("guided_grammar": "x")",
+                            R"("guided_choice": ["a"])",
                             R"("structured_outputs": {"regex": "a"})", R"("response_format": {"type": "text"})"}) {
     auto r = parse_completion_request(completion(extra));
     EXPECT_TRUE(r.is_ok()) << extra << ": " << r.error().message;
   }
+  // Delegated keys are parsed where they are implemented, which refuses what it lacks.
+  auto grammar = parse_completion_request(completion(R"("guided_grammar": "x")"));
+  ASSERT_FALSE(grammar.is_ok());
+  EXPECT_NE(grammar.error().message.find("guided_grammar is not supported"), std::string::npos);
   for (const char* extra : {R"("tools": [])", R"("tool_choice": "auto")", R"("parallel_tool_calls": true)",
                             R"("echo": false)", R"("include_reasoning": true)", R"("max_completion_tokens": 4)"}) {
     auto r = parse_chat_request(chat(extra));
