@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs one libFuzzer target with ASan + UBSan for a bounded time. Needs Debian's clang;
-# CTest runs each target briefly (fuzz_io, fuzz_openai_parser) and skips (77) without it.
+# CTest runs each target briefly (fuzz_io, fuzz_openai_parser, fuzz_torch_bin) and skips (77) without it.
 #
 #   tools/fuzz.sh TARGET [SECONDS=60] [BUILD_DIR=build-fuzz]
 #
@@ -8,12 +8,14 @@
 #                  adapter_config.json (src/core + src/io), seeds tests/fuzz/io_seeds
 #   openai_parser  tests/fuzz/fuzz_openai_parser.cc: the OpenAI request parsers,
 #                  seeds tests/fuzz/openai_parser_seeds
+#   torch_bin      tests/fuzz/fuzz_torch_bin.cc: the torch.save reader (zip, restricted
+#                  unpickler), seeds tests/fuzz/torch_bin_seeds (tools/make_torch_bin.py seeds)
 #
 # The corpus grows in BUILD_DIR/TARGET_corpus; a finding leaves BUILD_DIR/crash-* (or
 # leak-*, timeout-*) and a non-zero exit status. The binary is rebuilt only when a source
 # is newer.
 set -euo pipefail
-TARGET=${1:?usage: fuzz.sh io|openai_parser [SECONDS] [BUILD_DIR]}
+TARGET=${1:?usage: fuzz.sh io|openai_parser|torch_bin [SECONDS] [BUILD_DIR]}
 SECONDS_TO_RUN=${2:-60}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${3:-$ROOT/build-fuzz}
@@ -35,7 +37,14 @@ case "$TARGET" in
     LIBS=()
     RUN=(-max_len=8192 -dict="$ROOT/tests/fuzz/openai_parser.dict")
     ;;
-  *) echo "unknown target '$TARGET' (io, openai_parser)"; exit 2 ;;
+  torch_bin)
+    SOURCES=("$ROOT"/tests/fuzz/fuzz_torch_bin.cc "$ROOT"/src/io/torch_file.cc "$ROOT"/src/io/torch_pickle.cc
+             "$ROOT"/src/io/zip_reader.cc "$ROOT"/src/io/mapped_file.cc)
+    SEEDS=$ROOT/tests/fuzz/torch_bin_seeds
+    LIBS=()
+    RUN=(-max_len=16384 -dict="$ROOT/tests/fuzz/torch_bin.dict")
+    ;;
+  *) echo "unknown target '$TARGET' (io, openai_parser, torch_bin)"; exit 2 ;;
 esac
 
 mkdir -p "$BUILD/${TARGET}_corpus"

@@ -2,7 +2,7 @@
 // and the tensor checks (src/io/zip_reader.cc, torch_pickle.cc, torch_file.cc). Each input
 // is read both as a whole checkpoint and as a bare data.pkl, since the archive's CRC-32s
 // reject nearly every mutation of a pickle that sits inside one. Not part of the CMake
-// build: tools/fuzz_torch_bin.sh compiles it with -fsanitize=fuzzer,address,undefined.
+// build: tools/fuzz.sh torch_bin compiles it with -fsanitize=fuzzer,address,undefined.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
