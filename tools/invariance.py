@@ -113,10 +113,9 @@ class Runner:
         return read_jsonl(out), None
 
 
-def check_hf(fixture_dir, requests, lines, bound_mode):
+def check_hf(fixture, lines, bound_mode):
     """HF rules on every completion; returns (problems, positions, max |dlogprob|)."""
-    req = {r["id"]: r for r in requests}
-    exp = {e["id"]: e for e in read_jsonl(os.path.join(fixture_dir, "expected.jsonl"))}
+    req, exp = fixture["requests"], fixture["expected"]
     problems, diffs = [], []
     seen = set()
     for line in lines:
@@ -251,9 +250,12 @@ def main():
             sys.exit(77)
     # Per model: the CPU reference runs, then every device run; runs go `--jobs` at a time
     # (separate processes), checks are reported in order.
-    refs, runs_todo = {}, []
+    refs, runs_todo, fixtures = {}, [], {}
     for model in a.models:
         fx = os.path.join(FIXTURES, model)
+        fixtures[model] = {"sixteen": storage_dtype(fx) != "float32",
+                           "requests": {r["id"]: r for r in read_jsonl(os.path.join(fx, "requests.jsonl"))},
+                           "expected": {e["id"]: e for e in read_jsonl(os.path.join(fx, "expected.jsonl"))}}
         refs[(model, "short")] = (fx, os.path.join(fx, "requests.jsonl"))
         if not a.no_long:
             refs[(model, "long")] = long_fixture(model, work, seed=len(model))
@@ -263,7 +265,7 @@ def main():
         ref_out = {key: f.result() for key, f in ref_out.items()}
         for model in a.models:
             fx = os.path.join(FIXTURES, model)
-            requests = read_jsonl(os.path.join(fx, "requests.jsonl"))
+            requests = list(fixtures[model]["requests"].values())
             for name, flags, rewrite in schedules:
                 path = os.path.join(fx, "requests.jsonl")
                 if rewrite:
@@ -293,16 +295,16 @@ def main():
             if err:
                 report(tag, [err])
                 continue
-            fx = os.path.join(FIXTURES, model)
+            fixture = fixtures[model]
             # 16-bit GEMM inputs and KV cache on CUDA for 16-bit models; bf16 stacks anywhere.
-            bound_mode = (storage_dtype(fx) != "float32" and a.device == "cuda") or name in ROUNDED
+            bound_mode = (fixture["sixteen"] and a.device == "cuda") or name in ROUNDED
             margin = BOUND if bound_mode else 1e-2
             if kind == "long":
                 margins = {r["id"]: own_margins(r) for r in cpu if "error" not in r}
                 report(tag, check_against(lines, cpu, lambda rid: margins[rid], margin))
                 continue
-            exp = {e["id"]: e for e in read_jsonl(os.path.join(fx, "expected.jsonl"))}
-            problems, positions, worst = check_hf(fx, read_jsonl(os.path.join(fx, "requests.jsonl")), lines, bound_mode)
+            problems, positions, worst = check_hf(fixture, lines, bound_mode)
+            exp = fixture["expected"]
             problems += check_against(lines, cpu, lambda rid: exp[rid]["margins"], margin)
             report(tag, problems, f" ({positions} positions vs HF, max |dlogprob| {worst:.3g})")
     print(f"invariance ({a.device}): {runs - failed} passed, {failed} failed, {time.time() - t0:.0f} s")

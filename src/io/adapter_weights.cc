@@ -20,18 +20,6 @@ std::string AdapterWeights::pick(const std::string& dir) {
   return "";
 }
 
-Result<AdapterWeights> AdapterWeights::open(const std::string& dir) {
-  AdapterWeights w;
-  w.path_ = pick(dir);
-  if (w.path_.empty()) return Status::error("neither adapter_model.safetensors nor adapter_model.bin found");
-  if (w.path_.ends_with(".bin")) {
-    QV_ASSIGN_OR_RETURN(w.torch_, TorchFile::open(w.path_));
-  } else {
-    QV_ASSIGN_OR_RETURN(w.safetensors_, SafetensorsFile::open(w.path_));
-  }
-  return w;
-}
-
 Result<AdapterWeights> AdapterWeights::open_fd(int fd, const std::string& path) {
   AdapterWeights w;
   w.path_ = path;

@@ -16,8 +16,6 @@ namespace quiver {
 
 class AdapterWeights {
  public:
-  // Opens DIR/adapter_model.safetensors, else DIR/adapter_model.bin.
-  static Result<AdapterWeights> open(const std::string& dir);
   // The file at `path` (one of those two names, which picks the format) through a
   // descriptor the caller opened and checked; taken over and closed.
   static Result<AdapterWeights> open_fd(int fd, const std::string& path);
