@@ -72,11 +72,6 @@ Status LLMEngine::init(const EngineArgs& args) {
   bo.kind = args.device;
   bo.num_threads = args.threads;
   bo.cuda_split_activations = args.matmul_precision == "highest";
-  // float32 weights with adapters decode wrong tokens under programmatic dependent launch:
-  // on the H200, every adapter request of the f32 fixtures at batch 1 left HF's tokens at
-  // margins up to 3.7 with it, and none without (docs/lora_and_graphs.md). Those models
-  // launch without it; 16-bit models, which pass the same checks with it, keep it.
-  bo.cuda_pdl = !(args.enable_lora && weight_dtype == DType::kF32);
   backend_ = make_backend(bo, &err);
   if (!backend_) return Status::error(err);
   if (args_.max_num_batched_tokens == 0)

@@ -111,7 +111,7 @@ __device__ __forceinline__ void score_key(float* sc, const float* q_s, const T* 
 #pragma unroll
     for (int v = 0; v < kIn; ++v) {
       if (v0 == 0) kraw[v] = first[v];
-      else if (v0 + v < NV) kraw[v] = cuda::load16(krow + (v0 + v) * E);
+      else if (v0 + v < NV) kraw[v] = cuda::load16_fresh(krow + (v0 + v) * E);
     }
 #pragma unroll
     for (int vi = 0; vi < kIn; ++vi) {
@@ -190,7 +190,7 @@ decode_kernel(AttentionParams p, float* __restrict__ part, int* __restrict__ cou
 
     // Phase 3's first V rows: thread (kl, ev) takes vector ev of keys kl, kl + KL, ...
     const auto load_v = [&](int tl) {
-      return cuda::load16(cuda::kv_row(v_cache, p, s, start + tl, kvh, HD) + ev * E);
+      return cuda::load16_fresh(cuda::kv_row(v_cache, p, s, start + tl, kvh, HD) + ev * E);
     };
     uint4 vraw[kVRounds];
 #pragma unroll
@@ -204,7 +204,7 @@ decode_kernel(AttentionParams p, float* __restrict__ part, int* __restrict__ cou
       const auto load_kfirst = [&] {
         const T* krow = cuda::kv_row(k_cache, p, s, start + threadIdx.x, kvh, HD);
 #pragma unroll
-        for (int v = 0; v < kIn; ++v) kraw[v] = cuda::load16(krow + v * E);
+        for (int v = 0; v < kIn; ++v) kraw[v] = cuda::load16_fresh(krow + v * E);
       };
       if (static_cast<int>(threadIdx.x) < nk && static_cast<int>(threadIdx.x) != fresh) load_kfirst();
       cuda::pdl_enter();  // launched with pdl (cuda_common.h)
@@ -228,7 +228,7 @@ decode_kernel(AttentionParams p, float* __restrict__ part, int* __restrict__ cou
       const T* krow = cuda::kv_row(k_cache, p, s, start + tl, kvh, HD);
       if (!PREWAIT || tl >= kThreads) {
 #pragma unroll
-        for (int v = 0; v < kIn; ++v) kraw[v] = cuda::load16(krow + v * E);
+        for (int v = 0; v < kIn; ++v) kraw[v] = cuda::load16_fresh(krow + v * E);
       }
       score_key<T, HD, GMAX, kIn>(sc, q_s, krow, kraw, gc, tl);
     }

@@ -119,6 +119,29 @@ __device__ __forceinline__ void Vec16<__half>::unpack(const uint4& raw, float (&
 // Read-only 16-byte load that is cached in L1 (data re-read by neighbours: x, KV rows).
 __device__ __forceinline__ uint4 load16(const void* p) { return __ldg(static_cast<const uint4*>(p)); }
 
+// Loads of what an earlier kernel of the same step wrote (x, this step's K/V rows), for
+// kernels launched with pdl: coherent ld.global instead of ld.global.nc, and asm volatile so
+// that they are issued after pdl_wait(). ld.global.nc declares the data read-only for the
+// whole life of the kernel, and a kernel launched early under PDL lives while its
+// predecessor is still writing that data.
+__device__ __forceinline__ uint4 load16_fresh(const void* p) {
+  uint4 r;
+  asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p)
+               : "memory");
+  return r;
+}
+__device__ __forceinline__ float4 load_f4_fresh(const float* p) {
+  float4 r;
+  asm volatile("ld.global.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(r.x), "=f"(r.y), "=f"(r.z), "=f"(r.w) : "l"(p)
+               : "memory");
+  return r;
+}
+__device__ __forceinline__ float load_f32_fresh(const float* p) {
+  float r;
+  asm volatile("ld.global.f32 %0, [%1];" : "=f"(r) : "l"(p) : "memory");
+  return r;
+}
+
 // Streaming 16-byte load that skips L1 (weights read once per call), keeping L1 for x.
 __device__ __forceinline__ uint4 load16_stream(const void* p) {
   uint4 r;

@@ -55,7 +55,7 @@ struct SkinnyStep {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int kh = k + 32 * h;
-        x[j][h] = tok_ok[j] && kh < in ? cuda::load16(xrow[j] + int64_t{kh} * 2) : make_uint4(0, 0, 0, 0);
+        x[j][h] = tok_ok[j] && kh < in ? cuda::load16_fresh(xrow[j] + int64_t{kh} * 2) : make_uint4(0, 0, 0, 0);
       }
   }
   template <typename W>

@@ -97,14 +97,14 @@ __device__ __forceinline__ void gemv_dot(const W* const (&wrow)[ROWS], const flo
         if constexpr (VEC) {
 #pragma unroll
           for (int e = 0; e < E; e += 4) {
-            const float4 v = __ldg(reinterpret_cast<const float4*>(xp + e));
+            const float4 v = load_f4_fresh(xp + e);  // the previous kernel's output
             xf[e] = v.x;
             xf[e + 1] = v.y;
             xf[e + 2] = v.z;
             xf[e + 3] = v.w;
           }
         } else {
-          xf[0] = __ldg(xp);
+          xf[0] = load_f32_fresh(xp);
         }
 #pragma unroll
         for (int r = 0; r < ROWS; ++r)
