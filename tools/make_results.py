@@ -191,6 +191,16 @@ def tokenizer(rec, machines, lines):
     lines.append("")
 
 
+def before_after(rec, machines, lines):
+    header(rec, machines, lines)
+    table_head(lines, "case", f"before (`{rec['before']}`)", f"after (`{rec['commit']}`)", "after / before")
+    for r in rec["rows"]:
+        ratios = " / ".join(f"{y / x:.3f}" for x, y in zip(r["before"], r["after"]))
+        lines.append(f"| {r['case']} | {' / '.join(n(x) for x in r['before'])} "
+                     f"| {' / '.join(n(x) for x in r['after'])} | {ratios} |")
+    close(rec, lines)
+
+
 def cpu_python(rec, machines, lines):
     header(rec, machines, lines)
     table_head(lines, "workload", "pairs", "quiver bench tok/s", "LLM.generate tok/s", "median pair ratio Python / C++",
@@ -222,7 +232,7 @@ def notes(rec, lines):
 
 KINDS = {"decode": decode, "throughput": throughput, "prefill": prefill, "checks": checks,
          "cpu-decode": cpu_decode, "cpu-lora": cpu_lora, "cpu-online": cpu_online,
-         "tokenizer": tokenizer, "cpu-python": cpu_python}
+         "tokenizer": tokenizer, "cpu-python": cpu_python, "before-after": before_after}
 
 INTRO = """\
 # quiver benchmark results
@@ -313,7 +323,7 @@ def render(machines, records):
     return "\n".join(lines).rstrip() + "\n"
 
 
-ORDER = ["decode", "throughput", "prefill", "checks", "cpu-decode", "cpu-lora", "cpu-online", "cpu-python", "tokenizer"]
+ORDER = ["decode", "throughput", "prefill", "before-after", "checks", "cpu-decode", "cpu-lora", "cpu-online", "cpu-python", "tokenizer"]
 
 
 def main():

@@ -99,7 +99,6 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& options, std::string
     CudaBackendOptions cuda_options;
     cuda_options.device = options.cuda_device;
     cuda_options.gemm_split_activations = options.cuda_split_activations;
-    cuda_options.pdl = options.cuda_pdl;
     return make_cuda_backend(cuda_options, error);
 #else
     *error = "this quiver was built without CUDA (configure with -DQUIVER_CUDA=ON and a CUDA toolkit)";

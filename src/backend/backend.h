@@ -299,8 +299,6 @@ struct BackendOptions {
   // cuda only (--matmul-precision highest): cuBLAS matmuls split activations into two 16-bit
   // halves for ~f32 accuracy (CudaBackendOptions::gemm_split_activations). Host backends ignore it.
   bool cuda_split_activations = false;
-  // cuda only: programmatic dependent launch of the decode-path kernels (CudaBackendOptions::pdl).
-  bool cuda_pdl = true;
 };
 std::unique_ptr<Backend> make_backend(const BackendOptions& options, std::string* error);
 

@@ -10,6 +10,14 @@ cd "$(dirname "$0")/../.."
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 TOKENIZERS_PARALLELISM=false
 rm -rf "$OUT/fixtures"
 python3 -u tools/make_fixtures.py --out "$OUT/fixtures" 2>&1 | tee "$OUT/make_fixtures.log"
+# The long-prompt references run on the new weights: in this copy's tests/fixtures, then
+# into the archive beside them.
+cp -r "$OUT/fixtures/." tests/fixtures/
+python3 -u tools/make_long_fixtures.py 2>&1 | tee -a "$OUT/make_fixtures.log"
+for dir in "$OUT"/fixtures/*/; do
+  name=$(basename "$dir")
+  if [ -f "tests/fixtures/$name/long_requests.jsonl" ]; then cp tests/fixtures/"$name"/long_*.jsonl "$dir"; fi
+done
 tar czf "$OUT/fixtures.tgz" -C "$OUT" fixtures
 rm -rf "$OUT/fixtures"  # only the archive and the log come back
 ls -l "$OUT"

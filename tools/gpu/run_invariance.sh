@@ -7,7 +7,7 @@
 #   2. tools/invariance.py --device cuda: every HF fixture under every schedule (chunks of
 #      1/3/8/16/64, max-num-seqs 1 and 2, preemption, block sizes 1/4/16, prefix caching
 #      off, max-loras 1, n = 2), graphs and eager, against HF and the CPU, and long prompts
-#      (64-600 tokens) against the CPU;
+#      (64-600 tokens), against their HF references too;
 #   3. tools/server_invariance.py --device cuda: concurrent streams of chunked long prompts
 #      against each request alone (when the server builds there: cpp-httplib from .deps/).
 # From the dev machine: tools/gpu/fetch_deps.sh once, then the device tool with

@@ -90,7 +90,7 @@ __global__ void add_kernel(float* y, const float* x, int64_t count, bool vec) {
 
 // out[i, :] = x[rows[i], :]; a row index outside x becomes a NaN row (it cannot be
 // reported from the device).
-__global__ void gather_rows_kernel(float* __restrict__ out, const float* __restrict__ x,
+__global__ void gather_rows_kernel(float* __restrict__ out, const float* x,
                                    const int32_t* __restrict__ rows, int64_t num_rows, int64_t d) {
   cuda::pdl_enter();  // launched with pdl (cuda_common.h)
   const int64_t i = blockIdx.x;

@@ -116,14 +116,13 @@ __device__ __forceinline__ void Vec16<__half>::unpack(const uint4& raw, float (&
   }
 }
 
-// Read-only 16-byte load that is cached in L1 (data re-read by neighbours: x, KV rows).
+// Read-only (ld.global.nc) 16-byte load cached in L1, for data re-read by neighbours that no
+// kernel of the step writes (B rows, weights); see the PDL contract below.
 __device__ __forceinline__ uint4 load16(const void* p) { return __ldg(static_cast<const uint4*>(p)); }
 
-// Loads of what an earlier kernel of the same step wrote (x, this step's K/V rows), for
-// kernels launched with pdl: coherent ld.global instead of ld.global.nc, and asm volatile so
-// that they are issued after pdl_wait(). ld.global.nc declares the data read-only for the
-// whole life of the kernel, and a kernel launched early under PDL lives while its
-// predecessor is still writing that data.
+// Loads of what an earlier kernel of the same step wrote (x, K/V rows), for kernels launched
+// with pdl: coherent ld.global, asm volatile so that they stay after pdl_wait() (the PDL
+// contract below says why not ld.global.nc).
 __device__ __forceinline__ uint4 load16_fresh(const void* p) {
   uint4 r;
   asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p)
@@ -215,6 +214,13 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
 // step's first kernel, which is not launched early) and the KV cache rows of earlier steps
 // are not written by any kernel of the step either; decode attention of small batches
 // reads those before (attention.cu, PREWAIT).
+// What an earlier kernel of the step wrote is read with coherent loads (load16_fresh and
+// its kin below, or plain loads through pointers that are not const __restrict__), never
+// with ld.global.nc (__ldg, load16, or what the compiler makes of a const __restrict__
+// pointer): ptxas takes .nc data to be unchanging for the whole kernel and may schedule
+// such a load before griddepcontrol.wait. It did so in gemv_shrink_kernel<float, float>
+// (x's LDG.E.128.CONSTANT ahead of ACQBULK in its SASS, the only variant that way), and
+// every adapter request on float32 weights decoded wrong at batch 1.
 // pdl_trigger() lets the next kernel be scheduled early. Both are no-ops below sm_90.
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

@@ -13,8 +13,8 @@ namespace {
 // slot_mapping: [n]. Slot -1 is padding and skipped; a slot past the cache cannot be
 // reported from the device and is skipped too (the reference check()s it).
 template <typename T>
-__global__ void kv_write_kernel(T* __restrict__ k_cache, T* __restrict__ v_cache, const float* __restrict__ k,
-                                const float* __restrict__ v, const int32_t* __restrict__ slot_mapping,
+__global__ void kv_write_kernel(T* __restrict__ k_cache, T* __restrict__ v_cache, const float* k,
+                                const float* v, const int32_t* __restrict__ slot_mapping,
                                 int64_t row, int64_t num_slots) {
   cuda::pdl_enter();  // launched with pdl (cuda_common.h)
   const int64_t i = blockIdx.x;
