@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 
 #include "engine/llm_engine.h"
+#include "structured/request_fields.h"
 
 namespace py = pybind11;
 
@@ -17,6 +18,29 @@ constexpr int64_t kAnyVocabulary = int64_t{1} << 31;
 void validate(const SamplingParams& p) {
   Status s = p.validate(kAnyVocabulary);
   if (!s.is_ok()) throw py::value_error(s.message());
+}
+
+// The constraint of a request body's structured-output fields (`body_json`: an object such
+// as {"structured_outputs": {"regex": "..."}}), read by the parser the server and `quiver
+// generate` use, so the three accept and refuse the same things.
+StructuredOutputSpec structured_spec(const std::string& body_json) {
+  auto body = nlohmann::ordered_json::parse(body_json, nullptr, false);
+  if (body.is_discarded() || !body.is_object()) throw py::value_error("structured outputs: not a JSON object");
+  std::string field;
+  auto spec = structured::read_structured_fields(body, &field);
+  if (!spec.is_ok()) throw py::value_error(spec.status().message());
+  return std::move(spec).value();
+}
+
+const char* kind_name(const StructuredOutputSpec& s) {
+  switch (s.kind) {
+    case StructuredOutputSpec::Kind::kJson: return "json";
+    case StructuredOutputSpec::Kind::kJsonObject: return "json_object";
+    case StructuredOutputSpec::Kind::kRegex: return "regex";
+    case StructuredOutputSpec::Kind::kChoice: return "choice";
+    case StructuredOutputSpec::Kind::kNone: break;
+  }
+  return "none";
 }
 
 }  // namespace
@@ -47,6 +71,15 @@ void bind_params(py::module_& m) {
       .def_readwrite("enforce_eager", &EngineArgs::enforce_eager)
       .def_readwrite("trace", &EngineArgs::trace);
 
+  py::class_<StructuredOutputSpec>(m, "StructuredOutputSpec")
+      .def(py::init<>())
+      .def_property_readonly("kind", &kind_name)
+      .def_readonly("json_schema", &StructuredOutputSpec::json_schema)
+      .def_readonly("regex", &StructuredOutputSpec::regex)
+      .def_readonly("choice", &StructuredOutputSpec::choice);
+  m.def("structured_spec", &structured_spec, py::arg("body_json"),
+        "The constraint a request body's structured-output fields ask for (ValueError naming the field)");
+
   py::class_<SamplingParams>(m, "SamplingParams")
       .def(py::init<>())
       .def_readwrite("n", &SamplingParams::n)
@@ -68,6 +101,7 @@ void bind_params(py::module_& m) {
       .def_readwrite("logprobs", &SamplingParams::logprobs)
       .def_readwrite("prompt_logprobs", &SamplingParams::prompt_logprobs)
       .def_readwrite("skip_special_tokens", &SamplingParams::skip_special_tokens)
+      .def_readwrite("structured_outputs", &SamplingParams::structured_outputs)
       .def("validate", &validate, "ValueError naming the field when a value is out of range");
 
   py::class_<LoRARequest>(m, "LoRARequest")

@@ -29,6 +29,19 @@ class EngineArgs:
     trace: bool
     def __init__(self) -> None: ...
 
+class StructuredOutputSpec:
+    @property
+    def kind(self) -> str: ...  # "none", "json", "json_object", "regex" or "choice"
+    @property
+    def json_schema(self) -> str: ...
+    @property
+    def regex(self) -> str: ...
+    @property
+    def choice(self) -> List[str]: ...
+    def __init__(self) -> None: ...
+
+def structured_spec(body_json: str) -> StructuredOutputSpec: ...
+
 class SamplingParams:
     n: int
     temperature: float
@@ -49,6 +62,7 @@ class SamplingParams:
     logprobs: int
     prompt_logprobs: int
     skip_special_tokens: bool
+    structured_outputs: StructuredOutputSpec
     def __init__(self) -> None: ...
     def validate(self) -> None: ...
 

@@ -1,12 +1,83 @@
 """SamplingParams: vLLM's per-request decoding settings, names and defaults."""
 
 import copy
+import dataclasses
+import json as _json
 from typing import Any, Dict, List, Optional, Union
 
 from . import _quiver
 from ._checks import check_bool, check_float, check_int, check_int_list, unsupported
 
 _GREEDY_EPS = 1e-5  # vLLM's threshold below which a temperature means greedy
+
+_CONSTRAINTS = ("json", "regex", "choice", "grammar", "json_object", "structural_tag")
+
+
+@dataclasses.dataclass
+class StructuredOutputsParams:
+    """What the output must match, as vllm.sampling_params.StructuredOutputsParams: one of
+    json (a JSON schema, as a dict or its text), regex, choice (the output is exactly one of
+    these strings) or json_object (any JSON object). grammar, structural_tag and
+    whitespace_pattern are refused by SamplingParams, and so are the disable_* options other
+    than their defaults, except disable_fallback (quiver has one backend, so it never falls
+    back)."""
+
+    json: Optional[Union[str, Dict[str, Any]]] = None
+    regex: Optional[str] = None
+    choice: Optional[List[str]] = None
+    grammar: Optional[str] = None
+    json_object: Optional[bool] = None
+    disable_fallback: bool = False
+    disable_any_whitespace: bool = False
+    disable_additional_properties: bool = False
+    whitespace_pattern: Optional[str] = None
+    structural_tag: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        given = [k for k in _CONSTRAINTS if getattr(self, k) is not None]
+        if len(given) > 1:
+            raise ValueError(f"{type(self).__name__}: give only one kind of constraint, got {', '.join(given)}")
+
+    def _fields(self) -> Dict[str, Any]:
+        """The request-body form the C++ parser reads (None fields left out)."""
+        fields = dataclasses.fields(StructuredOutputsParams)
+        return {f.name: getattr(self, f.name) for f in fields if getattr(self, f.name) is not None}
+
+
+@dataclasses.dataclass
+class GuidedDecodingParams(StructuredOutputsParams):
+    """vLLM's name for StructuredOutputsParams before 0.12 (SamplingParams(guided_decoding=...)),
+    with its backend field: None or "auto" only, quiver having one backend."""
+
+    backend: Optional[str] = None
+    backend_was_auto: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        unsupported("GuidedDecodingParams", "backend", self.backend if self.backend != "auto" else None, None)
+
+
+def _structured(o: str, structured_outputs: Any, guided_decoding: Any) -> Optional[StructuredOutputsParams]:
+    if structured_outputs is not None and guided_decoding is not None:
+        raise ValueError(f"{o}: give structured_outputs or guided_decoding, not both")
+    field = "structured_outputs" if structured_outputs is not None else "guided_decoding"
+    value = structured_outputs if structured_outputs is not None else guided_decoding
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        value = StructuredOutputsParams(**value)
+    if not isinstance(value, StructuredOutputsParams):
+        raise TypeError(f"{o}.{field} must be a StructuredOutputsParams, got {type(value).__name__}")
+    if not any(getattr(value, k) is not None for k in _CONSTRAINTS):
+        raise ValueError(f"{o}.{field}: set one of json, regex, choice, json_object")
+    return value
+
+
+def _structured_body(params: StructuredOutputsParams) -> str:
+    try:
+        return _json.dumps({"structured_outputs": params._fields()})
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"SamplingParams.structured_outputs: {e}") from None
 
 
 class SamplingParams:
@@ -45,6 +116,8 @@ class SamplingParams:
         truncate_prompt_tokens: Optional[int] = None,
         logit_bias: Optional[Dict[int, float]] = None,
         allowed_token_ids: Optional[List[int]] = None,
+        structured_outputs: Optional[StructuredOutputsParams] = None,
+        guided_decoding: Optional[StructuredOutputsParams] = None,
     ) -> None:
         o = "SamplingParams"
         check_int(o, "n", n, minimum=1)
@@ -101,6 +174,9 @@ class SamplingParams:
         self.allowed_token_ids = None
         if self.stop and not self.detokenize:
             raise ValueError(f"{o}.stop strings need detokenize=True")
+        self.structured_outputs = _structured(o, structured_outputs, guided_decoding)
+        if self.structured_outputs is not None:  # refusals name the field, as the server's
+            _quiver.structured_spec(_structured_body(self.structured_outputs))
         self._to_native(max_tokens=self.max_tokens or 1).validate()
         if self.temperature < _GREEDY_EPS:
             # Greedy: vLLM turns the truncation knobs off so they cannot change the argmax.
@@ -137,7 +213,14 @@ class SamplingParams:
         p.logprobs = -1 if self.logprobs is None else self.logprobs
         p.prompt_logprobs = -1 if self.prompt_logprobs is None else self.prompt_logprobs
         p.skip_special_tokens = self.skip_special_tokens
+        if self.structured_outputs is not None:
+            p.structured_outputs = _quiver.structured_spec(_structured_body(self.structured_outputs))
         return p
+
+    @property
+    def guided_decoding(self) -> Optional[StructuredOutputsParams]:
+        """vLLM's older name for structured_outputs."""
+        return self.structured_outputs
 
     def __eq__(self, other: Any) -> bool:
         return isinstance(other, SamplingParams) and vars(self) == vars(other)
@@ -153,7 +236,8 @@ class SamplingParams:
             f"logprobs={self.logprobs}, prompt_logprobs={self.prompt_logprobs}, "
             f"skip_special_tokens={self.skip_special_tokens}, "
             f"spaces_between_special_tokens={self.spaces_between_special_tokens}, "
-            f"truncate_prompt_tokens={self.truncate_prompt_tokens}, logit_bias={self.logit_bias})"
+            f"truncate_prompt_tokens={self.truncate_prompt_tokens}, logit_bias={self.logit_bias}, "
+            f"structured_outputs={self.structured_outputs})"
         )
 
 

@@ -71,13 +71,20 @@ Status structured_outputs(const Json& v, StructuredOutputSpec* spec) {
   if (!v.is_object()) return Status::error("structured_outputs must be an object");
   for (auto it = v.begin(); it != v.end(); ++it) {
     if (it.value().is_null()) continue;
-    // Options that only tune other backends: their defaults are what quiver does.
-    if ((it.key() == "disable_fallback" || it.key() == "disable_any_whitespace" ||
-         it.key() == "disable_additional_properties") &&
-        it.value().is_boolean() && !it.value().get<bool>())
+    const std::string& key = it.key();
+    const std::string field = "structured_outputs." + key;
+    // Options, not constraints. quiver has one backend, so it never falls back; the two
+    // disable_* options change the grammar, and their default (false) is what it does.
+    if (key == "disable_fallback" || key == "disable_any_whitespace" || key == "disable_additional_properties") {
+      if (!it.value().is_boolean()) return Status::error(field + " must be a boolean");
+      if (key != "disable_fallback" && it.value().get<bool>())
+        return Status::error(field + "=true is not supported (only false)");
       continue;
+    }
+    if (key == "whitespace_pattern")
+      return Status::error(field + " is not supported (JSON whitespace is fixed: up to 4 of space, tab, newline)");
     if (spec->active()) return Status::error("structured_outputs: give only one of json, regex, choice, json_object");
-    QV_RETURN_IF_ERROR(one(it.key(), it.value(), "structured_outputs." + it.key(), spec));
+    QV_RETURN_IF_ERROR(one(key, it.value(), field, spec));
   }
   return Status::ok();
 }

@@ -90,6 +90,28 @@ TEST(RequestFields, NoOpValuesNullAndDelegatedKeysPass) {
   }
 }
 
+// The options inside structured_outputs are judged by their own names, wherever they stand
+// beside the constraint (an option after it was once called a second constraint).
+TEST(RequestFields, StructuredOutputOptionsAreNamed) {
+  for (const char* ok : {R"({"regex": "a", "disable_fallback": true})",
+                         R"({"regex": "a", "disable_any_whitespace": false, "disable_additional_properties": false})"}) {
+    auto r = parse_completion_request(completion(std::string(R"("structured_outputs": )") + ok));
+    EXPECT_TRUE(r.is_ok()) << ok << ": " << r.error().message;
+  }
+  const std::pair<const char*, const char*> refused[] = {
+      {R"({"regex": "a", "disable_any_whitespace": true})", "structured_outputs.disable_any_whitespace=true"},
+      {R"({"json": {}, "disable_additional_properties": true})", "structured_outputs.disable_additional_properties=true"},
+      {R"({"json": {}, "whitespace_pattern": " "})", "structured_outputs.whitespace_pattern is not supported"},
+      {R"({"regex": "a", "disable_fallback": 1})", "structured_outputs.disable_fallback must be a boolean"},
+      {R"({"regex": "a", "choice": ["b"]})", "give only one of"},
+  };
+  for (const auto& [body, message] : refused) {
+    auto r = parse_completion_request(completion(std::string(R"("structured_outputs": )") + body));
+    ASSERT_FALSE(r.is_ok()) << body;
+    EXPECT_NE(r.error().message.find(message), std::string::npos) << body << ": " << r.error().message;
+  }
+}
+
 TEST(RequestFields, ImplementedExtrasReachTheRequest) {
   auto r = parse_completion_request(
       completion(R"("prompt_logprobs": 2, "add_special_tokens": false, "request_id": "abc",
