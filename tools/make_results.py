@@ -232,7 +232,8 @@ def notes(rec, lines):
 
 KINDS = {"decode": decode, "throughput": throughput, "prefill": prefill, "checks": checks,
          "cpu-decode": cpu_decode, "cpu-lora": cpu_lora, "cpu-online": cpu_online,
-         "tokenizer": tokenizer, "cpu-python": cpu_python, "before-after": before_after}
+         "tokenizer": tokenizer, "cpu-python": cpu_python, "python-h200": cpu_python,
+         "before-after": before_after}
 
 INTRO = """\
 # quiver benchmark results
@@ -323,7 +324,7 @@ def render(machines, records):
     return "\n".join(lines).rstrip() + "\n"
 
 
-ORDER = ["decode", "throughput", "prefill", "before-after", "checks", "cpu-decode", "cpu-lora", "cpu-online", "cpu-python", "tokenizer"]
+ORDER = ["decode", "throughput", "prefill", "before-after", "checks", "python-h200", "cpu-decode", "cpu-lora", "cpu-online", "cpu-python", "tokenizer"]
 
 
 def main():
