@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs one libFuzzer target with ASan + UBSan for a bounded time. Needs Debian's clang;
-# CTest runs each target briefly (fuzz_io, fuzz_openai_parser, fuzz_torch_bin) and skips (77) without it.
+# CTest runs each target briefly (fuzz_io, fuzz_openai_parser, fuzz_torch_bin, fuzz_tokenizer) and skips
+# (77) without it.
 #
 #   tools/fuzz.sh TARGET [SECONDS=60] [BUILD_DIR=build-fuzz]
 #
@@ -10,12 +11,14 @@
 #                  seeds tests/fuzz/openai_parser_seeds
 #   torch_bin      tests/fuzz/fuzz_torch_bin.cc: the torch.save reader (zip, restricted
 #                  unpickler), seeds tests/fuzz/torch_bin_seeds (tools/make_torch_bin.py seeds)
+#   tokenizer      tests/fuzz/fuzz_tokenizer.cc: tokenizer.json and chat templates (src/tokenizer),
+#                  seeds tests/fuzz/tokenizer_seeds
 #
 # The corpus grows in BUILD_DIR/TARGET_corpus; a finding leaves BUILD_DIR/crash-* (or
 # leak-*, timeout-*) and a non-zero exit status. The binary is rebuilt only when a source
 # is newer.
 set -euo pipefail
-TARGET=${1:?usage: fuzz.sh io|openai_parser|torch_bin [SECONDS] [BUILD_DIR]}
+TARGET=${1:?usage: fuzz.sh io|openai_parser|torch_bin|tokenizer [SECONDS] [BUILD_DIR]}
 SECONDS_TO_RUN=${2:-60}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${3:-$ROOT/build-fuzz}
@@ -45,7 +48,13 @@ case "$TARGET" in
     LIBS=()
     RUN=(-max_len=16384 -dict="$ROOT/tests/fuzz/torch_bin.dict")
     ;;
-  *) echo "unknown target '$TARGET' (io, openai_parser, torch_bin)"; exit 2 ;;
+  tokenizer)
+    SOURCES=("$ROOT"/tests/fuzz/fuzz_tokenizer.cc "$ROOT"/src/core/*.cc "$ROOT"/src/tokenizer/*.cc)
+    SEEDS=$ROOT/tests/fuzz/tokenizer_seeds
+    LIBS=($(pkg-config --cflags --libs libpcre2-8) -lpthread)
+    RUN=(-max_len=16384)
+    ;;
+  *) echo "unknown target '$TARGET' (io, openai_parser, torch_bin, tokenizer)"; exit 2 ;;
 esac
 
 mkdir -p "$BUILD/${TARGET}_corpus"

@@ -25,6 +25,8 @@ Result<ChatTemplate> ChatTemplate::parse(const std::string& source) {
     return ChatTemplate(std::move(program));
   } catch (const jinja::JinjaError& e) {
     return Status::error(std::string("chat template: ") + e.what());
+  } catch (const std::exception& e) {  // the library's own (allocation); the bounds above come first
+    return Status::error(std::string("chat template: ") + e.what());
   }
 }
 
@@ -51,6 +53,8 @@ Result<std::string> render_with(const jinja::Body& body, const Json& messages, b
     return interp.render(body);
   } catch (const jinja::JinjaError& e) {
     if (e.from_raise_exception) return Status::error(e.what());
+    return Status::error(std::string("chat template: ") + e.what());
+  } catch (const std::exception& e) {
     return Status::error(std::string("chat template: ") + e.what());
   }
 }

@@ -3,6 +3,7 @@
 // slicing. Methods that would mutate a list or dict are refused, as transformers'
 // ImmutableSandboxedEnvironment refuses them.
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <ctime>
 #include <set>
@@ -211,7 +212,12 @@ Value str_method(const std::string& self, const std::string& name, const CallArg
         throw JinjaError("unsupported format spec in '" + field + "'");
       const Value* v = nullptr;
       if (field.empty()) v = a.positional.size() > auto_index ? &a.positional[auto_index++] : nullptr;
-      else if (std::all_of(field.begin(), field.end(), [](char c) { return c >= '0' && c <= '9'; })) v = a.get("", std::stoul(field));
+      else if (std::all_of(field.begin(), field.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+        size_t index = 0;
+        if (std::from_chars(field.data(), field.data() + field.size(), index).ec != std::errc())
+          throw JinjaError("format field index '" + field + "' is out of range");
+        v = a.get("", index);
+      }
       else v = a.get(field);
       if (!v) throw JinjaError("missing argument for format field '" + field + "'");
       out += v->str();

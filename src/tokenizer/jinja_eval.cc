@@ -6,7 +6,9 @@
 // the message jinja2 would raise (e.g. "'dict object' has no attribute 'x'").
 #include "tokenizer/jinja_eval.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "tokenizer/jinja_text.h"
 
@@ -32,6 +34,19 @@ const Value* Frame::find(const std::string& name) const {
     if (it != f->vars.end()) return &it->second;
   }
   return nullptr;
+}
+
+void Interpreter::enter() {
+  ++eval_depth_;
+  if (++steps_ > kMaxSteps)
+    throw JinjaError("the template takes over " + std::to_string(kMaxSteps) + " steps to render");
+  if (eval_depth_ > kMaxEvalDepth) throw JinjaError("expressions nested over " + std::to_string(kMaxEvalDepth) + " deep");
+}
+
+// out += piece, within the output bound.
+static void append_output(std::string& out, const std::string& piece) {
+  check_size(uint64_t{out.size()} + piece.size(), "the rendered text");
+  out += piece;
 }
 
 std::string Interpreter::render(const Body& body) {
@@ -63,9 +78,10 @@ void Interpreter::assign(Frame& frame, const std::vector<std::string>& targets, 
 }
 
 Interpreter::Flow Interpreter::exec(const Stmt& s, std::shared_ptr<Frame>& frame, std::string& out) {
+  Scope scope(*this);
   switch (s.kind) {
-    case StmtKind::kText: out += s.text; return Flow::kNormal;
-    case StmtKind::kOutput: out += eval(*s.expr, frame).str(); return Flow::kNormal;
+    case StmtKind::kText: append_output(out, s.text); return Flow::kNormal;
+    case StmtKind::kOutput: append_output(out, eval(*s.expr, frame).str()); return Flow::kNormal;
     case StmtKind::kIf:
       for (const auto& [cond, body] : s.branches) {
         if (!cond || eval(*cond, frame).truthy()) return exec_body(body, frame, out);
@@ -105,7 +121,7 @@ Interpreter::Flow Interpreter::exec(const Stmt& s, std::shared_ptr<Frame>& frame
       Value callee = eval(*call.children[0], frame);
       CallArgs args = eval_args(call, frame, 1);
       args.keyword.emplace_back("caller", make_macro(s, frame, &s.body));
-      out += this->call(callee, args).str();
+      append_output(out, this->call(callee, args).str());
       return Flow::kNormal;
     }
     case StmtKind::kFilterBlock: {
@@ -117,7 +133,7 @@ Interpreter::Flow Interpreter::exec(const Stmt& s, std::shared_ptr<Frame>& frame
       for (const Expr* e = s.expr.get(); e; e = e->children[0].get()) chain.push_back(e);
       Value v = Value::string(captured);
       for (auto it = chain.rbegin(); it != chain.rend(); ++it) v = apply_filter((*it)->name, v, eval_args(**it, frame, 1));
-      out += v.str();
+      append_output(out, v.str());
       return Flow::kNormal;
     }
     case StmtKind::kWith: {
@@ -173,6 +189,7 @@ void Interpreter::exec_for(const Stmt& s, std::shared_ptr<Frame>& frame, std::st
   };
   Value changed_value = Value::callable(changed_fn);
   for (int64_t i = 0; i < n; ++i) {
+    Scope step(*this);  // an iteration is a step even when its body is empty
     *cycle = i;
     Dict loop;
     loop.set("index0", Value::integer(i));
@@ -318,6 +335,7 @@ bool Interpreter::apply_test(const std::string& name, const Value& operand, cons
 }
 
 Value Interpreter::eval(const Expr& e, const std::shared_ptr<Frame>& frame) {
+  Scope scope(*this);
   try {
     switch (e.kind) {
       case ExprKind::kConst: return e.value;
@@ -361,7 +379,9 @@ Value Interpreter::eval(const Expr& e, const std::shared_ptr<Frame>& frame) {
         if (v.is_undefined()) fail_undefined(v);
         if (!v.is_number()) throw JinjaError("bad operand type for unary " + std::string(e.kind == ExprKind::kNeg ? "-" : "+") + ": '" + v.type_name() + "'");
         if (e.kind == ExprKind::kPos) return v.is_bool() ? Value::integer(v.as_int()) : v;
-        return v.is_float() ? Value::number(-v.as_double()) : Value::integer(-v.as_int());
+        if (v.is_float()) return Value::number(-v.as_double());
+        if (v.as_int() == std::numeric_limits<int64_t>::min()) throw JinjaError("integer overflow in unary -");
+        return Value::integer(-v.as_int());
       }
       case ExprKind::kNot: return Value::boolean(!eval(*e.children[0], frame).truthy());
       case ExprKind::kAnd: {
@@ -375,7 +395,11 @@ Value Interpreter::eval(const Expr& e, const std::shared_ptr<Frame>& frame) {
       case ExprKind::kBinary: return eval_binary(e.name, eval(*e.children[0], frame), eval(*e.children[1], frame));
       case ExprKind::kConcat: {
         std::string s;
-        for (const auto& c : e.children) s += eval(*c, frame).str();
+        for (const auto& c : e.children) {
+          const std::string piece = eval(*c, frame).str();
+          check_size(uint64_t{s.size()} + piece.size(), "a ~ concatenation");
+          s += piece;
+        }
         return Value::string(s);
       }
       case ExprKind::kCompare: {
@@ -408,9 +432,19 @@ Value Interpreter::eval_binary(const std::string& op, const Value& a, const Valu
   };
   bool numeric = a.is_number() && b.is_number();
   bool use_float = numeric && (a.is_float() || b.is_float());
+  // int64 arithmetic that would wrap is an error (Python's ints would grow instead).
+  auto checked = [&](bool overflow, const int64_t& r) {  // r by reference: read after the builtin wrote it
+    if (overflow) throw JinjaError("integer overflow in " + op);
+    return Value::integer(r);
+  };
+  int64_t r = 0;
   if (op == "+") {
-    if (a.is_string() && b.is_string()) return Value::string(a.as_string() + b.as_string());
+    if (a.is_string() && b.is_string()) {
+      check_size(uint64_t{a.as_string().size()} + b.as_string().size(), "a + of strings");
+      return Value::string(a.as_string() + b.as_string());
+    }
     if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
+      check_size(uint64_t{a.as_list().size()} + b.as_list().size(), "a + of lists");
       List items = a.as_list();
       items.insert(items.end(), b.as_list().begin(), b.as_list().end());
       return Value::list(std::move(items), a.is_tuple());
@@ -420,11 +454,14 @@ Value Interpreter::eval_binary(const std::string& op, const Value& a, const Valu
         throw JinjaError("can only concatenate str (not \"" + (a.is_string() ? b : a).type_name() + "\") to str");
       throw type_error();
     }
-    return use_float ? Value::number(a.as_double() + b.as_double()) : Value::integer(a.as_int() + b.as_int());
+    if (use_float) return Value::number(a.as_double() + b.as_double());
+    return checked(__builtin_add_overflow(a.as_int(), b.as_int(), &r), r);
   }
   if (op == "*") {
     if ((a.is_string() || a.is_list()) && (b.is_int() || b.is_bool())) {
-      int64_t times = b.as_int();
+      const int64_t times = std::max<int64_t>(0, b.as_int());
+      const uint64_t unit = a.is_string() ? a.as_string().size() : a.as_list().size();
+      if (unit > 0 && static_cast<uint64_t>(times) > kMaxValueSize / unit) check_size(kMaxValueSize + 1, "a * repetition");
       if (a.is_string()) {
         std::string s;
         for (int64_t i = 0; i < times; ++i) s += a.as_string();
@@ -436,11 +473,15 @@ Value Interpreter::eval_binary(const std::string& op, const Value& a, const Valu
     }
     if ((b.is_string() || b.is_list()) && (a.is_int() || a.is_bool())) return eval_binary(op, b, a);
     if (!numeric) throw type_error();
-    return use_float ? Value::number(a.as_double() * b.as_double()) : Value::integer(a.as_int() * b.as_int());
+    if (use_float) return Value::number(a.as_double() * b.as_double());
+    return checked(__builtin_mul_overflow(a.as_int(), b.as_int(), &r), r);
   }
   if (op == "%" && a.is_string()) return Value::string(percent_format(a.as_string(), b.is_tuple() ? b.as_list() : List{b}));
   if (!numeric) throw type_error();
-  if (op == "-") return use_float ? Value::number(a.as_double() - b.as_double()) : Value::integer(a.as_int() - b.as_int());
+  if (op == "-") {
+    if (use_float) return Value::number(a.as_double() - b.as_double());
+    return checked(__builtin_sub_overflow(a.as_int(), b.as_int(), &r), r);
+  }
   if (op == "/") {
     if (b.as_double() == 0.0) throw JinjaError("division by zero");
     return Value::number(a.as_double() / b.as_double());
@@ -462,18 +503,26 @@ Value Interpreter::eval_binary(const std::string& op, const Value& a, const Valu
       return Value::number(div != 0.0 ? floor_div : std::copysign(0.0, x / y));
     }
     int64_t x = a.as_int(), y = b.as_int();
-    int64_t q = x / y, r = x % y;
-    if (r != 0 && ((r < 0) != (y < 0))) {
-      --q;
-      r += y;
+    if (x == std::numeric_limits<int64_t>::min() && y == -1) {
+      if (op == "%") return Value::integer(0);
+      throw JinjaError("integer overflow in //");
     }
-    return op == "//" ? Value::integer(q) : Value::integer(r);
+    int64_t q = x / y, m = x % y;
+    if (m != 0 && ((m < 0) != (y < 0))) {
+      --q;
+      m += y;
+    }
+    return op == "//" ? Value::integer(q) : Value::integer(m);
   }
   if (op == "**") {
-    if (!use_float && b.as_int() >= 0) {
+    if (!use_float && b.as_int() >= 0) {  // by squaring: 64 rounds at most
       int64_t result = 1, base = a.as_int();
-      for (int64_t e = b.as_int(); e > 0; --e) result *= base;
-      return Value::integer(result);
+      bool overflow = false;
+      for (int64_t e = b.as_int(); e > 0 && !overflow; e >>= 1) {
+        if (e & 1) overflow = __builtin_mul_overflow(result, base, &result);
+        if (e > 1 && !overflow) overflow = __builtin_mul_overflow(base, base, &base);
+      }
+      return checked(overflow, result);
     }
     return Value::number(std::pow(a.as_double(), b.as_double()));
   }

@@ -50,8 +50,24 @@ class Interpreter {
   Value eval_binary(const std::string& op, const Value& a, const Value& b);
   bool eval_compare(const std::string& op, const Value& a, const Value& b);
 
+  // One more statement, expression or loop iteration (enter(); leave() on the way out):
+  // past kMaxSteps steps or kMaxEvalDepth open ones, a JinjaError. Llama 3.1's template
+  // renders 2,000 messages and 20 tools within it, in 8 ms (test_jinja_bounds); an empty
+  // loop reaches the bound in about 0.8 s.
+  static constexpr int64_t kMaxSteps = 500'000;
+  static constexpr int kMaxEvalDepth = 400;
+  void enter();
+  void leave() { --eval_depth_; }
+  struct Scope {
+    explicit Scope(Interpreter& i) : interp(i) { interp.enter(); }
+    ~Scope() { interp.leave(); }
+    Interpreter& interp;
+  };
+
   std::shared_ptr<Frame> root_;
   int depth_ = 0;  // macro recursion guard
+  int eval_depth_ = 0;
+  int64_t steps_ = 0;
 };
 
 // Builtins (jinja_builtins.cc).

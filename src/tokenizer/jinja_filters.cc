@@ -2,9 +2,11 @@
 // transformers overrides it: json.dumps(x, ensure_ascii=False, indent=None,
 // separators=None, sort_keys=False) instead of jinja2's HTML-safe version.
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <set>
 #include <utility>
 
@@ -17,6 +19,13 @@ namespace {
 using FilterFn = Value (*)(Interpreter&, const Value&, const CallArgs&);
 
 const Value* arg(const CallArgs& a, const char* name, std::optional<size_t> pos) { return a.get(name, pos); }
+
+// n spaces (none for n < 0), within the size bound.
+std::string spaces(int64_t n, const char* what) {
+  if (n <= 0) return "";
+  check_size(static_cast<uint64_t>(n), what);
+  return std::string(static_cast<size_t>(n), ' ');
+}
 
 bool arg_bool(const CallArgs& a, const char* name, size_t pos, bool def) {
   const Value* v = arg(a, name, pos);
@@ -35,8 +44,10 @@ Value get_attribute_path(Interpreter& in, Value v, const std::string& path) {
   while (start <= path.size()) {
     size_t dot = path.find('.', start);
     std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-    bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
-    v = in.getitem(v, digits ? Value::integer(std::stoll(part)) : Value::string(part));
+    int64_t index = 0;
+    const bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
+                        std::from_chars(part.data(), part.data() + part.size(), index).ec == std::errc();
+    v = in.getitem(v, digits ? Value::integer(index) : Value::string(part));
     if (dot == std::string::npos) break;
     start = dot + 1;
   }
@@ -52,6 +63,8 @@ Value sort_key(Interpreter& in, const Value& item, const std::optional<std::stri
 
 Value f_abs(Interpreter&, const Value& v, const CallArgs&) {
   if (v.is_float()) return Value::number(std::fabs(v.as_double()));
+  if ((v.is_int() || v.is_bool()) && v.as_int() == std::numeric_limits<int64_t>::min())
+    throw JinjaError("integer overflow in abs");
   if (v.is_int() || v.is_bool()) return Value::integer(std::llabs(v.as_int()));
   throw JinjaError("bad operand type for abs(): '" + v.type_name() + "'");
 }
@@ -180,16 +193,20 @@ std::vector<std::string> splitlines(const std::string& s) {
 
 Value f_indent(Interpreter&, const Value& v, const CallArgs& a) {
   const Value* width = arg(a, "width", 0);
-  std::string pad = !width ? "    " : width->is_string() ? width->as_string() : std::string(static_cast<size_t>(std::max<int64_t>(0, width->as_int())), ' ');
+  std::string pad = !width ? "    " : width->is_string() ? width->as_string() : spaces(width->as_int(), "indent's width");
   bool first = arg_bool(a, "first", 1, false);
   bool blank = arg_bool(a, "blank", 2, false);
   std::vector<std::string> lines = splitlines(v.str() + "\n");
   std::string rv;
+  auto add = [&](const std::string& piece) {
+    check_size(uint64_t{rv.size()} + piece.size(), "indent's result");
+    rv += piece;
+  };
   if (blank) {
-    for (size_t i = 0; i < lines.size(); ++i) rv += (i ? "\n" + pad : "") + lines[i];
+    for (size_t i = 0; i < lines.size(); ++i) add((i ? "\n" + pad : "") + lines[i]);
   } else if (!lines.empty()) {
     rv = lines[0];
-    for (size_t i = 1; i < lines.size(); ++i) rv += "\n" + (lines[i].empty() ? "" : pad) + lines[i];
+    for (size_t i = 1; i < lines.size(); ++i) add("\n" + (lines[i].empty() ? "" : pad) + lines[i]);
   }
   return Value::string(first ? pad + rv : rv);
 }
@@ -208,9 +225,11 @@ Value f_join(Interpreter& in, const Value& v, const CallArgs& a) {
   std::string out;
   bool first = true;
   for (const Value& item : in.iterate(v)) {
+    const std::string piece = (attribute ? get_attribute_path(in, item, *attribute) : item).str();
+    check_size(uint64_t{out.size()} + sep.size() + piece.size(), "join's result");
     if (!first) out += sep;
     first = false;
-    out += (attribute ? get_attribute_path(in, item, *attribute) : item).str();
+    out += piece;
   }
   return Value::string(out);
 }
@@ -367,8 +386,10 @@ Value f_sum(Interpreter& in, const Value& v, const CallArgs& a) {
   for (const Value& item : in.iterate(v)) {
     Value x = attribute ? get_attribute_path(in, item, *attribute) : item;
     if (!x.is_number() || !total.is_number()) throw JinjaError("unsupported operand type(s) for +: '" + total.type_name() + "' and '" + x.type_name() + "'");
-    total = total.is_float() || x.is_float() ? Value::number(total.as_double() + x.as_double())
-                                             : Value::integer(total.as_int() + x.as_int());
+    int64_t r = 0;
+    if (total.is_float() || x.is_float()) total = Value::number(total.as_double() + x.as_double());
+    else if (__builtin_add_overflow(total.as_int(), x.as_int(), &r)) throw JinjaError("integer overflow in sum");
+    else total = Value::integer(r);
   }
   return total;
 }
@@ -377,7 +398,7 @@ Value f_tojson(Interpreter&, const Value& v, const CallArgs& a) {
   JsonOptions o;
   o.ensure_ascii = arg_bool(a, "ensure_ascii", 0, false);
   if (const Value* indent = arg(a, "indent", 1); indent && !indent->is_none()) {
-    o.indent = indent->is_string() ? indent->as_string() : std::string(static_cast<size_t>(std::max<int64_t>(0, indent->as_int())), ' ');
+    o.indent = indent->is_string() ? indent->as_string() : spaces(indent->as_int(), "tojson's indent");
     o.item_separator = ",";
   }
   if (const Value* sep = arg(a, "separators", 2); sep && sep->is_list()) {
@@ -410,6 +431,7 @@ Value f_dictsort(Interpreter&, const Value& v, const CallArgs& a) {
 Value f_batch(Interpreter& in, const Value& v, const CallArgs& a) {
   const Value* count = arg(a, "linecount", 0);
   if (!count || count->as_int() <= 0) throw JinjaError("batch requires a positive line count");
+  check_size(static_cast<uint64_t>(count->as_int()), "batch's line count");
   const Value* fill = arg(a, "fill_with", 1);
   List out, current;
   for (const Value& item : in.iterate(v)) {
@@ -430,6 +452,7 @@ Value f_center(Interpreter&, const Value& v, const CallArgs& a) {
   std::string s = v.str();
   int64_t len = static_cast<int64_t>(utf8_length(s));
   if (width <= len) return Value::string(s);
+  check_size(static_cast<uint64_t>(width), "center's width");
   int64_t margin = width - len;
   int64_t left = margin / 2 + (margin & width & 1);  // CPython's str.center
   return Value::string(std::string(static_cast<size_t>(left), ' ') + s + std::string(static_cast<size_t>(margin - left), ' '));

@@ -8,6 +8,8 @@
 //    (`{%+` keeps them), where "start of a line" also holds right after a tag whose
 //    closing match ended in \n.
 #include <cctype>
+#include <charconv>
+#include <cstdlib>
 #include <cstring>
 
 #include "tokenizer/jinja_ast.h"
@@ -253,8 +255,12 @@ class Lexer {
     for (size_t i = pos_; i < e; ++i)
       if (src_[i] != '_') text.push_back(src_[i]);
     Token t{is_float ? TokenType::kFloat : TokenType::kInteger, text, line_};
-    if (is_float) t.float_value = std::stod(text);
-    else t.int_value = std::stoll(text);
+    if (is_float) {
+      t.float_value = std::strtod(text.c_str(), nullptr);  // past the range: inf, as Python's float
+    } else {
+      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), t.int_value);
+      if (ec != std::errc() || end != text.data() + text.size()) fail("integer literal " + text + " is out of range");
+    }
     tokens_.push_back(t);
     advance_to(e);
   }

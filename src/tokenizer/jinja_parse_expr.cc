@@ -145,6 +145,7 @@ ExprPtr Parser::parse_pow() {
 }
 
 ExprPtr Parser::parse_unary(bool with_filter) {
+  Nest nest(*this);
   int line = cur().line;
   ExprPtr node;
   if (is_op("-") || is_op("+")) {

@@ -10,6 +10,7 @@ namespace quiver::jinja {
 // Parses until one of `ends` opens a block; its name goes to *end_tag (the tag's
 // remaining tokens are left for the caller).
 Body Parser::parse_body(const std::set<std::string>& ends, std::string* end_tag) {
+  Nest nest(*this);
   Body body;
   while (true) {
     const Token& tok = cur();

@@ -99,8 +99,20 @@ class Parser {
   ExprPtr parse_filter_chain(ExprPtr node, bool first_bar_optional = false);
   ExprPtr parse_test(ExprPtr node);
 
+  // Statements and expressions nested deeper than this are an error, so that neither the
+  // parser's recursion nor the interpreter's overflows the stack (real templates nest < 10).
+  static constexpr int kMaxNesting = 100;
+  struct Nest {
+    explicit Nest(Parser& p) : parser(p) {
+      if (++parser.nesting_ > kMaxNesting) parser.fail("nested over " + std::to_string(kMaxNesting) + " deep");
+    }
+    ~Nest() { --parser.nesting_; }
+    Parser& parser;
+  };
+
   const std::vector<Token>& t_;
   size_t i_ = 0;
+  int nesting_ = 0;
   std::vector<std::pair<std::string, int>> open_blocks_;  // for "unexpected end of template"
 };
 

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 
+#include "tokenizer/jinja_value.h"
+
 namespace quiver::jinja {
 
 std::u32string utf8_decode(std::string_view s) {
@@ -214,6 +216,7 @@ std::string py_replace(std::string_view s, std::string_view old, std::string_vie
     long done = 0;
     for (size_t i = 0; i <= u.size(); ++i) {
       if (count < 0 || done < count) {
+        check_size(uint64_t{out.size()} + replacement.size(), "replace()'s result");
         out += replacement;
         ++done;
       }
@@ -226,6 +229,7 @@ std::string py_replace(std::string_view s, std::string_view old, std::string_vie
   while (count < 0 || done < count) {
     size_t hit = s.find(old, pos);
     if (hit == std::string_view::npos) break;
+    check_size(uint64_t{out.size()} + (hit - pos) + replacement.size(), "replace()'s result");
     out.append(s.substr(pos, hit - pos));
     out.append(replacement);
     pos = hit + old.size();

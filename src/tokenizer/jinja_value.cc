@@ -10,6 +10,12 @@
 
 namespace quiver::jinja {
 
+void check_size(uint64_t n, const char* what) {
+  if (n > kMaxValueSize)
+    throw JinjaError(std::string(what) + " would take " + std::to_string(n) + " bytes or items, over the " +
+                     std::to_string(kMaxValueSize) + " a chat template may build");
+}
+
 Value Value::undefined(std::string hint) {
   Value v;
   v.s_ = std::move(hint);
@@ -339,6 +345,7 @@ void json_string(std::string& out, const std::string& s, bool ensure_ascii) {
 
 void json_value(std::string& out, const Value& v, const JsonOptions& o, int depth) {
   auto newline = [&](int level) {
+    check_size(uint64_t{out.size()} + 1 + uint64_t(level) * o.indent->size(), "tojson's output");
     out.push_back('\n');
     for (int i = 0; i < level; ++i) out += *o.indent;
   };

@@ -27,6 +27,14 @@ struct JinjaError : std::runtime_error {
   bool from_raise_exception;  // raise_exception(...): the message is passed through as is
 };
 
+// Bounds on what one render may build: a template is a file that comes with the model
+// folder, so `'a' * 10**12`, a doubling loop or `indent(10**12)` must end in an error, not
+// in an allocation that takes the process down. A rendered prompt longer than 16 MiB is
+// far past any model's context.
+constexpr uint64_t kMaxValueSize = uint64_t{16} << 20;  // bytes of a string, items of a list
+// A JinjaError when a string or list of n (bytes, items) would pass kMaxValueSize.
+void check_size(uint64_t n, const char* what);
+
 class Value;
 class Dict;
 struct Callable;
