@@ -14,6 +14,7 @@
 #include "io/model_config.h"
 #include "io/peft_adapter.h"
 #include "io/safetensors.h"
+#include "fuzz/fuzz_scratch.h"
 #include "unit/lora_test_util.h"
 
 namespace {
@@ -24,8 +25,7 @@ namespace fs = std::filesystem;
 // weights, whose adapter_config.json each input replaces.
 const std::string& adapter_dir() {
   static const std::string dir = [] {
-    const fs::path d = fs::temp_directory_path() / ("quiver_fuzz_adapter_" + std::to_string(::getpid()));
-    fs::create_directories(d);
+    const fs::path d = quiver::fuzz::process_dir("adapter");
     // q_proj only, rank 1, of lora_test::tiny_config (hidden 8, q_size 12): A [1, 8], B [12, 1].
     std::string header = R"({"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight":)"
                          R"({"dtype":"F32","shape":[1,8],"data_offsets":[0,32]},)"

@@ -4,30 +4,22 @@
 // finding. A tokenizer that loads encodes and decodes a fixed text, all at once and one
 // id at a time; a template that parses renders a fixed conversation.
 // Built and run for a bounded time by tools/fuzz.sh tokenizer (CTest: fuzz_tokenizer).
-#include <unistd.h>
-
 #include <cstddef>
 #include <cstdint>
-#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "fuzz/fuzz_scratch.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace {
 
-namespace fs = std::filesystem;
-
 const std::string& tokenizer_dir() {
-  static const std::string dir = [] {
-    const fs::path d = fs::temp_directory_path() / ("quiver_fuzz_tokenizer_" + std::to_string(::getpid()));
-    fs::create_directories(d);
-    return d.string();
-  }();
+  static const std::string dir = quiver::fuzz::process_dir("tokenizer").string();
   return dir;
 }
 
