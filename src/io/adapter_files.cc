@@ -9,16 +9,12 @@
 #include <filesystem>
 #include <system_error>
 
+#include "io/mapped_file.h"
 #include "io/path_allowlist.h"
 
 namespace quiver {
 
 namespace {
-
-bool is_regular(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
 
 Result<std::string> read_small(int fd, const std::string& what) {
   struct stat st {};
@@ -45,7 +41,7 @@ Result<AdapterFiles> open_adapter_files(const std::string& dir, const std::vecto
   if (ec || !std::filesystem::is_directory(real_dir, ec)) return Status::error("not a directory");
   if (!allowlist.empty()) QV_RETURN_IF_ERROR(check_allowed(real_dir.string(), allowlist, "the adapter folder"));
   const std::string config_path = dir + "/adapter_config.json";
-  if (!is_regular(config_path)) return Status::error("adapter_config.json not found");
+  if (!is_regular_file(config_path)) return Status::error("adapter_config.json not found");
   const std::string weights_path = AdapterWeights::pick(dir);
   if (weights_path.empty()) return Status::error("neither adapter_model.safetensors nor adapter_model.bin found");
   // The added-vocabulary files are read by path (io/adapter_vocab.h): they must resolve

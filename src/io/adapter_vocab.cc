@@ -2,12 +2,11 @@
 // gaps because vLLM (and the per-slot extra rows this feeds) index the rows by id - vocab_size.
 #include "io/adapter_vocab.h"
 
-#include <sys/stat.h>
-
 #include <map>
 #include <memory>
 
 #include "io/json_util.h"
+#include "io/mapped_file.h"
 #include "io/safetensors.h"
 
 namespace quiver {
@@ -17,11 +16,6 @@ namespace {
 // vLLM's lora_extra_vocab_size went up to 512; a real adapter adds a handful. The bound
 // keeps a hostile added_tokens.json from sizing anything.
 constexpr int64_t kMaxAddedTokens = 1 << 16;
-
-bool is_file(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
 
 // id -> token for every id at or above vocab_size, checked to be vocab_size, vocab_size+1, ...
 Result<std::vector<std::string>> new_tokens(const Json& j, int64_t vocab_size) {
@@ -163,7 +157,7 @@ Status refusal_for(const PeftVocab& v, const ModelConfig& base) {
 
 Result<std::optional<AddedVocab>> load_added_vocab(const std::string& dir, const ModelConfig& base) {
   const std::string tokens_path = dir + "/added_tokens.json", rows_path = dir + "/new_embeddings.safetensors";
-  const bool has_tokens = is_file(tokens_path), has_rows = is_file(rows_path);
+  const bool has_tokens = is_regular_file(tokens_path), has_rows = is_regular_file(rows_path);
   if (has_rows && !has_tokens)
     return Status::error("new_embeddings.safetensors is present but added_tokens.json, which gives its rows' ids, "
                          "is not");

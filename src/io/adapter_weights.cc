@@ -1,22 +1,13 @@
 // Picks and opens the weights file of a PEFT adapter folder.
 #include "io/adapter_weights.h"
 
-#include <sys/stat.h>
+#include "io/mapped_file.h"
 
 namespace quiver {
 
-namespace {
-
-bool is_file(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-
-}  // namespace
-
 std::string AdapterWeights::pick(const std::string& dir) {
   for (const char* name : {"/adapter_model.safetensors", "/adapter_model.bin"})
-    if (is_file(dir + name)) return dir + name;
+    if (is_regular_file(dir + name)) return dir + name;
   return "";
 }
 

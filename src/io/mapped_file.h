@@ -34,4 +34,7 @@ class MappedFile {
   size_t bytes_ = 0;
 };
 
+// Whether `path` names a regular file, following symlinks (stat(2)).
+bool is_regular_file(const std::string& path);
+
 }  // namespace quiver

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 
+#include "e2e/run_all.h"
 #include "engine/llm_engine.h"
 
 namespace quiver {
@@ -47,13 +48,7 @@ SamplingParams greedy(int max_tokens = 8) {
   return p;
 }
 
-std::map<std::string, RequestOutput> run_all(LLMEngine& e) {
-  std::map<std::string, RequestOutput> done;
-  while (e.has_unfinished_requests())
-    for (auto& o : e.step())
-      if (o.finished) done[o.request_id] = o;
-  return done;
-}
+using testing::run_all;
 
 const std::vector<int32_t> kPrompt = {5, 17, 33, 101, 7, 9, 250, 3, 44, 12, 80, 61};
 

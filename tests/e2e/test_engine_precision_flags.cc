@@ -11,6 +11,7 @@
 #include <map>
 #include <string>
 
+#include "e2e/run_all.h"
 #include "engine/llm_engine.h"
 
 namespace quiver {
@@ -44,11 +45,7 @@ std::map<std::string, RequestOutput> run(LLMEngine& e) {
   b.token_ids = {400, 2, 2, 90};
   EXPECT_TRUE(e.add_request("a", a, p).is_ok());
   EXPECT_TRUE(e.add_request("b", b, p).is_ok());
-  std::map<std::string, RequestOutput> done;
-  while (e.has_unfinished_requests())
-    for (auto& o : e.step())
-      if (o.finished) done[o.request_id] = o;
-  return done;
+  return testing::run_all(e);
 }
 
 // Largest |Δ logprob| over positions where both runs chose the same tokens so far.

@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "e2e/run_all.h"
 #include "e2e/scratch.h"
 #include "engine/llm_engine.h"
 
@@ -33,13 +34,7 @@ std::unique_ptr<LLMEngine> make_engine() {
   return std::move(e).value();
 }
 
-std::map<std::string, RequestOutput> run_all(LLMEngine& e) {
-  std::map<std::string, RequestOutput> done;
-  while (e.has_unfinished_requests())
-    for (auto& o : e.step())
-      if (o.finished) done[o.request_id] = o;
-  return done;
-}
+using testing::run_all;
 
 PromptInput text(const std::string& t) {
   PromptInput p;
