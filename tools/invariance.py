@@ -38,9 +38,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
 MODELS = ["llama_gqa", "llama3_bf16", "qwen2_tied", "mistral"]
 BOUND = 0.25  # docs/numerics.md: 16-bit numerics against HF float32
-LONG_LENGTHS = [64, 97, 130, 255, 333, 600]
 LONG_POSITIONS = 1024
-LONG_MAX_TOKENS = 8
 LONG_SCHEDULES = ("plain", "chunk16", "chunk64", "seqs1", "preempt", "block4", "loras1", "lorabf16")
 
 # (name, extra flags, request rewrite or None). The preemption schedule's cache holds a

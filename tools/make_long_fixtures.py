@@ -29,6 +29,8 @@ import make_fixtures as mf  # noqa: E402
 from peft import PeftModel  # noqa: E402
 
 TOP = 2
+LENGTHS = [64, 97, 130, 255, 333, 600]  # prompt tokens, each twice
+MAX_TOKENS = 8
 
 
 def long_requests(model, config, adapters):
@@ -37,9 +39,9 @@ def long_requests(model, config, adapters):
     choices = [None] + adapters
     vocab = config["vocab_size"]
     return [{"id": f"long{i:02d}", "prompt_token_ids": [rng.randrange(vocab) for _ in range(n)],
-             "lora": choices[i % len(choices)], "max_tokens": inv.LONG_MAX_TOKENS, "temperature": 0.0,
+             "lora": choices[i % len(choices)], "max_tokens": MAX_TOKENS, "temperature": 0.0,
              "logprobs": TOP, "prompt_logprobs": TOP, "ignore_eos": True}
-            for i, n in enumerate(inv.LONG_LENGTHS * 2)]
+            for i, n in enumerate(LENGTHS * 2)]
 
 
 def r7(x):

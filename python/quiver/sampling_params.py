@@ -174,9 +174,8 @@ class SamplingParams:
         self.allowed_token_ids = None
         if self.stop and not self.detokenize:
             raise ValueError(f"{o}.stop strings need detokenize=True")
+        # _to_native reads the constraint through the server's parser: its refusals name the field.
         self.structured_outputs = _structured(o, structured_outputs, guided_decoding)
-        if self.structured_outputs is not None:  # refusals name the field, as the server's
-            _quiver.structured_spec(_structured_body(self.structured_outputs))
         self._to_native(max_tokens=self.max_tokens or 1).validate()
         if self.temperature < _GREEDY_EPS:
             # Greedy: vLLM turns the truncation knobs off so they cannot change the argmax.

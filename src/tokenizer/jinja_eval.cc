@@ -461,7 +461,9 @@ Value Interpreter::eval_binary(const std::string& op, const Value& a, const Valu
     if ((a.is_string() || a.is_list()) && (b.is_int() || b.is_bool())) {
       const int64_t times = std::max<int64_t>(0, b.as_int());
       const uint64_t unit = a.is_string() ? a.as_string().size() : a.as_list().size();
-      if (unit > 0 && static_cast<uint64_t>(times) > kMaxValueSize / unit) check_size(kMaxValueSize + 1, "a * repetition");
+      uint64_t total = 0;
+      if (__builtin_mul_overflow(unit, static_cast<uint64_t>(times), &total)) total = std::numeric_limits<uint64_t>::max();
+      check_size(total, "a * repetition");
       if (a.is_string()) {
         std::string s;
         for (int64_t i = 0; i < times; ++i) s += a.as_string();

@@ -63,9 +63,10 @@ Value sort_key(Interpreter& in, const Value& item, const std::optional<std::stri
 
 Value f_abs(Interpreter&, const Value& v, const CallArgs&) {
   if (v.is_float()) return Value::number(std::fabs(v.as_double()));
-  if ((v.is_int() || v.is_bool()) && v.as_int() == std::numeric_limits<int64_t>::min())
-    throw JinjaError("integer overflow in abs");
-  if (v.is_int() || v.is_bool()) return Value::integer(std::llabs(v.as_int()));
+  if (v.is_int() || v.is_bool()) {
+    if (v.as_int() == std::numeric_limits<int64_t>::min()) throw JinjaError("integer overflow in abs");
+    return Value::integer(std::llabs(v.as_int()));
+  }
   throw JinjaError("bad operand type for abs(): '" + v.type_name() + "'");
 }
 
