@@ -163,16 +163,9 @@ int run_serve(ServeOptions& o) {
   if (s.is_ok()) s = finalize_generation_config(&o);
   if (s.is_ok()) s = finalize_chat_template(&o);
   if (s.is_ok()) s = finalize_tools(&o);
+  if (s.is_ok()) s = validate(o.server);
   if (!s.is_ok()) {
     std::cerr << "quiver serve: " << s.message() << "\n";
-    return 2;
-  }
-  if (!(o.server.log_stats_interval_s > 0)) {
-    std::cerr << "quiver serve: --log-stats-interval must be positive\n";
-    return 2;
-  }
-  if (o.server.port < 0 || o.server.port > 65535) {
-    std::cerr << "quiver serve: --port must be in [0, 65535]\n";
     return 2;
   }
   for (const auto& [name, path] : o.engine.args.lora_modules) {
@@ -241,7 +234,11 @@ void register_serve(CLI::App& app, int* exit_code) {
   cmd->add_option("--tool-call-parser", opts->tool_call_parser,
                   "how tool calls are read from the model's text: llama3_json or hermes");
   cmd->add_option("--max-body-bytes", s.max_body_bytes, "largest request body accepted (413 beyond)");
-  cmd->add_option("--http-threads", s.http_threads, "HTTP worker threads (each open stream holds one)");
+  cmd->add_option("--http-threads", s.http_threads, "HTTP worker threads (each request being answered holds one)");
+  cmd->add_option("--http-max-connections", s.http_max_connections,
+                  "open connections at most; past it the one waiting longest for its request is closed");
+  cmd->add_option("--http-header-timeout", s.http_header_timeout_s,
+                  "seconds a request's head may take from its first byte (slower clients get 408)");
   cmd->add_option("--max-pending-requests", s.max_pending_requests, "requests queued or running before 503");
   cmd->add_option("--shutdown-timeout", s.shutdown_timeout_s, "seconds in-flight requests may finish on SIGTERM");
   cmd->add_option("--allowed-origins", opts->allowed_origins,

@@ -1,5 +1,6 @@
-// Socket lookup by endpoints (getsockname/getpeername over open descriptors) and a
-// non-blocking peek for end-of-stream. Linux only, like the rest of the server.
+// Socket lookup by endpoints (getsockname/getpeername over open descriptors), a
+// non-blocking peek for end-of-stream and the probe that tells a half-close from a close.
+// Linux only, like the rest of the server.
 #include "server/connection_probe.h"
 
 #include <arpa/inet.h>
@@ -36,18 +37,26 @@ bool endpoint(const sockaddr_storage& ss, std::string* ip, int* port) {
 }
 
 bool matches(int fd, const std::string& local_addr, int local_port, const std::string& remote_addr, int remote_port) {
-  sockaddr_storage ss{};
-  socklen_t len = sizeof ss;
   std::string ip;
   int port = 0;
-  if (getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0 || !endpoint(ss, &ip, &port)) return false;
-  if (port != remote_port || ip != remote_addr) return false;
-  len = sizeof ss;
-  if (getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0 || !endpoint(ss, &ip, &port)) return false;
+  if (!peer_endpoint(fd, &ip, &port) || port != remote_port || ip != remote_addr) return false;
+  if (!local_endpoint(fd, &ip, &port)) return false;
   return port == local_port && (local_addr.empty() || ip == local_addr);
 }
 
 }  // namespace
+
+bool local_endpoint(int fd, std::string* ip, int* port) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  return getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0 && endpoint(ss, ip, port);
+}
+
+bool peer_endpoint(int fd, std::string* ip, int* port) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  return getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0 && endpoint(ss, ip, port);
+}
 
 int find_connection_socket(const std::string& local_addr, int local_port, const std::string& remote_addr,
                            int remote_port) {
@@ -68,17 +77,24 @@ int find_connection_socket(const std::string& local_addr, int local_port, const 
   return found;
 }
 
-bool peer_closed(int fd) {
-  if (fd < 0) return false;
+PeerState peer_state(int fd) {
+  if (fd < 0) return PeerState::kOpen;
   pollfd p{fd, POLLIN | POLLRDHUP, 0};
-  if (poll(&p, 1, 0) <= 0) return false;
-  if (p.revents & (POLLHUP | POLLERR | POLLNVAL)) return true;
+  if (poll(&p, 1, 0) <= 0) return PeerState::kOpen;
+  if (p.revents & (POLLHUP | POLLERR | POLLNVAL)) return PeerState::kGone;
   if (p.revents & (POLLIN | POLLRDHUP)) {
     char c;
     const ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    if (n == 0) return PeerState::kSendingEnded;
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return PeerState::kGone;
   }
-  return false;
+  return PeerState::kOpen;
+}
+
+bool send_interim_continue(int fd) {
+  static constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+  const ssize_t n = send(fd, kContinue, sizeof kContinue - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+  return n == static_cast<ssize_t>(sizeof kContinue - 1);
 }
 
 }  // namespace quiver

@@ -27,12 +27,18 @@ struct Generation {
   std::unique_ptr<OutputAssembler> assembler;
   TokenText token_text;
   int fd = -1;                       // this client's socket, for disconnect checks; -1 unknown
+  ClientWatch watch;
+  bool http11 = true;                // may get an interim 1xx response (not HTTP/1.0)
   std::vector<size_t> text_offsets;  // per choice: text already streamed (completion logprobs)
   bool preamble_sent = false;
   bool done = false;
   std::vector<std::string> tool_text;  // per choice: text held back until it can be parsed
 
   void cancel() { ctx->loop->cancel(channel); }
+  // Before the response has started: the probe is an interim 100 Continue.
+  bool client_gone() {
+    return watch.gone([this] { return http11 && send_interim_continue(fd); });
+  }
 
   // Content and tool_calls from a whole choice's text; finish "tool_calls" when the
   // model stopped after calling.
@@ -81,7 +87,7 @@ bool await_admission(Generation& g, httplib::Response& res) {
       return false;
     }
     if (!timed_out) return true;
-    if (peer_closed(g.fd)) {
+    if (g.client_gone()) {
       g.cancel();
       res.status = 499;  // nobody reads it; nginx's "client closed request"
       return false;
@@ -95,7 +101,7 @@ void respond_whole(Generation& g, httplib::Response& res) {
     for (auto& [job, out] : g.channel->take(finished ? std::chrono::milliseconds(0) : kPoll)) g.assembler->add(job, out);
     if (auto error = g.channel->error()) return send_error(res, *error);
     if (finished) break;
-    if (peer_closed(g.fd)) {
+    if (g.client_gone()) {
       g.cancel();
       res.status = 499;
       return;
@@ -145,7 +151,8 @@ bool stream_step(Generation& g, httplib::DataSink& sink) {
     sink.done();
     return true;
   }
-  return !peer_closed(g.fd);
+  // Mid-stream the probe is a Server-Sent Events comment line, which clients skip.
+  return !g.watch.gone([&] { return write(": \n\n"); });
 }
 
 void run_generation(ServerContext& ctx, const httplib::Request& req, httplib::Response& res,
@@ -164,6 +171,8 @@ void run_generation(ServerContext& ctx, const httplib::Request& req, httplib::Re
   g->text_offsets.assign(g->prep.jobs.size() * static_cast<size_t>(g->prep.assembler.n), 0);
   g->tool_text.assign(g->text_offsets.size(), "");
   g->fd = find_connection_socket(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+  g->watch = ClientWatch(g->fd);
+  g->http11 = req.version == "HTTP/1.1";
 
   if (auto busy = ctx.loop->submit(std::move(g->prep.jobs), g->channel)) return send_error(res, *busy);
   if (!await_admission(*g, res)) return;

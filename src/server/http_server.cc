@@ -4,8 +4,6 @@
 
 #include <httplib.h>
 
-#include <sys/socket.h>
-
 #include <chrono>
 #include <cstdlib>
 #include <ctime>
@@ -22,7 +20,24 @@ namespace quiver {
 
 using nlohmann::json;
 
+// httplib's routing and request processing, driven by HttpListener's workers instead of
+// httplib's own accept loop and thread pool.
+class Router : public httplib::Server {
+ public:
+  bool answer(httplib::Stream& stream, bool close_connection, bool& connection_closed) {
+    return process_request(stream, close_connection, connection_closed, nullptr);
+  }
+  // httplib ends a response being streamed once its listening socket reads invalid; the
+  // socket itself is HttpListener's, so any valid value marks "serving".
+  void set_serving(bool on) { svr_sock_ = on ? 0 : INVALID_SOCKET; }
+};
+
 namespace {
+
+// Idle time and requests a kept-alive connection gets; httplib states both in each
+// response's Keep-Alive header. 5 s is vLLM's (uvicorn's) keep-alive timeout.
+constexpr int kKeepAliveSeconds = 5;
+constexpr int kRequestsPerConnection = 1000;
 
 // Compares without an early exit, so timing does not reveal how much of a key matched.
 bool constant_time_equal(const std::string& a, const std::string& b) {
@@ -151,7 +166,7 @@ std::string ServerContext::new_id(const char* prefix) {
 
 HttpServer::HttpServer(ServerOptions options, EngineLoop* loop, ServerMetrics* metrics, std::string model_name,
                        std::string model_path)
-    : metrics_(metrics), server_(std::make_unique<httplib::Server>()) {
+    : metrics_(metrics), router_(std::make_unique<Router>()) {
   ctx_.options = std::move(options);
   ctx_.loop = loop;
   ctx_.model_name = std::move(model_name);
@@ -160,28 +175,25 @@ HttpServer::HttpServer(ServerOptions options, EngineLoop* loop, ServerMetrics* m
   std::random_device rd;
   ctx_.id_seed = (static_cast<uint64_t>(rd()) << 32) ^ rd();
   install_routes();
+  ListenerOptions lo;
+  lo.workers = ctx_.options.http_threads;
+  lo.max_connections = ctx_.options.http_max_connections;
+  lo.header_timeout = std::chrono::milliseconds(static_cast<int64_t>(ctx_.options.http_header_timeout_s * 1000));
+  lo.max_body_bytes = ctx_.options.max_body_bytes;
+  lo.keep_alive = std::chrono::seconds(kKeepAliveSeconds);
+  lo.max_requests_per_connection = kRequestsPerConnection;
+  listener_ = std::make_unique<HttpListener>(
+      lo, [r = router_.get()](httplib::Stream& s, bool close, bool& closed) { return r->answer(s, close, closed); });
 }
 
 HttpServer::~HttpServer() = default;
 
 void HttpServer::install_routes() {
-  httplib::Server& s = *server_;
+  httplib::Server& s = *router_;
   const ServerOptions& o = ctx_.options;
-  const size_t threads = static_cast<size_t>(std::max(4, o.http_threads));
-  s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  // httplib's default also sets SO_REUSEPORT, with which a second server binds the same port
-  // and the kernel splits connections between the two. SO_REUSEADDR alone still allows a
-  // restart while old connections sit in TIME_WAIT, but not two listeners.
-  s.set_socket_options([](auto sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-  });
   s.set_payload_max_length(o.max_body_bytes);
-  s.set_keep_alive_max_count(1000);
-  // A client that stops sending (or reading) for this long loses its connection; for a
-  // stream that aborts its request.
-  s.set_read_timeout(5);
-  s.set_write_timeout(10);
+  s.set_keep_alive_timeout(kKeepAliveSeconds);
+  s.set_keep_alive_max_count(kRequestsPerConnection);
   // Refuse an oversized body before the client sends it (curl and most clients send
   // "Expect: 100-continue" for large bodies); without that header httplib checks the
   // Content-Length itself and answers 413.
@@ -257,46 +269,30 @@ void HttpServer::install_routes() {
 }
 
 Status HttpServer::bind() {
-  if (ctx_.options.port == 0) {
-    port_ = server_->bind_to_any_port(ctx_.options.host);
-    if (port_ <= 0) return Status::error("cannot bind " + ctx_.options.host + " to a free port");
-  } else {
-    if (!server_->bind_to_port(ctx_.options.host, ctx_.options.port))
-      return Status::error("cannot bind " + ctx_.options.host + ":" + std::to_string(ctx_.options.port) +
-                           " (in use, or not a local address)");
-    port_ = ctx_.options.port;
-  }
+  auto bound = listener_->bind(ctx_.options.host, ctx_.options.port);
+  if (!bound.is_ok()) return bound.status();
+  port_ = bound.value();
   return Status::ok();
 }
 
 void HttpServer::run() {
-  bool start = false;
   {
     std::lock_guard<std::mutex> lock(run_mu_);
-    start = running_ = !stop_requested_;
+    if (listener_->stopping()) return;
+    running_ = true;
   }
-  if (start) server_->listen_after_bind();
+  router_->set_serving(true);
+  listener_->run();
   std::lock_guard<std::mutex> lock(run_mu_);
   running_ = false;
-  run_returned_ = true;
   run_cv_.notify_all();
 }
 
 void HttpServer::stop() {
+  router_->set_serving(false);
+  listener_->stop();
   std::unique_lock<std::mutex> lock(run_mu_);
-  stop_requested_ = true;
-  // httplib's stop() does nothing until its accept loop has started, which run() does a
-  // little after it is called; so a stop() that comes first would be lost and run() would
-  // serve forever. So wait for the loop to run, stop it once (a second httplib stop() on a
-  // closed socket is not allowed), then wait for run() to return.
-  bool asked = false;
-  while (running_ && !run_returned_) {
-    if (!asked && server_->is_running()) {
-      server_->stop();
-      asked = true;
-    }
-    run_cv_.wait_for(lock, std::chrono::milliseconds(5));
-  }
+  run_cv_.wait(lock, [this] { return !running_; });
 }
 
 }  // namespace quiver

@@ -1,6 +1,6 @@
-// HttpServer: the OpenAI-compatible HTTP front end on cpp-httplib. Routes, API-key check,
-// body-size limit, JSON errors for everything httplib answers on its own (404, 413, ...),
-// and a thread pool large enough for long-lived streaming connections.
+// HttpServer: the OpenAI-compatible HTTP front end. Routes, API-key check, body-size limit
+// and JSON errors for everything httplib answers on its own (404, 413, ...) on cpp-httplib's
+// request processing; connections are accepted and read by HttpListener.
 #pragma once
 
 #include <condition_variable>
@@ -10,15 +10,14 @@
 
 #include "core/status.h"
 #include "server/engine_loop.h"
+#include "server/http_listener.h"
 #include "server/metrics.h"
 #include "server/server_context.h"
 #include "server/server_options.h"
 
-namespace httplib {
-class Server;
-}
-
 namespace quiver {
+
+class Router;
 
 class HttpServer {
  public:
@@ -34,7 +33,7 @@ class HttpServer {
   void run();
   // Stops accepting connections (safe from any thread, before or during run()); once it
   // returns, run() has returned or will return at once. Streams still being written are
-  // cut off by httplib, so drain first (EngineLoop::begin_drain, open_streams() == 0).
+  // cut off, so drain first (EngineLoop::begin_drain, open_streams() == 0).
   void stop();
   // Server-Sent Events responses not yet completely written.
   int open_streams() const { return ctx_.open_streams.load(); }
@@ -44,14 +43,13 @@ class HttpServer {
 
   ServerContext ctx_;
   ServerMetrics* metrics_;
-  std::unique_ptr<httplib::Server> server_;
+  std::unique_ptr<Router> router_;
+  std::unique_ptr<HttpListener> listener_;
   int port_ = 0;
 
   std::mutex run_mu_;  // run() and stop() from different threads
   std::condition_variable run_cv_;
-  bool stop_requested_ = false;
   bool running_ = false;
-  bool run_returned_ = false;
 };
 
 // The version /version reports.

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/status.h"
 #include "engine/sampling_params.h"
 #include "server/cors.h"
 #include "tokenizer/chat_template.h"
@@ -24,6 +25,8 @@ struct ServerOptions {
   size_t max_body_bytes = 32u << 20;  // larger request bodies get 413, however they are sent
   bool show_model_paths = false;      // /v1/models gives folders as `root` (else the names)
   int http_threads = 128;             // each streaming client holds one for its whole response
+  int http_max_connections = 1024;    // open at once; past it the slowest waiting one is closed
+  double http_header_timeout_s = 10;  // a request head must be whole this long after its first byte
   int max_pending_requests = 1024;    // engine requests queued or running; more gets 503
   double shutdown_timeout_s = 30;     // on SIGTERM: how long in-flight requests may finish before abort
   ToolOptions tools;                  // --enable-auto-tool-choice, --tool-call-parser
@@ -34,5 +37,8 @@ struct ServerOptions {
   bool disable_log_stats = false;     // no periodic stats line
   double log_stats_interval_s = 10;   // seconds between stats lines (vLLM's VLLM_LOG_STATS_INTERVAL)
 };
+
+// Every numeric option within its bounds; the error names the flag.
+Status validate(const ServerOptions& o);
 
 }  // namespace quiver

@@ -114,6 +114,13 @@ expect 200 "/metrics stays open" "$URL/metrics"
 curl -s "${AUTH[@]}" "$URL/v1/models" >"$WORK/models.json"
 if grep -q "$FIXTURE\|$A" "$WORK/models.json"; then fail "/v1/models shows folders: $(head -c 300 "$WORK/models.json")"
 else pass "/v1/models shows no folders without --show-model-paths"; fi
+# ---- slow, idle, half-closed and pipelining clients (few workers, short deadlines) ----------
+start_server "$WORK/slow.log" --model "$FIXTURE" --served-model-name base --api-key "$KEY" \
+  --http-threads 4 --http-header-timeout 3 --http-max-connections 300
+if python3 "$ROOT/tests/server/slow_clients.py" "${URL##*:}" "$KEY" 3 300; then pass "connection handling"
+else fail "connection handling (lines above)"; fi
+kill "$PID" 2>/dev/null
+
 # ---- load while adapters come and go ------------------------------------------------------
 # 64 streaming clients (15% disconnect early) for LOAD_SECONDS while one client loads,
 # uses and unloads an adapter and attempts the malformed one, over and over; with
