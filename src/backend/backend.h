@@ -95,6 +95,13 @@ struct SampleInputs {
   // as id -1, logprob -inf, and cost nothing. Lets a graph captured with K = 20 serve rows
   // that want fewer (or none).
   Tensor row_logprobs;
+  // Structured outputs: row r chooses only among the tokens whose bit is set in row
+  // mask_row[r] of `masks` ([table rows, ceil(vocab / 32)] i32 words; token i is bit i % 32
+  // of word i / 32); mask_row[r] < 0, or an empty mask_row, leaves the row unconstrained.
+  // Logprobs, ranks and top-K stay those of the raw logits. A mask that allows no token
+  // leaves the choice unconstrained (the engine ends such a row instead of sampling it).
+  Tensor mask_row;  // [rows] i32
+  Tensor masks;     // [table rows, words] i32
 };
 
 // Per-row results of Backend::sample (device tensors). Logprobs are of the raw

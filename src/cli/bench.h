@@ -34,6 +34,10 @@ struct BenchOptions {
   // shape as "base" (no adapters) or "sequential" (adapter by adapter) and report ratios;
   // alternating A/B in one process keeps changing load on a shared machine out of them.
   std::string compare;
+  // vLLM's structured_outputs object ({"json": schema}, {"regex": ...}, ...) every request is
+  // held to; with --compare structured the comparison passes run without it.
+  std::string structured_outputs;
+  StructuredOutputSpec structured;  // parsed from structured_outputs
   int num_requests = 0;        // > 0: online mode
   std::string request_rate = "inf";  // online: Poisson arrivals per second, or inf
   int num_iters = 1;           // measured passes (offline)
@@ -50,6 +54,7 @@ struct BenchRequest {
   std::vector<int32_t> prompt;
   std::string adapter;
   double arrival_s = 0;  // online mode: seconds after the start
+  bool constrained = false;  // held to BenchOptions::structured
 };
 
 // n requests with seeded random prompts; a share lora_fraction of them (evenly spread)

@@ -14,6 +14,7 @@
 
 #include "cli/bench.h"
 #include "cli/commands.h"
+#include "structured/request_fields.h"
 
 namespace quiver {
 
@@ -49,8 +50,10 @@ Status validate(const BenchOptions& o) {
   if (o.num_requests < 0) return Status::error("--num-requests must be >= 0");
   if (o.sequential_adapters && o.num_requests > 0)
     return Status::error("--sequential-adapters is an offline mode; drop --num-requests");
-  if (!o.compare.empty() && o.compare != "base" && o.compare != "sequential")
-    return Status::error("--compare must be base or sequential, not '" + o.compare + "'");
+  if (!o.compare.empty() && o.compare != "base" && o.compare != "sequential" && o.compare != "structured")
+    return Status::error("--compare must be base, sequential or structured, not '" + o.compare + "'");
+  if (o.compare == "structured" && !o.structured.active())
+    return Status::error("--compare structured needs --structured-outputs");
   if (!o.compare.empty() && o.num_requests > 0) return Status::error("--compare is an offline mode; drop --num-requests");
   if (o.compare == "base" && o.num_adapters == 0) return Status::error("--compare base needs --num-adapters");
   if (o.compare == "sequential" && o.sequential_adapters)
@@ -82,6 +85,7 @@ nlohmann::json options_json(const BenchOptions& o, const LLMEngine& engine) {
           {"lora_fraction", o.lora_fraction},
           {"sequential_adapters", o.sequential_adapters},
           {"compare", o.compare},
+          {"structured_outputs", o.structured_outputs},
           {"num_requests", o.num_requests},
           {"request_rate", o.request_rate},
           {"num_iters", o.num_iters},
@@ -96,15 +100,17 @@ nlohmann::json options_json(const BenchOptions& o, const LLMEngine& engine) {
 // One measured offline pass over fresh prompts (the prefix cache never hits), printed.
 Result<nlohmann::json> measured_pass(LLMEngine& engine, const BenchOptions& o, const std::vector<std::string>& adapters,
                                      const CostModel& cost, double bandwidth, bool base, bool sequential,
-                                     uint64_t seed, const std::string& tag) {
+                                     bool constrained, uint64_t seed, const std::string& tag) {
   const std::vector<std::string> none;
   auto reqs = make_requests(o.batch_size, o.input_len, base ? none : adapters, o.lora_fraction,
                             engine.model_config().vocab_size, seed, tag + "-");
+  for (BenchRequest& r : reqs) r.constrained = constrained && o.structured.active();
   QV_ASSIGN_OR_RETURN(PassStats r, run_offline_pass(engine, o, cost, reqs, sequential));
   char label[200];
-  std::snprintf(label, sizeof(label), "offline %s%s: batch %d, input %d, output %d  [%s]",
-                base || adapters.empty() ? "base model" : "with adapters",
-                sequential ? ", adapter by adapter" : "", o.batch_size, o.input_len, o.output_len, tag.c_str());
+  std::snprintf(label, sizeof(label), "offline %s%s%s: batch %d, input %d, output %d  [%s]",
+                base || adapters.empty() ? "base model" : "with adapters", sequential ? ", adapter by adapter" : "",
+                constrained && o.structured.active() ? ", structured outputs" : "", o.batch_size, o.input_len,
+                o.output_len, tag.c_str());
   print_pass(label, r, cost, bandwidth);
   return pass_json(r, cost, bandwidth);
 }
@@ -129,12 +135,13 @@ Status run_offline_iterations(LLMEngine& engine, const BenchOptions& o, const st
     nlohmann::json main, cmp;
     auto run_main = [&]() -> Status {
       QV_ASSIGN_OR_RETURN(main, measured_pass(engine, o, adapters, cost, bandwidth, base_main, o.sequential_adapters,
-                                              seed, "iteration " + n));
+                                              true, seed, "iteration " + n));
       return Status::ok();
     };
     auto run_cmp = [&]() -> Status {
-      QV_ASSIGN_OR_RETURN(cmp, measured_pass(engine, o, adapters, cost, bandwidth, o.compare == "base",
-                                             o.compare == "sequential", seed + 1, "comparison " + n));
+      QV_ASSIGN_OR_RETURN(cmp, measured_pass(engine, o, adapters, cost, bandwidth, base_main || o.compare == "base",
+                                             o.compare == "sequential", o.compare != "structured", seed + 1,
+                                             "comparison " + n));
       return Status::ok();
     };
     if (o.compare.empty()) {
@@ -186,8 +193,23 @@ int fail(const std::string& message, int code) {
   return code;
 }
 
+// --structured-outputs into o->structured, read as the structured_outputs field of a request.
+Status finalize_structured(BenchOptions* o) {
+  if (o->structured_outputs.empty()) return Status::ok();
+  nlohmann::ordered_json body;
+  try {
+    body["structured_outputs"] = nlohmann::ordered_json::parse(o->structured_outputs);
+  } catch (const nlohmann::json::exception& e) {
+    return Status::error(std::string("--structured-outputs is not JSON: ") + e.what());
+  }
+  std::string field;
+  QV_ASSIGN_OR_RETURN(o->structured, structured::read_structured_fields(body, &field));
+  return Status::ok();
+}
+
 int run_bench(BenchOptions& o, const CLI::App* cmd) {
-  Status s = validate(o);
+  Status s = finalize_structured(&o);
+  if (s.is_ok()) s = validate(o);
   if (s.is_ok()) s = finalize_engine_flags(&o.engine);
   if (!s.is_ok()) return fail(s.message(), 2);
   EngineArgs& args = o.engine.args;
@@ -293,8 +315,10 @@ void register_bench(CLI::App& app, int* exit_code) {
   cmd->add_flag("--sequential-adapters", o->sequential_adapters,
                 "offline: run one adapter's requests at a time, groups one after another");
   cmd->add_option("--compare", o->compare,
-                  "offline: alternate each pass with the same shape on the base model (base) or adapter by "
-                  "adapter (sequential) and report the ratios");
+                  "offline: alternate each pass with the same shape on the base model (base), adapter by "
+                  "adapter (sequential) or without --structured-outputs (structured) and report the ratios");
+  cmd->add_option("--structured-outputs", o->structured_outputs,
+                  "hold every request to this structured_outputs object, e.g. '{\"json\": {\"type\": \"object\"}}'");
   cmd->add_option("--num-requests", o->num_requests, "online mode: requests to send");
   cmd->add_option("--request-rate", o->request_rate, "online: Poisson arrivals per second, or inf (all at once)");
   cmd->add_option("--num-iters", o->num_iters, "offline: measured passes (each with fresh prompts)");

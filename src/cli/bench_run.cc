@@ -25,12 +25,14 @@ SamplingParams bench_params(int max_tokens) {
   return p;
 }
 
-Status submit(LLMEngine& engine, const BenchRequest& r, int max_tokens) {
+Status submit(LLMEngine& engine, const BenchOptions& o, const BenchRequest& r, int max_tokens) {
   std::optional<LoRARequest> lora;
   if (!r.adapter.empty()) lora = LoRARequest{r.adapter, 0, ""};
   PromptInput prompt;
   prompt.token_ids = r.prompt;
-  return engine.add_request(r.id, prompt, bench_params(max_tokens), lora).with_context("request " + r.id);
+  SamplingParams p = bench_params(max_tokens);
+  if (r.constrained) p.structured_outputs = o.structured;
+  return engine.add_request(r.id, prompt, p, lora).with_context("request " + r.id);
 }
 
 Status check_outputs(const std::vector<RequestOutput>& outs) {
@@ -140,7 +142,7 @@ Result<PassStats> run_offline_pass(LLMEngine& engine, const BenchOptions& o, con
   }
   PassStats s;
   for (const auto& group : groups) {
-    for (const BenchRequest* r : group) QV_RETURN_IF_ERROR(submit(engine, *r, o.output_len));
+    for (const BenchRequest* r : group) QV_RETURN_IF_ERROR(submit(engine, o, *r, o.output_len));
     while (engine.has_unfinished_requests()) QV_RETURN_IF_ERROR(check_outputs(timed_step(engine, cost, &s)));
   }
   return s;
@@ -188,7 +190,7 @@ Result<OnlineStats> run_online(LLMEngine& engine, const BenchOptions& o, const C
     // Latencies count from the scheduled arrival, so time a request waits for the
     // running step to end is part of its TTFT, as a client would see it.
     for (; next < requests.size() && requests[next].arrival_s <= now; ++next) {
-      QV_RETURN_IF_ERROR(submit(engine, requests[next], o.output_len));
+      QV_RETURN_IF_ERROR(submit(engine, o, requests[next], o.output_len));
       tracks[requests[next].id].arrival_s = requests[next].arrival_s;
     }
     if (!engine.has_unfinished_requests()) {

@@ -9,8 +9,9 @@ namespace {
 
 constexpr int kK = sampling::kMaxLogprobs;
 
-// Input regions, in rows: temperature, top_k, top_p, min_p, seed (2 words), counter, row K.
-enum InputRegion { kTemperature = 0, kTopK = 1, kTopP = 2, kMinP = 3, kSeed = 4, kCounter = 6, kRowK = 7 };
+// Input regions, in rows: temperature, top_k, top_p, min_p, seed (2 words), counter, row K,
+// mask row.
+enum InputRegion { kTemperature = 0, kTopK = 1, kTopP = 2, kMinP = 3, kSeed = 4, kCounter = 6, kRowK = 7, kMaskRow = 8 };
 // Output regions, in rows: token, logprob, rank, then top ids and logprobs (K per row).
 enum OutputRegion { kToken = 0, kLogprob = 1, kRank = 2, kTopIds = 3 };
 
@@ -24,21 +25,27 @@ int32_t float_bits(float f) {
 
 bool device_can_sample(const SamplingParams& p, bool block_eos) {
   return p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f && p.repetition_penalty == 1.0f && !block_eos &&
-         p.logit_bias.empty() && p.logprobs <= kK && !p.structured_outputs.active();
+         p.logit_bias.empty() && p.logprobs <= kK;
 }
 
 void DeviceSampling::reset(int rows) {
   params.assign(static_cast<size_t>(rows), sampling::RowParams{});
   num_logprobs.assign(static_cast<size_t>(rows), 0);
   on_device.assign(static_cast<size_t>(rows), 0);
+  masked.assign(static_cast<size_t>(rows), 0);
+  dropped.assign(static_cast<size_t>(rows), 0);
+  write_mask = nullptr;
   sampled = false;
 }
 
-void DeviceSampling::set_row(int row, const sampling::RowParams& p, int k) {
+void DeviceSampling::set_row(int row, const sampling::RowParams& p, int k, bool mask) {
   params[static_cast<size_t>(row)] = p;
   num_logprobs[static_cast<size_t>(row)] = std::clamp(k, 0, kK);
   on_device[static_cast<size_t>(row)] = 1;
+  masked[static_cast<size_t>(row)] = mask ? 1 : 0;
 }
+
+int DeviceSampling::num_masked() const { return static_cast<int>(std::count(masked.begin(), masked.end(), 1)); }
 
 bool DeviceSampling::needs_host_logits() const {
   return std::any_of(on_device.begin(), on_device.end(), [](uint8_t d) { return d == 0; });
@@ -60,6 +67,7 @@ TokenLogprobs DeviceSampling::logprobs(int row, int k) const {
 
 void pack_sample_inputs(const DeviceSampling* ds, int rows, int32_t* dst) {
   auto at = [&](int region, int r) -> int32_t& { return dst[static_cast<ptrdiff_t>(region) * rows + r]; };
+  int next_mask = 0;
   for (int r = 0; r < rows; ++r) {
     const bool device = ds != nullptr && r < ds->rows() && ds->on_device[static_cast<size_t>(r)];
     const sampling::RowParams p = device ? ds->params[static_cast<size_t>(r)] : sampling::RowParams{0.0f};
@@ -71,6 +79,7 @@ void pack_sample_inputs(const DeviceSampling* ds, int rows, int32_t* dst) {
     dst[static_cast<ptrdiff_t>(kSeed) * rows + 2 * r + 1] = static_cast<int32_t>(static_cast<uint32_t>(p.seed >> 32));
     at(kCounter, r) = static_cast<int32_t>(p.counter);
     at(kRowK, r) = device ? ds->num_logprobs[static_cast<size_t>(r)] : 0;
+    at(kMaskRow, r) = device && ds->masked[static_cast<size_t>(r)] ? next_mask++ : -1;
   }
 }
 
@@ -88,6 +97,7 @@ SampleInputs sample_input_views(int32_t* base, int rows, int first, int count, D
                    {static_cast<int64_t>(count), 2}, dev);
   in.counter = region(kCounter, 1, DType::kI32);
   in.row_logprobs = region(kRowK, 1, DType::kI32);
+  in.mask_row = region(kMaskRow, 1, DType::kI32);
   in.num_logprobs = kK;
   return in;
 }

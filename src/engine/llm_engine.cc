@@ -184,11 +184,7 @@ void LLMEngine::process_sample(Request& req, int i, int32_t token, std::optional
   SeqState& st = *req.seqs[i];
   const SamplingParams& p = req.params;
   if (logprobs.has_value()) st.out.logprobs.push_back(std::move(*logprobs));
-  if (req.grammar) {
-    st.grammar_state = req.grammar->advance(st.grammar_state, token);
-    // The next step's mask, derived now rather than when the next logits are waiting.
-    if (st.grammar_state != structured::kDead) req.grammar->mask(st.grammar_state);
-  }
+  if (req.grammar) st.grammar_state = req.grammar->advance(st.grammar_state, token);
   st.seq.tokens.push_back(token);
   st.out.token_ids.push_back(token);
   if (req.first_token_s < 0) req.first_token_s = seconds_since(req.arrival);
@@ -278,6 +274,7 @@ std::vector<RequestOutput> LLMEngine::step() {
         int32_t token;
         std::optional<TokenLogprobs> lp;
         if (ds && ds->has(static_cast<int>(row))) {
+          if (ds->was_dropped(static_cast<int>(row))) continue;  // finished by its grammar
           token = ds->token[row];
           // The device reports the chosen token's log_softmax, which a NaN or Inf anywhere
           // in the row turns non-finite: the same failure as on the host path below.
@@ -348,8 +345,10 @@ std::vector<RequestOutput> LLMEngine::step() {
 
 void LLMEngine::plan_device_sampling(const ScheduledBatch& sb,
                                      const std::map<const Sequence*, std::pair<Request*, int>>& owner,
-                                     DeviceSampling* ds) const {
+                                     DeviceSampling* ds) {
   ds->reset(static_cast<int>(sb.batch.logit_rows.size()));
+  masked_rows_.assign(sb.batch.logit_rows.size(), {nullptr, 0});
+  ds->write_mask = [this](int row, uint32_t* words) { return write_device_mask(row, words); };
   for (const ScheduledSeq& ss : sb.seqs) {
     if (!ss.samples) continue;
     const auto [req, i] = owner.at(ss.seq);
@@ -359,7 +358,9 @@ void LLMEngine::plan_device_sampling(const ScheduledBatch& sb,
     if (!device_can_sample(p, st.seq.num_generated() < p.min_tokens)) continue;
     const sampling::RowParams row{p.temperature, p.top_k, p.top_p, p.min_p, st.seed,
                                   static_cast<uint32_t>(st.seq.num_generated())};
-    ds->set_row(ss.first_logit_row + ss.num_logit_rows - 1, row, p.logprobs);
+    const int r = ss.first_logit_row + ss.num_logit_rows - 1;
+    ds->set_row(r, row, p.logprobs, req->grammar != nullptr);
+    if (req->grammar) masked_rows_[static_cast<size_t>(r)] = {req, i};
   }
 }
 

@@ -38,6 +38,7 @@ struct DeviceSampling;
 struct ScheduledBatch;
 namespace structured {
 class Grammar;
+struct TokenMask;
 class GrammarCache;
 }
 struct Sequence;
@@ -108,7 +109,12 @@ class LLMEngine {
   static std::string non_finite_logits_error(const Request& req, const std::string& seen);
   // Marks the rows of this step that the device samples (device_sampling.h).
   void plan_device_sampling(const ScheduledBatch& sb, const std::map<const Sequence*, std::pair<Request*, int>>& owner,
-                            DeviceSampling* ds) const;
+                            DeviceSampling* ds);
+  // The token mask of sequence i's grammar state, or null when the sequence is finished
+  // instead (nothing the grammar allows, or only an EOS that is held back).
+  const structured::TokenMask* grammar_mask(Request& req, int i, bool block_eos);
+  // DeviceSampling::write_mask for this step's rows (masked_rows_).
+  bool write_device_mask(int row, uint32_t* words);
   // by_stop_string: the stop checker already emitted the final text (held-back text is dropped).
   void finish_seq(Request& req, int seq_index, const std::string& reason, std::optional<std::string> stop_reason,
                   bool by_stop_string = false);
@@ -148,6 +154,7 @@ class LLMEngine {
   uint64_t rng_state_ = 0;
   std::vector<float> logits_;
   std::unique_ptr<DeviceSampling> device_sampling_;  // null: every row sampled on the host
+  std::vector<std::pair<Request*, int>> masked_rows_;  // this step's logits rows -> sequence, for masks
   StepStats last_step_;
   GraphCaptureInfo graph_info_;
   EngineCounters counters_;

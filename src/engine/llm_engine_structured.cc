@@ -1,9 +1,8 @@
 // LLMEngine's structured outputs: compiling a request's constraint against the model's
-// vocabulary (once per distinct constraint, cached) and host sampling under the grammar's
-// token mask. Rows with a grammar never go to the device sampler (device_can_sample), so
-// the decode graphs stay as captured; their logits come to the host like those of rows
-// with penalties.
-#include <limits>
+// vocabulary (once per distinct constraint, cached), and each row's token mask: written for
+// the device sampler while the step's forward pass runs (write_device_mask, called by the
+// ModelRunner), or applied by the host sampler to host logits.
+#include <cstring>
 
 #include "engine/llm_engine.h"
 #include "engine/request_state.h"
@@ -24,6 +23,32 @@ Result<std::shared_ptr<structured::Grammar>> LLMEngine::grammar_for(const Struct
   return g;
 }
 
+const structured::TokenMask* LLMEngine::grammar_mask(Request& req, int i, bool block_eos) {
+  SeqState& st = *req.seqs[static_cast<size_t>(i)];
+  const structured::TokenMask* m = st.grammar_state == structured::kDead ? nullptr : &req.grammar->mask(st.grammar_state);
+  if (m == nullptr || m->num_allowed == 0) {
+    req.error = "structured_outputs: no token of the vocabulary continues the output '" + st.out.text +
+                "' within the constraint";
+    pending_finish_.push_back({&req, i, "abort", std::nullopt, false});
+    return nullptr;
+  }
+  // The output is complete and only EOS may follow, but EOS is held back (min_tokens,
+  // ignore_eos): the constraint, not the length, ends it.
+  if (m->eos_only && (block_eos || req.params.ignore_eos)) {
+    pending_finish_.push_back({&req, i, "stop", std::nullopt, false});
+    return nullptr;
+  }
+  return m;
+}
+
+bool LLMEngine::write_device_mask(int row, uint32_t* words) {
+  const auto [req, i] = masked_rows_.at(static_cast<size_t>(row));
+  const structured::TokenMask* m = grammar_mask(*req, i, false);
+  if (m == nullptr) return false;
+  std::memcpy(words, m->bits.data(), sizeof(uint32_t) * static_cast<size_t>((config_.vocab_size + 31) / 32));
+  return true;
+}
+
 std::optional<int32_t> LLMEngine::sample_host(Request& req, int i, std::span<const float> logits) {
   SeqState& st = *req.seqs[static_cast<size_t>(i)];
   const Sequence& seq = st.seq;
@@ -31,20 +56,9 @@ std::optional<int32_t> LLMEngine::sample_host(Request& req, int i, std::span<con
   const bool block_eos = seq.num_generated() < p.min_tokens;
   std::span<const uint64_t> allowed;
   if (req.grammar) {
-    const structured::TokenMask& m = req.grammar->mask(st.grammar_state);
-    if (m.num_allowed == 0) {
-      req.error = "structured_outputs: no token of the vocabulary continues the output '" + st.out.text +
-                  "' within the constraint";
-      pending_finish_.push_back({&req, i, "abort", std::nullopt, false});
-      return std::nullopt;
-    }
-    // The output is complete and only EOS may follow, but EOS is held back (min_tokens,
-    // ignore_eos): the constraint, not the length, ends it.
-    if (m.eos_only && (block_eos || p.ignore_eos)) {
-      pending_finish_.push_back({&req, i, "stop", std::nullopt, false});
-      return std::nullopt;
-    }
-    allowed = m.bits;
+    const structured::TokenMask* m = grammar_mask(req, i, block_eos);
+    if (m == nullptr) return std::nullopt;
+    allowed = m->bits;
   }
   return sample_token(logits, p, std::span<const int32_t>(seq.tokens.data(), seq.num_prompt_tokens),
                       std::span<const int32_t>(seq.tokens.data() + seq.num_prompt_tokens, seq.num_generated()),

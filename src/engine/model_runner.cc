@@ -61,8 +61,12 @@ ModelRunner::ModelRunner(const LlamaModel* model, KvCache* kv, const LoraSlotPoo
   inputs_ = Buffer(backend_, sizeof(int32_t) * static_cast<size_t>(cap.end));
   const int64_t logit_rows = std::max<int64_t>(limits_.max_logit_chunk, max_bucket);
   logits_ = Buffer(backend_, sizeof(float) * logit_rows * model->config().vocab_size);
-  if (limits_.sample_on_device)
+  if (limits_.sample_on_device) {
     sample_out_ = Buffer(backend_, sizeof(int32_t) * kSampleOutputWords * static_cast<size_t>(std::max(t, max_bucket)));
+    // One mask row per sequence at most: only a sequence's last logits row samples.
+    mask_words_ = (model->config().vocab_size + 31) / 32;
+    masks_ = Buffer(backend_, sizeof(int32_t) * static_cast<size_t>(s * mask_words_));
+  }
   kv_view_.k = kv_->k_all();
   kv_view_.v = kv_->v_all();
 }
@@ -151,18 +155,29 @@ StepTensors ModelRunner::prepare(const ForwardBatch& b, bool padded, const Devic
 
 void ModelRunner::run_padded(const StepTensors& st, int bucket) {
   model_->forward(st, ws_, kv_view_, lora_);
-  const Tensor logits = logits_.tensor(DType::kF32, {bucket, model_->config().vocab_size});
-  model_->lm_head(logits, ws_, 0, bucket);
-  // Always recorded (padding and host-path rows are packed as greedy, K 0: the cheap case),
-  // so the graph does not depend on what this step's rows want.
-  if (limits_.sample_on_device) sample_rows(logits, 0, bucket);
+  model_->lm_head(logits_.tensor(DType::kF32, {bucket, model_->config().vocab_size}), ws_, 0, bucket);
+}
+
+void ModelRunner::upload_masks(DeviceSampling* ds) {
+  const int m = ds->num_masked();
+  if (m == 0) return;
+  check(m <= limits_.max_num_seqs && ds->write_mask, "structured-output masks without a writer or past the table");
+  mask_host_.assign(static_cast<size_t>(m) * mask_words_, 0);
+  int t = 0;
+  for (int r = 0; r < ds->rows(); ++r) {
+    if (!ds->masked[static_cast<size_t>(r)]) continue;
+    if (!ds->write_mask(r, mask_host_.data() + static_cast<size_t>(t) * mask_words_)) ds->dropped[static_cast<size_t>(r)] = 1;
+    ++t;
+  }
+  backend_->copy_from_host(masks_.data(), mask_host_.data(), mask_host_.size() * sizeof(uint32_t));
 }
 
 void ModelRunner::sample_rows(Tensor logits, int first, int count) {
   const Device dev = backend_->device();
   auto* out = static_cast<int32_t*>(sample_out_.data());
-  backend_->sample(sample_output_views(out, sample_rows_, first, count, dev), logits,
-                   sample_input_views(sample_inputs_, sample_rows_, first, count, dev));
+  SampleInputs in = sample_input_views(sample_inputs_, sample_rows_, first, count, dev);
+  in.masks = masks_.tensor(DType::kI32, {limits_.max_num_seqs, mask_words_});
+  backend_->sample(sample_output_views(out, sample_rows_, first, count, dev), logits, in);
 }
 
 void ModelRunner::download_samples(int rows, DeviceSampling* ds) {
@@ -215,7 +230,14 @@ StepPath ModelRunner::execute_padded(const ForwardBatch& b, int bucket, std::vec
     run_padded(st, bucket);
     path.path = "eager bs=" + std::to_string(bucket) + " (padded)";
   }
+  // Sampling follows the graph rather than being part of it: the masks of structured
+  // outputs are written while the graph runs (upload_masks), and a sample kernel launched
+  // right behind the replay costs no gap on the device.
   const bool device = limits_.sample_on_device && ds != nullptr;
+  if (limits_.sample_on_device) {
+    if (device) upload_masks(ds);
+    sample_rows(logits_.tensor(DType::kF32, {bucket, model_->config().vocab_size}), 0, bucket);
+  }
   if (device) download_samples(bucket, ds);
   if (device && !ds->needs_host_logits()) {
     logits->clear();
@@ -250,6 +272,7 @@ StepPath ModelRunner::execute(const ForwardBatch& b, std::vector<float>* logits,
   const bool host_logits = !device || ds->needs_host_logits();
   if (host_logits) logits->resize(static_cast<size_t>(rows) * vocab);
   else logits->clear();
+  if (device) upload_masks(ds);  // while the forward pass runs
   for (int r = 0; r < rows; r += limits_.max_logit_chunk) {
     const int count = std::min(limits_.max_logit_chunk, rows - r);
     Tensor out = logits_.tensor(DType::kF32, {count, vocab});

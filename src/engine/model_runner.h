@@ -6,9 +6,10 @@
 // and then either replay the captured graph of (bucket, lora_active) or, with
 // enforce-eager or on backends without graphs, run the very same ops eagerly.
 //
-// With sample_on_device, Backend::sample follows lm_head (in the graphs too): rows the
-// engine marks in a DeviceSampling are sampled there and only their small results come
-// back; the logits are copied to the host only when some row needs them (device_sampling.h).
+// With sample_on_device, Backend::sample follows lm_head (right after a graph's replay):
+// rows the engine marks in a DeviceSampling are sampled there and only their small results
+// come back; the logits are copied to the host only when some row needs them
+// (device_sampling.h).
 #pragma once
 
 #include <cstdint>
@@ -65,8 +66,10 @@ class ModelRunner {
   // inputs_, and returns the device views. padded: the fixed bounds of padded decode.
   // With sample_on_device the staging also carries the sampling inputs of every logits row.
   StepTensors prepare(const ForwardBatch& b, bool padded, const DeviceSampling* ds = nullptr);
-  // forward + lm_head (+ sample) over all `bucket` rows into logits_ (what a graph records).
+  // forward + lm_head over all `bucket` rows into logits_ (what a graph records).
   void run_padded(const StepTensors& st, int bucket);
+  // Has ds write this step's structured-output masks and uploads them into masks_.
+  void upload_masks(DeviceSampling* ds);
   StepPath execute_padded(const ForwardBatch& b, int bucket, std::vector<float>* logits, DeviceSampling* ds);
   // Backend::sample over `logits`, rows [first, first + count) of this step's logits rows.
   void sample_rows(Tensor logits, int first, int count);
@@ -93,6 +96,11 @@ class ModelRunner {
   int sample_rows_ = 0;
   Buffer sample_out_;
   std::vector<int32_t> sample_host_;
+  // Structured-output masks: [max_num_seqs, mask_words_] bit words, this step's masked rows
+  // in row order (device_sampling.cc gives each its table row).
+  int64_t mask_words_ = 0;
+  Buffer masks_;
+  std::vector<uint32_t> mask_host_;
 };
 
 }  // namespace quiver

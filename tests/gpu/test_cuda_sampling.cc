@@ -66,6 +66,11 @@ TEST_F(CudaSampling, LanguageModelVocabularies) {
       for (int k : {0, 20}) check_case(random_case(rng_, vocab, rows, k, static_cast<uint64_t>(rows * 1000 + k)));
 }
 
+TEST_F(CudaSampling, StructuredOutputMasks) {
+  for (int64_t vocab : {1000, 32000, 151936})
+    for (int64_t rows : {1, 6, 30}) check_case(masked_case(rng_, vocab, rows, 20, static_cast<uint64_t>(vocab + rows)));
+}
+
 // Ties everywhere: few distinct values over a big vocabulary, so top-k, top-p and top-K
 // boundaries fall inside runs of equal logits (the index-ordered tie scan).
 TEST_F(CudaSampling, TiesStraddlingBoundaries) {

@@ -24,7 +24,16 @@ struct SampleCase {
   std::vector<sampling::RowParams> params;   // [rows]
   int num_logprobs = 0;
   std::vector<int32_t> row_logprobs;         // [rows] or empty (every row gets K)
+  // Structured-output masks: row r uses row mask_row[r] of masks ([table rows, words]), -1
+  // none; empty mask_row: no row is masked.
+  std::vector<int32_t> mask_row;
+  std::vector<uint32_t> masks;
   int64_t rows() const { return static_cast<int64_t>(params.size()); }
+  int64_t mask_words() const { return (vocab + 31) / 32; }
+  bool allows(int64_t r, int64_t i) const {
+    if (mask_row.empty() || mask_row[static_cast<size_t>(r)] < 0) return true;
+    return (masks[static_cast<size_t>(mask_row[static_cast<size_t>(r)] * mask_words() + i / 32)] >> (i % 32)) & 1u;
+  }
 };
 
 struct SampleResults {
@@ -35,7 +44,7 @@ struct SampleResults {
 // A case's inputs and outputs in one backend's memory. upload() may be called again with a
 // case of the same shape: the buffers (and so a captured graph's addresses) stay put.
 struct SampleBuffers {
-  Buffer logits, inputs, outputs;
+  Buffer logits, inputs, outputs, masks;
   Tensor logits_view;
   SampleInputs in;
   SampleOutputs out;
@@ -47,14 +56,16 @@ struct SampleBuffers {
       rows = c.rows();
       k = c.num_logprobs;
       logits = Buffer(b, std::max<size_t>(c.logits.size() * 4, 4));
-      inputs = Buffer(b, static_cast<size_t>(8 * rows + 1) * 4);
+      inputs = Buffer(b, static_cast<size_t>(9 * rows + 1) * 4);
       outputs = Buffer(b, static_cast<size_t>(out_words()) * 4);
+      masks = Buffer(b, std::max<size_t>(c.masks.size() * 4, 4));
     }
     check(rows == c.rows() && k == c.num_logprobs && logits.bytes() >= c.logits.size() * 4, "SampleBuffers: new shape");
     b->copy_from_host(logits.data(), c.logits.data(), c.logits.size() * 4);
     logits_view = Tensor(logits.data(), DType::kF32, {rows, c.vocab}, dev);
-    // Inputs: temperature, top_k, top_p, min_p, seed (2 words), counter, row K; 8 words per row.
-    std::vector<uint32_t> w(static_cast<size_t>(8 * rows + 1));
+    // Inputs: temperature, top_k, top_p, min_p, seed (2 words), counter, row K, mask row;
+    // 9 words per row.
+    std::vector<uint32_t> w(static_cast<size_t>(9 * rows + 1));
     auto put_f = [&](int64_t at, float v) { std::memcpy(&w[static_cast<size_t>(at)], &v, 4); };
     for (int64_t r = 0; r < rows; ++r) {
       const sampling::RowParams& p = c.params[static_cast<size_t>(r)];
@@ -66,7 +77,9 @@ struct SampleBuffers {
       w[static_cast<size_t>(4 * rows + 2 * r + 1)] = static_cast<uint32_t>(p.seed >> 32);
       w[static_cast<size_t>(6 * rows + r)] = p.counter;
       if (!c.row_logprobs.empty()) w[static_cast<size_t>(7 * rows + r)] = static_cast<uint32_t>(c.row_logprobs[static_cast<size_t>(r)]);
+      if (!c.mask_row.empty()) w[static_cast<size_t>(8 * rows + r)] = static_cast<uint32_t>(c.mask_row[static_cast<size_t>(r)]);
     }
+    if (!c.masks.empty()) b->copy_from_host(masks.data(), c.masks.data(), c.masks.size() * 4);
     b->copy_from_host(inputs.data(), w.data(), w.size() * 4);
     auto* base = static_cast<uint32_t*>(inputs.data());
     in.temperature = Tensor(base, DType::kF32, {rows}, dev);
@@ -77,6 +90,10 @@ struct SampleBuffers {
     in.counter = Tensor(base + 6 * rows, DType::kI32, {rows}, dev);
     in.num_logprobs = c.num_logprobs;
     in.row_logprobs = c.row_logprobs.empty() ? Tensor() : Tensor(base + 7 * rows, DType::kI32, {rows}, dev);
+    in.mask_row = c.mask_row.empty() ? Tensor() : Tensor(base + 8 * rows, DType::kI32, {rows}, dev);
+    in.masks = c.mask_row.empty() ? Tensor()
+                                  : Tensor(masks.data(), DType::kI32,
+                                           {static_cast<int64_t>(c.masks.size()) / c.mask_words(), c.mask_words()}, dev);
     // Poisoned outputs: NaN logprobs and absurd ids unless the op writes them.
     std::vector<uint32_t> poison(static_cast<size_t>(out_words()), 0x7fc00001u);
     b->copy_from_host(outputs.data(), poison.data(), poison.size() * 4);
@@ -222,6 +239,36 @@ inline std::vector<SampleCase> crafted_cases() {
   mixed_k.row_logprobs = {0, 1, 20, 5, 3};
   out.push_back(std::move(mixed_k));
   return out;
+}
+
+// Structured-output masks over random language-model rows: rows allowing a random tenth
+// of the vocabulary, one token, everything but the row's top tokens, no token at all (the
+// choice is then unconstrained), rows sharing a table row, and unmasked rows between them.
+inline SampleCase masked_case(std::mt19937& rng, int64_t vocab, int64_t rows, int k, uint64_t seed) {
+  SampleCase c = random_case(rng, vocab, rows, k, seed);
+  c.name = "masked " + c.name;
+  const int64_t words = c.mask_words();
+  const int64_t table = 5;
+  c.masks.assign(static_cast<size_t>(table * words), 0u);
+  auto allow = [&](int64_t t, int64_t i) { c.masks[static_cast<size_t>(t * words + i / 32)] |= 1u << (i % 32); };
+  for (int64_t i = 0; i < vocab; ++i)
+    if (rng() % 10 == 0) allow(0, i);
+  allow(1, static_cast<int64_t>(rng() % vocab));
+  // Table row 2: all but the 8 strong candidates of logits row 2 (random_case's boosts),
+  // the row that uses it.
+  std::vector<int64_t> top(static_cast<size_t>(vocab));
+  for (int64_t i = 0; i < vocab; ++i) top[static_cast<size_t>(i)] = i;
+  const float* row2 = c.logits.data() + std::min<int64_t>(2, rows - 1) * vocab;
+  std::partial_sort(top.begin(), top.begin() + std::min<int64_t>(8, vocab), top.end(),
+                    [&](int64_t a, int64_t b) { return row2[a] > row2[b]; });
+  for (int64_t i = 0; i < vocab; ++i)
+    if (std::find(top.begin(), top.begin() + std::min<int64_t>(8, vocab), i) == top.begin() + std::min<int64_t>(8, vocab))
+      allow(2, i);
+  // Table row 3 stays empty; row 4: every even token.
+  for (int64_t i = 0; i < vocab; i += 2) allow(4, i);
+  c.mask_row.resize(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) c.mask_row[static_cast<size_t>(r)] = r % 6 == 5 ? -1 : static_cast<int32_t>(r % 6 % table);
+  return c;
 }
 
 }  // namespace quiver::test

@@ -28,6 +28,8 @@ std::vector<SampleCase> all_cases() {
   cases.push_back(random_case(rng, 1000, 13, 5, 42));
   cases.push_back(random_case(rng, 4099, 7, 20, 43));
   cases.push_back(random_case(rng, 17, 9, 0, 44));
+  cases.push_back(masked_case(rng, 1000, 24, 5, 45));
+  cases.push_back(masked_case(rng, 4099, 12, 20, 46));
   return cases;
 }
 
@@ -88,6 +90,49 @@ TEST(SamplingOps, LogprobsEqualHostSampler) {
         }
       }
     }
+  }
+}
+
+// A structured-output mask changes which token is chosen and nothing else: the chosen token
+// is allowed (when any is), greedy rows take the best allowed token, and logprobs, ranks
+// and top-K are those of the same rows unmasked.
+TEST(SamplingOps, MasksRestrictTheChoiceOnly) {
+  CpuBackend cpu(2);
+  std::mt19937 rng(11);
+  for (int64_t vocab : {1000, 32000}) {
+    const SampleCase c = masked_case(rng, vocab, 30, 20, 7);
+    SampleCase plain = c;
+    plain.mask_row.clear();
+    plain.masks.clear();
+    const SampleResults res = run_sample(&cpu, c), raw = run_sample(&cpu, plain);
+    EXPECT_EQ(res.top_ids, raw.top_ids) << c.name;
+    EXPECT_EQ(res.top_logprobs, raw.top_logprobs) << c.name;
+    int constrained = 0;
+    for (int64_t r = 0; r < c.rows(); ++r) {
+      const std::string where = c.name + " row " + std::to_string(r);
+      const int32_t token = res.token[static_cast<size_t>(r)];
+      const auto row = row_of(c, r);
+      bool any = false;
+      int32_t best = -1;
+      for (int64_t i = 0; i < c.vocab; ++i) {
+        if (!c.allows(r, i)) continue;
+        any = true;
+        if (best < 0 || row[static_cast<size_t>(i)] > row[static_cast<size_t>(best)]) best = static_cast<int32_t>(i);
+      }
+      if (!any) {  // a mask allowing nothing leaves the row as it is
+        EXPECT_EQ(token, raw.token[static_cast<size_t>(r)]) << where;
+        continue;
+      }
+      EXPECT_TRUE(c.allows(r, token)) << where << ": token " << token << " is masked out";
+      if (c.params[static_cast<size_t>(r)].temperature == 0.0f) {
+        EXPECT_EQ(token, best) << where;
+      }
+      const TokenLogprobs want = logprobs_for(row, token, 0);
+      EXPECT_EQ(res.rank[static_cast<size_t>(r)], want.rank) << where;
+      EXPECT_EQ(res.logprob[static_cast<size_t>(r)], want.logprob) << where;
+      constrained += token != raw.token[static_cast<size_t>(r)];
+    }
+    EXPECT_GT(constrained, 0) << c.name << ": the masks changed no choice";
   }
 }
 

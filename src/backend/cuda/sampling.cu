@@ -3,7 +3,8 @@
 // thresholds of top-k, top-p and the top-K logprobs come from block_select.cuh.
 //
 // Passes over a row (each a read of vocab floats, mostly from L2 right after lm_head):
-//   1 max + lowest-index argmax           (always)
+//   1 max + lowest-index argmax           (always; that of the allowed tokens too under a
+//                                          structured-output mask, which steps 4-5 obey)
 //   2 log-sum-exp, top-p mass total        (always; the mass only when needed)
 //   3 top-K logprobs: select + collect     (K > 0: 4 passes, + a tie scan when ties straddle)
 //   4 top-k select, top-p select          (3 passes each, + a tie scan when ties straddle)
@@ -33,6 +34,9 @@ struct SampleArgs {
   const uint32_t* seed;  // [rows, 2]: low, high words
   const int32_t* counter;
   const int32_t* row_logprobs;  // [rows] or null
+  const int32_t* mask_row;      // [rows] or null
+  const uint32_t* masks;        // [table rows, words]
+  int mask_words;
   int num_logprobs;
   int32_t* token;
   float* logprob;
@@ -69,12 +73,26 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleArgs a) {
   __shared__ unsigned long long top_packed[sampling::kMaxLogprobs];
   const int row = blockIdx.x, n = a.vocab;
   const float* x = a.logits + static_cast<int64_t>(row) * n;
+  // A structured-output mask restricts the choice (steps 4-5 and the greedy token), not
+  // the logprobs.
+  const int mask = a.mask_row != nullptr ? a.mask_row[row] : -1;
+  const uint32_t* allow = mask >= 0 ? a.masks + static_cast<int64_t>(mask) * a.mask_words : nullptr;
+  auto ok = [allow](int i) { return allow == nullptr || ((allow[i >> 5] >> (i & 31)) & 1u) != 0; };
 
-  // 1. argmax (the greedy token and the softmax shift).
-  unsigned long long best = 0;
-  for (int i = threadIdx.x; i < n; i += kThreads) best = sel::MaxOp{}(best, sel::pack_first(sampling::order_key(x[i]), i));
+  // 1. argmax (the softmax shift), and the greedy token: the argmax of the allowed tokens.
+  unsigned long long best = 0, best_ok = 0;
+  for (int i = threadIdx.x; i < n; i += kThreads) {
+    const unsigned long long p = sel::pack_first(sampling::order_key(x[i]), i);
+    best = sel::MaxOp{}(best, p);
+    if (allow != nullptr && ok(i)) best_ok = sel::MaxOp{}(best_ok, p);
+  }
   const int argmax = sel::unpack_index(sel::block_reduce(best, sh.red_u64, sel::MaxOp{}));
-  const float mx = x[argmax];
+  if (allow != nullptr) best_ok = sel::block_reduce(best_ok, sh.red_u64, sel::MaxOp{});
+  // pack_first of a non-NaN logit is never 0, so 0 means no allowed token: unconstrained.
+  const bool masked = allow != nullptr && best_ok != 0;
+  const int first = masked ? sel::unpack_index(best_ok) : argmax;
+  const float mx = x[argmax], cmx = x[first];
+  auto allowed = [&](int i) { return !masked || ok(i); };
 
   // 2. log-sum-exp (expf per element, summed in double) and, for top-p without top-k, the
   //    total integer mass.
@@ -87,7 +105,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleArgs a) {
   unsigned long long mass = 0;
   for (int i = threadIdx.x; i < n; i += kThreads) {
     sum += static_cast<double>(expf(x[i] - mx));
-    if (total_here) mass += sampling::mass_q(sampling::rel_prob(x[i], mx, temp));
+    if (total_here && allowed(i)) mass += sampling::mass_q(sampling::rel_prob(x[i], cmx, temp));
   }
   const double lse = static_cast<double>(mx) + log(sel::block_reduce(sum, sh.red_f64, sel::SumOp{}));
   if (total_here) mass = sel::block_reduce(mass, sh.red_u64, sel::SumOp{});
@@ -130,17 +148,18 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleArgs a) {
     }
   }
 
-  int token = argmax;
+  int token = first;
   if (sampled) {
     // 4. the kept prefix: top-k, then top-p over the top-k survivors' mass, then min-p.
     Prefix pk;  // key 0, cut 0 keeps every key > 0, i.e. every non-NaN logit
     if (use_k) {
       const unsigned long long k = static_cast<unsigned long long>(a.top_k[row]);
-      const sel::Boundary b = sel::select_boundary(sh, x, n, k, [](int, uint32_t) { return 1ull; });
-      if (b.found) pk = to_prefix(sh, n, b, k, 1, [&](int i) { return sampling::order_key(x[i]) == b.key; });
+      const sel::Boundary b = sel::select_boundary(sh, x, n, k, [&](int i, uint32_t) { return allowed(i) ? 1ull : 0ull; });
+      if (b.found)
+        pk = to_prefix(sh, n, b, k, 1, [&](int i) { return sampling::order_key(x[i]) == b.key && allowed(i); });
     }
     auto mass_of = [&](int i, uint32_t key) {
-      return pk.keeps(i, key) ? sampling::mass_q(sampling::rel_prob(x[i], mx, temp)) : 0ull;
+      return pk.keeps(i, key) && allowed(i) ? sampling::mass_q(sampling::rel_prob(x[i], cmx, temp)) : 0ull;
     };
     Prefix pp;
     if (use_p) {
@@ -152,10 +171,10 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleArgs a) {
       const unsigned long long target = sampling::top_p_target(a.top_p[row], mass);
       const sel::Boundary b = sel::select_boundary(sh, x, n, target, mass_of);
       if (b.found) {
-        const unsigned long long q = sampling::mass_q(sampling::rel_prob(sel::key_to_float(b.key), mx, temp));
+        const unsigned long long q = sampling::mass_q(sampling::rel_prob(sel::key_to_float(b.key), cmx, temp));
         pp = to_prefix(sh, n, b, target, q, [&](int i) {
           const uint32_t key = sampling::order_key(x[i]);
-          return key == b.key && pk.keeps(i, key);
+          return key == b.key && pk.keeps(i, key) && allowed(i);
         });
       }
     }
@@ -165,7 +184,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleArgs a) {
     const uint32_t counter = static_cast<uint32_t>(a.counter[row]);
 
     // 5. Gumbel race: four neighbouring tokens per thread share one Philox call. Scores
-    //    are >= 0, so their float bits order like the floats; 0 = nobody (keep argmax).
+    //    are >= 0, so their float bits order like the floats; 0 = nobody (keep `first`).
     unsigned long long win = 0;
     for (int g = threadIdx.x; 4 * g < n; g += kThreads) {
       bool any = false;
@@ -175,8 +194,8 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleArgs a) {
         e[j] = -1.0f;
         if (i >= n) continue;
         const uint32_t key = sampling::order_key(x[i]);
-        if (!pk.keeps(i, key) || !pp.keeps(i, key)) continue;
-        const float p = sampling::rel_prob(x[i], mx, temp);
+        if (!pk.keeps(i, key) || !pp.keeps(i, key) || !allowed(i)) continue;
+        const float p = sampling::rel_prob(x[i], cmx, temp);
         if (use_min_p && !(p >= min_p)) continue;
         e[j] = p;
         any = true;
@@ -229,6 +248,9 @@ void CudaBackend::sample(const SampleOutputs& out, Tensor logits, const SampleIn
       .seed = reinterpret_cast<const uint32_t*>(in.seed.ptr<int32_t>()),
       .counter = in.counter.ptr<int32_t>(),
       .row_logprobs = in.row_logprobs.empty() ? nullptr : in.row_logprobs.ptr<int32_t>(),
+      .mask_row = in.mask_row.empty() ? nullptr : in.mask_row.ptr<int32_t>(),
+      .masks = in.mask_row.empty() ? nullptr : reinterpret_cast<const uint32_t*>(in.masks.ptr<int32_t>()),
+      .mask_words = in.mask_row.empty() ? 0 : static_cast<int>(in.masks.dim(1)),
       .num_logprobs = in.num_logprobs,
       .token = out.token.ptr<int32_t>(),
       .logprob = out.logprob.ptr<float>(),

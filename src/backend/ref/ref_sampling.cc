@@ -11,7 +11,8 @@
 
 namespace quiver::sampling {
 
-RowResult sample_row(const float* x, int64_t v, const RowParams& p, int k, int32_t* top_ids, float* top_logprobs) {
+RowResult sample_row(const float* x, int64_t v, const RowParams& p, int k, int32_t* top_ids, float* top_logprobs,
+                     const uint32_t* allowed) {
   // The order every rule below is a prefix of: logit descending, index ascending.
   std::vector<int32_t> order(static_cast<size_t>(v));
   std::iota(order.begin(), order.end(), 0);
@@ -19,8 +20,7 @@ RowResult sample_row(const float* x, int64_t v, const RowParams& p, int k, int32
     const uint32_t ka = order_key(x[a]), kb = order_key(x[b]);
     return ka > kb || (ka == kb && a < b);
   });
-  const float mx = x[order[0]];
-  const double lse = log_sum_exp(x, v, mx);
+  const double lse = log_sum_exp(x, v, x[order[0]]);
   auto logprob = [&](int32_t i) { return static_cast<float>(x[i] - lse); };
 
   for (int j = 0; j < k; ++j) {
@@ -29,11 +29,19 @@ RowResult sample_row(const float* x, int64_t v, const RowParams& p, int k, int32
     top_logprobs[j] = inside ? logprob(order[static_cast<size_t>(j)]) : -std::numeric_limits<float>::infinity();
   }
 
-  size_t pick = 0;  // position in `order` of the chosen token
+  // The choice: the same order, restricted to the tokens a mask allows.
+  std::vector<int32_t> masked;
+  if (allowed != nullptr) {
+    for (int32_t i : order)
+      if ((allowed[i >> 5] >> (i & 31)) & 1u) masked.push_back(i);
+  }
+  const std::vector<int32_t>& choice = masked.empty() ? order : masked;
+  const float mx = x[choice[0]];
+  size_t pick = 0;  // position in `choice` of the chosen token
   if (p.temperature != 0.0f) {
-    auto e = [&](size_t j) { return rel_prob(x[order[j]], mx, p.temperature); };
-    size_t n = order.size();
-    if (top_k_active(p.top_k, v)) n = static_cast<size_t>(p.top_k);
+    auto e = [&](size_t j) { return rel_prob(x[choice[j]], mx, p.temperature); };
+    size_t n = choice.size();
+    if (top_k_active(p.top_k, v)) n = std::min(n, static_cast<size_t>(p.top_k));
     if (top_p_active(p.top_p)) {
       uint64_t total = 0;
       for (size_t j = 0; j < n; ++j) total += mass_q(e(j));
@@ -50,18 +58,19 @@ RowResult sample_row(const float* x, int64_t v, const RowParams& p, int k, int32
     }
     float best = -1.0f;
     for (size_t j = 0; j < n; ++j) {
-      const int32_t i = order[j];
+      const int32_t i = choice[j];
       const float score = race_score(e(j), token_bits(p.seed, p.counter, i));
-      if (score > best || (score == best && i < order[pick])) {
+      if (score > best || (score == best && i < choice[pick])) {
         best = score;
         pick = j;
       }
     }
   }
   RowResult r;
-  r.token = order[pick];
+  r.token = choice[pick];
   r.logprob = logprob(r.token);
-  r.rank = static_cast<int32_t>(pick) + 1;
+  // The rank is the token's place among all tokens, allowed or not.
+  r.rank = static_cast<int32_t>(std::find(order.begin(), order.end(), r.token) - order.begin()) + 1;
   return r;
 }
 
@@ -83,6 +92,12 @@ void check_sample_args(const SampleOutputs& out, const Tensor& logits, const Sam
   rows_of(out.logprob, DType::kF32, 1, "sample: logprob must be [rows] f32");
   rows_of(out.rank, DType::kI32, 1, "sample: rank must be [rows] i32");
   if (!in.row_logprobs.empty()) rows_of(in.row_logprobs, DType::kI32, 1, "sample: row_logprobs must be [rows] i32");
+  if (!in.mask_row.empty()) {
+    rows_of(in.mask_row, DType::kI32, 1, "sample: mask_row must be [rows] i32");
+    check(in.masks.dtype == DType::kI32 && in.masks.ndim == 2 && in.masks.dim(1) == (vocab + 31) / 32 &&
+              in.masks.data != nullptr,
+          "sample: masks must be [table rows, ceil(vocab / 32)] i32");
+  }
   if (in.num_logprobs > 0) {
     rows_of(out.top_ids, DType::kI32, in.num_logprobs, "sample: top_ids must be [rows, K] i32");
     rows_of(out.top_logprobs, DType::kF32, in.num_logprobs, "sample: top_logprobs must be [rows, K] f32");
@@ -109,7 +124,11 @@ void sample_rows_host(const SampleOutputs& out, const Tensor& logits, const Samp
       top_ids[j] = -1;
       top_logprobs[j] = -std::numeric_limits<float>::infinity();
     }
-    const RowResult res = sample_row(logits.ptr<float>() + r * vocab, vocab, p, row_k, top_ids, top_logprobs);
+    const int32_t mask = in.mask_row.empty() ? -1 : in.mask_row.ptr<int32_t>()[r];
+    check(mask < (in.masks.empty() ? 0 : in.masks.dim(0)), "sample: mask_row past the mask table");
+    const uint32_t* allowed =
+        mask < 0 ? nullptr : reinterpret_cast<const uint32_t*>(in.masks.ptr<int32_t>()) + mask * in.masks.dim(1);
+    const RowResult res = sample_row(logits.ptr<float>() + r * vocab, vocab, p, row_k, top_ids, top_logprobs, allowed);
     out.token.ptr<int32_t>()[r] = res.token;
     out.logprob.ptr<float>()[r] = res.logprob;
     out.rank.ptr<int32_t>()[r] = res.rank;

@@ -25,7 +25,9 @@ struct RowResult {
 };
 
 // x: [vocab] logits. Writes k top entries (ids -1 / logprob -inf past the vocabulary).
-RowResult sample_row(const float* x, int64_t vocab, const RowParams& p, int k, int32_t* top_ids, float* top_logprobs);
+// allowed (or null): the row's structured-output mask, SampleInputs::masks' bit layout.
+RowResult sample_row(const float* x, int64_t vocab, const RowParams& p, int k, int32_t* top_ids, float* top_logprobs,
+                     const uint32_t* allowed = nullptr);
 
 // Backend::sample on host tensors, for rows [begin, end).
 void sample_rows_host(const SampleOutputs& out, const Tensor& logits, const SampleInputs& in, int64_t begin,
