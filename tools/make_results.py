@@ -211,6 +211,16 @@ def cpu_python(rec, machines, lines):
     close(rec, lines)
 
 
+def structured(rec, machines, lines):
+    header(rec, machines, lines)
+    table_head(lines, "workload", "decode step p50, unconstrained", "with the constraint",
+               "median pair ratio")
+    for r in rec["rows"]:
+        lines.append(f"| {r['what']} | {r['plain_p50_ms']} ms | {r['structured_p50_ms']} ms "
+                     f"| **×{r['median_ratio']:.3f}** |")
+    close(rec, lines)
+
+
 def table_head(lines, *columns):
     lines.append("|" + "|".join(f" {c} " if c else " " for c in columns) + "|")
     lines.append("|" + "---|" * len(columns))
@@ -233,7 +243,7 @@ def notes(rec, lines):
 KINDS = {"decode": decode, "throughput": throughput, "prefill": prefill, "checks": checks,
          "cpu-decode": cpu_decode, "cpu-lora": cpu_lora, "cpu-online": cpu_online,
          "tokenizer": tokenizer, "cpu-python": cpu_python, "python-h200": cpu_python,
-         "before-after": before_after}
+         "before-after": before_after, "structured-h200": structured, "structured-cpu": structured}
 
 INTRO = """\
 # quiver benchmark results
@@ -324,7 +334,8 @@ def render(machines, records):
     return "\n".join(lines).rstrip() + "\n"
 
 
-ORDER = ["decode", "throughput", "prefill", "before-after", "checks", "python-h200", "cpu-decode", "cpu-lora", "cpu-online", "cpu-python", "tokenizer"]
+ORDER = ["decode", "throughput", "prefill", "structured-h200", "before-after", "checks", "python-h200", "cpu-decode",
+         "cpu-lora", "cpu-online", "cpu-python", "structured-cpu", "tokenizer"]
 
 
 def main():
