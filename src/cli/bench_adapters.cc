@@ -44,9 +44,7 @@ Result<std::vector<LoraTarget>> parse_targets(const std::string& spec) {
 }
 
 Result<DType> parse_lora_dtype(const std::string& s) {
-  if (s == "bfloat16" || s == "bf16") return DType::kBF16;
-  if (s == "float32" || s == "f32") return DType::kF32;
-  if (s == "float16" || s == "f16") return DType::kF16;
+  if (auto t = float_dtype_named(s)) return *t;
   return Status::error("--lora-file-dtype must be bfloat16, float16 or float32, not '" + s + "'");
 }
 

@@ -69,7 +69,6 @@ Status finalize_engine_flags(EngineFlags* f) {
   for (const auto& spec : f->loras) QV_RETURN_IF_ERROR(parse_lora_spec(spec, &f->args.lora_modules));
   if (!f->args.lora_modules.empty()) f->args.enable_lora = true;
   if (!f->args.on_load_progress) f->args.on_load_progress = stderr_load_progress("loading weights");
-  if (f->args.enable_lora && f->args.max_loras < 1) return Status::error("--max-loras must be at least 1");
   return Status::ok();
 }
 

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string_view>
 
 namespace quiver {
@@ -27,6 +28,15 @@ constexpr std::string_view dtype_name(DType t) {
     case DType::kI32: return "I32";
   }
   return "?";
+}
+
+// A float type by the names flags and config files use (PyTorch's and the short ones):
+// float32/f32, float16/f16/half, bfloat16/bf16; nothing for any other name.
+constexpr std::optional<DType> float_dtype_named(std::string_view s) {
+  if (s == "float32" || s == "f32") return DType::kF32;
+  if (s == "float16" || s == "f16" || s == "half") return DType::kF16;
+  if (s == "bfloat16" || s == "bf16") return DType::kBF16;
+  return std::nullopt;
 }
 
 inline float bf16_to_f32(uint16_t h) {

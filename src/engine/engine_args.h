@@ -3,9 +3,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "core/dtype.h"
+#include "core/status.h"
 
 namespace quiver {
 
@@ -47,5 +51,23 @@ struct EngineArgs {
   std::function<void(int64_t, int64_t)> on_load_progress;
   EngineUsage usage = EngineUsage::kOffline;
 };
+
+enum class LoadFormat { kSafetensors, kDummy };
+enum class MatmulPrecision { kDefault, kHighest };
+
+// EngineArgs' named choices, each parsed once (validate); nullopt dtypes are "auto".
+struct ParsedEngineArgs {
+  LoadFormat load_format = LoadFormat::kSafetensors;
+  std::optional<DType> dtype;           // dummy weights
+  std::optional<DType> kv_cache_dtype;
+  std::optional<DType> lora_dtype;      // only with enable_lora
+  MatmulPrecision matmul_precision = MatmulPrecision::kDefault;
+  int64_t kv_cache_memory = 0;          // bytes; 0: not given
+};
+
+// Every check the arguments allow on their own, names and ranges and how flags relate,
+// before any file is read or anything allocated; the error names the flag. The bounds that
+// depend on the model and the machine's memory are check_engine_limits' (engine_limits.h).
+Result<ParsedEngineArgs> validate(const EngineArgs& args);
 
 }  // namespace quiver

@@ -14,9 +14,6 @@ namespace quiver {
 
 namespace {
 
-constexpr int kMaxThreads = 1024;
-constexpr int64_t kMaxCount = int64_t{1} << 24;  // per-step counts and blocks: products stay in 64 bits
-
 std::string gib(double bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / double(int64_t{1} << 30));
@@ -36,19 +33,6 @@ int64_t host_memory_bytes() {
 }
 
 Status check_engine_limits(const EngineArgs& a, const ModelConfig& c, const EngineLimitsInput& in) {
-  if (a.threads < 0 || a.threads > kMaxThreads)
-    return Status::error("--threads must be in [0, " + std::to_string(kMaxThreads) + "] (0 = all cores), got " +
-                         std::to_string(a.threads));
-  if (a.num_kv_blocks < 0) return Status::error("--num-kv-blocks must be positive (or 0: from --kv-cache-memory)");
-  if (a.max_model_len < 0) return Status::error("--max-model-len must be positive (or 0: the model's)");
-  if (a.max_cpu_loras < 0) return Status::error("--max-cpu-loras must be positive (or 0: --max-loras)");
-  for (auto [name, v] : {std::pair<const char*, int64_t>{"--max-num-seqs", a.max_num_seqs},
-                         {"--max-num-batched-tokens", a.max_num_batched_tokens},
-                         {"--num-kv-blocks", a.num_kv_blocks},
-                         {"--max-loras", a.max_loras},
-                         {"--max-cpu-loras", a.max_cpu_loras}})
-    if (v > kMaxCount) return Status::error(std::string(name) + " " + std::to_string(v) + " is above the limit " + std::to_string(kMaxCount));
-
   const int64_t have = in.memory_bytes;
   if (have <= 0) return Status::ok();
   const double f32 = 4.0;

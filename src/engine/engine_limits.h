@@ -19,9 +19,9 @@ struct EngineLimitsInput {
   int max_model_len = 0;        // as resolved (the flag or max_position_embeddings)
 };
 
-// Fixed bounds (negative values, --threads, counts that overflow 32-bit products) and the
-// memory the LoRA slot stacks, an explicit --num-kv-blocks, the RoPE tables and the
-// per-step buffers would take.
+// The memory the LoRA slot stacks, an explicit --num-kv-blocks, the RoPE tables and the
+// per-step buffers would take, against the machine's (the fixed bounds are validate's,
+// engine_args.h). No check without memory_bytes.
 Status check_engine_limits(const EngineArgs& args, const ModelConfig& config, const EngineLimitsInput& in);
 
 // Physical RAM of this machine in bytes (0 if unknown).

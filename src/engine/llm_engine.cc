@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <set>
 
 #include "core/splitmix.h"
 #include "engine/device_sampling.h"
@@ -69,21 +68,26 @@ Status LLMEngine::add_request(const std::string& id, const PromptInput& prompt, 
                          std::to_string(params.max_tokens) + ") exceeds the maximum context length " +
                          std::to_string(max_model_len_));
 
+  if (!params.stop.empty() && !tokenizer_) return Status::error("stop strings need a tokenizer; use stop_token_ids");
+
+  // The adapter last: registering a new one (lora->path) and pinning it are the first
+  // side effects, so no check after them can still refuse the request.
   if (lora.has_value() && !lora->name.empty()) {
     if (!adapters_) return Status::error("request asks for adapter '" + lora->name + "' but LoRA is not enabled (--enable-lora)");
     auto found = adapters_->find(lora->name);
     if (!found.is_ok() && !lora->path.empty()) found = adapters_->add(lora->name, lora->path);
     if (!found.is_ok()) return found.status();
-    req->lora_name = lora->name;
-    req->lora_uid = found->uid;
     auto weights = adapters_->get(found->uid);
     if (!weights.is_ok()) return weights.status();
+    req->lora_name = lora->name;
+    req->lora_uid = found->uid;
     req->adapter = weights.value();
-    slot_provider_->hold(req->lora_uid, req->adapter);
   }
 
   for (int i = 0; i < params.n; ++i) {
     auto st = std::make_unique<SeqState>();
+    st->req = req.get();
+    st->index = i;
     st->seq.seq_id = next_seq_id_++;
     st->seq.tokens = ids;
     st->seq.num_prompt_tokens = static_cast<int>(ids.size());
@@ -98,7 +102,6 @@ Status LLMEngine::add_request(const std::string& id, const PromptInput& prompt, 
     st->stops = std::make_unique<StopChecker>(params.stop, params.include_stop_str_in_output);
     req->seqs.push_back(std::move(st));
   }
-  if (!params.stop.empty() && !tokenizer_) return Status::error("stop strings need a tokenizer; use stop_token_ids");
   for (auto& st : req->seqs) {
     Status s = scheduler_->add(&st->seq);
     if (!s.is_ok()) {
@@ -106,6 +109,8 @@ Status LLMEngine::add_request(const std::string& id, const PromptInput& prompt, 
       return s;
     }
   }
+  if (req->adapter) slot_provider_->hold(req->lora_uid, req->adapter);
+  for (auto& st : req->seqs) states_[&st->seq] = st.get();
   requests_[id] = std::move(req);
   return Status::ok();
 }
@@ -222,98 +227,102 @@ void LLMEngine::process_sample(Request& req, int i, int32_t token, std::optional
 
 std::vector<RequestOutput> LLMEngine::step() {
   const auto t0 = std::chrono::steady_clock::now();
-  std::vector<RequestOutput> outputs;
   ScheduledBatch sb = scheduler_->schedule();
   StepStats stats;
   stats.schedule_ms = 1e3 * seconds_since(t0);
-  stats.step = ++counters_.steps;
-  stats.num_preempted = static_cast<int>(sb.preempted.size());
-  counters_.preemptions += stats.num_preempted;
-
   if (!sb.empty()) {
-    // Sequence -> (request, index) for this step.
-    std::map<const Sequence*, std::pair<Request*, int>> owner;
-    for (auto& [id, req] : requests_)
-      for (int i = 0; i < static_cast<int>(req->seqs.size()); ++i) owner[&req->seqs[i]->seq] = {req.get(), i};
-    DeviceSampling* ds = device_sampling_.get();
-    if (ds) plan_device_sampling(sb, owner, ds);
-    const auto t_model = std::chrono::steady_clock::now();
-    StepPath path = runner_->execute(sb.batch, &logits_, ds);
-    stats.model_ms = 1e3 * seconds_since(t_model);
-    stats.path = path.path;
-    stats.lora_active = path.lora_active;
-    const int64_t vocab = config_.vocab_size;
-    std::set<std::string> adapters;
-    for (const ScheduledSeq& ss : sb.seqs) {
-      auto [req, i] = owner.at(ss.seq);
-      SeqState& st = *req->seqs[i];
-      const Sequence& seq = st.seq;
-      if (!req->lora_name.empty()) adapters.insert(req->lora_name);
-      if (seq.in_prefill()) {
-        stats.num_prefill_tokens += ss.num_tokens;
-        counters_.prompt_tokens += ss.num_tokens;
-      } else {
-        stats.num_decode_tokens += ss.num_tokens;
-      }
-      // Prompt logprobs: row j predicts the token after position num_computed + j.
-      if (seq.needs_prompt_logits && seq.in_prefill()) {
-        const int k = req->params.prompt_logprobs;
-        req->prompt_logprobs.resize(seq.num_prompt_tokens);
-        for (int j = 0; j < ss.num_logit_rows; ++j) {
-          const int next = seq.num_computed_tokens + j + 1;
-          if (next >= seq.num_prompt_tokens) break;
-          const size_t row = static_cast<size_t>(ss.first_logit_row + j);
-          req->prompt_logprobs[next] =
-              logprobs_for(std::span<const float>(logits_.data() + row * vocab, vocab), seq.tokens[next], k);
-        }
-        req->touched = true;
-      }
-      if (ss.samples) {
-        const size_t row = static_cast<size_t>(ss.first_logit_row + ss.num_logit_rows - 1);
-        const int k = req->params.logprobs;
-        int32_t token;
-        std::optional<TokenLogprobs> lp;
-        if (ds && ds->has(static_cast<int>(row))) {
-          if (ds->was_dropped(static_cast<int>(row))) continue;  // finished by its grammar
-          token = ds->token[row];
-          // The device reports the chosen token's log_softmax, which a NaN or Inf anywhere
-          // in the row turns non-finite: the same failure as on the host path below.
-          if (!std::isfinite(ds->logprob[row]) || token < 0 || token >= vocab) {
-            fail_request(*req, non_finite_logits_error(*req, "logprob " + std::to_string(ds->logprob[row])));
-            token = 0;  // bookkeeping only; the request reports just the error
-          } else if (k >= 0) {
-            lp = ds->logprobs(static_cast<int>(row), k);
-          }
-        } else {
-          const std::span<const float> logits(logits_.data() + row * vocab, static_cast<size_t>(vocab));
-          // NaN/Inf logits (broken weights or adapter, an overflow) would be sampled as token
-          // 0 with null logprobs for ever: end this request with the reason instead.
-          const auto bad = std::find_if(logits.begin(), logits.end(), [](float v) { return !std::isfinite(v); });
-          if (bad != logits.end())
-            fail_request(*req, non_finite_logits_error(*req, std::to_string(*bad) + " for token " +
-                                                                 std::to_string(bad - logits.begin())));
-          const std::optional<int32_t> sampled = sample_host(*req, i, logits);
-          if (!sampled.has_value()) continue;  // finished by its grammar
-          token = *sampled;
-          if (k >= 0 && req->error.empty()) lp = logprobs_for(logits, token, k);
-        }
-        // Sampling appends to seq.tokens, which commit() below relies on.
-        process_sample(*req, i, token, std::move(lp));
-      }
-    }
+    execute_batch(sb, &stats);
+    for (const ScheduledSeq& ss : sb.seqs) process_scheduled(ss, &stats);
+    // Finishing waits until after the commit, so the blocks this step completed are
+    // published to the prefix cache first.
     scheduler_->commit(sb);
     for (auto& f : pending_finish_) finish_seq(*f.req, f.seq_index, f.reason, f.stop_reason, f.by_stop_string);
     pending_finish_.clear();
-    stats.num_seqs = static_cast<int>(sb.seqs.size());
-    stats.adapters.assign(adapters.begin(), adapters.end());
   }
-  counters_.prefix_cache_hit_blocks = blocks_->hits();
+  std::vector<RequestOutput> outputs = collect_outputs();
+  record_step(sb, std::move(stats), t0);
+  return outputs;
+}
 
+void LLMEngine::execute_batch(const ScheduledBatch& sb, StepStats* stats) {
+  DeviceSampling* ds = device_sampling_.get();
+  if (ds) plan_device_sampling(sb, ds);
+  const auto t_model = std::chrono::steady_clock::now();
+  const StepPath path = runner_->execute(sb.batch, &logits_, ds);
+  stats->model_ms = 1e3 * seconds_since(t_model);
+  stats->path = path.path;
+  stats->lora_active = path.lora_active;
+}
+
+void LLMEngine::process_scheduled(const ScheduledSeq& ss, StepStats* stats) {
+  SeqState& st = *states_.at(ss.seq);
+  Request& req = *st.req;
+  const Sequence& seq = st.seq;
+  const int64_t vocab = config_.vocab_size;
+  if (!req.lora_name.empty() &&
+      std::find(stats->adapters.begin(), stats->adapters.end(), req.lora_name) == stats->adapters.end())
+    stats->adapters.push_back(req.lora_name);
+  if (seq.in_prefill()) {
+    stats->num_prefill_tokens += ss.num_tokens;
+    counters_.prompt_tokens += ss.num_tokens;
+  } else {
+    stats->num_decode_tokens += ss.num_tokens;
+  }
+  // Prompt logprobs: row j predicts the token after position num_computed + j.
+  if (seq.needs_prompt_logits && seq.in_prefill()) {
+    const int k = req.params.prompt_logprobs;
+    req.prompt_logprobs.resize(seq.num_prompt_tokens);
+    for (int j = 0; j < ss.num_logit_rows; ++j) {
+      const int next = seq.num_computed_tokens + j + 1;
+      if (next >= seq.num_prompt_tokens) break;
+      const size_t row = static_cast<size_t>(ss.first_logit_row + j);
+      req.prompt_logprobs[next] =
+          logprobs_for(std::span<const float>(logits_.data() + row * vocab, vocab), seq.tokens[next], k);
+    }
+    req.touched = true;
+  }
+  if (!ss.samples) return;
+  const int row = ss.first_logit_row + ss.num_logit_rows - 1;
+  const int k = req.params.logprobs;
+  const DeviceSampling* ds = device_sampling_.get();
+  int32_t token;
+  std::optional<TokenLogprobs> lp;
+  if (ds && ds->has(row)) {
+    if (ds->was_dropped(row)) return;  // finished by its grammar
+    token = ds->token[static_cast<size_t>(row)];
+    // The device reports the chosen token's log_softmax, which a NaN or Inf anywhere in the
+    // row turns non-finite: the same failure as on the host path below.
+    const float logprob = ds->logprob[static_cast<size_t>(row)];
+    if (!std::isfinite(logprob) || token < 0 || token >= vocab) {
+      fail_request(req, non_finite_logits_error(req, "logprob " + std::to_string(logprob)));
+      token = 0;  // bookkeeping only; the request reports just the error
+    } else if (k >= 0) {
+      lp = ds->logprobs(row, k);
+    }
+  } else {
+    const std::span<const float> logits(logits_.data() + static_cast<size_t>(row) * vocab, static_cast<size_t>(vocab));
+    // NaN/Inf logits (broken weights or adapter, an overflow) would be sampled as token 0
+    // with null logprobs for ever: end this request with the reason instead.
+    const auto bad = std::find_if(logits.begin(), logits.end(), [](float v) { return !std::isfinite(v); });
+    if (bad != logits.end())
+      fail_request(req, non_finite_logits_error(req, std::to_string(*bad) + " for token " +
+                                                          std::to_string(bad - logits.begin())));
+    const std::optional<int32_t> sampled = sample_host(req, st.index, logits);
+    if (!sampled.has_value()) return;  // finished by its grammar
+    token = *sampled;
+    if (k >= 0 && req.error.empty()) lp = logprobs_for(logits, token, k);
+  }
+  // Sampling appends to seq.tokens, which the scheduler's commit relies on.
+  process_sample(req, st.index, token, std::move(lp));
+}
+
+std::vector<RequestOutput> LLMEngine::collect_outputs() {
   for (const auto& id : aborted_) {
     auto it = requests_.find(id);
     if (it != requests_.end()) it->second->touched = true;
   }
   aborted_.clear();
+  std::vector<RequestOutput> outputs;
   for (auto it = requests_.begin(); it != requests_.end();) {
     Request& req = *it->second;
     if (!req.touched) {
@@ -321,16 +330,25 @@ std::vector<RequestOutput> LLMEngine::step() {
       continue;
     }
     req.touched = false;
-    RequestOutput out = make_output(req);
-    const bool done = out.finished;
-    outputs.push_back(std::move(out));
-    if (done) {
-      ++counters_.requests_finished;
-      it = requests_.erase(it);
-    } else {
+    outputs.push_back(make_output(req));
+    if (!outputs.back().finished) {
       ++it;
+      continue;
     }
+    ++counters_.requests_finished;
+    for (const auto& st : req.seqs) states_.erase(&st->seq);
+    it = requests_.erase(it);
   }
+  return outputs;
+}
+
+void LLMEngine::record_step(const ScheduledBatch& sb, StepStats stats, std::chrono::steady_clock::time_point t0) {
+  stats.step = ++counters_.steps;
+  stats.num_preempted = static_cast<int>(sb.preempted.size());
+  counters_.preemptions += stats.num_preempted;
+  counters_.prefix_cache_hit_blocks = blocks_->hits();
+  stats.num_seqs = static_cast<int>(sb.seqs.size());
+  std::sort(stats.adapters.begin(), stats.adapters.end());
   stats.kv_blocks_total = blocks_->num_blocks();
   stats.kv_blocks_used = blocks_->num_used();
   stats.num_running = scheduler_->num_running();
@@ -338,21 +356,19 @@ std::vector<RequestOutput> LLMEngine::step() {
   backend_->synchronize();
   stats.ms = 1e3 * seconds_since(t0);
   counters_.step_seconds += stats.ms / 1e3;
-  last_step_ = stats;
   if (args_.trace && !sb.empty()) std::fprintf(stderr, "%s\n", stats.trace_line().c_str());
-  return outputs;
+  last_step_ = std::move(stats);
 }
 
-void LLMEngine::plan_device_sampling(const ScheduledBatch& sb,
-                                     const std::map<const Sequence*, std::pair<Request*, int>>& owner,
-                                     DeviceSampling* ds) {
+void LLMEngine::plan_device_sampling(const ScheduledBatch& sb, DeviceSampling* ds) {
   ds->reset(static_cast<int>(sb.batch.logit_rows.size()));
   masked_rows_.assign(sb.batch.logit_rows.size(), {nullptr, 0});
   ds->write_mask = [this](int row, uint32_t* words) { return write_device_mask(row, words); };
   for (const ScheduledSeq& ss : sb.seqs) {
     if (!ss.samples) continue;
-    const auto [req, i] = owner.at(ss.seq);
-    const SeqState& st = *req->seqs[static_cast<size_t>(i)];
+    const SeqState& st = *states_.at(ss.seq);
+    Request* req = st.req;
+    const int i = st.index;
     const SamplingParams& p = req->params;
     // Decided from the request's own state only, never from its batch-mates.
     if (!device_can_sample(p, st.seq.num_generated() < p.min_tokens)) continue;

@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <unordered_map>
 #include <string>
 #include <vector>
 
@@ -34,8 +35,10 @@ class LoraSlotPool;
 class ModelRunner;
 class EngineLoraSlots;
 struct Request;
+struct SeqState;
 struct DeviceSampling;
 struct ScheduledBatch;
+struct ScheduledSeq;
 namespace structured {
 class Grammar;
 struct TokenMask;
@@ -108,8 +111,14 @@ class LLMEngine {
   void fail_request(Request& req, const std::string& error);
   static std::string non_finite_logits_error(const Request& req, const std::string& seen);
   // Marks the rows of this step that the device samples (device_sampling.h).
-  void plan_device_sampling(const ScheduledBatch& sb, const std::map<const Sequence*, std::pair<Request*, int>>& owner,
-                            DeviceSampling* ds);
+  void plan_device_sampling(const ScheduledBatch& sb, DeviceSampling* ds);
+  // step(), in order: the model on the batch; each scheduled sequence's logits (prompt
+  // logprobs, its sample); the outputs of requests that progressed (finished ones leave);
+  // the step's stats.
+  void execute_batch(const ScheduledBatch& sb, StepStats* stats);
+  void process_scheduled(const ScheduledSeq& ss, StepStats* stats);
+  std::vector<RequestOutput> collect_outputs();
+  void record_step(const ScheduledBatch& sb, StepStats stats, std::chrono::steady_clock::time_point t0);
   // The token mask of sequence i's grammar state, or null when the sequence is finished
   // instead (nothing the grammar allows, or only an EOS that is held back).
   const structured::TokenMask* grammar_mask(Request& req, int i, bool block_eos);
@@ -141,6 +150,7 @@ class LLMEngine {
   std::unique_ptr<structured::GrammarCache> grammars_;  // made on the first structured request
 
   std::map<std::string, std::unique_ptr<Request>> requests_;
+  std::unordered_map<const Sequence*, SeqState*> states_;  // every live sequence's state
   std::vector<std::string> aborted_;  // reported by the next step
   struct PendingFinish {
     Request* req;
@@ -158,7 +168,6 @@ class LLMEngine {
   StepStats last_step_;
   GraphCaptureInfo graph_info_;
   EngineCounters counters_;
-  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
 
 }  // namespace quiver

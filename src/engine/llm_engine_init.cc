@@ -20,58 +20,29 @@
 
 namespace quiver {
 
-namespace {
-
-Result<DType> parse_dtype(const std::string& s, DType fallback) {
-  if (s == "auto") return fallback;
-  if (s == "float32" || s == "f32") return DType::kF32;
-  if (s == "float16" || s == "f16" || s == "half") return DType::kF16;
-  if (s == "bfloat16" || s == "bf16") return DType::kBF16;
-  return Status::error("unknown dtype '" + s + "' (supported: auto, float32, float16, bfloat16)");
-}
-
-}  // namespace
-
 Status LLMEngine::init(const EngineArgs& args) {
+  QV_ASSIGN_OR_RETURN(const ParsedEngineArgs parsed, validate(args));
   args_ = args;
   rng_state_ = args.seed;
   QV_ASSIGN_OR_RETURN(config_, load_model_config(args.model));
-  if (args.max_num_seqs < 1) return Status::error("--max-num-seqs must be at least 1");
-  if (args.max_num_batched_tokens < 0)
-    return Status::error("--max-num-batched-tokens must be at least 1 (or 0: the device's default)");
-  if (args.block_size < 1 || args.block_size > 1024) return Status::error("--block-size must be in [1, 1024]");
-  if (args.enable_lora) {
-    if (args.max_loras < 1) return Status::error("--max-loras must be at least 1");
-    // 512 is vLLM's largest max_lora_rank, and the most the CUDA LoRA kernels take.
-    if (args.max_lora_rank < 1 || args.max_lora_rank > 512)
-      return Status::error("--max-lora-rank must be in [1, 512]");
-    if (args.max_cpu_loras != 0 && args.max_cpu_loras < args.max_loras)
-      return Status::error("--max-cpu-loras must be >= --max-loras");
-    if (args.lora_dtype != "float32" && args.lora_dtype != "bfloat16" && args.lora_dtype != "auto")
-      return Status::error("unknown --lora-dtype '" + args.lora_dtype + "' (supported: auto, float32, bfloat16)");
-    // "auto" (vLLM's lora_dtype default): the model's dtype where the stacks have it, so a
-    // bf16 model keeps bf16 stacks; float32 for f32 and f16 models. args() reports the choice.
-    if (args.lora_dtype == "auto") args_.lora_dtype = config_.dtype == DType::kBF16 ? "bfloat16" : "float32";
-  }
+  // "auto" (vLLM's lora_dtype default): the model's dtype where the stacks have it, so a
+  // bf16 model keeps bf16 stacks; float32 for f32 and f16 models. args() reports the choice.
+  const DType lora_dtype = parsed.lora_dtype.value_or(config_.dtype == DType::kBF16 ? DType::kBF16 : DType::kF32);
+  if (args.enable_lora) args_.lora_dtype = lora_dtype == DType::kBF16 ? "bfloat16" : "float32";
   // max_position_embeddings is bounded by load_model_config, so it fits an int.
   max_model_len_ = args.max_model_len > 0 ? args.max_model_len : static_cast<int>(config_.max_position_embeddings);
   if (max_model_len_ > config_.max_position_embeddings)
     return Status::error("--max-model-len " + std::to_string(max_model_len_) + " exceeds the model's max_position_embeddings " +
                          std::to_string(config_.max_position_embeddings));
 
-  if (args.matmul_precision != "default" && args.matmul_precision != "highest")
-    return Status::error("unknown --matmul-precision '" + args.matmul_precision + "' (supported: default, highest)");
-
-  // The fixed bounds first: --threads sizes the backend's thread pool.
-  QV_RETURN_IF_ERROR(check_engine_limits(args_, config_, EngineLimitsInput{}));
   // The linear weights' type: the checkpoint's, or --dtype for dummy weights.
-  QV_ASSIGN_OR_RETURN(const DType weight_dtype,
-                      args.load_format == "dummy" ? parse_dtype(args.dtype, config_.dtype) : Result<DType>(config_.dtype));
+  const DType weight_dtype =
+      parsed.load_format == LoadFormat::kDummy ? parsed.dtype.value_or(config_.dtype) : config_.dtype;
   std::string err;
   BackendOptions bo;
   bo.kind = args.device;
   bo.num_threads = args.threads;
-  bo.cuda_split_activations = args.matmul_precision == "highest";
+  bo.cuda_split_activations = parsed.matmul_precision == MatmulPrecision::kHighest;
   backend_ = make_backend(bo, &err);
   if (!backend_) return Status::error(err);
   if (args_.max_num_batched_tokens == 0)
@@ -84,14 +55,12 @@ Status LLMEngine::init(const EngineArgs& args) {
   // "auto": a 16-bit model keeps a 16-bit cache on the GPU (half the KV bytes per decode
   // step); host backends compute in f32 and keep f32. docs/numerics.md bounds the difference.
   const DType auto_kv = backend_->device() == Device::kCuda && config_.dtype != DType::kF32 ? config_.dtype : DType::kF32;
-  const auto kv_dtype = parse_dtype(args.kv_cache_dtype, auto_kv);
-  if (!kv_dtype.is_ok()) return kv_dtype.status().with_context("--kv-cache-dtype");
   KvCacheShape shape;
   shape.num_layers = config_.num_layers;
   shape.num_kv_heads = config_.num_kv_heads;
   shape.head_dim = config_.head_dim;
   shape.block_size = args.block_size;
-  shape.dtype = kv_dtype.value();
+  shape.dtype = parsed.kv_cache_dtype.value_or(auto_kv);
   EngineLimitsInput bounds;
   bounds.memory_bytes = backend_->device() == Device::kCuda ? backend_->device_memory_bytes() : host_memory_bytes();
   bounds.kv_bytes_per_block = shape.bytes_per_block();
@@ -113,14 +82,12 @@ Status LLMEngine::init(const EngineArgs& args) {
   }
 
   LlamaWeights weights;
-  if (args.load_format == "dummy") {
+  if (parsed.load_format == LoadFormat::kDummy) {
     weights = dummy_llama_weights(config_, weight_dtype, backend_.get(), args.seed + 1);
-  } else if (args.load_format == "auto" || args.load_format == "safetensors") {
+  } else {
     QV_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::open(args.model));
     QV_ASSIGN_OR_RETURN(weights, load_llama_weights(config_, std::make_shared<Checkpoint>(std::move(ckpt)), backend_.get(),
                                                           args.on_load_progress));
-  } else {
-    return Status::error("unknown --load-format '" + args.load_format + "' (supported: auto, safetensors, dummy)");
   }
   model_ = std::make_unique<LlamaModel>(config_, std::move(weights), backend_.get(), max_model_len_);
 
@@ -129,12 +96,10 @@ Status LLMEngine::init(const EngineArgs& args) {
   const int blocks_per_seq = (max_model_len_ + args.block_size - 1) / args.block_size;
   int num_blocks = args.num_kv_blocks;
   if (num_blocks <= 0) {
-    int64_t budget;
-    if (!args.kv_cache_memory.empty()) {
-      QV_ASSIGN_OR_RETURN(budget, parse_byte_size(args.kv_cache_memory));
-    } else {
-      budget = std::min<int64_t>(int64_t{1} << 30, shape.bytes_per_block() * blocks_per_seq * int64_t{args.max_num_seqs});
-    }
+    const int64_t budget =
+        parsed.kv_cache_memory > 0
+            ? parsed.kv_cache_memory
+            : std::min<int64_t>(int64_t{1} << 30, shape.bytes_per_block() * blocks_per_seq * int64_t{args.max_num_seqs});
     num_blocks = static_cast<int>(std::min<int64_t>(budget / shape.bytes_per_block(), 1 << 24));
   }
   if (num_blocks < 1) return Status::error("the KV cache budget holds no block; raise --kv-cache-memory or --num-kv-blocks");
@@ -146,14 +111,11 @@ Status LLMEngine::init(const EngineArgs& args) {
   if (args.enable_lora) {
     const int cpu_loras = args.max_cpu_loras > 0 ? args.max_cpu_loras : args.max_loras;
     adapters_ = std::make_unique<AdapterRegistry>(config_, args.max_lora_rank, cpu_loras);
-    const DType lora_dtype = args_.lora_dtype == "bfloat16" ? DType::kBF16 : DType::kF32;
     slots_ = std::make_unique<LoraSlotPool>(backend_.get(), config_, args.max_loras, args.max_lora_rank, lora_dtype);
     for (const auto& [name, path] : args.lora_modules) {
       auto added = adapters_->add(name, path);
       if (!added.is_ok()) return added.status().with_context("adapter '" + name + "'");
     }
-  } else if (!args.lora_modules.empty()) {
-    return Status::error("adapters given but LoRA is not enabled (--enable-lora)");
   }
   slot_provider_ = std::make_unique<EngineLoraSlots>(adapters_.get(), slots_.get());
 

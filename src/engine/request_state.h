@@ -18,8 +18,12 @@
 
 namespace quiver {
 
+struct Request;
+
 struct SeqState {
   Sequence seq;
+  Request* req = nullptr;  // the request it belongs to, as its seqs[index]
+  int index = 0;
   SeqRng rng;            // the host sampler's generator
   uint64_t seed = 0;     // the device sampler's Philox key (the same seed rng started from)
   CompletionOutput out;

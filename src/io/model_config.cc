@@ -234,15 +234,9 @@ Status parse_config(const Json& j, ModelConfig& c) {
   // transformers 5 writes `dtype`, earlier versions `torch_dtype`.
   std::string dtype_key = json_has(j, "dtype") ? "dtype" : "torch_dtype";
   QV_ASSIGN_OR_RETURN(std::string dtype, json_string_or(j, dtype_key, "float32"));
-  if (dtype == "float32") {
-    c.dtype = DType::kF32;
-  } else if (dtype == "float16") {
-    c.dtype = DType::kF16;
-  } else if (dtype == "bfloat16") {
-    c.dtype = DType::kBF16;
-  } else {
-    return Status::error(field(dtype_key) + " is \"" + dtype + "\"; supported: float32, float16, bfloat16");
-  }
+  const std::optional<DType> named = float_dtype_named(dtype);
+  if (!named) return Status::error(field(dtype_key) + " is \"" + dtype + "\"; supported: float32, float16, bfloat16");
+  c.dtype = *named;
 
   QV_RETURN_IF_ERROR(parse_rope(j, c.rope));
   QV_ASSIGN_OR_RETURN(c.sliding_window, parse_sliding_window(j, arch->arch, c));

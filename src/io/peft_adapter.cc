@@ -78,10 +78,6 @@ std::string supported_targets() {
   return s;
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 bool is_embedding_name(const std::string& s) {
   return s.find("embed_tokens") != std::string::npos || s.find("lm_head") != std::string::npos;
 }
@@ -322,7 +318,7 @@ Result<bool> is_targeted(const LoraSpec& s, const std::string& key) {
     if (excluded) return false;
   }
   for (const auto& e : s.exclude_list)
-    if (key == e || ends_with(key, "." + e)) return false;
+    if (key == e || key.ends_with("." + e)) return false;
   switch (s.mode) {
     case LoraSpec::Mode::kRegex: return s.target_regex->full_match(key);  // no layer filter, as PEFT
     case LoraSpec::Mode::kAllLinear: return true;  // every projection, never lm_head
@@ -331,7 +327,7 @@ Result<bool> is_targeted(const LoraSpec& s, const std::string& key) {
   bool found = false;
   for (const auto& t : s.targets) {
     if (key == t) return true;  // named exactly: PEFT skips the layer filter
-    found = found || ends_with(key, "." + t);
+    found = found || key.ends_with("." + t);
   }
   if (found && s.use_layer_indexes) return layer_selected(s, key);
   return found;

@@ -186,10 +186,6 @@ namespace {
 constexpr const char* kIndexName = "model.safetensors.index.json";
 constexpr const char* kSingleName = "model.safetensors";
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // A shard name from an index must stay inside the checkpoint folder. Checked lexically,
 // not by resolving symlinks: Hugging Face cache snapshots are folders of symlinks into a
 // sibling blobs/ folder, and those must keep working.
@@ -234,11 +230,11 @@ Result<Checkpoint> Checkpoint::open(const std::string& path) {
     } else {
       return no_weights_error(p);
     }
-  } else if (ends_with(path, ".safetensors.index.json")) {
+  } else if (path.ends_with(".safetensors.index.json")) {
     index_path = p;
-  } else if (ends_with(path, ".safetensors")) {
+  } else if (path.ends_with(".safetensors")) {
     single_path = p;
-  } else if (ends_with(path, ".bin")) {
+  } else if (path.ends_with(".bin")) {
     return Status::error(path + ": PyTorch .bin weights are not supported: convert to safetensors");
   } else {
     return Status::error(path + ": expected a folder, a .safetensors file or a .safetensors.index.json file");

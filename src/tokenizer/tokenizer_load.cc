@@ -2,11 +2,10 @@
 // (DIR/chat_template.jinja wins over the config's "chat_template", as in transformers), and
 // Tokenizer::apply_chat_template.
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "tokenizer/hf_tokenizer.h"
 #include "core/json_nesting.h"
+#include "io/json_util.h"
 #include "tokenizer/json_path.h"
 
 namespace quiver {
@@ -17,16 +16,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-Result<std::string> read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::error(path.string() + ": cannot open");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 Result<json> read_json(const fs::path& path) {
-  QV_ASSIGN_OR_RETURN(std::string text, read_file(path));
+  QV_ASSIGN_OR_RETURN(std::string text, read_text_file(path.string()));
   if (!json_nesting_within(text, jp::kMaxNesting))
     return Status::error(path.string() + ": nested more than " + std::to_string(jp::kMaxNesting) + " levels deep");
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
@@ -92,7 +83,7 @@ Result<TokenizerConfig> read_config(const fs::path& dir) {
     config.chat_template = chat.value();
   }
   if (fs::path jinja = dir / "chat_template.jinja"; fs::exists(jinja)) {
-    QV_ASSIGN_OR_RETURN(std::string source, read_file(jinja));
+    QV_ASSIGN_OR_RETURN(std::string source, read_text_file(jinja.string()));
     config.chat_template = std::move(source);
   } else if (fs::path chat_json = dir / "chat_template.json"; fs::exists(chat_json)) {
     QV_ASSIGN_OR_RETURN(json j, read_json(chat_json));

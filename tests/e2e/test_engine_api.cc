@@ -1,7 +1,7 @@
 // link: qv_engine
 // LLMEngine's API semantics on the fixture model: seeds, n, abort, adapters removed or
 // reloaded under the same name while the engine runs, prefix caching across adapters,
-// stop strings and stop tokens (demo model).
+// stop strings and stop tokens (demo model), requests refused without side effects.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -211,6 +211,20 @@ TEST(EngineApi, AdaptersLoadOnFirstUseAndStayInTheHostLru) {
 
 // step_seconds adds up the time inside step(): no more than the caller's wall time, and
 // every step's share (last_step().ms) is in it.
+// A request refused by any check leaves nothing behind: its adapter (named with a path,
+// so the request would register it) is not registered, and the engine is idle.
+TEST(EngineApi, ARefusedRequestHasNoSideEffects) {
+  auto e = make_engine();
+  SamplingParams p = greedy();
+  p.stop = {"x"};  // the fixture has no tokenizer: stop strings are refused
+  const Status s = e->add_request("r", ids(kPrompt), p, LoRARequest{"late", 0, adapter("r8_all")});
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_NE(s.message().find("stop strings"), std::string::npos) << s.message();
+  for (const AdapterInfo& a : e->list_loras()) EXPECT_NE(a.name, "late");
+  EXPECT_FALSE(e->has_unfinished_requests());
+  EXPECT_TRUE(e->step().empty());
+}
+
 TEST(EngineApi, StepSecondsSumTheStepTimes) {
   auto e = make_engine();
   ASSERT_TRUE(e->add_request("x", ids(kPrompt), greedy(6)).is_ok());

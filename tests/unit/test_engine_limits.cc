@@ -1,7 +1,10 @@
 // link: qv_engine
-// check_engine_limits: flags that would exhaust memory or threads are refused up front,
-// with the memory they would need; negative sizes are errors, not silently ignored.
+// validate(EngineArgs) and check_engine_limits: flags that would exhaust memory or threads
+// are refused up front, with the memory they would need; negative sizes and unknown names
+// are errors, not silently ignored.
 #include <gtest/gtest.h>
+
+#include <tuple>
 
 #include "engine/engine_limits.h"
 #include "unit/lora_test_util.h"
@@ -21,12 +24,16 @@ class EngineLimitsTest : public ::testing::Test {
     config_.num_kv_heads = 32;
     config_.head_dim = 128;
     config_.vocab_size = 32000;
+    args_.model = "model";
     args_.max_num_batched_tokens = 2048;
     in_.memory_bytes = 16 * kGiB;
     in_.kv_bytes_per_block = 16 * 2 * 32 * 32 * 128 * 4;
     in_.max_model_len = 4096;
   }
-  Status check() const { return check_engine_limits(args_, config_, in_); }
+  Status check() const {
+    auto parsed = validate(args_);
+    return parsed.is_ok() ? check_engine_limits(args_, config_, in_) : parsed.status();
+  }
   void expect_error(const std::string& part) const {
     Status s = check();
     ASSERT_FALSE(s.is_ok()) << "expected an error containing '" << part << "'";
@@ -46,6 +53,37 @@ TEST_F(EngineLimitsTest, NegativeSizesAreErrors) {
   args_.num_kv_blocks = 0;
   args_.max_model_len = -5;
   expect_error("--max-model-len");
+}
+
+TEST_F(EngineLimitsTest, NamesAreParsedOnce) {
+  args_.kv_cache_dtype = "bf16";
+  args_.dtype = "half";
+  args_.load_format = "dummy";
+  auto p = validate(args_);
+  ASSERT_TRUE(p.is_ok()) << p.message();
+  EXPECT_EQ(p->kv_cache_dtype, DType::kBF16);
+  EXPECT_EQ(p->dtype, DType::kF16);
+  EXPECT_EQ(p->load_format, LoadFormat::kDummy);
+  EXPECT_FALSE(p->lora_dtype.has_value());
+  for (auto [field, value, flag] : {std::tuple<std::string EngineArgs::*, const char*, const char*>{
+                                        &EngineArgs::kv_cache_dtype, "fp9", "--kv-cache-dtype"},
+                                    {&EngineArgs::dtype, "int4", "--dtype"},
+                                    {&EngineArgs::load_format, "pt", "--load-format"},
+                                    {&EngineArgs::device, "tpu", "--device"},
+                                    {&EngineArgs::matmul_precision, "max", "--matmul-precision"},
+                                    {&EngineArgs::kv_cache_memory, "lots", "--kv-cache-memory"}}) {
+    EngineArgs a = args_;
+    a.*field = value;
+    auto bad = validate(a);
+    ASSERT_FALSE(bad.is_ok()) << flag;
+    EXPECT_NE(bad.message().find(flag), std::string::npos) << bad.message();
+  }
+  args_.enable_lora = true;
+  args_.lora_dtype = "float16";
+  expect_error("--lora-dtype");
+  args_.lora_dtype = "auto";
+  args_.max_loras = 0;
+  expect_error("--max-loras");
 }
 
 TEST_F(EngineLimitsTest, ThreadsAreBounded) {

@@ -427,15 +427,4 @@ void CudaBackend::attention(Tensor out, Tensor q, Tensor k_cache, Tensor v_cache
 
 bool CudaBackend::supports_head_dim(int64_t hd) const { return cuda::has_attention_head_dim(hd); }
 
-void CudaBackend::reserve_attention_scratch(int64_t max_seqs, int64_t num_heads, int64_t head_dim,
-                                            int64_t max_seq_len) {
-  // The target is highest for the fewest sequences and head groups, the grid is widest
-  // for the most: the bound takes both.
-  const int64_t max_splits = decode_max_splits(max_seq_len, cuda::kDecodeMaxTarget);
-  if (max_splits > 1) {
-    scratch(attention_scratch_, partials_bytes(max_seqs, num_heads, head_dim, max_splits), "attention");
-    scratch(attention_counts_, counts_bytes(max_seqs, num_heads), "attention");  // head groups <= heads
-  }
-}
-
 }  // namespace quiver

@@ -131,8 +131,8 @@ bool CudaBackend::capturing() const {
 void* CudaBackend::scratch(Scratch& s, size_t bytes, const char* what) {
   if (bytes <= s.bytes) return s.ptr;
   check(!capturing(), std::string(what) +
-                          " scratch must grow, but the stream is capturing a graph: reserve it (reserve_*) "
-                          "or run the largest shape eagerly before capture");
+                          " scratch must grow, but the stream is capturing a graph: run the largest shape "
+                          "eagerly before capture");
   if (s.ptr && !graphs_.empty()) {
     retired_scratch_.push_back(s.ptr);  // a captured graph may still point into it
   } else if (s.ptr) {

@@ -7,7 +7,7 @@
 // host, so a sequence of ops can be captured into a CUDA graph on stream() — with one
 // exception: the scratch buffers (matmul activations in 16-bit, attention split-K partials)
 // grow on first use, and growing during capture is a bug that check() reports. The graph
-// runner reserves them (reserve_*) or runs the largest shapes eagerly once before capture.
+// runner runs each bucket's shape eagerly once before capturing it, largest first.
 // Once a graph exists, a growing scratch keeps its old allocation alive (captured kernels
 // still point there), so eager steps of any size stay safe next to the graphs.
 //
@@ -94,9 +94,6 @@ class CudaBackend : public Backend {
   cudaStream_t stream() const { return stream_; }
   const CudaBackendOptions& options() const { return options_; }
   int num_sms() const { return num_sms_; }
-  // Grow the scratch buffers ahead of graph capture for the largest step to be captured.
-  void reserve_matmul_scratch(int64_t max_tokens, int64_t max_in);
-  void reserve_attention_scratch(int64_t max_seqs, int64_t num_heads, int64_t head_dim, int64_t max_seq_len);
 
  private:
   // A device buffer that only ever grows, and never while stream_ is capturing; zeroed

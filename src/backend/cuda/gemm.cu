@@ -172,8 +172,4 @@ void CudaBackend::add_bias(Tensor y, Tensor bias) {
   cuda::launch_check();
 }
 
-void CudaBackend::reserve_matmul_scratch(int64_t max_tokens, int64_t max_in) {
-  scratch(matmul_scratch_, matmul_scratch_bytes(max_tokens, max_in, options_.gemm_split_activations), "matmul");
-}
-
 }  // namespace quiver
