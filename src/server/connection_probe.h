@@ -36,7 +36,8 @@ PeerState peer_state(int fd);
 class ClientWatch {
  public:
   ClientWatch() = default;
-  explicit ClientWatch(int fd) : fd_(fd) {}
+  explicit ClientWatch(int fd) : fd_(fd) {}  // -1: unknown socket, never gone
+  int fd() const { return fd_; }
   // `probe` writes something the client ignores; it returns false if it could not.
   template <typename Probe>
   bool gone(Probe&& probe) {

@@ -26,8 +26,7 @@ struct Generation {
   std::shared_ptr<ResponseChannel> channel;
   std::unique_ptr<OutputAssembler> assembler;
   TokenText token_text;
-  int fd = -1;                       // this client's socket, for disconnect checks; -1 unknown
-  ClientWatch watch;
+  ClientWatch watch;                 // this client's socket, for disconnect checks
   bool http11 = true;                // may get an interim 1xx response (not HTTP/1.0)
   std::vector<size_t> text_offsets;  // per choice: text already streamed (completion logprobs)
   bool preamble_sent = false;
@@ -37,7 +36,7 @@ struct Generation {
   void cancel() { ctx->loop->cancel(channel); }
   // Before the response has started: the probe is an interim 100 Continue.
   bool client_gone() {
-    return watch.gone([this] { return http11 && send_interim_continue(fd); });
+    return watch.gone([this] { return http11 && send_interim_continue(watch.fd()); });
   }
 
   // Content and tool_calls from a whole choice's text; finish "tool_calls" when the
@@ -170,8 +169,7 @@ void run_generation(ServerContext& ctx, const httplib::Request& req, httplib::Re
   g->token_text = make_token_text(g->prep.tokens_as_ids ? nullptr : ctx.loop->tokenizer());
   g->text_offsets.assign(g->prep.jobs.size() * static_cast<size_t>(g->prep.assembler.n), 0);
   g->tool_text.assign(g->text_offsets.size(), "");
-  g->fd = find_connection_socket(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
-  g->watch = ClientWatch(g->fd);
+  g->watch = ClientWatch(find_connection_socket(req.local_addr, req.local_port, req.remote_addr, req.remote_port));
   g->http11 = req.version == "HTTP/1.1";
 
   if (auto busy = ctx.loop->submit(std::move(g->prep.jobs), g->channel)) return send_error(res, *busy);

@@ -13,7 +13,6 @@
 #include <cerrno>
 #include <cstring>
 
-#include "server/request_head.h"
 
 namespace quiver {
 
@@ -26,12 +25,13 @@ constexpr auto kAcceptPause = std::chrono::milliseconds(100);
 
 // A whole answer written without a worker (the socket is new or idle, so this fits its
 // send buffer); best effort, the connection closes after it.
-void answer_and_close(int fd, const char* status) {
+void send_final_answer(int fd, const char* status) {
   const std::string r = std::string("HTTP/1.1 ") + status + "\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
   (void)::send(fd, r.data(), r.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-  ::shutdown(fd, SHUT_RDWR);
-  ::close(fd);
 }
+
+// The 408 a connection gets when it is dropped in the middle of a head (none when idle).
+const char* timeout_answer(const std::string& buf) { return buf.empty() ? nullptr : "408 Request Timeout"; }
 
 int poll_timeout_ms(std::chrono::steady_clock::time_point now, std::chrono::steady_clock::time_point next) {
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count();
@@ -114,7 +114,8 @@ void HttpListener::stop() {
   ready_cv_.notify_all();
 }
 
-void HttpListener::close_conn(int fd) {
+void HttpListener::close_conn(int fd, const char* answer) {
+  if (answer != nullptr) send_final_answer(fd, answer);
   ::shutdown(fd, SHUT_RDWR);
   ::close(fd);
   --open_;
@@ -156,9 +157,7 @@ void HttpListener::loop() {
       if (waiting_[i].deadline <= now) {
         // A head that started but did not finish in time is told so; an idle
         // keep-alive connection just closes.
-        if (!waiting_[i].buf.empty()) answer_and_close(waiting_[i].fd, "408 Request Timeout");
-        else ::close(waiting_[i].fd);
-        --open_;
+        close_conn(waiting_[i].fd, timeout_answer(waiting_[i].buf));
         waiting_[i] = std::move(waiting_.back());
         waiting_.pop_back();
         continue;
@@ -213,12 +212,11 @@ bool HttpListener::accept_all() {
         return a.waiting_since < b.waiting_since;
       });
       if (oldest == waiting_.end()) {
-        answer_and_close(fd, "503 Service Unavailable");
+        send_final_answer(fd, "503 Service Unavailable");
+        ::close(fd);
         continue;
       }
-      if (!oldest->buf.empty()) answer_and_close(oldest->fd, "408 Request Timeout");
-      else ::close(oldest->fd);
-      --open_;
+      close_conn(oldest->fd, timeout_answer(oldest->buf));
       *oldest = std::move(waiting_.back());
       waiting_.pop_back();
     }
@@ -251,23 +249,21 @@ bool HttpListener::read_some(Conn& c) {
     close_conn(c.fd);
     return false;
   }
-  const bool whole = head_arrived(c);
-  if (whole ? scan_request_head(c.buf)->head_bytes > options_.max_head_bytes : c.buf.size() > options_.max_head_bytes) {
-    answer_and_close(c.fd, "431 Request Header Fields Too Large");
-    --open_;
+  if (head_arrived(c) ? c.head->head_bytes > options_.max_head_bytes : c.buf.size() > options_.max_head_bytes) {
+    close_conn(c.fd, "431 Request Header Fields Too Large");
     return false;
   }
   return !dispatch(c);
 }
 
 bool HttpListener::head_arrived(Conn& c) {
-  if (c.head_whole) return true;
+  if (c.head) return true;
   // Only the bytes not searched before (and the 3 before them): a head sent a byte at a
   // time must not cost a search of everything so far per byte.
   const size_t from = c.searched > 3 ? c.searched - 3 : 0;
   c.searched = c.buf.size();
   if (c.buf.find("\r\n\r\n", from) == std::string::npos) return false;
-  c.head_whole = true;
+  c.head = scan_request_head(c.buf);
   // The body the head announces has its own, longer deadline.
   c.deadline = Clock::now() + options_.body_timeout;
   return true;
@@ -281,9 +277,7 @@ bool HttpListener::dispatch(Conn& c) {
 }
 
 bool HttpListener::dispatch_locked(Conn& c) {
-  if (!head_arrived(c)) return false;
-  const std::optional<RequestHead> head = scan_request_head(c.buf);
-  if (c.buf.size() < bytes_to_gather(*head, options_.max_body_bytes)) return false;
+  if (!head_arrived(c) || c.buf.size() < bytes_to_gather(*c.head, options_.max_body_bytes)) return false;
   ready_.push_back(std::move(c));
   return true;
 }
@@ -298,11 +292,11 @@ void HttpListener::work() {
       c = std::move(ready_.front());
       ready_.pop_front();
     }
-    const std::optional<RequestHead> head = scan_request_head(c.buf);
+    const RequestHead head = *c.head;
     // A chunked body's end is only found by reading it, and a handler may answer without
     // reading it (401, 413): such a connection is not reused.
-    const bool last = stopping_ || head->chunked || ++c.served >= options_.max_requests_per_connection;
-    const size_t whole = head->content_length ? head->head_bytes + *head->content_length : head->head_bytes;
+    const bool last = stopping_ || head.chunked || ++c.served >= options_.max_requests_per_connection;
+    const size_t whole = head.content_length ? head.head_bytes + *head.content_length : head.head_bytes;
     SocketStream stream(c.fd, std::move(c.buf), options_.stream, Clock::now() + options_.body_timeout);
     bool closed = false;
     const bool ok = process_(stream, last, closed);
@@ -313,7 +307,7 @@ void HttpListener::work() {
       continue;
     }
     c.buf = stream.take_unread();
-    c.head_whole = false;
+    c.head.reset();
     c.searched = 0;
     {
       std::lock_guard<std::mutex> lock(mu_);

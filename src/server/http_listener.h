@@ -17,11 +17,13 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "core/status.h"
+#include "server/request_head.h"
 #include "server/socket_stream.h"
 
 namespace quiver {
@@ -64,7 +66,7 @@ class HttpListener {
     Clock::time_point waiting_since;
     Clock::time_point deadline;
     int served = 0;            // requests answered on this connection
-    bool head_whole = false;   // the current request's head has arrived
+    std::optional<RequestHead> head;  // the current request's, once it has arrived
     size_t searched = 0;       // bytes of buf already searched for the head's end
   };
 
@@ -73,13 +75,15 @@ class HttpListener {
   bool accept_all();
   // Reads what `c` has; false when it is finished with (closed or handed on).
   bool read_some(Conn& c);
-  // Whether `c` holds a whole head (searching only what arrived since the last call).
+  // Whether `c` holds a whole head (searching only what arrived since the last call); sets
+  // c.head and the body's deadline when it arrives.
   bool head_arrived(Conn& c);
   // True (and `c` moved to the workers' queue) when its request has arrived.
   bool dispatch(Conn& c);
   bool dispatch_locked(Conn& c);  // mu_ held; the caller wakes a worker
   void work();
-  void close_conn(int fd);
+  // Closes a counted connection, first sending `answer` (a status line) when given.
+  void close_conn(int fd, const char* answer = nullptr);
   void wake();
 
   ListenerOptions options_;
