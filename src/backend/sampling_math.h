@@ -116,6 +116,10 @@ inline double log_sum_exp(const float* x, int64_t n, float mx) {
   return mx + log(sum);
 }
 
+// Whether a structured-output mask (SampleInputs::masks' layout: token i is bit i % 32 of
+// word i / 32) allows token i.
+QV_HOST_DEVICE bool mask_allows(const uint32_t* words, int64_t i) { return ((words[i >> 5] >> (i & 31)) & 1u) != 0; }
+
 // Which parts of the op are active for a row (the op's convention for "off").
 QV_HOST_DEVICE bool top_k_active(int32_t top_k, int64_t vocab) { return top_k > 0 && top_k < vocab; }
 QV_HOST_DEVICE bool top_p_active(float top_p) { return top_p < 1.0f; }

@@ -104,12 +104,13 @@ Result<nlohmann::json> measured_pass(LLMEngine& engine, const BenchOptions& o, c
   const std::vector<std::string> none;
   auto reqs = make_requests(o.batch_size, o.input_len, base ? none : adapters, o.lora_fraction,
                             engine.model_config().vocab_size, seed, tag + "-");
-  for (BenchRequest& r : reqs) r.constrained = constrained && o.structured.active();
+  constrained = constrained && o.structured.active();
+  for (BenchRequest& r : reqs) r.constrained = constrained;
   QV_ASSIGN_OR_RETURN(PassStats r, run_offline_pass(engine, o, cost, reqs, sequential));
   char label[200];
   std::snprintf(label, sizeof(label), "offline %s%s%s: batch %d, input %d, output %d  [%s]",
                 base || adapters.empty() ? "base model" : "with adapters", sequential ? ", adapter by adapter" : "",
-                constrained && o.structured.active() ? ", structured outputs" : "", o.batch_size, o.input_len,
+                constrained ? ", structured outputs" : "", o.batch_size, o.input_len,
                 o.output_len, tag.c_str());
   print_pass(label, r, cost, bandwidth);
   return pass_json(r, cost, bandwidth);

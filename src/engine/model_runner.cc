@@ -234,11 +234,11 @@ StepPath ModelRunner::execute_padded(const ForwardBatch& b, int bucket, std::vec
   // outputs are written while the graph runs (upload_masks), and a sample kernel launched
   // right behind the replay costs no gap on the device.
   const bool device = limits_.sample_on_device && ds != nullptr;
-  if (limits_.sample_on_device) {
-    if (device) upload_masks(ds);
+  if (device) {
+    upload_masks(ds);
     sample_rows(logits_.tensor(DType::kF32, {bucket, model_->config().vocab_size}), 0, bucket);
+    download_samples(bucket, ds);
   }
-  if (device) download_samples(bucket, ds);
   if (device && !ds->needs_host_logits()) {
     logits->clear();
     return path;

@@ -14,6 +14,7 @@
 
 #include "backend/backend.h"
 #include "backend/ref/ref_sampling.h"
+#include "backend/sampling_math.h"
 
 namespace quiver::test {
 
@@ -32,7 +33,7 @@ struct SampleCase {
   int64_t mask_words() const { return (vocab + 31) / 32; }
   bool allows(int64_t r, int64_t i) const {
     if (mask_row.empty() || mask_row[static_cast<size_t>(r)] < 0) return true;
-    return (masks[static_cast<size_t>(mask_row[static_cast<size_t>(r)] * mask_words() + i / 32)] >> (i % 32)) & 1u;
+    return sampling::mask_allows(masks.data() + mask_row[static_cast<size_t>(r)] * mask_words(), i);
   }
 };
 

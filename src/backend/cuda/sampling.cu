@@ -77,7 +77,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleArgs a) {
   // the logprobs.
   const int mask = a.mask_row != nullptr ? a.mask_row[row] : -1;
   const uint32_t* allow = mask >= 0 ? a.masks + static_cast<int64_t>(mask) * a.mask_words : nullptr;
-  auto ok = [allow](int i) { return allow == nullptr || ((allow[i >> 5] >> (i & 31)) & 1u) != 0; };
+  auto ok = [allow](int i) { return allow == nullptr || sampling::mask_allows(allow, i); };
 
   // 1. argmax (the softmax shift), and the greedy token: the argmax of the allowed tokens.
   unsigned long long best = 0, best_ok = 0;

@@ -33,7 +33,7 @@ RowResult sample_row(const float* x, int64_t v, const RowParams& p, int k, int32
   std::vector<int32_t> masked;
   if (allowed != nullptr) {
     for (int32_t i : order)
-      if ((allowed[i >> 5] >> (i & 31)) & 1u) masked.push_back(i);
+      if (mask_allows(allowed, i)) masked.push_back(i);
   }
   const std::vector<int32_t>& choice = masked.empty() ? order : masked;
   const float mx = x[choice[0]];
