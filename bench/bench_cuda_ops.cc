@@ -1,31 +1,29 @@
 // link: qv_backend
-// CudaBackend decode hot spots on Llama-2-7B shapes (hidden 4096, intermediate 11008,
-// vocab 32000), bf16 weights:
-// - matmul at n = 1 / 8 / 16 tokens on the GEMV kernel (its three launch shapes) and on
-//   cuBLAS at n = 8 / 16 / 32 (x rounded to bf16),
-//   reporting weight GB/s and the fraction of the H200's measured copy ceiling (4.26 TB/s,
-//   DESIGN.md section 5); one prefill-sized product reports TFLOP/s;
-// - LoRA of a q/k/v-shaped group (3 members, in = out = 4096, rank 16, bf16 stacks of 64
-//   slots) at n = 1 / 8 / 32 / 64 / 256 / 2048 tokens, all on one adapter or token i on
-//   slot i % 64 (at 256: four tokens per adapter, as in the throughput benchmark), reporting the time
-//   over the byte floor (adapters + x + the f32 y read and written, at 4.26 TB/s).
+// The measurements behind the CUDA dispatch table (step_plan.h), on Llama-2-7B shapes
+// (hidden 4096, intermediate 11008, vocab 32000), bf16 weights and stacks:
+// - BM_CudaMatmul: one matmul under each MatmulKernel at 1 .. 2,048 tokens (the GEMV, the
+//   skinny tensor-core kernel, cuBLAS without and with a workspace), weight GB/s and the
+//   fraction of the H200's measured copy ceiling (4.26 TB/s, DESIGN.md section 5);
+// - BM_CudaLoraPlan: a projection group with LoRA (q/k/v: 3 x 4096 from 4096; down: 4096
+//   from 11008; rank 16, 64 slots) under each shrink/expand pairing the kernels take at
+//   that size, plus the op that reads its outputs (rope_kv_write, add_rms_norm), which adds
+//   the expand where the plan leaves it there. Every token on slot 0, or token i on slot
+//   i % 64; the time over the byte floor (weights, adapters, x, y).
+// The table's choice at each size is the fastest row of its group; a kernel no size picks
+// has no place in the table.
 //
 // Every benchmark cycles through enough copies of its weights (>= 512 MiB) that they cannot
 // sit in the 60 MB L2, so GB/s is HBM bandwidth. Timing: kCallsPerRound calls enqueued
 // back to back, then one synchronize, host clock around both; so per-call times include
-// the launch gaps a CUDA graph would remove (~1-2 us per kernel), which matters for the
-// small LoRA kernels, not for the large GEMVs.
+// the launch gaps a CUDA graph would remove (~1-2 us per kernel).
 // Run:  build/bench_cuda_ops --benchmark_out=bench_cuda_ops.json --benchmark_out_format=json
-//       (the JSON context records date and host; add the commit by hand).
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <chrono>
-#include <map>
 #include <memory>
 #include <random>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "backend/backend.h"
@@ -42,20 +40,13 @@ constexpr size_t kMinWorkingSetBytes = size_t{512} << 20;
 constexpr int kCallsPerRound = 50;
 constexpr double kCeilingBytesPerSecond = 4.26e12;
 
-// One backend per option set, created once (cuBLAS start-up is slow). nullptr: no GPU.
-Backend* backend(int gemv_max_n, int gemv_variant = 0, int skinny_max_n = 0) {
-  static std::map<std::tuple<int, int, int>, std::unique_ptr<Backend>> cache;
-  auto key = std::make_tuple(gemv_max_n, gemv_variant, skinny_max_n);
-  auto it = cache.find(key);
-  if (it == cache.end()) {
-    CudaBackendOptions o;
-    o.gemv_max_n = gemv_max_n;
-    o.gemv_variant = gemv_variant;
-    o.skinny_max_n = skinny_max_n;
+// The default backend, created once (cuBLAS start-up is slow). nullptr: no GPU.
+Backend* backend() {
+  static std::unique_ptr<Backend> b = [] {
     std::string err;
-    it = cache.emplace(key, make_cuda_backend(o, &err)).first;
-  }
-  return it->second.get();
+    return make_cuda_backend(CudaBackendOptions{}, &err);
+  }();
+  return b.get();
 }
 
 // Device buffer filled with random values of dtype t (uniform in [-scale, scale]).
@@ -108,13 +99,18 @@ double timed_rounds(benchmark::State& state, Backend* gpu, Fn&& call) {
   return total / (static_cast<double>(state.iterations()) * kCallsPerRound);  // seconds per call
 }
 
-// Args: out, in, n, path (0, 1, 2: GEMV kernel launch-shape variant; 3: cuBLAS with bf16
-// activations; 4: gemm_skinny.cu's tensor-core kernel, bf16 activations)
-void BM_CudaMatmulBf16(benchmark::State& state) {
+const MatmulKernel kMatmuls[] = {MatmulKernel::kGemv, MatmulKernel::kSkinny, MatmulKernel::kCublasSmall,
+                                 MatmulKernel::kCublas};
+
+GroupPlan matmul_plan(MatmulKernel k) {
+  return {k, ShrinkKernel::kNone, ExpandKernel::kNone, k == MatmulKernel::kGemv ? DType::kF32 : DType::kBF16};
+}
+
+// Args: out, in, n, kernel (index into kMatmuls).
+void BM_CudaMatmul(benchmark::State& state) {
   const int64_t out = state.range(0), in = state.range(1), n = state.range(2);
-  const bool cublas = state.range(3) == 3, skinny = state.range(3) == 4;
-  const int variant = cublas || skinny ? 0 : static_cast<int>(state.range(3));
-  Backend* gpu = skinny ? backend(0, 0, 16) : backend(cublas ? 0 : 16, variant);
+  const MatmulKernel kernel = kMatmuls[state.range(3)];
+  Backend* gpu = backend();
   if (gpu == nullptr) {
     state.SkipWithError("no CUDA device");
     return;
@@ -122,9 +118,14 @@ void BM_CudaMatmulBf16(benchmark::State& state) {
   std::vector<Buffer> w = rotating_copies(gpu, DType::kBF16, static_cast<size_t>(out * in), 0.05f);
   Buffer x = random_buffer(gpu, DType::kF32, static_cast<size_t>(n * in), 1.f, 2);
   Buffer y(gpu, static_cast<size_t>(n * out) * 4);
-  Tensor xt = x.tensor(DType::kF32, {n, in}), yt = y.tensor(DType::kF32, {n, out});
+  MatmulGroup g;
+  g.count = 1;
+  g.y[0] = y.tensor(DType::kF32, {n, out});
+  const Tensor xt = x.tensor(DType::kF32, {n, in});
+  const GroupPlan plan = matmul_plan(kernel);
   const double s = timed_rounds(state, gpu, [&](size_t i) {
-    gpu->matmul(yt, xt, w[i % w.size()].tensor(DType::kBF16, {out, in}), Tensor());
+    g.w[0] = w[i % w.size()].tensor(DType::kBF16, {out, in});
+    gpu->project(plan, g, GroupLora(), xt);
   });
   const double weight_bytes = static_cast<double>(out * in) * 2;
   const double bytes = weight_bytes + static_cast<double>(n * (in + out)) * 4;
@@ -132,78 +133,133 @@ void BM_CudaMatmulBf16(benchmark::State& state) {
   state.counters["GB/s"] = bytes / s / 1e9;
   state.counters["frac_of_4.26TB/s"] = bytes / s / kCeilingBytesPerSecond;
   state.counters["TFLOP/s"] = 2.0 * static_cast<double>(n * in * out) / s / 1e12;
-  state.SetLabel(cublas ? "cublas" : skinny ? "skinny" : "gemv v" + std::to_string(variant));
+  state.SetLabel(to_string(kernel));
 }
 
 const int64_t kShapes[][2] = {{4096, 4096}, {11008, 4096}, {4096, 11008}, {32000, 4096}};
 
 void matmul_args(benchmark::internal::Benchmark* b) {
-  for (const auto& s : kShapes) {
-    for (int64_t n : {1, 2, 4, 8, 16})
-      for (int64_t variant : {0, 1, 2}) b->Args({s[0], s[1], n, variant});
-    for (int64_t n : {1, 2, 4, 8, 16, 32}) b->Args({s[0], s[1], n, 3});
-    for (int64_t n : {4, 8, 16}) b->Args({s[0], s[1], n, 4});
-  }
+  for (const auto& s : kShapes)
+    for (int64_t n : {1, 2, 4, 8, 16, 32, 64, 128}) {
+      if (n <= 16) b->Args({s[0], s[1], n, 0});
+      if (n >= 3 && n <= 16) b->Args({s[0], s[1], n, 1});
+      b->Args({s[0], s[1], n, 2});
+      b->Args({s[0], s[1], n, 3});
+    }
   b->Args({4096, 4096, 2048, 3});  // prefill-sized: tensor-core rate, not bandwidth
 }
-BENCHMARK(BM_CudaMatmulBf16)->Apply(matmul_args)->UseManualTime()->Unit(benchmark::kMicrosecond)
-    ->ArgNames({"out", "in", "n", "path"});
+BENCHMARK(BM_CudaMatmul)->Apply(matmul_args)->UseManualTime()->Unit(benchmark::kMicrosecond)
+    ->ArgNames({"out", "in", "n", "kernel"});
 
-// Args: n, distinct (0: every token on slot 0; 1: token i on slot i % 64). One q/k/v-shaped
-// LoRA group (Backend::lora_group: shrink + expand of 3 members, rank 16, bf16 stacks of 64
-// slots), tokens walked in slot order as the engine passes them.
-void BM_CudaLoraGroup(benchmark::State& state) {
-  const int64_t n = state.range(0), in = 4096, out = 4096, rank = 16, slots = 64, members = 3;
-  const bool distinct = state.range(1) == 1;
-  Backend* gpu = backend(8);
+// The LoRA pairings of BM_CudaLoraPlan: shrink, expand (the matmul is the table's for n
+// without LoRA, or the one the fused shrink rides on).
+const std::pair<ShrinkKernel, ExpandKernel> kPairings[] = {
+    {ShrinkKernel::kFused, ExpandKernel::kNextOp},  {ShrinkKernel::kTokenRows, ExpandKernel::kNextOp},
+    {ShrinkKernel::kTiled, ExpandKernel::kTiled},   {ShrinkKernel::kTiledMma, ExpandKernel::kTiledMma},
+    {ShrinkKernel::kTiled, ExpandKernel::kTiledMma}, {ShrinkKernel::kTiledMma, ExpandKernel::kTiled}};
+
+// Args: group (0: q/k/v, 1: down), n, pairing (index into kPairings), distinct (0: every
+// token on slot 0; 1: token i on slot i % 64).
+void BM_CudaLoraPlan(benchmark::State& state) {
+  const bool qkv = state.range(0) == 0;
+  const int64_t n = state.range(1), rank = 16, slots = 64, heads = 32, hd = 128;
+  const auto [shrink, expand] = kPairings[state.range(2)];
+  const bool distinct = state.range(3) == 1;
+  const int64_t in = qkv ? 4096 : 11008, out = 4096, members = qkv ? 3 : 1;
+  Backend* gpu = backend();
   if (gpu == nullptr) {
     state.SkipWithError("no CUDA device");
     return;
   }
-  const size_t stack = static_cast<size_t>(slots * rank * in);  // == slots * out * rank
+  GroupPlan plan = matmul_plan(plan_device_matmul(DispatchTable{}, n, in, DType::kBF16, false).matmul);
+  if (shrink == ShrinkKernel::kFused) {
+    if (n > 16) {
+      state.SkipWithError("the fused shrinks take at most 16 tokens");
+      return;
+    }
+    plan = matmul_plan(n <= 2 ? MatmulKernel::kGemv : MatmulKernel::kSkinny);
+  }
+  plan.shrink = shrink;
+  plan.expand = expand;
+  const size_t weight = static_cast<size_t>(members * out * in), stack = static_cast<size_t>(slots * rank * in);
+  std::vector<Buffer> w = rotating_copies(gpu, DType::kBF16, weight, 0.05f);
   std::vector<Buffer> a = rotating_copies(gpu, DType::kBF16, stack * members, 0.05f);
-  std::vector<Buffer> b = rotating_copies(gpu, DType::kBF16, stack * members, 0.05f);
+  std::vector<Buffer> b = rotating_copies(gpu, DType::kBF16, static_cast<size_t>(slots * out * rank) * members, 0.05f);
   Buffer x = random_buffer(gpu, DType::kF32, static_cast<size_t>(n * in), 1.f, 3);
-  Buffer t(gpu, static_cast<size_t>(n * rank) * 4);
+  Buffer x16 = random_buffer(gpu, DType::kBF16, static_cast<size_t>(n * in), 1.f, 3);
+  Buffer t(gpu, static_cast<size_t>(kMaxGroup * n * rank) * 4);
   Buffer y = random_buffer(gpu, DType::kF32, static_cast<size_t>(members * n * out), 1.f, 4);
-  std::vector<int32_t> token_slot(static_cast<size_t>(n)), order;
+  Buffer res = random_buffer(gpu, DType::kF32, static_cast<size_t>(n * out), 1.f, 5);
+  Buffer normed(gpu, static_cast<size_t>(n * out) * 4), norm_w = random_buffer(gpu, DType::kBF16, out, 1.f, 6);
+  Buffer cos_sin = random_buffer(gpu, DType::kF32, static_cast<size_t>(64 * hd), 1.f, 7);
+  Buffer cache = random_buffer(gpu, DType::kBF16, static_cast<size_t>(16 * heads * hd), 1.f, 8);
+  std::vector<int32_t> token_slot(static_cast<size_t>(n)), order, skip(static_cast<size_t>(n), -1),
+      pos(static_cast<size_t>(n), 3);
   for (int64_t i = 0; i < n; ++i) token_slot[static_cast<size_t>(i)] = distinct ? static_cast<int32_t>(i % slots) : 0;
   lora_sorted_tokens(token_slot, &order);
-  Buffer ts(gpu, token_slot.size() * 4), os(gpu, order.size() * 4);
+  Buffer ts(gpu, token_slot.size() * 4), os(gpu, order.size() * 4), ks(gpu, skip.size() * 4), ps(gpu, pos.size() * 4);
   gpu->copy_from_host(ts.data(), token_slot.data(), token_slot.size() * 4);
   gpu->copy_from_host(os.data(), order.data(), order.size() * 4);
-  LoraMeta meta;
-  meta.token_slot = ts.tensor(DType::kI32, {n});
-  meta.sorted_tokens = os.tensor(DType::kI32, {n});
-  Tensor xt = x.tensor(DType::kF32, {n, in}), tt = t.tensor(DType::kF32, {n, rank});
-  const size_t copies = std::min(a.size(), b.size());
+  gpu->copy_from_host(ks.data(), skip.data(), skip.size() * 4);
+  gpu->copy_from_host(ps.data(), pos.data(), pos.size() * 4);
+  GroupLora lora;
+  lora.count = static_cast<int>(members);
+  lora.t = t.tensor(DType::kF32, {kMaxGroup, n, rank});
+  lora.meta.token_slot = ts.tensor(DType::kI32, {n});
+  lora.meta.sorted_tokens = os.tensor(DType::kI32, {n});
+  MatmulGroup g;
+  g.count = lora.count;
+  g.x16 = x16.tensor(DType::kBF16, {n, in});
+  for (int m = 0; m < g.count; ++m)
+    g.y[m] = lora.y[m] = Tensor(static_cast<float*>(y.data()) + m * n * out, DType::kF32, {n, out}, Device::kCuda);
+  const Tensor xt = x.tensor(DType::kF32, {n, in});
+  const Tensor cache_t(cache.data(), DType::kBF16, {1, 16, heads, hd}, Device::kCuda);
+  const size_t copies = std::min({w.size(), a.size(), b.size()});
   const double s = timed_rounds(state, gpu, [&](size_t i) {
-    LoraGroup g;
-    g.count = static_cast<int>(members);
+    const size_t c = i % copies;
     for (int m = 0; m < g.count; ++m) {
-      const size_t off = static_cast<size_t>(m) * stack * 2;  // bytes into the copy (bf16)
-      g.a_stack[m] = Tensor(static_cast<char*>(a[i % copies].data()) + off, DType::kBF16, {slots, rank, in}, Device::kCuda);
-      g.b_stack[m] = Tensor(static_cast<char*>(b[i % copies].data()) + off, DType::kBF16, {slots, out, rank}, Device::kCuda);
-      g.y[m] = Tensor(static_cast<float*>(y.data()) + m * n * out, DType::kF32, {n, out}, Device::kCuda);
+      g.w[m] = Tensor(static_cast<char*>(w[c].data()) + static_cast<size_t>(m) * out * in * 2, DType::kBF16,
+                      {out, in}, Device::kCuda);
+      lora.a_stack[m] = Tensor(static_cast<char*>(a[c].data()) + static_cast<size_t>(m) * stack * 2, DType::kBF16,
+                               {slots, rank, in}, Device::kCuda);
+      lora.b_stack[m] = Tensor(static_cast<char*>(b[c].data()) + static_cast<size_t>(m) * slots * out * rank * 2,
+                               DType::kBF16, {slots, out, rank}, Device::kCuda);
     }
-    gpu->lora_group(g, xt, tt, meta);
+    gpu->project(plan, g, lora, xt);
+    if (qkv) {
+      gpu->rope_kv_write(lora.y[0].view({n, heads, hd}), lora.y[1].view({n, heads, hd}),
+                         lora.y[2].view({n, heads, hd}), ps.tensor(DType::kI32, {n}),
+                         cos_sin.tensor(DType::kF32, {64, hd}), cache_t, cache_t, ks.tensor(DType::kI32, {n}), plan,
+                         lora);
+    } else {
+      gpu->add_rms_norm(normed.tensor(DType::kF32, {n, out}), Tensor(), res.tensor(DType::kF32, {n, out}), lora.y[0],
+                        norm_w.tensor(DType::kBF16, {out}), 1e-5f, plan, lora);
+    }
   });
   const double adapters = static_cast<double>(distinct ? std::min(n, slots) : 1);
   const double adapter_bytes = adapters * static_cast<double>(members * rank * (in + out)) * 2;
-  // The least a group must move: the adapters, x once, y read and written (f32).
-  const double floor_bytes = adapter_bytes + static_cast<double>(n * in * 4 + members * n * out * 8);
+  // The least a group must move: its weights, the adapters, x once, y written and read.
+  const double floor_bytes = static_cast<double>(weight) * 2 + adapter_bytes +
+                             static_cast<double>(n * in * 4 + members * n * out * 8);
   state.counters["us"] = s * 1e6;
-  state.counters["adapter GB/s"] = adapter_bytes / s / 1e9;
   state.counters["x floor"] = s / (floor_bytes / kCeilingBytesPerSecond);
-  state.SetLabel(distinct ? "one adapter per token" : "one adapter");
+  state.SetLabel(std::string(qkv ? "qkv " : "down ") + to_string(plan.matmul) + "+" + to_string(shrink) + "/" +
+                 to_string(expand) + (distinct ? " one adapter per token" : " one adapter"));
 }
 
-void lora_args(benchmark::internal::Benchmark* b) {
-  for (int64_t distinct : {0, 1})
-    for (int64_t n : {1, 8, 32, 64, 256, 2048}) b->Args({n, distinct});
+void lora_plan_args(benchmark::internal::Benchmark* b) {
+  for (int64_t group : {0, 1})
+    for (int64_t distinct : {0, 1})
+      for (int64_t n : {1, 2, 4, 8, 16, 32, 64, 128, 512, 2048})
+        for (int64_t p = 0; p < 6; ++p) {
+          if (p == 0 && n > 16) continue;       // fused: decode sizes only
+          if (p == 1 && n > 128) continue;      // one token per block
+          if (p >= 3 && n < 64) continue;       // tensor-core tiles: prefill sizes
+          b->Args({group, n, p, distinct});
+        }
 }
-BENCHMARK(BM_CudaLoraGroup)->Apply(lora_args)->UseManualTime()->Unit(benchmark::kMicrosecond)
-    ->ArgNames({"n", "distinct"});
+BENCHMARK(BM_CudaLoraPlan)->Apply(lora_plan_args)->UseManualTime()->Unit(benchmark::kMicrosecond)
+    ->ArgNames({"group", "n", "pairing", "distinct"});
 
 #endif  // QUIVER_HAS_CUDA
 

@@ -37,58 +37,11 @@ void Backend::fill_uniform(Tensor t, float center, float scale, uint64_t seed) {
   fill_uniform_range(t, center, scale, seed, 0, t.numel());
 }
 
-void Backend::matmul_group(const MatmulGroup& g, Tensor x) {
-  check(g.count >= 1 && g.count <= kMaxGroup, "matmul_group: 1..3 members");
-  for (int i = 0; i < g.count; ++i) matmul(g.y[i], x, g.w[i], g.bias[i]);
-}
-
-DType Backend::gemm_input_type(int64_t /*n*/, DType /*w*/) const { return DType::kF32; }
-
-// Without the copy these are the plain ops, on every backend; only backends whose
-// gemm_input_type can be 16-bit write one.
-void Backend::rope_kv_write(Tensor q, Tensor k, Tensor v, Tensor positions, Tensor cos_sin, Tensor k_cache,
-                            Tensor v_cache, Tensor slot_mapping, const LoraDelta& delta) {
-  apply_lora_delta(delta);
-  rope(q, k, positions, cos_sin);
-  kv_write(k_cache, v_cache, k, v, slot_mapping);
-}
-
-void Backend::rms_norm_x16(Tensor out, Tensor out16, Tensor x, Tensor w, float eps) {
-  check(out16.empty(), name() + " backend has no 16-bit GEMM inputs (gemm_input_type is float32)");
-  rms_norm(out, x, w, eps);
-}
-
-void Backend::add_rms_norm_x16(Tensor out, Tensor out16, Tensor residual, Tensor x, Tensor w, float eps,
-                               const LoraDelta& delta) {
-  check(out16.empty(), name() + " backend has no 16-bit GEMM inputs (gemm_input_type is float32)");
-  apply_lora_delta(delta);
-  add_rms_norm(out, residual, x, w, eps);
-}
-
-void Backend::silu_mul_x16(Tensor out, Tensor out16, Tensor gate, Tensor up, const LoraDelta& delta) {
-  check(out16.empty(), name() + " backend has no 16-bit GEMM inputs (gemm_input_type is float32)");
-  apply_lora_delta(delta);
-  silu_mul(out, gate, up);
-}
-
-void Backend::project(const MatmulGroup& g, const LoraGroup* lora, Tensor x, Tensor t, const LoraMeta& meta,
-                      LoraDelta* defer) {
-  if (defer != nullptr) defer->count = 0;
-  matmul_group(g, x);
-  if (lora != nullptr) lora_group(*lora, x, t, meta);
-}
-
-void Backend::apply_lora_delta(const LoraDelta& delta) {
-  check(delta.count >= 0 && delta.count <= kMaxGroup, "lora delta: 0..3 members");
-  for (int i = 0; i < delta.count; ++i) lora_expand(delta.y[i], delta.t[i], delta.b_stack[i], delta.meta);
-}
-
-void Backend::lora_group(const LoraGroup& g, Tensor x, Tensor t, const LoraMeta& meta) {
-  check(g.count >= 1 && g.count <= kMaxGroup, "lora_group: 1..3 members");
-  for (int i = 0; i < g.count; ++i) {
-    lora_shrink(t, x, g.a_stack[i], meta);
-    lora_expand(g.y[i], t, g.b_stack[i], meta);
-  }
+Tensor GroupLora::t_of(int g) const {
+  check(g >= 0 && g < count && t.ndim == 3 && t.dim(0) >= count, "lora: t must be [members, n, max_rank]");
+  const int64_t n = t.dim(1), r = t.dim(2);
+  return Tensor(static_cast<char*>(t.data) + sizeof(float) * static_cast<size_t>(g * n * r), DType::kF32, {n, r},
+                t.device);
 }
 
 std::unique_ptr<Backend> make_backend(const BackendOptions& options, std::string* error) {

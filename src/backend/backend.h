@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/step_plan.h"
 #include "core/tensor.h"
 
 namespace quiver {
@@ -50,36 +51,33 @@ void lora_sorted_tokens(std::span<const int32_t> token_slot, std::vector<int32_t
 
 // Up to kMaxGroup projections of one input (q/k/v; gate/up), so a device backend can
 // run them, and their LoRA, in one launch each instead of one per projection.
-inline constexpr int kMaxGroup = 3;
+inline constexpr int kMaxGroup = kMaxGroupMembers;
 struct MatmulGroup {
   int count = 0;
   Tensor y[kMaxGroup];     // [n, out_g] f32
   Tensor w[kMaxGroup];     // [out_g, in]
   Tensor bias[kMaxGroup];  // [out_g] or empty
-  // x already rounded to the type gemm_input_type names ([n, in]), or empty: a backend
-  // that rounds x before multiplying then takes this copy instead of converting x again.
+  // x already rounded to the plan's x_type ([n, in]), or empty: a backend that rounds x
+  // before multiplying then takes this copy instead of converting x again.
   Tensor x16;
 };
-struct LoraGroup {
-  int count = 0;
-  Tensor y[kMaxGroup];        // [n, out_g] f32, updated in place
-  Tensor a_stack[kMaxGroup];  // [num_slots, max_rank, in]
-  Tensor b_stack[kMaxGroup];  // [num_slots, out_g, max_rank]
-};
 
-// A projection's LoRA expand that Backend::project left undone (its `defer`), for the op
-// that reads the projection's outputs next to apply first:
-//   y[g][i, :] += b_stack[g][slot_i] @ t[g][i, :]   for g < count, tokens with a slot.
-// count 0: nothing is pending. rope_kv_write (q, k, v), add_rms_norm_x16 (x) and
-// silu_mul_x16 (gate, up) take one whose y are their inputs; after them those inputs hold
-// y + the term, as if it had been added before the op. A device backend folds it into the
-// op's kernel, which takes a kernel off the decode step's chain per projection group.
-struct LoraDelta {
+// The LoRA of a projection group, built once by the model and handed to Backend::project
+// and to the op that reads the group's outputs next:
+//   y[g][i, :] += b_stack[g][slot_i] @ (a_stack[g][slot_i] @ x[i, :])   for g < count
+// for tokens with a slot. count 0: no LoRA. Where the group's plan says
+// ExpandKernel::kNextOp, project leaves y as the base product and t holding the shrink,
+// and the next op adds the expand before using y, as if project had.
+struct GroupLora {
   int count = 0;
-  Tensor y[kMaxGroup];        // [n, out_g] f32
-  Tensor t[kMaxGroup];        // [n, max_rank] f32: the shrink's results
-  Tensor b_stack[kMaxGroup];  // [num_slots, out_g, max_rank]
+  Tensor y[kMaxGroup];        // [n, out_g] f32: the group's outputs
+  Tensor a_stack[kMaxGroup];  // [num_slots, max_rank, in]
+  Tensor b_stack[kMaxGroup];  // [num_slots, out_g, max_rank] (scale folded in)
+  Tensor t;                   // [kMaxGroup, n, max_rank] f32: the shrink's results (scratch)
   LoraMeta meta;
+  int64_t rank() const { return count == 0 ? 0 : a_stack[0].dim(1); }
+  // Member g's rows of t: [n, max_rank].
+  Tensor t_of(int g) const;
 };
 
 // Per-row inputs of Backend::sample (device tensors, one entry per logits row).
@@ -145,90 +143,57 @@ class Backend {
   // unchanged (no copy); device backends upload into memory they own until destruction.
   virtual Tensor import_weight(const Tensor& host) = 0;
 
-  // ---- ops ----------------------------------------------------------------
+  // ---- the step's plan -----------------------------------------------------
+  // Which kernel runs each projection group of a step of this shape (step_plan.h). A pure
+  // function of the shape: the same shape gets the same plan, so a graph captured under a
+  // plan is replayed under it.
+  virtual StepPlan plan(const StepShape& shape) const = 0;
+
+  // ---- the ops of the forward pass ---------------------------------------------
+  // plan/lora arguments: the GroupPlan and GroupLora of the projection group whose outputs
+  // the op reads; where plan.expand is kNextOp the op first adds lora's expand into those
+  // inputs (they then hold y + the LoRA term, as if project had added it).
+
   // out[i, :] = table[ids[i], :]      out: [n, d] f32; table: [vocab, d]; ids: [n] i32
   virtual void embedding(Tensor out, Tensor table, Tensor ids) = 0;
 
   // out = x / sqrt(mean(x^2) + eps) * w        out, x: [n, d] f32; w: [d]
-  virtual void rms_norm(Tensor out, Tensor x, Tensor w, float eps) = 0;
+  // out16: empty, or [n, d] in a 16-bit type: out rounded to it as well (the next group's
+  // MatmulGroup::x16, when its plan's x_type is 16-bit).
+  virtual void rms_norm(Tensor out, Tensor out16, Tensor x, Tensor w, float eps) = 0;
 
-  // residual += x; out = rms_norm(residual, w)     (fused pre-norm of the next block)
-  virtual void add_rms_norm(Tensor out, Tensor residual, Tensor x, Tensor w, float eps) = 0;
+  // x += its group's pending expand; residual += x; out = rms_norm(residual, w) (+ out16).
+  virtual void add_rms_norm(Tensor out, Tensor out16, Tensor residual, Tensor x, Tensor w, float eps,
+                            const GroupPlan& plan, const GroupLora& lora) = 0;
 
-  // y = x @ w^T (+ bias)     y: [n, out] f32; x: [n, in] f32; w: [out, in]; bias: [out] or empty
+  // A projection group: y_g = x @ w_g^T (+ bias_g), plus lora (count > 0), run with the
+  // kernels `plan` names. x: [n, in] f32.
+  virtual void project(const GroupPlan& plan, const MatmulGroup& g, const GroupLora& lora, Tensor x) = 0;
+
+  // y = x @ w^T (+ bias)     y: [n, out] f32; x: [n, in] f32; w: [out, in]; bias: [out] or empty.
+  // lm_head; the kernel is the one a group of n tokens without LoRA would run.
   virtual void matmul(Tensor y, Tensor x, Tensor w, Tensor bias) = 0;
 
-  // Rotate-half RoPE in place (HF convention: pairs (i, i + head_dim/2)).
-  // q: [n, num_heads, head_dim]; k: [n, num_kv_heads, head_dim]; positions: [n] i32;
-  // cos_sin: [max_positions, head_dim] f32, row p = cos(p*f_0..f_{h/2-1}), sin(p*f_0..)
-  virtual void rope(Tensor q, Tensor k, Tensor positions, Tensor cos_sin) = 0;
-
-  // Writes token i's k/v into the cache slot slot_mapping[i] (= block * block_size + offset);
-  // slot -1 skips the token (padding).
-  // k_cache, v_cache: [num_blocks, block_size, num_kv_heads, head_dim] (f32, f16 or bf16)
-  // k, v: [n, num_kv_heads, head_dim] f32; slot_mapping: [n] i32
-  virtual void kv_write(Tensor k_cache, Tensor v_cache, Tensor k, Tensor v, Tensor slot_mapping) = 0;
-
-  // rope(q, k), then kv_write of the rotated k and of v: the same results, in one pass over
-  // this step's q/k/v on a device backend (one kernel fewer per layer). The default runs
-  // the two ops.
-  // delta (LoraDelta): the q/k/v projections' pending LoRA term, applied first.
+  // Rotate-half RoPE of q and k in place (HF convention: pairs (i, i + head_dim/2)), then
+  // token i's rotated k and its v written into cache slot slot_mapping[i] (= block *
+  // block_size + offset; -1 skips the token).
+  // q: [n, num_heads, head_dim]; k, v: [n, num_kv_heads, head_dim] f32; positions: [n] i32;
+  // cos_sin: [max_positions, head_dim] f32, row p = cos(p*f_0..f_{h/2-1}), sin(p*f_0..);
+  // k_cache, v_cache: [num_blocks, block_size, num_kv_heads, head_dim] (f32, f16 or bf16).
   virtual void rope_kv_write(Tensor q, Tensor k, Tensor v, Tensor positions, Tensor cos_sin, Tensor k_cache,
-                             Tensor v_cache, Tensor slot_mapping, const LoraDelta& delta);
+                             Tensor v_cache, Tensor slot_mapping, const GroupPlan& plan, const GroupLora& lora) = 0;
 
   // Causal GQA attention through block tables (see AttentionMeta).
   // out, q: [n, num_heads, head_dim] f32; num_heads % num_kv_heads == 0.
   virtual void attention(Tensor out, Tensor q, Tensor k_cache, Tensor v_cache, const AttentionMeta& meta,
                          float scale) = 0;
 
-  // out = silu(gate) * up      all [n, f] f32
-  virtual void silu_mul(Tensor out, Tensor gate, Tensor up) = 0;
-
-  // y += x   both [n, d] f32
-  virtual void add(Tensor y, Tensor x) = 0;
+  // out = silu(gate) * up (+ out16)     all [n, f] f32
+  virtual void silu_mul(Tensor out, Tensor out16, Tensor gate, Tensor up, const GroupPlan& plan,
+                        const GroupLora& lora) = 0;
 
   // out[i, :] = x[rows[i], :]     out: [m, d] f32; x: [n, d] f32; rows: [m] i32
   virtual void gather_rows(Tensor out, Tensor x, Tensor rows) = 0;
-
-  // LoRA shrink: t[i, :] = a_stack[slot_i] @ x[i, :]; rows with slot -1 are left untouched.
-  // t: [n, max_rank] f32; x: [n, in] f32; a_stack: [num_slots, max_rank, in]
-  virtual void lora_shrink(Tensor t, Tensor x, Tensor a_stack, const LoraMeta& meta) = 0;
-
-  // LoRA expand: y[i, :] += b_stack[slot_i] @ t[i, :]; rows with slot -1 are untouched.
-  // y: [n, out] f32; t: [n, max_rank] f32; b_stack: [num_slots, out, max_rank] (scale folded in)
-  virtual void lora_expand(Tensor y, Tensor t, Tensor b_stack, const LoraMeta& meta) = 0;
-
-  // Grouped forms (same results as the single ops, member by member). The defaults call
-  // matmul, and lora_shrink into `t` ([n, max_rank] f32 scratch) then lora_expand.
-  virtual void matmul_group(const MatmulGroup& g, Tensor x);
-  virtual void lora_group(const LoraGroup& g, Tensor x, Tensor t, const LoraMeta& meta);
-  // A model projection: matmul_group, then (lora non-null) lora_group on the same members.
-  // Device backends may overlap the two (the shrink needs only x). defer (or null): the
-  // backend may leave the expand to the op that reads y next, describing it in *defer
-  // (count 0 when it did all); the caller then passes *defer to that op. The default never
-  // defers.
-  virtual void project(const MatmulGroup& g, const LoraGroup* lora, Tensor x, Tensor t, const LoraMeta& meta,
-                       LoraDelta* defer);
-  // Adds a pending LoRA term into its y tensors (lora_expand per member): how the default
-  // ops apply a LoraDelta.
-  void apply_lora_delta(const LoraDelta& delta);
-
-  // ---- 16-bit GEMM inputs ---------------------------------------------------
-  // The type matmul_group rounds an f32 x of n tokens to before multiplying weights of type
-  // w (CUDA's cuBLAS path: w's 16-bit type), or kF32 when it multiplies f32 x directly.
-  // When it is 16-bit, the op that produces x can write that copy as well (the *_x16 forms
-  // below) and pass it as MatmulGroup::x16: one kernel and one pass over x fewer per
-  // projection, and bitwise the same result (the same round-to-nearest-even).
-  virtual DType gemm_input_type(int64_t n, DType w) const;
-  // rms_norm / add_rms_norm / silu_mul that also write out16 = out rounded to out16's dtype
-  // (bf16 or f16). An empty out16 makes them the plain ops on every backend; a copy needs a
-  // backend whose gemm_input_type can be 16-bit. delta: the pending LoRA term of the
-  // projection that produced x (add_rms_norm_x16) or gate and up (silu_mul_x16), applied
-  // first; empty for none.
-  virtual void rms_norm_x16(Tensor out, Tensor out16, Tensor x, Tensor w, float eps);
-  virtual void add_rms_norm_x16(Tensor out, Tensor out16, Tensor residual, Tensor x, Tensor w, float eps,
-                                const LoraDelta& delta);
-  virtual void silu_mul_x16(Tensor out, Tensor out16, Tensor gate, Tensor up, const LoraDelta& delta);
 
   // ---- sampling on the device (GPU sampling inside decode graphs) ----------------------
   // For each of `rows` rows of logits [rows, vocab] f32 picks a token and reports what the

@@ -58,17 +58,23 @@ ForwardBatch pad_decode_batch(const ForwardBatch& b, int bucket, int max_blocks_
   return p;
 }
 
-void GraphRunner::capture(int bucket, bool lora_active, const std::function<void()>& record) {
-  check(!has(bucket, lora_active), "GraphRunner::capture: graph captured twice");
-  backend_->begin_capture();
-  record();
-  graphs_[{bucket, lora_active}] = backend_->end_capture();
+int GraphRunner::find(int bucket, const StepPlan& plan) const {
+  for (size_t i = 0; i < graphs_.size(); ++i)
+    if (graphs_[i].bucket == bucket && graphs_[i].plan == plan) return static_cast<int>(i);
+  return -1;
 }
 
-void GraphRunner::replay(int bucket, bool lora_active) {
-  auto it = graphs_.find({bucket, lora_active});
-  check(it != graphs_.end(), "GraphRunner::replay: no graph for this key");
-  backend_->replay(it->second);
+void GraphRunner::capture(int bucket, const StepPlan& plan, const std::function<void()>& record) {
+  check(!has(bucket, plan), "GraphRunner::capture: graph captured twice");
+  backend_->begin_capture();
+  record();
+  graphs_.push_back({bucket, plan, backend_->end_capture()});
+}
+
+void GraphRunner::replay(int bucket, const StepPlan& plan) {
+  const int i = find(bucket, plan);
+  check(i >= 0, "GraphRunner::replay: no graph for this bucket and plan");
+  backend_->replay(graphs_[static_cast<size_t>(i)].id);
 }
 
 }  // namespace quiver

@@ -4,7 +4,7 @@
 // Decode-only batches are padded to a bucket size (1, 2, 4, 8, then every 8 up to 64,
 // then every 16) in graph and eager mode alike, so both run the same kernels on the same
 // shapes and give bitwise-identical results (`quiver verify` checks it). A graph is keyed
-// by (bucket, lora_active): the LoRA kernels' presence is decided at capture and frozen
+// by (bucket, plan): the LoRA kernels' presence is decided at capture and frozen
 // (DESIGN.md §2 rule 3), so a batch that carries any adapter replays the lora=true graph,
 // whose kernels exit early on rows with slot -1, and a batch without adapters the lora=false
 // one. Everything else a kernel reads at replay lives in persistent buffers (rule 1, 2)
@@ -12,8 +12,6 @@
 #pragma once
 
 #include <functional>
-#include <map>
-#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -47,21 +45,29 @@ struct GraphCaptureInfo {
   double seconds = 0;
 };
 
-// The recorded graphs by (bucket, lora_active).
+// The recorded graphs by (bucket, plan): the plan names every kernel the graph recorded,
+// so a step replays a graph only when it would run those very kernels eagerly.
 class GraphRunner {
  public:
   explicit GraphRunner(Backend* backend) : backend_(backend) {}
 
-  // Records what `record` enqueues on the backend as the graph of (bucket, lora_active).
+  // Records what `record` enqueues on the backend as the graph of (bucket, plan).
   // `record` must not allocate, copy to or from the host, or synchronize.
-  void capture(int bucket, bool lora_active, const std::function<void()>& record);
-  bool has(int bucket, bool lora_active) const { return graphs_.count({bucket, lora_active}) > 0; }
-  void replay(int bucket, bool lora_active);
+  void capture(int bucket, const StepPlan& plan, const std::function<void()>& record);
+  bool has(int bucket, const StepPlan& plan) const { return find(bucket, plan) >= 0; }
+  void replay(int bucket, const StepPlan& plan);
   int num_graphs() const { return static_cast<int>(graphs_.size()); }
 
  private:
+  struct Entry {
+    int bucket;
+    StepPlan plan;
+    int id;  // the backend's graph id
+  };
+  int find(int bucket, const StepPlan& plan) const;  // index into graphs_, -1 if none
+
   Backend* backend_;
-  std::map<std::pair<int, bool>, int> graphs_;  // key -> backend graph id
+  std::vector<Entry> graphs_;  // a few dozen: a scan costs less than a step's launch
 };
 
 }  // namespace quiver

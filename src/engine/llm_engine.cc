@@ -252,6 +252,7 @@ void LLMEngine::execute_batch(const ScheduledBatch& sb, StepStats* stats) {
   stats->model_ms = 1e3 * seconds_since(t_model);
   stats->path = path.path;
   stats->lora_active = path.lora_active;
+  if (args_.trace) stats->plan = path.plan.describe();
 }
 
 void LLMEngine::process_scheduled(const ScheduledSeq& ss, StepStats* stats) {

@@ -44,6 +44,18 @@ InputLayout input_layout(int64_t tokens, int64_t seqs, int64_t segments, int64_t
   return l;
 }
 
+// The 16-bit type the plans of steps up to max_tokens tokens multiply x in, or kF32 when
+// none does (the Workspace then holds no copies). A plan rounds x from some token count up
+// (DispatchTable::gemv_max_n), so the largest step decides, with or without LoRA.
+DType gemm_copy_type(const LlamaModel& model, int max_tokens, const LoraSlotPool* lora) {
+  for (bool on : {false, true}) {
+    const StepPlan p = model.backend()->plan(model.step_shape(max_tokens, on, lora));
+    for (const GroupPlan& g : p.group)
+      if (g.x_type != DType::kF32) return g.x_type;
+  }
+  return DType::kF32;
+}
+
 }  // namespace
 
 ModelRunner::ModelRunner(const LlamaModel* model, KvCache* kv, const LoraSlotPool* lora, RunnerLimits limits)
@@ -52,8 +64,8 @@ ModelRunner::ModelRunner(const LlamaModel* model, KvCache* kv, const LoraSlotPoo
       lora_(lora),
       limits_(limits),
       backend_(model->backend()),
-      ws_(model->backend(), model->config(), model->linear_dtype(), limits.max_num_batched_tokens,
-          lora ? lora->max_rank() : 1),
+      ws_(model->backend(), model->config(), gemm_copy_type(*model, limits.max_num_batched_tokens, lora),
+          limits.max_num_batched_tokens, lora ? lora->max_rank() : 1),
       buckets_(decode_buckets(std::min(limits.max_num_seqs, limits.max_num_batched_tokens))) {
   const int64_t t = limits_.max_num_batched_tokens, s = limits_.max_num_seqs;
   const int64_t max_bucket = buckets_.empty() ? 0 : buckets_.back();
@@ -148,9 +160,14 @@ StepTensors ModelRunner::prepare(const ForwardBatch& b, bool padded, const Devic
   st.lora.seg_start = i32(l.seg_start, segments + 1);
   st.lora.seg_slot = i32(l.seg_slot, segments);
   st.lora_active = any_lora && lora_ != nullptr;
+  st.plan = plan(n, st.lora_active);
   st.num_logit_rows = rows;
   st.logit_rows = i32(l.logit_rows, std::max(rows, 1));
   return st;
+}
+
+StepPlan ModelRunner::plan(int tokens, bool lora) const {
+  return backend_->plan(model_->step_shape(tokens, lora, lora_));
 }
 
 void ModelRunner::run_padded(const StepTensors& st, int bucket) {
@@ -203,9 +220,11 @@ GraphCaptureInfo ModelRunner::capture_graphs() {
       // All padding rows: KV slot -1 and LoRA slot -1, so nothing persistent is written.
       StepTensors st = prepare(pad_decode_batch(none, bucket, limits_.max_blocks_per_seq), true);
       st.lora_active = lora;
+      st.plan = plan(bucket, lora);
+      if (graphs_->has(bucket, st.plan)) continue;  // a plan without LoRA kernels (rank 0)
       run_padded(st, bucket);
       backend_->synchronize();
-      graphs_->capture(bucket, lora, [&] { run_padded(st, bucket); });
+      graphs_->capture(bucket, st.plan, [&] { run_padded(st, bucket); });
     }
   }
   backend_->synchronize();
@@ -222,8 +241,9 @@ StepPath ModelRunner::execute_padded(const ForwardBatch& b, int bucket, std::vec
   StepPath path;
   path.lora_active = st.lora_active;
   path.bucket = bucket;
-  if (graphs_ && graphs_->has(bucket, st.lora_active)) {
-    graphs_->replay(bucket, st.lora_active);
+  path.plan = st.plan;
+  if (graphs_ && graphs_->has(bucket, st.plan)) {
+    graphs_->replay(bucket, st.plan);
     path.graph = true;
     path.path = "graph bs=" + std::to_string(bucket);
   } else {
@@ -283,6 +303,7 @@ StepPath ModelRunner::execute(const ForwardBatch& b, std::vector<float>* logits,
   if (device) download_samples(rows, ds);
   StepPath path;
   path.lora_active = st.lora_active;
+  path.plan = st.plan;
   path.path = "eager";
   return path;
 }

@@ -3,7 +3,7 @@
 // change, which is what CUDA graph replay needs) and the activation workspace.
 //
 // Decode-only batches of up to the largest bucket are padded to a bucket (graph_runner.h)
-// and then either replay the captured graph of (bucket, lora_active) or, with
+// and then either replay the captured graph of (bucket, plan) or, with
 // enforce-eager or on backends without graphs, run the very same ops eagerly.
 //
 // With sample_on_device, Backend::sample follows lm_head (right after a graph's replay):
@@ -37,10 +37,11 @@ struct RunnerLimits {
 
 // Which path ran, for traces and verification.
 struct StepPath {
-  bool lora_active = false;  // LoRA kernels ran (part of the graph key)
+  bool lora_active = false;  // LoRA kernels ran
   bool graph = false;        // replayed from a captured graph
   int bucket = 0;            // padded decode bucket, 0 when not padded
   std::string path;          // "eager", "eager bs=8 (padded)", "graph bs=8"
+  StepPlan plan;             // the kernels that ran (with the bucket, the graph key)
 };
 
 class ModelRunner {
@@ -48,7 +49,7 @@ class ModelRunner {
   ModelRunner(const LlamaModel* model, KvCache* kv, const LoraSlotPool* lora, RunnerLimits limits);
   ~ModelRunner();
 
-  // Captures a graph per (bucket, lora_active) when the backend supports graphs, each after
+  // Captures a graph per (bucket, plan of lora on / off) when the backend supports graphs, each after
   // one eager warm-up run of the same shape (scratch buffers grow, kernels load). A no-op
   // returning num_graphs 0 otherwise. Call once, before the first step.
   GraphCaptureInfo capture_graphs();
@@ -66,6 +67,8 @@ class ModelRunner {
   // inputs_, and returns the device views. padded: the fixed bounds of padded decode.
   // With sample_on_device the staging also carries the sampling inputs of every logits row.
   StepTensors prepare(const ForwardBatch& b, bool padded, const DeviceSampling* ds = nullptr);
+  // The backend's plan for a step of `tokens` tokens (LoRA kernels on or off).
+  StepPlan plan(int tokens, bool lora) const;
   // forward + lm_head over all `bucket` rows into logits_ (what a graph records).
   void run_padded(const StepTensors& st, int bucket);
   // Has ds write this step's structured-output masks and uploads them into masks_.

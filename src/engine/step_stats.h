@@ -20,6 +20,7 @@ struct StepStats {
   int num_waiting = 0;
   std::string path;       // "eager", "graph bs=8", ...
   bool lora_active = false;
+  std::string plan;       // StepPlan::describe(): the kernels of each projection group
   double ms = 0;           // the whole step
   double schedule_ms = 0;  // scheduler
   double model_ms = 0;     // inputs, forward, sampling, results back on the host (the device's part)

@@ -5,7 +5,7 @@
 
 namespace quiver {
 
-Workspace::Workspace(Backend* b, const ModelConfig& c, DType linear_dtype, int max_tokens_, int max_lora_rank)
+Workspace::Workspace(Backend* b, const ModelConfig& c, DType x16, int max_tokens_, int max_lora_rank)
     : max_tokens(max_tokens_),
       hidden(b, sizeof(float) * max_tokens_ * c.hidden_size),
       residual(b, sizeof(float) * max_tokens_ * c.hidden_size),
@@ -16,10 +16,9 @@ Workspace::Workspace(Backend* b, const ModelConfig& c, DType linear_dtype, int m
       attn_out(b, sizeof(float) * max_tokens_ * c.q_size()),
       gate(b, sizeof(float) * max_tokens_ * c.intermediate_size),
       up(b, sizeof(float) * max_tokens_ * c.intermediate_size),
-      lora_tmp(b, sizeof(float) * max_tokens_ * std::max(1, max_lora_rank)),
+      lora_tmp(b, sizeof(float) * kMaxGroup * max_tokens_ * std::max(1, max_lora_rank)),
       selected(b, sizeof(float) * max_tokens_ * c.hidden_size) {
-  // gemm_input_type only turns 16-bit above some token count, so max_tokens decides.
-  if (b->gemm_input_type(max_tokens_, linear_dtype) != DType::kF32) {
+  if (x16 != DType::kF32) {
     normed16 = Buffer(b, size_t{2} * max_tokens_ * c.hidden_size);
     gate16 = Buffer(b, size_t{2} * max_tokens_ * c.intermediate_size);
   }
@@ -35,23 +34,43 @@ LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, Backend* backen
   cos_sin_ = rope_table_.tensor(DType::kF32, {max_positions, hd});
 }
 
-void LlamaModel::project(const MatmulGroup& g, const LoraTarget* targets, Tensor x, int layer,
-                         const StepTensors& step, Workspace& ws, const LoraSlotPool* lora,
-                         LoraDelta* pending) const {
-  pending->count = 0;
-  if (lora == nullptr || !step.lora_active) {
-    backend_->matmul_group(g, x);
-    return;
+StepShape LlamaModel::step_shape(int64_t tokens, bool lora, const LoraSlotPool* pool) const {
+  const ModelConfig& c = config_;
+  StepShape s;
+  s.tokens = tokens;
+  s.weights = linear_dtype();
+  s.lora = lora && pool != nullptr;
+  if (s.lora) {
+    s.stacks = pool->dtype();
+    s.rank = pool->max_rank();
   }
-  LoraGroup lg;
-  lg.count = g.count;
-  for (int i = 0; i < g.count; ++i) {
-    lg.y[i] = g.y[i];
-    lg.a_stack[i] = lora->a_stack(layer, targets[i]);
-    lg.b_stack[i] = lora->b_stack(layer, targets[i]);
+  s.group[static_cast<int>(ProjGroup::kQkv)] = {3, c.hidden_size, {c.q_size(), c.kv_size(), c.kv_size()}};
+  s.group[static_cast<int>(ProjGroup::kO)] = {1, c.q_size(), {c.hidden_size}};
+  s.group[static_cast<int>(ProjGroup::kGateUp)] = {2, c.hidden_size, {c.intermediate_size, c.intermediate_size}};
+  s.group[static_cast<int>(ProjGroup::kDown)] = {1, c.intermediate_size, {c.hidden_size}};
+  return s;
+}
+
+GroupLora LlamaModel::group_lora(const GroupPlan& plan, ProjGroup g, std::initializer_list<Tensor> ys, int layer,
+                                 const StepTensors& step, Workspace& ws, const LoraSlotPool* lora) const {
+  GroupLora gl;
+  if (!plan.lora()) return gl;
+  check(lora != nullptr, "forward: the plan runs LoRA without a slot pool");
+  static constexpr LoraTarget kTargets[kNumProjGroups][kMaxGroup] = {
+      {LoraTarget::kQ, LoraTarget::kK, LoraTarget::kV},
+      {LoraTarget::kO},
+      {LoraTarget::kGate, LoraTarget::kUp},
+      {LoraTarget::kDown}};
+  for (const Tensor& y : ys) {
+    const LoraTarget target = kTargets[static_cast<int>(g)][gl.count];
+    gl.y[gl.count] = y;
+    gl.a_stack[gl.count] = lora->a_stack(layer, target);
+    gl.b_stack[gl.count] = lora->b_stack(layer, target);
+    ++gl.count;
   }
-  const Tensor t = ws.lora_tmp.tensor(DType::kF32, {x.dim(0), lora->max_rank()});
-  backend_->project(g, &lg, x, t, step.lora, pending);
+  gl.t = ws.lora_tmp.tensor(DType::kF32, {kMaxGroup, step.num_tokens, lora->max_rank()});
+  gl.meta = step.lora;
+  return gl;
 }
 
 // A group of `count` projections of one input, members listed as (y, w, bias); x16: the
@@ -84,40 +103,46 @@ void LlamaModel::forward(const StepTensors& step, Workspace& ws, const KvCacheVi
   Tensor gate = ws.gate.tensor(DType::kF32, {n, c.intermediate_size});
   Tensor up = ws.up.tensor(DType::kF32, {n, c.intermediate_size});
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  // The 16-bit copies of the q/k/v, gate/up and down inputs, when the backend's matmuls
-  // want them (Backend::gemm_input_type), else empty (the *_x16 ops are then the plain
-  // ones). The o input is left to the backend to convert.
-  const DType x16 = backend_->gemm_input_type(n, linear_dtype());
-  const bool fold = x16 != DType::kF32 && ws.normed16.data() != nullptr;
-  const Tensor normed16 = fold ? ws.normed16.tensor(x16, {n, c.hidden_size}) : Tensor();
-  const Tensor gate16 = fold ? ws.gate16.tensor(x16, {n, c.intermediate_size}) : Tensor();
+  const StepPlan& plan = step.plan;
+  check(plan.tokens == n, "forward: the step's plan is for another token count");
+  const GroupPlan &qkv = plan[ProjGroup::kQkv], &o = plan[ProjGroup::kO], &gate_up = plan[ProjGroup::kGateUp],
+                  &down = plan[ProjGroup::kDown];
+  // The 16-bit copies of the q/k/v, gate/up and down inputs, where the plan multiplies them
+  // in 16 bits (the norms and silu_mul write them); the o input is left to the backend.
+  check(qkv.x_type == gate_up.x_type, "forward: q/k/v and gate/up read one normed copy");
+  auto copy = [&](const Buffer& buf, DType t, int64_t d) {
+    return t != DType::kF32 && buf.data() != nullptr ? buf.tensor(t, {n, d}) : Tensor();
+  };
+  const Tensor normed16 = copy(ws.normed16, qkv.x_type, c.hidden_size);
+  const Tensor gate16 = copy(ws.gate16, down.x_type, c.intermediate_size);
 
   backend_->embedding(hidden, weights_.embed, step.token_ids);
-  backend_->rms_norm_x16(normed, normed16, hidden, weights_.layers[0].attn_norm, eps);
-  LoraDelta pending;  // a projection's LoRA term left to the op after it (Backend::project)
+  backend_->rms_norm(normed, normed16, hidden, weights_.layers[0].attn_norm, eps);
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerWeights& w = weights_.layers[l];
-    static constexpr LoraTarget kQkv[] = {LoraTarget::kQ, LoraTarget::kK, LoraTarget::kV};
-    static constexpr LoraTarget kO[] = {LoraTarget::kO};
-    static constexpr LoraTarget kGateUp[] = {LoraTarget::kGate, LoraTarget::kUp};
-    static constexpr LoraTarget kDown[] = {LoraTarget::kDown};
-    project(group({{q, w.wq, w.bq}, {k, w.wk, w.bk}, {v, w.wv, w.bv}}, normed16), kQkv, normed, l, step, ws, lora,
-            &pending);
+    const GroupLora qkv_lora = group_lora(qkv, ProjGroup::kQkv, {q, k, v}, l, step, ws, lora);
+    backend_->project(qkv, group({{q, w.wq, w.bq}, {k, w.wk, w.bk}, {v, w.wv, w.bv}}, normed16), qkv_lora, normed);
     Tensor q3 = q.view({n, c.num_heads, c.head_dim});
     Tensor k3 = k.view({n, c.num_kv_heads, c.head_dim});
     Tensor v3 = v.view({n, c.num_kv_heads, c.head_dim});
-    backend_->rope_kv_write(q3, k3, v3, step.positions, cos_sin_, kv.k[l], kv.v[l], step.slot_mapping, pending);
+    backend_->rope_kv_write(q3, k3, v3, step.positions, cos_sin_, kv.k[l], kv.v[l], step.slot_mapping, qkv, qkv_lora);
     backend_->attention(attn.view({n, c.num_heads, c.head_dim}), q3, kv.k[l], kv.v[l], step.attn, scale);
-    project(group({{branch, w.wo, Tensor()}}), kO, attn, l, step, ws, lora, &pending);
-    backend_->add_rms_norm_x16(normed, normed16, hidden, branch, w.mlp_norm, eps, pending);
-    project(group({{gate, w.w_gate, Tensor()}, {up, w.w_up, Tensor()}}, normed16), kGateUp, normed, l, step, ws, lora,
-            &pending);
-    backend_->silu_mul_x16(gate, gate16, gate, up, pending);
-    project(group({{branch, w.w_down, Tensor()}}, gate16), kDown, gate, l, step, ws, lora, &pending);
+
+    const GroupLora o_lora = group_lora(o, ProjGroup::kO, {branch}, l, step, ws, lora);
+    backend_->project(o, group({{branch, w.wo, Tensor()}}), o_lora, attn);
+    backend_->add_rms_norm(normed, normed16, hidden, branch, w.mlp_norm, eps, o, o_lora);
+
+    const GroupLora gate_up_lora = group_lora(gate_up, ProjGroup::kGateUp, {gate, up}, l, step, ws, lora);
+    backend_->project(gate_up, group({{gate, w.w_gate, Tensor()}, {up, w.w_up, Tensor()}}, normed16), gate_up_lora,
+                      normed);
+    backend_->silu_mul(gate, gate16, gate, up, gate_up, gate_up_lora);
+
+    const GroupLora down_lora = group_lora(down, ProjGroup::kDown, {branch}, l, step, ws, lora);
+    backend_->project(down, group({{branch, w.w_down, Tensor()}}, gate16), down_lora, gate);
     // The final norm feeds lm_head's rows, not a group: no 16-bit copy.
     const bool last = l + 1 == c.num_layers;
-    backend_->add_rms_norm_x16(normed, last ? Tensor() : normed16, hidden, branch,
-                               last ? weights_.final_norm : weights_.layers[l + 1].attn_norm, eps, pending);
+    backend_->add_rms_norm(normed, last ? Tensor() : normed16, hidden, branch,
+                           last ? weights_.final_norm : weights_.layers[l + 1].attn_norm, eps, down, down_lora);
   }
   if (step.num_logit_rows > 0) {
     Tensor sel = ws.selected.tensor(DType::kF32, {step.num_logit_rows, c.hidden_size});

@@ -25,20 +25,23 @@ struct StepTensors {
   // Whether LoRA kernels run this step. Eager steps skip them when no token has an
   // adapter; a captured graph must decide this at capture (it is part of the graph key).
   bool lora_active = false;
+  // The kernels of every projection group (Backend::plan of step_shape(num_tokens,
+  // lora_active)); a graph is recorded and replayed under one plan.
+  StepPlan plan;
 };
 
-// Activation buffers for up to max_tokens tokens per step, allocated once. linear_dtype:
-// the projections' weight type; when the backend multiplies such weights by a 16-bit copy
-// of x (Backend::gemm_input_type), normed16 and gate16 hold the copies the norms and
-// silu_mul write beside their f32 outputs.
+// Activation buffers for up to max_tokens tokens per step, allocated once. x16: the
+// 16-bit type the plan of a max_tokens step multiplies x in (GroupPlan::x_type), or kF32;
+// when 16-bit, normed16 and gate16 hold the copies the norms and silu_mul write beside
+// their f32 outputs.
 struct Workspace {
-  Workspace(Backend* backend, const ModelConfig& c, DType linear_dtype, int max_tokens, int max_lora_rank);
+  Workspace(Backend* backend, const ModelConfig& c, DType x16, int max_tokens, int max_lora_rank);
   int max_tokens;
   Buffer hidden, residual, normed;  // [T, hidden]
   Buffer q, k, v, attn_out;         // [T, q_size], [T, kv_size] x2, [T, q_size]
   Buffer gate, up;                  // [T, intermediate]
   Buffer normed16, gate16;          // [T, hidden], [T, intermediate] 16-bit, or none
-  Buffer lora_tmp;                  // [T, max_lora_rank]
+  Buffer lora_tmp;                  // [3, T, max_lora_rank]: a group's shrink results (GroupLora::t)
   Buffer selected;                  // [T, hidden] rows whose logits are wanted
 };
 
@@ -55,6 +58,9 @@ class LlamaModel {
   // The projections' weight type (every layer's q/k/v/o/gate/up/down share it).
   DType linear_dtype() const { return weights_.layers.empty() ? DType::kF32 : weights_.layers[0].wq.dtype; }
   Backend* backend() const { return backend_; }
+  // The shape a step of `tokens` tokens plans for (Backend::plan); lora: LoRA kernels run,
+  // on the stacks of `pool`.
+  StepShape step_shape(int64_t tokens, bool lora, const LoraSlotPool* pool) const;
 
   // Runs the layers over step.num_tokens tokens, writing K/V into the cache, and leaves
   // the final-normed hidden states of step.logit_rows in ws.selected ([num_logit_rows, hidden]).
@@ -64,11 +70,10 @@ class LlamaModel {
   void lm_head(Tensor logits, const Workspace& ws, int row_begin, int rows) const;
 
  private:
-  // g's matmuls, then (when the step runs LoRA) their adapters; targets[i] names member i.
-  // The backend may leave the adapters' expand in *pending, for the op that reads g's
-  // outputs next (Backend::project); pending->count is 0 otherwise.
-  void project(const MatmulGroup& g, const LoraTarget* targets, Tensor x, int layer, const StepTensors& step,
-               Workspace& ws, const LoraSlotPool* lora, LoraDelta* pending) const;
+  // The LoRA of projection group `g` of `layer` on outputs ys, when plan runs it (else
+  // count 0).
+  GroupLora group_lora(const GroupPlan& plan, ProjGroup g, std::initializer_list<Tensor> ys, int layer,
+                       const StepTensors& step, Workspace& ws, const LoraSlotPool* lora) const;
 
   ModelConfig config_;
   LlamaWeights weights_;

@@ -1,7 +1,7 @@
 // link: qv_backend
-// The ops that take a pending LoRA term (LoraDelta: rope_kv_write, add_rms_norm_x16,
-// silu_mul_x16) on CUDA, where the term is added inside the op's kernel, against the
-// reference's defaults (lora_expand on the inputs, then the plain op). Stacks f32 / f16 /
+// The ops that take the LoRA expand a group's plan leaves to them (ExpandKernel::kNextOp:
+// rope_kv_write, add_rms_norm, silu_mul) on CUDA, where the term is added inside the op's
+// kernel, against the reference's (lora_expand on the inputs, then the plain op). Stacks f32 / f16 /
 // bf16, ranks that do and do not take the vector loads, 1 / 3 / 13 tokens with slots -1
 // and one past the stack, rows wider than one pass of the kernel's threads; the inputs
 // must hold their terms afterwards too. Skips without a GPU.
@@ -29,39 +29,43 @@ class CudaLoraDelta : public CudaTest {
     gslots_ = upload(gpu_.get(), host_i32({n}, slots_));
   }
 
-  // Adds member i of a delta over y (host) / gy (device): a random B stack [kSlots, out, R]
-  // and t [n, R], out = y's row size.
-  void add_member(LoraDelta* h, LoraDelta* d, HostTensor& y, const DeviceTensor& gy, int64_t rank, DType st) {
+  // A group's LoRA for n tokens of rank R: t [3, n, R] random, no members yet.
+  void begin(GroupLora* h, GroupLora* d, int64_t n, int64_t rank) {
+    b_.clear();
+    gb_.clear();
+    t_ = random_tensor(rng_, DType::kF32, {kMaxGroup, n, rank}, 0.5f);
+    gt_ = upload(gpu_.get(), t_);
+    *h = GroupLora();
+    *d = GroupLora();
+    h->t = t_.view();
+    d->t = gt_.t;
+    h->meta.token_slot = hslots_.view();
+    d->meta.token_slot = gslots_.t;
+  }
+
+  // Adds a member over y (host) / gy (device): a random B stack [kSlots, out, R], out = y's
+  // row size.
+  void add_member(GroupLora* h, GroupLora* d, HostTensor& y, const DeviceTensor& gy, int64_t rank, DType st) {
     const int64_t n = y.shape[0], out = y.view().numel() / n;
     b_.push_back(random_tensor(rng_, st, {kSlots, out, rank}, 0.5f));
-    t_.push_back(random_tensor(rng_, DType::kF32, {n, rank}, 0.5f));
     gb_.push_back(upload(gpu_.get(), b_.back()));
-    gt_.push_back(upload(gpu_.get(), t_.back()));
     const int i = h->count++;
     d->count++;
     h->y[i] = y.view().view({n, out});  // [n, out], as project() leaves it
     d->y[i] = gy.t.view({n, out});
     h->b_stack[i] = b_.back().view();
     d->b_stack[i] = gb_.back().t;
-    h->t[i] = t_.back().view();
-    d->t[i] = gt_.back().t;
-    h->meta.token_slot = hslots_.view();
-    d->meta.token_slot = gslots_.t;
-  }
-
-  void clear() {
-    b_.clear();
-    t_.clear();
-    gb_.clear();
-    gt_.clear();
   }
 
   std::vector<int32_t> slots_, ref_slots_;
-  HostTensor hslots_;
-  DeviceTensor gslots_;
-  std::vector<HostTensor> b_, t_;
-  std::vector<DeviceTensor> gb_, gt_;
+  HostTensor hslots_, t_;
+  DeviceTensor gslots_, gt_;
+  std::vector<HostTensor> b_;
+  std::vector<DeviceTensor> gb_;
 };
+
+// The plan that leaves the expand to these ops (its other fields do not matter to them).
+const GroupPlan kNextOp{MatmulKernel::kHost, ShrinkKernel::kTokenRows, ExpandKernel::kNextOp, DType::kF32};
 
 const DType kStackTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
 
@@ -94,13 +98,14 @@ TEST_F(CudaLoraDelta, RopeKvWrite) {
           Backend* gpu = gpu_.get();
           DeviceTensor gq = upload(gpu, q), gk = upload(gpu, k), gv = upload(gpu, v), gp = upload(gpu, hp);
           DeviceTensor gs = upload(gpu, hs), gkc = upload(gpu, kc), gvc = upload(gpu, vc), gtable = upload(gpu, table);
-          LoraDelta h, d;
-          clear();
+          GroupLora h, d;
+          begin(&h, &d, n, rank);
           add_member(&h, &d, q, gq, rank, st);
           add_member(&h, &d, k, gk, rank, st);
           add_member(&h, &d, v, gv, rank, st);
-          ref_.rope_kv_write(q.view(), k.view(), v.view(), hp.view(), table.view(), kc.view(), vc.view(), hs.view(), h);
-          gpu->rope_kv_write(gq.t, gk.t, gv.t, gp.t, gtable.t, gkc.t, gvc.t, gs.t, d);
+          ref_.rope_kv_write(q.view(), k.view(), v.view(), hp.view(), table.view(), kc.view(), vc.view(), hs.view(),
+                             kNextOp, h);
+          gpu->rope_kv_write(gq.t, gk.t, gv.t, gp.t, gtable.t, gkc.t, gvc.t, gs.t, kNextOp, d);
           const std::string tag = tag_of("rope_kv_write", st, rank, n, hd);
           expect_close(tag + " q", download(gpu, gq.t), q.as_f32(), 1e-5);
           expect_close(tag + " k", download(gpu, gk.t), k.as_f32(), 1e-5);
@@ -125,12 +130,12 @@ TEST_F(CudaLoraDelta, AddRmsNorm) {
           Backend* gpu = gpu_.get();
           DeviceTensor gx = upload(gpu, x), gw = upload(gpu, w), gr = upload(gpu, res), go = upload(gpu, out);
           DeviceTensor g16 = upload(gpu, random_tensor(rng_, DType::kBF16, {n, d}));
-          LoraDelta h, dd;
-          clear();
+          GroupLora h, dd;
+          begin(&h, &dd, n, rank);
           add_member(&h, &dd, x, gx, rank, st);
-          ref_.add_rms_norm_x16(out.view(), Tensor(), res.view(), x.view(), w.view(), 1e-6f, h);
-          gpu->add_rms_norm_x16(go.t, g16.t, gr.t, gx.t, gw.t, 1e-6f, dd);
-          const std::string tag = tag_of("add_rms_norm_x16", st, rank, n, d);
+          ref_.add_rms_norm(out.view(), Tensor(), res.view(), x.view(), w.view(), 1e-6f, kNextOp, h);
+          gpu->add_rms_norm(go.t, g16.t, gr.t, gx.t, gw.t, 1e-6f, kNextOp, dd);
+          const std::string tag = tag_of("add_rms_norm", st, rank, n, d);
           expect_close(tag + " out", download(gpu, go.t), out.as_f32(), 1e-5);
           expect_close(tag + " out16", download(gpu, g16.t), out.as_f32(), 1e-2);
           expect_close(tag + " residual", download(gpu, gr.t), res.as_f32(), 1e-5);
@@ -148,14 +153,14 @@ TEST_F(CudaLoraDelta, SiluMul) {
           Backend* gpu = gpu_.get();
           DeviceTensor gg = upload(gpu, gate), gu = upload(gpu, up);
           DeviceTensor g16 = upload(gpu, random_tensor(rng_, DType::kF16, {n, f}));
-          LoraDelta h, d;
-          clear();
+          GroupLora h, d;
+          begin(&h, &d, n, rank);
           add_member(&h, &d, gate, gg, rank, st);
           add_member(&h, &d, up, gu, rank, st);
           // In place on gate, as the model calls it; the reference's up then holds its term.
-          ref_.silu_mul_x16(gate.view(), Tensor(), gate.view(), up.view(), h);
-          gpu->silu_mul_x16(gg.t, g16.t, gg.t, gu.t, d);
-          const std::string tag = tag_of("silu_mul_x16", st, rank, n, f);
+          ref_.silu_mul(gate.view(), Tensor(), gate.view(), up.view(), kNextOp, h);
+          gpu->silu_mul(gg.t, g16.t, gg.t, gu.t, kNextOp, d);
+          const std::string tag = tag_of("silu_mul", st, rank, n, f);
           expect_close(tag + " out", download(gpu, gg.t), gate.as_f32(), 1e-5);
           expect_close(tag + " out16", download(gpu, g16.t), gate.as_f32(), 1e-3);
           expect_close(tag + " up", download(gpu, gu.t), up.as_f32(), 1e-5);

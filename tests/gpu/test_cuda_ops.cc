@@ -68,7 +68,7 @@ TEST_F(CudaOps, FillUniformMatchesHostBitwise) {
 }
 
 // Programmatic dependent launch changes when kernels may start, never what they compute:
-// a decode-shaped chain (embedding, add_rms_norm, GEMV, rope, silu_mul, GEMV, add), run
+// a decode-shaped chain (embedding, add_rms_norm, GEMV, rope_kv_write, silu_mul, GEMV), run
 // 50 times back to back without a host sync, gives the same bits with and without pdl.
 // A kernel reading its predecessor's output before pdl_wait() would show up here.
 TEST_F(CudaOps, PdlChainMatchesPlainLaunches) {
@@ -84,27 +84,32 @@ TEST_F(CudaOps, PdlChainMatchesPlainLaunches) {
   HostTensor cos_sin = random_tensor(rng_, DType::kF32, {positions, hd});
   HostTensor ids = host_i32({n}, {5, 77, 99});
   HostTensor pos = host_i32({n}, {0, 17, 63});
+  HostTensor skip_slots = host_i32({n}, {-1, -1, -1});
   std::vector<std::vector<float>> results;
   for (Backend* b : {gpu_.get(), plain.get()}) {
     DeviceTensor t = upload(b, table), nw = upload(b, norm_w), up = upload(b, w_up), down = upload(b, w_down);
     DeviceTensor cs = upload(b, cos_sin), gid = upload(b, ids), gpos = upload(b, pos);
+    // rope_kv_write's cache, never written: every slot -1.
+    DeviceTensor kc = upload(b, random_tensor(rng_, DType::kF32, {1, 16, 1, hd})), skip = upload(b, skip_slots);
     Buffer x(b, n * d * 4), h(b, n * d * 4), res(b, n * d * 4), gu(b, n * 2 * f * 4), act(b, n * f * 4);
+    Buffer vb(b, n * hd * 4);
     auto f32 = [](Buffer& buf, const std::vector<int64_t>& shape) {
       return make_view(buf.data(), DType::kF32, shape, Device::kCuda);
     };
     b->fill_zero(res.data(), n * d * 4);
+    b->fill_zero(vb.data(), n * hd * 4);
     for (int rep = 0; rep < 50; ++rep) {
       b->embedding(f32(x, {n, d}), t.t, gid.t);
-      b->add_rms_norm(f32(h, {n, d}), f32(res, {n, d}), f32(x, {n, d}), nw.t, 1e-5f);
+      b->add_rms_norm(f32(h, {n, d}), Tensor(), f32(res, {n, d}), f32(x, {n, d}), nw.t, 1e-5f, GroupPlan(),
+                      GroupLora());
       b->matmul(f32(gu, {n, 2 * f}), f32(h, {n, d}), up.t, Tensor());
       Tensor q = make_view(gu.data(), DType::kF32, {n, heads, hd}, Device::kCuda);
       Tensor k = make_view(static_cast<float*>(gu.data()) + n * heads * hd, DType::kF32, {n, 1, hd}, Device::kCuda);
-      b->rope(q, k, gpos.t, cs.t);
+      b->rope_kv_write(q, k, f32(vb, {n, 1, hd}), gpos.t, cs.t, kc.t, kc.t, skip.t, GroupPlan(), GroupLora());
       Tensor gate = make_view(gu.data(), DType::kF32, {n, f}, Device::kCuda);
       Tensor upv = make_view(static_cast<float*>(gu.data()) + n * f, DType::kF32, {n, f}, Device::kCuda);
-      b->silu_mul(f32(act, {n, f}), gate, upv);
+      b->silu_mul(f32(act, {n, f}), Tensor(), gate, upv, GroupPlan(), GroupLora());
       b->matmul(f32(x, {n, d}), f32(act, {n, f}), down.t, Tensor());
-      b->add(f32(res, {n, d}), f32(x, {n, d}));
     }
     results.push_back(download(b, f32(res, {n, d})));
   }
@@ -143,14 +148,14 @@ TEST_F(CudaOps, RmsNormAndAddRmsNorm) {
         DeviceTensor gx = upload(gpu_.get(), x), gw = upload(gpu_.get(), w), gr = upload(gpu_.get(), res);
         DeviceTensor go = upload(gpu_.get(), out);
 
-        ref_.rms_norm(out.view(), x.view(), w.view(), 1e-5f);
+        ref_.rms_norm_f32(out.view(), x.view(), w.view(), 1e-5f);
         poison(gpu_.get(), go.t);
-        gpu_->rms_norm(go.t, gx.t, gw.t, 1e-5f);
+        gpu_->rms_norm(go.t, Tensor(), gx.t, gw.t, 1e-5f);
         expect_close("rms_norm " + tag, download(gpu_.get(), go.t), out.as_f32(), 1e-5);
 
-        ref_.add_rms_norm(out.view(), res.view(), x.view(), w.view(), 1e-6f);
+        ref_.add_rms_norm_f32(out.view(), res.view(), x.view(), w.view(), 1e-6f);
         poison(gpu_.get(), go.t);
-        gpu_->add_rms_norm(go.t, gr.t, gx.t, gw.t, 1e-6f);
+        gpu_->add_rms_norm(go.t, Tensor(), gr.t, gx.t, gw.t, 1e-6f, GroupPlan(), GroupLora());
         expect_close("add_rms_norm out " + tag, download(gpu_.get(), go.t), out.as_f32(), 1e-5);
         expect_close("add_rms_norm residual " + tag, download(gpu_.get(), gr.t), res.as_f32(), 0);
       }
@@ -176,8 +181,12 @@ TEST_F(CudaOps, Rope) {
         HostTensor hp = host_i32({n}, pos);
         HostTensor q = random_tensor(rng_, DType::kF32, {n, h, hd}, 2.f), k = random_tensor(rng_, DType::kF32, {n, kv, hd});
         DeviceTensor gq = upload(gpu_.get(), q), gk = upload(gpu_.get(), k), gp = upload(gpu_.get(), hp);
+        // rope_kv_write with every slot -1: the rotation alone.
+        DeviceTensor gv = upload(gpu_.get(), random_tensor(rng_, DType::kF32, {n, kv, hd}));
+        DeviceTensor gc = upload(gpu_.get(), random_tensor(rng_, DType::kF32, {1, 16, kv, hd}));
+        DeviceTensor gskip = upload(gpu_.get(), host_i32({n}, std::vector<int32_t>(static_cast<size_t>(n), -1)));
         ref_.rope(q.view(), k.view(), hp.view(), table.view());
-        gpu_->rope(gq.t, gk.t, gp.t, gtable.t);
+        gpu_->rope_kv_write(gq.t, gk.t, gv.t, gp.t, gtable.t, gc.t, gc.t, gskip.t, GroupPlan(), GroupLora());
         const std::string tag = "hd=" + std::to_string(hd) + " heads=" + std::to_string(h) + "/" +
                                 std::to_string(kv) + " n=" + std::to_string(n);
         expect_close("rope q " + tag, download(gpu_.get(), gq.t), q.as_f32(), 1e-5);
@@ -198,8 +207,14 @@ TEST_F(CudaOps, KvWrite) {
             HostTensor k = random_tensor(rng_, DType::kF32, {n, kv, hd}), v = random_tensor(rng_, DType::kF32, {n, kv, hd});
             DeviceTensor gkc = upload(gpu_.get(), kc), gvc = upload(gpu_.get(), vc), gk = upload(gpu_.get(), k);
             DeviceTensor gv = upload(gpu_.get(), v), gs = upload(gpu_.get(), hs);
+            // rope_kv_write at position 0 (cos 1, sin 0: k unrotated): the write alone.
+            HostTensor q = random_tensor(rng_, DType::kF32, {n, kv, hd});
+            std::vector<float> identity(static_cast<size_t>(hd), 0.f);
+            std::fill(identity.begin(), identity.begin() + hd / 2, 1.f);
+            DeviceTensor gq = upload(gpu_.get(), q), gtable = upload(gpu_.get(), host_f32({1, hd}, identity));
+            DeviceTensor gp = upload(gpu_.get(), host_i32({n}, std::vector<int32_t>(static_cast<size_t>(n), 0)));
             ref_.kv_write(kc.view(), vc.view(), k.view(), v.view(), hs.view());
-            gpu_->kv_write(gkc.t, gvc.t, gk.t, gv.t, gs.t);
+            gpu_->rope_kv_write(gq.t, gk.t, gv.t, gp.t, gtable.t, gkc.t, gvc.t, gs.t, GroupPlan(), GroupLora());
             const std::string tag = std::string(name_of(t)) + " bs=" + std::to_string(bs) + " kv=" +
                                     std::to_string(kv) + " hd=" + std::to_string(hd) + " n=" + std::to_string(n);
             expect_close("kv_write k " + tag, download(gpu_.get(), gkc.t), kc.as_f32(), 0);
@@ -230,7 +245,7 @@ TEST_F(CudaOps, RopeKvWrite) {
           DeviceTensor gs = upload(gpu, hs), gkc = upload(gpu, kc), gvc = upload(gpu, vc), gtable = upload(gpu, table);
           ref_.rope(q.view(), k.view(), hp.view(), table.view());
           ref_.kv_write(kc.view(), vc.view(), k.view(), v.view(), hs.view());
-          gpu->rope_kv_write(gq.t, gk.t, gv.t, gp.t, gtable.t, gkc.t, gvc.t, gs.t, LoraDelta());
+          gpu->rope_kv_write(gq.t, gk.t, gv.t, gp.t, gtable.t, gkc.t, gvc.t, gs.t, GroupPlan(), GroupLora());
           const std::string tag = std::string(name_of(t)) + " hd=" + std::to_string(hd) + " heads=" +
                                   std::to_string(h) + "/" + std::to_string(kv) + " n=" + std::to_string(n);
           // A k value one f32 ulp away from the reference's may round to the other 16-bit neighbour.
@@ -249,14 +264,10 @@ TEST_F(CudaOps, ElementWise) {
       HostTensor g = random_tensor(rng_, DType::kF32, {n, d}, 6.f), u = random_tensor(rng_, DType::kF32, {n, d}, 2.f);
       HostTensor out = random_tensor(rng_, DType::kF32, {n, d});
       DeviceTensor gg = upload(gpu_.get(), g), gu = upload(gpu_.get(), u), go = upload(gpu_.get(), out);
-      ref_.silu_mul(out.view(), g.view(), u.view());
+      ref_.silu_mul_f32(out.view(), g.view(), u.view());
       poison(gpu_.get(), go.t);
-      gpu_->silu_mul(go.t, gg.t, gu.t);
+      gpu_->silu_mul(go.t, Tensor(), gg.t, gu.t, GroupPlan(), GroupLora());
       expect_close("silu_mul " + tag, download(gpu_.get(), go.t), out.as_f32(), 1e-6);
-
-      ref_.add(u.view(), g.view());
-      gpu_->add(gu.t, gg.t);
-      expect_close("add " + tag, download(gpu_.get(), gu.t), u.as_f32(), 0);
 
       for (int64_t m : {1, 5, 40}) {
         std::vector<int32_t> rows(static_cast<size_t>(m));
@@ -280,20 +291,29 @@ std::vector<float> rounded(const std::vector<float>& v, DType t) {
   return r;
 }
 
-// The *_x16 ops write the same f32 output as the plain ops and, beside it, that output
-// rounded to 16 bits; a matmul_group handed that copy (MatmulGroup::x16) gives bitwise the
-// result of converting x itself. gemm_input_type says when the copy is wanted.
+// A group plan's x_type for a step of n tokens of weights w (its first group's).
+DType x_type(Backend* b, int64_t n, DType w) {
+  StepShape s;
+  s.tokens = n;
+  s.weights = w;
+  s.group[0] = {1, 512, {512}};
+  return b->plan(s).group[0].x_type;
+}
+
+// The norms and silu_mul with an out16 write the same f32 output as without and, beside
+// it, that output rounded to 16 bits; a matmul handed that copy (MatmulGroup::x16) gives
+// bitwise the result of converting x itself. The plan's x_type says when the copy is wanted.
 TEST_F(CudaOps, X16CopiesAreTheMatmulsOwnConversion) {
-  const int gemv_max_n = CudaBackendOptions{}.gemv_max_n;
-  EXPECT_EQ(gpu_->gemm_input_type(gemv_max_n, DType::kBF16), DType::kF32);
-  EXPECT_EQ(gpu_->gemm_input_type(gemv_max_n + 1, DType::kBF16), DType::kBF16);
-  EXPECT_EQ(gpu_->gemm_input_type(gemv_max_n + 1, DType::kF16), DType::kF16);
-  EXPECT_EQ(gpu_->gemm_input_type(1000, DType::kF32), DType::kF32);
+  const int gemv_max_n = DispatchTable{}.gemv_max_n;
+  EXPECT_EQ(x_type(gpu_.get(), gemv_max_n, DType::kBF16), DType::kF32);
+  EXPECT_EQ(x_type(gpu_.get(), gemv_max_n + 1, DType::kBF16), DType::kBF16);
+  EXPECT_EQ(x_type(gpu_.get(), gemv_max_n + 1, DType::kF16), DType::kF16);
+  EXPECT_EQ(x_type(gpu_.get(), 1000, DType::kF32), DType::kF32);
   CudaBackendOptions o;
   o.gemm_split_activations = true;
   auto split = variant_backend(o);
   ASSERT_NE(split, nullptr);
-  EXPECT_EQ(split->gemm_input_type(1000, DType::kBF16), DType::kF32);  // it multiplies hi + lo, not one copy
+  EXPECT_EQ(x_type(split.get(), 1000, DType::kBF16), DType::kF32);  // it multiplies hi + lo, not one copy
   for (DType t : {DType::kBF16, DType::kF16})
     for (int64_t d : {17, 130, 4096})
       for (int64_t n : {3, 33}) {
@@ -305,26 +325,26 @@ TEST_F(CudaOps, X16CopiesAreTheMatmulsOwnConversion) {
         DeviceTensor gplain = upload(gpu_.get(), out), g16 = upload(gpu_.get(), out16);
         DeviceTensor gr1 = upload(gpu_.get(), res), gr2 = upload(gpu_.get(), res);
 
-        gpu_->rms_norm(gplain.t, gx.t, gw.t, 1e-5f);
-        gpu_->rms_norm_x16(go.t, g16.t, gx.t, gw.t, 1e-5f);
+        gpu_->rms_norm(gplain.t, Tensor(), gx.t, gw.t, 1e-5f);
+        gpu_->rms_norm(go.t, g16.t, gx.t, gw.t, 1e-5f);
         std::vector<float> want = download(gpu_.get(), gplain.t);
-        expect_close("rms_norm_x16 out " + tag, download(gpu_.get(), go.t), want, 0);
-        expect_close("rms_norm_x16 out16 " + tag, download(gpu_.get(), g16.t), rounded(want, t), 0);
+        expect_close("rms_norm out16: out " + tag, download(gpu_.get(), go.t), want, 0);
+        expect_close("rms_norm out16: out16 " + tag, download(gpu_.get(), g16.t), rounded(want, t), 0);
 
-        gpu_->add_rms_norm(gplain.t, gr1.t, gx.t, gw.t, 1e-6f);
-        gpu_->add_rms_norm_x16(go.t, g16.t, gr2.t, gx.t, gw.t, 1e-6f, LoraDelta());
+        gpu_->add_rms_norm(gplain.t, Tensor(), gr1.t, gx.t, gw.t, 1e-6f, GroupPlan(), GroupLora());
+        gpu_->add_rms_norm(go.t, g16.t, gr2.t, gx.t, gw.t, 1e-6f, GroupPlan(), GroupLora());
         want = download(gpu_.get(), gplain.t);
-        expect_close("add_rms_norm_x16 out " + tag, download(gpu_.get(), go.t), want, 0);
-        expect_close("add_rms_norm_x16 residual " + tag, download(gpu_.get(), gr2.t), download(gpu_.get(), gr1.t), 0);
-        expect_close("add_rms_norm_x16 out16 " + tag, download(gpu_.get(), g16.t), rounded(want, t), 0);
+        expect_close("add_rms_norm with out16: out " + tag, download(gpu_.get(), go.t), want, 0);
+        expect_close("add_rms_norm with out16: residual " + tag, download(gpu_.get(), gr2.t), download(gpu_.get(), gr1.t), 0);
+        expect_close("add_rms_norm with out16: out16 " + tag, download(gpu_.get(), g16.t), rounded(want, t), 0);
 
         // silu_mul in place on its gate, as the model calls it.
         DeviceTensor gate1 = upload(gpu_.get(), x), gate2 = upload(gpu_.get(), x), gu = upload(gpu_.get(), res);
-        gpu_->silu_mul(gate1.t, gate1.t, gu.t);
-        gpu_->silu_mul_x16(gate2.t, g16.t, gate2.t, gu.t, LoraDelta());
+        gpu_->silu_mul(gate1.t, Tensor(), gate1.t, gu.t, GroupPlan(), GroupLora());
+        gpu_->silu_mul(gate2.t, g16.t, gate2.t, gu.t, GroupPlan(), GroupLora());
         want = download(gpu_.get(), gate1.t);
-        expect_close("silu_mul_x16 out " + tag, download(gpu_.get(), gate2.t), want, 0);
-        expect_close("silu_mul_x16 out16 " + tag, download(gpu_.get(), g16.t), rounded(want, t), 0);
+        expect_close("silu_mul with out16: out " + tag, download(gpu_.get(), gate2.t), want, 0);
+        expect_close("silu_mul with out16: out16 " + tag, download(gpu_.get(), g16.t), rounded(want, t), 0);
 
         // Two members, each with its own output; the copy is the silu_mul output's.
         HostTensor w1 = random_tensor(rng_, t, {40, d}, 0.5f), w2 = random_tensor(rng_, t, {24, d}, 0.5f);
@@ -338,13 +358,22 @@ TEST_F(CudaOps, X16CopiesAreTheMatmulsOwnConversion) {
         g.w[1] = gw2.t;
         g.y[0] = a1.t;
         g.y[1] = a2.t;
-        gpu_->matmul_group(g, gate2.t);
-        g.y[0] = b1.t;
-        g.y[1] = b2.t;
-        g.x16 = g16.t;
-        gpu_->matmul_group(g, gate2.t);
-        expect_close("matmul_group with x16, member 0 " + tag, download(gpu_.get(), b1.t), download(gpu_.get(), a1.t), 0);
-        expect_close("matmul_group with x16, member 1 " + tag, download(gpu_.get(), b2.t), download(gpu_.get(), a2.t), 0);
+        std::vector<MatmulKernel> kernels{MatmulKernel::kCublasSmall};
+        if (n <= 16 && d % 8 == 0) kernels.push_back(MatmulKernel::kSkinny);
+        for (MatmulKernel k : kernels) {
+          const GroupPlan plan{k, ShrinkKernel::kNone, ExpandKernel::kNone, t};
+          g.y[0] = a1.t;
+          g.y[1] = a2.t;
+          g.x16 = Tensor();
+          gpu_->project(plan, g, GroupLora(), gate2.t);
+          g.y[0] = b1.t;
+          g.y[1] = b2.t;
+          g.x16 = g16.t;
+          gpu_->project(plan, g, GroupLora(), gate2.t);
+          const std::string what = "project " + to_string(k) + " with x16, member ";
+          expect_close(what + "0 " + tag, download(gpu_.get(), b1.t), download(gpu_.get(), a1.t), 0);
+          expect_close(what + "1 " + tag, download(gpu_.get(), b2.t), download(gpu_.get(), a2.t), 0);
+        }
       }
 }
 
@@ -379,9 +408,7 @@ const std::pair<int64_t, int64_t> kMatmulShapes[] = {{1, 1}, {17, 97}, {97, 17},
 // otherwise cuBLAS (f32 weights: pedantic f32, 1e-4; 16-bit weights: x rounded to 16 bits,
 // bound 1e-2, expected ~2e-3).
 std::string default_path(int64_t n, int64_t in, DType wt) {
-  const CudaBackendOptions o;
-  if (n <= o.gemv_max_n) return "gemv";
-  return n <= o.skinny_max_n && wt != DType::kF32 && in % 8 == 0 ? "skinny" : "cublas";
+  return to_string(plan_device_matmul(DispatchTable{}, n, in, wt, false).matmul);
 }
 
 TEST_F(CudaOps, MatmulDefaultPaths) {
@@ -389,7 +416,7 @@ TEST_F(CudaOps, MatmulDefaultPaths) {
     for (auto [in, out] : kMatmulShapes)
       for (int64_t n : {1, 3, 13, 17, 33, 97})
         for (bool bias : {false, true}) {
-          const bool gemv = n <= CudaBackendOptions{}.gemv_max_n;
+          const bool gemv = n <= DispatchTable{}.gemv_max_n;
           const double tol = (gemv || wt == DType::kF32) ? 1e-4 : 1e-2;
           check_matmul(gpu_.get(), ref_, rng_, default_path(n, in, wt), n, in, out, wt, bias, false, tol);
         }
@@ -397,35 +424,30 @@ TEST_F(CudaOps, MatmulDefaultPaths) {
   for (DType wt : kFloatTypes)
     for (auto [in, out] : {std::pair<int64_t, int64_t>{4096, 1000}, {11008, 64}})
       for (int64_t n : {1, 5, 8, 40}) {
-        const bool gemv = n <= CudaBackendOptions{}.gemv_max_n;
+        const bool gemv = n <= DispatchTable{}.gemv_max_n;
         check_matmul(gpu_.get(), ref_, rng_, default_path(n, in, wt), n, in, out, wt, true, false,
                      (gemv || wt == DType::kF32) ? 1e-4 : 1e-2);
       }
 }
 
-// Every token bucket of the GEMV kernel (1, 2, 4, 8, 16), vector and element-wise paths,
-// every launch-shape variant.
+// Every token bucket of the GEMV kernel (1, 2, 4, 8, 16), vector and element-wise paths.
 TEST_F(CudaOps, MatmulGemvAllTokenCounts) {
-  for (int variant : {0, 1, 2}) {
-    CudaBackendOptions o;
-    o.gemv_max_n = 16;
-    o.gemv_variant = variant;
-    auto gemv = variant_backend(o);
-    ASSERT_NE(gemv, nullptr);
-    const std::string path = "gemv16 v" + std::to_string(variant);
-    for (DType wt : kFloatTypes)
-      for (auto [in, out] : {std::pair<int64_t, int64_t>{17, 97}, {256, 130}, {1024, 33}, {2056, 40}})
-        for (int64_t n : {1, 2, 3, 4, 5, 8, 9, 12, 16})
-          for (bool misalign : {false, true})
-            check_matmul(gemv.get(), ref_, rng_, path, n, in, out, wt, n % 2 == 1, misalign, 1e-4);
-  }
+  CudaBackendOptions o;
+  o.dispatch.gemv_max_n = 16;
+  auto gemv = variant_backend(o);
+  ASSERT_NE(gemv, nullptr);
+  for (DType wt : kFloatTypes)
+    for (auto [in, out] : {std::pair<int64_t, int64_t>{17, 97}, {256, 130}, {1024, 33}, {2056, 40}})
+      for (int64_t n : {1, 2, 3, 4, 5, 8, 9, 12, 16})
+        for (bool misalign : {false, true})
+          check_matmul(gemv.get(), ref_, rng_, "gemv16", n, in, out, wt, n % 2 == 1, misalign, 1e-4);
 }
 
 // cuBLAS at every n (also tiny ones), plain and with split activations (~f32 accuracy).
 TEST_F(CudaOps, MatmulCublasPaths) {
   CudaBackendOptions o;
-  o.gemv_max_n = 0;
-  o.skinny_max_n = 0;
+  o.dispatch.gemv_max_n = 0;
+  o.dispatch.skinny_max_n = 0;
   auto cublas = variant_backend(o);
   o.gemm_split_activations = true;
   auto split = variant_backend(o);

@@ -22,7 +22,7 @@ struct Case {
   int heads, kv_heads, head_dim;
 };
 
-void run_case(const Case& c, Backend& be, uint64_t seed) {
+void run_case(const Case& c, HostBackend& be, uint64_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> nd(0.f, 1.f);
   const int num_seqs = static_cast<int>(c.seq_lens.size()), hd = c.head_dim;

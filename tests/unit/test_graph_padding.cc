@@ -6,8 +6,8 @@
 //   re-runs them verbatim; host copies during capture are refused). Driven through prefill
 //   and decode steps on the llama_gqa fixture with adapters swapped between replays, the
 //   graph runner must match the eager padded runner bitwise, and (on the ref backend, whose
-//   rows are independent of the batch) an unpadded run too; so must a backend that defers
-//   every LoRA expand to the op after its projection (LoraDelta).
+//   rows are independent of the batch) an unpadded run too; so must a backend whose plan
+//   leaves every LoRA expand to the op after its projection (ExpandKernel::kNextOp).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -102,31 +102,19 @@ TEST(PadDecodeBatch, OnlyDecodeBatchesArePaddable) {
 
 // RefBackend whose graphs behave like CUDA graphs: captured ops keep their arguments
 // (device addresses and host integers) and replay re-runs exactly those. With `defer` its
-// project() leaves every LoRA expand to the op after the projection (LoraDelta), as the
-// CUDA backend does for decode batches: the model must hand each delta to the right op.
+// plan leaves every LoRA expand to the op after the projection (ExpandKernel::kNextOp), as
+// the CUDA backend's does for decode batches: the model must hand each group's plan and
+// LoRA to the right op.
 class RecordingBackend : public RefBackend {
  public:
-  explicit RecordingBackend(bool defer = false) : defer_(defer) {
-    for (auto& t : t_) t = Buffer(this, sizeof(float) * kMaxTokens * kMaxRank);
-  }
+  explicit RecordingBackend(bool defer = false) : defer_(defer) {}
   bool supports_graphs() const override { return true; }
-  void project(const MatmulGroup& g, const LoraGroup* lora, Tensor x, Tensor t, const LoraMeta& meta,
-               LoraDelta* defer) override {
-    if (!defer_ || lora == nullptr || defer == nullptr) {
-      RefBackend::project(g, lora, x, t, meta, defer);
-      return;
-    }
-    matmul_group(g, x);
-    const int64_t n = x.dim(0), rank = lora->a_stack[0].dim(1);
-    check(n <= kMaxTokens && rank <= kMaxRank, "deferring test backend: t buffers too small");
-    defer->count = lora->count;
-    defer->meta = meta;
-    for (int i = 0; i < lora->count; ++i) {
-      defer->t[i] = t_[i].tensor(DType::kF32, {n, rank});
-      lora_shrink(defer->t[i], x, lora->a_stack[i], meta);
-      defer->y[i] = lora->y[i];
-      defer->b_stack[i] = lora->b_stack[i];
-    }
+  StepPlan plan(const StepShape& shape) const override {
+    StepPlan p = RefBackend::plan(shape);
+    if (defer_)
+      for (GroupPlan& g : p.group)
+        if (g.lora()) g.expand = ExpandKernel::kNextOp;
+    return p;
   }
   void begin_capture() override {
     check(!capturing_, "nested capture");
@@ -152,16 +140,17 @@ class RecordingBackend : public RefBackend {
 #define QV_RECORD(call) \
   if (capturing_) recording_.push_back([=, this] { RefBackend::call; }); else RefBackend::call
   void embedding(Tensor o, Tensor t, Tensor i) override { QV_RECORD(embedding(o, t, i)); }
-  void rms_norm(Tensor o, Tensor x, Tensor w, float e) override { QV_RECORD(rms_norm(o, x, w, e)); }
-  void add_rms_norm(Tensor o, Tensor r, Tensor x, Tensor w, float e) override { QV_RECORD(add_rms_norm(o, r, x, w, e)); }
+  void rms_norm_f32(Tensor o, Tensor x, Tensor w, float e) override { QV_RECORD(rms_norm_f32(o, x, w, e)); }
+  void add_rms_norm_f32(Tensor o, Tensor r, Tensor x, Tensor w, float e) override {
+    QV_RECORD(add_rms_norm_f32(o, r, x, w, e));
+  }
   void matmul(Tensor y, Tensor x, Tensor w, Tensor b) override { QV_RECORD(matmul(y, x, w, b)); }
   void rope(Tensor q, Tensor k, Tensor p, Tensor cs) override { QV_RECORD(rope(q, k, p, cs)); }
   void kv_write(Tensor kc, Tensor vc, Tensor k, Tensor v, Tensor s) override { QV_RECORD(kv_write(kc, vc, k, v, s)); }
   void attention(Tensor o, Tensor q, Tensor kc, Tensor vc, const AttentionMeta& m, float s) override {
     QV_RECORD(attention(o, q, kc, vc, m, s));
   }
-  void silu_mul(Tensor o, Tensor g, Tensor u) override { QV_RECORD(silu_mul(o, g, u)); }
-  void add(Tensor y, Tensor x) override { QV_RECORD(add(y, x)); }
+  void silu_mul_f32(Tensor o, Tensor g, Tensor u) override { QV_RECORD(silu_mul_f32(o, g, u)); }
   void gather_rows(Tensor o, Tensor x, Tensor r) override { QV_RECORD(gather_rows(o, x, r)); }
   void lora_shrink(Tensor t, Tensor x, Tensor a, const LoraMeta& m) override { QV_RECORD(lora_shrink(t, x, a, m)); }
   void lora_expand(Tensor y, Tensor t, Tensor b, const LoraMeta& m) override { QV_RECORD(lora_expand(y, t, b, m)); }
@@ -169,9 +158,7 @@ class RecordingBackend : public RefBackend {
 
  private:
   void refuse(const char* what) const { check(!capturing_, std::string(what) + " during graph capture"); }
-  static constexpr int64_t kMaxTokens = 128, kMaxRank = 64;  // the rigs' limits
   bool defer_;
-  Buffer t_[kMaxGroup];  // the deferred shrinks' results, one per group member
   bool capturing_ = false;
   std::vector<std::function<void()>> recording_;
   std::vector<std::vector<std::function<void()>>> graphs_;
@@ -294,8 +281,8 @@ TEST(GraphReplay, MatchesEagerPaddedAndUnpaddedWithAdaptersSwapped) {
   EXPECT_EQ(static_cast<RecordingBackend*>(graph.backend.get())->replays(), 10);
 }
 
-// Every LoRA expand deferred to the op after its projection (rope_kv_write, add_rms_norm_x16,
-// silu_mul_x16, the final norm), with graphs and eagerly: bitwise the plain reference,
+// Every LoRA expand deferred to the op after its projection (rope_kv_write, add_rms_norm,
+// silu_mul, the final norm), with graphs and eagerly: bitwise the plain reference,
 // since the shrinks read only x and the expands add the same values to the same outputs.
 TEST(GraphReplay, DeferredLoraExpandsMatchThePlainReference) {
   Rig graph(true, true, true), eager(false, true, true), plain(false, false);

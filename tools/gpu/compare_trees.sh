@@ -32,7 +32,7 @@ rm -rf "$logs" && mkdir -p "$logs"
 trap 'tar czf "$OUT/logs.tgz" -C "$logs" .' EXIT
 source tools/gpu/setup_deps.sh
 deps=$PWD/.deps
-targets=${TARGETS:-test_cuda_graphs test_cuda_lora test_cuda_groups test_cuda_ops}
+targets=${TARGETS:-test_cuda_graphs test_cuda_project test_cuda_lora_delta test_cuda_ops}
 summary=()
 declare -A benches  # tree -> its bench command, for the CINTER rounds
 t0=$SECONDS

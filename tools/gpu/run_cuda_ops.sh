@@ -13,7 +13,7 @@ cd "$(dirname "$0")/../.."
 mkdir -p "$OUT"
 [ -d .deps/debs ] && [ -f tools/gpu/setup_deps.sh ] && source tools/gpu/setup_deps.sh
 build=build-gpu
-tests=(test_cuda_ops test_cuda_attention test_cuda_lora)
+tests=(test_cuda_ops test_cuda_attention test_cuda_project test_cuda_lora_delta)
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --format=csv,noheader | tee "$OUT/gpu.txt"
 git log -1 --format='commit %h %s' 2>/dev/null | tee -a "$OUT/gpu.txt"
@@ -35,7 +35,7 @@ done
 
 if [ "${SANITIZE:-0}" = 1 ]; then
   # A few cases per kernel family: the sanitizers slow kernels down 10-100x.
-  declare -A filter=([test_cuda_ops]='*Matmul*Gemv*:*RmsNorm*' [test_cuda_lora]='*Kernel*'
+  declare -A filter=([test_cuda_ops]='*Matmul*Gemv*:*RmsNorm*' [test_cuda_project]='*DecodeSizes*' [test_cuda_lora_delta]='*AddRmsNorm*'
                      [test_cuda_attention]='*DecodeLooseBounds*:*PrefillLooseBounds*')
   for t in "${tests[@]}"; do
     for tool in memcheck racecheck; do

@@ -103,7 +103,7 @@ void CpuBackend::embedding(Tensor out, Tensor table, Tensor ids) {
   });
 }
 
-void CpuBackend::rms_norm(Tensor out, Tensor x, Tensor w, float eps) {
+void CpuBackend::rms_norm_f32(Tensor out, Tensor x, Tensor w, float eps) {
   const int64_t n = x.dim(0), d = x.dim(1);
   check_rows(x, n, d, "rms_norm: x must be [n, d] f32");
   check_rows(out, n, d, "rms_norm: out must match x");
@@ -118,7 +118,7 @@ void CpuBackend::rms_norm(Tensor out, Tensor x, Tensor w, float eps) {
   });
 }
 
-void CpuBackend::add_rms_norm(Tensor out, Tensor residual, Tensor x, Tensor w, float eps) {
+void CpuBackend::add_rms_norm_f32(Tensor out, Tensor residual, Tensor x, Tensor w, float eps) {
   const int64_t n = x.dim(0), d = x.dim(1);
   check_rows(x, n, d, "add_rms_norm: x must be [n, d] f32");
   check_rows(residual, n, d, "add_rms_norm: residual must match x");
@@ -170,23 +170,13 @@ void CpuBackend::kv_write(Tensor k_cache, Tensor v_cache, Tensor k, Tensor v, Te
   });
 }
 
-void CpuBackend::silu_mul(Tensor out, Tensor gate, Tensor up) {
+void CpuBackend::silu_mul_f32(Tensor out, Tensor gate, Tensor up) {
   const int64_t n = out.numel();
   check(gate.numel() == n && up.numel() == n, "silu_mul: size mismatch");
   constexpr int64_t kChunk = 1024;  // elements per parallel unit (a multiple of every vector width)
   parallel((n + kChunk - 1) / kChunk, kChunk, 1, [&](int64_t b, int64_t e, int) {
     const int64_t lo = b * kChunk, hi = std::min(n, e * kChunk);
     k_->silu_mul(out.ptr<float>() + lo, gate.ptr<float>() + lo, up.ptr<float>() + lo, hi - lo);
-  });
-}
-
-void CpuBackend::add(Tensor y, Tensor x) {
-  const int64_t n = y.numel();
-  check(x.numel() == n, "add: size mismatch");
-  constexpr int64_t kChunk = 1024;
-  parallel((n + kChunk - 1) / kChunk, kChunk, 1, [&](int64_t b, int64_t e, int) {
-    const int64_t lo = b * kChunk, hi = std::min(n, e * kChunk);
-    k_->add(y.ptr<float>() + lo, x.ptr<float>() + lo, hi - lo);
   });
 }
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_kernels.h"
-#include "backend/host_memory.h"
+#include "backend/host_backend.h"
 #include "core/thread_pool.h"
 
 namespace quiver {
@@ -23,7 +23,7 @@ std::string_view cpu_isa_name(CpuIsa isa);
 // The widest kernel set this CPU (and OS) supports.
 CpuIsa best_cpu_isa();
 
-class CpuBackend : public HostMemoryBackend {
+class CpuBackend : public HostBackend {
  public:
   // num_threads <= 0: one per hardware thread. isa = kAuto picks best_cpu_isa(); a
   // forced ISA the CPU lacks falls back to the best supported one below it, so tests can
@@ -37,15 +37,14 @@ class CpuBackend : public HostMemoryBackend {
   void fill_uniform(Tensor t, float center, float scale, uint64_t seed) override;  // over the pool
 
   void embedding(Tensor out, Tensor table, Tensor ids) override;
-  void rms_norm(Tensor out, Tensor x, Tensor w, float eps) override;
-  void add_rms_norm(Tensor out, Tensor residual, Tensor x, Tensor w, float eps) override;
+  void rms_norm_f32(Tensor out, Tensor x, Tensor w, float eps) override;
+  void add_rms_norm_f32(Tensor out, Tensor residual, Tensor x, Tensor w, float eps) override;
   void matmul(Tensor y, Tensor x, Tensor w, Tensor bias) override;
   void rope(Tensor q, Tensor k, Tensor positions, Tensor cos_sin) override;
   void kv_write(Tensor k_cache, Tensor v_cache, Tensor k, Tensor v, Tensor slot_mapping) override;
   void attention(Tensor out, Tensor q, Tensor k_cache, Tensor v_cache, const AttentionMeta& meta,
                  float scale) override;
-  void silu_mul(Tensor out, Tensor gate, Tensor up) override;
-  void add(Tensor y, Tensor x) override;
+  void silu_mul_f32(Tensor out, Tensor gate, Tensor up) override;
   void gather_rows(Tensor out, Tensor x, Tensor rows) override;
   void lora_shrink(Tensor t, Tensor x, Tensor a_stack, const LoraMeta& meta) override;
   void lora_expand(Tensor y, Tensor t, Tensor b_stack, const LoraMeta& meta) override;

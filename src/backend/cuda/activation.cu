@@ -72,22 +72,6 @@ __global__ void silu_mul_delta_kernel(float* out, void* __restrict__ out16, bool
   }
 }
 
-// y += x over `count` elements.
-__global__ void add_kernel(float* y, const float* x, int64_t count, bool vec) {
-  cuda::pdl_enter();  // launched with pdl (cuda_common.h)
-  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
-  const int64_t start = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  if (vec) {
-    for (int64_t i = start; i < count / 4; i += stride) {
-      float4 a = reinterpret_cast<float4*>(y)[i];
-      const float4 b = reinterpret_cast<const float4*>(x)[i];
-      reinterpret_cast<float4*>(y)[i] = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
-    }
-  } else {
-    for (int64_t i = start; i < count; i += stride) y[i] += x[i];
-  }
-}
-
 // out[i, :] = x[rows[i], :]; a row index outside x becomes a NaN row (it cannot be
 // reported from the device).
 __global__ void gather_rows_kernel(float* __restrict__ out, const float* x,
@@ -106,9 +90,9 @@ __global__ void gather_rows_kernel(float* __restrict__ out, const float* x,
 
 }  // namespace
 
-void CudaBackend::silu_mul(Tensor out, Tensor gate, Tensor up) { silu_mul_x16(out, Tensor(), gate, up, LoraDelta()); }
-
-void CudaBackend::silu_mul_x16(Tensor out, Tensor out16, Tensor gate, Tensor up, const LoraDelta& delta) {
+void CudaBackend::silu_mul(Tensor out, Tensor out16, Tensor gate, Tensor up, const GroupPlan& plan,
+                           const GroupLora& lora) {
+  const LoraDelta delta = pending_delta(plan, lora);
   cuda::check_f32(out, "silu_mul: out must be f32 on the GPU");
   cuda::check_f32(gate, "silu_mul: gate must be f32 on the GPU");
   cuda::check_f32(up, "silu_mul: up must be f32 on the GPU");
@@ -133,17 +117,6 @@ void CudaBackend::silu_mul_x16(Tensor out, Tensor out16, Tensor gate, Tensor up,
   cuda::launch_kernel(silu_mul_kernel, grid_for(vec ? count / 4 : count, num_sms_), kThreads, 0, stream_, pdl_,
                       out.ptr<float>(), out16.data, out16.dtype == DType::kBF16, gate.ptr<float>(), up.ptr<float>(),
                       count, vec);
-}
-
-void CudaBackend::add(Tensor y, Tensor x) {
-  cuda::check_f32(y, "add: y must be f32 on the GPU");
-  cuda::check_f32(x, "add: x must be f32 on the GPU");
-  const int64_t count = y.numel();
-  check(x.numel() == count, "add: shape mismatch");
-  if (count == 0) return;
-  const bool vec = count % 4 == 0 && cuda::aligned16(y.data) && cuda::aligned16(x.data);
-  cuda::launch_kernel(add_kernel, grid_for(vec ? count / 4 : count, num_sms_), kThreads, 0, stream_, pdl_,
-                      y.ptr<float>(), x.ptr<float>(), count, vec);
 }
 
 void CudaBackend::gather_rows(Tensor out, Tensor x, Tensor rows) {

@@ -12,13 +12,7 @@ using cuda::cublas_check;
 using cuda::cuda_check;
 
 CudaBackend::CudaBackend(const CudaBackendOptions& options) : options_(options) {
-  check(options_.gemv_max_n >= 0 && options_.gemv_max_n <= cuda::kGemvMaxTokens,
-        "CudaBackendOptions::gemv_max_n must be in [0, 16]");
-  check(options_.gemv_variant >= 0 && options_.gemv_variant <= 2, "CudaBackendOptions::gemv_variant must be 0, 1 or 2");
-  check(options_.skinny_max_n >= 0 && options_.skinny_max_n <= 16 && options_.skinny_lora_max_n >= 0 &&
-            options_.skinny_lora_max_n <= 16,
-        "CudaBackendOptions::skinny_max_n and skinny_lora_max_n must be in [0, 16]");
-  check(options_.cublas_no_workspace_max_n >= 0, "CudaBackendOptions::cublas_no_workspace_max_n must be >= 0");
+  check_dispatch_table(options_.dispatch);
   cuda_check(cudaSetDevice(options_.device));
   cudaDeviceProp prop{};
   cuda_check(cudaGetDeviceProperties(&prop, options_.device));
@@ -45,7 +39,7 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options) : options_(options) 
   };
   cuda_check(cudaMalloc(&cublas_workspace_, options_.cublas_workspace_bytes));
   make_handle(&cublas_, cublas_workspace_, options_.cublas_workspace_bytes);
-  make_handle(&cublas_small_, nullptr, 0);  // decode-sized matmuls: no workspace (options)
+  make_handle(&cublas_small_, nullptr, 0);  // MatmulKernel::kCublasSmall: no workspace
   cuda::configure_attention_kernels();
 }
 

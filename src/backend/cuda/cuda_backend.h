@@ -30,6 +30,19 @@ namespace cuda {
 struct ShrinkRows;  // lora_shrink_rows.cuh
 }  // namespace cuda
 
+// The expand a group's plan leaves to the op that reads its outputs (ExpandKernel::kNextOp):
+//   y[g][i, :] += b_stack[g][slot_i] @ t[g][i, :]   for g < count, tokens with a slot;
+// count 0: none. rope_kv_write, add_rms_norm and silu_mul add it in their own kernel
+// (lora_delta.cuh), which takes a kernel off the decode step's chain per group.
+struct LoraDelta {
+  int count = 0;
+  Tensor y[kMaxGroup];        // [n, out_g] f32
+  Tensor t[kMaxGroup];        // [n, max_rank] f32: the shrink's results
+  Tensor b_stack[kMaxGroup];  // [num_slots, out_g, max_rank]
+  LoraMeta meta;
+};
+LoraDelta pending_delta(const GroupPlan& plan, const GroupLora& lora);
+
 class CudaBackend : public Backend {
  public:
   explicit CudaBackend(const CudaBackendOptions& options);
@@ -53,31 +66,23 @@ class CudaBackend : public Backend {
   void synchronize() override;
   Tensor import_weight(const Tensor& host) override;
 
-  // ---- ops (one .cu file per family) ----
+  // ---- the plan (step_plan.h: DispatchTable) and the ops (one .cu file per family) ----
+  StepPlan plan(const StepShape& shape) const override {
+    return plan_device_step(options_.dispatch, shape, options_.gemm_split_activations);
+  }
   void embedding(Tensor out, Tensor table, Tensor ids) override;
-  void rms_norm(Tensor out, Tensor x, Tensor w, float eps) override;
-  void add_rms_norm(Tensor out, Tensor residual, Tensor x, Tensor w, float eps) override;
-  void matmul(Tensor y, Tensor x, Tensor w, Tensor bias) override;
-  void rope(Tensor q, Tensor k, Tensor positions, Tensor cos_sin) override;
-  void kv_write(Tensor k_cache, Tensor v_cache, Tensor k, Tensor v, Tensor slot_mapping) override;
+  void rms_norm(Tensor out, Tensor out16, Tensor x, Tensor w, float eps) override;  // norm.cu
+  void add_rms_norm(Tensor out, Tensor out16, Tensor residual, Tensor x, Tensor w, float eps, const GroupPlan& plan,
+                    const GroupLora& lora) override;
+  void project(const GroupPlan& plan, const MatmulGroup& g, const GroupLora& lora, Tensor x) override;  // lora.cu
+  void matmul(Tensor y, Tensor x, Tensor w, Tensor bias) override;                                      // gemm.cu
   void rope_kv_write(Tensor q, Tensor k, Tensor v, Tensor positions, Tensor cos_sin, Tensor k_cache, Tensor v_cache,
-                     Tensor slot_mapping, const LoraDelta& delta) override;  // rope.cu
+                     Tensor slot_mapping, const GroupPlan& plan, const GroupLora& lora) override;  // rope.cu
   void attention(Tensor out, Tensor q, Tensor k_cache, Tensor v_cache, const AttentionMeta& meta,
                  float scale) override;
-  void silu_mul(Tensor out, Tensor gate, Tensor up) override;
-  DType gemm_input_type(int64_t n, DType w) const override;  // gemm.cu
-  void rms_norm_x16(Tensor out, Tensor out16, Tensor x, Tensor w, float eps) override;
-  void add_rms_norm_x16(Tensor out, Tensor out16, Tensor residual, Tensor x, Tensor w, float eps,
-                        const LoraDelta& delta) override;
-  void silu_mul_x16(Tensor out, Tensor out16, Tensor gate, Tensor up, const LoraDelta& delta) override;
-  void add(Tensor y, Tensor x) override;
+  void silu_mul(Tensor out, Tensor out16, Tensor gate, Tensor up, const GroupPlan& plan,
+                const GroupLora& lora) override;  // activation.cu
   void gather_rows(Tensor out, Tensor x, Tensor rows) override;
-  void lora_shrink(Tensor t, Tensor x, Tensor a_stack, const LoraMeta& meta) override;
-  void lora_expand(Tensor y, Tensor t, Tensor b_stack, const LoraMeta& meta) override;
-  void matmul_group(const MatmulGroup& g, Tensor x) override;
-  void lora_group(const LoraGroup& g, Tensor x, Tensor t, const LoraMeta& meta) override;
-  void project(const MatmulGroup& g, const LoraGroup* lora, Tensor x, Tensor t, const LoraMeta& meta,
-               LoraDelta* defer) override;
   // sampling.cu: one block per row, sort-free thresholds (block_select.cuh)
   void sample(const SampleOutputs& out, Tensor logits, const SampleInputs& in) override;
 
@@ -106,45 +111,37 @@ class CudaBackend : public Backend {
   bool capturing() const;
 
   // cuBLAS path of matmul (gemm.cu); the GEMV path is gemv.cu.
-  void matmul_cublas(const MatmulGroup& g, Tensor x);
+  void matmul_cublas(const MatmulGroup& g, Tensor x, cublasHandle_t handle);
   // x rounded to the 16-bit weight type wt in matmul_scratch_, as matmul_cublas multiplies
   // it when no MatmulGroup::x16 is given; *low (when non-null) gets the low terms of the
   // split conversion (options_.gemm_split_activations), else null.
   Tensor convert_for_gemm(Tensor x, DType wt, void** low);
-  // matmul_group with the GEMV launched with programmatic serialisation or not (pdl_ for
-  // matmul_group; project() turns it off beside the LoRA shrink, see there).
-  void matmul_group_launch(const MatmulGroup& g, Tensor x, bool pdl);
+  // The group's matmuls with the kernel `kernel` names, the GEMV launched with programmatic
+  // serialisation or not (project() turns it off beside the LoRA shrink, see there).
+  void run_matmul(MatmulKernel kernel, const MatmulGroup& g, Tensor x, bool pdl);
   void gemv(const MatmulGroup& g, Tensor x, bool pdl);
-  // The shape checks of matmul_group (gemm.cu).
+  // The shape checks of a matmul group (gemm.cu).
   void check_group(const MatmulGroup& g, Tensor x) const;
-  // The operand checks of kv_write, also rope_kv_write's (kv_cache.cu).
-  static void check_kv_write(Tensor k_cache, Tensor v_cache, Tensor k, Tensor v, Tensor slot_mapping);
-  // project() for a decode batch of 1 or 2 tokens whose caller takes a deferred expand:
-  // one GEMV launch whose extra blocks compute the shrink, the expand left in *defer
-  // (gemv_lora.cu); false, with nothing launched, where it does not take the operands.
-  // The caller has checked g and x (check_group).
-  bool gemv_lora(const MatmulGroup& g, const LoraGroup& lora, Tensor x, const LoraMeta& meta, LoraDelta* defer);
-  // The shrink of a decode batch alone, one token per block, into t [G, n, R] on `stream`,
-  // the expand left in *defer (gemv_lora.cu); false, with nothing launched, where it does
-  // not take the operands.
-  bool token_shrink(const LoraGroup& lora, Tensor x, const LoraMeta& meta, LoraDelta* defer, cudaStream_t stream);
-  // The decode shrink blocks' operands for lora on x (cuda::shrink_rows_args) with t
-  // [G, n, R] in lora_scratch_ and their block count; false, with nothing allocated, where
-  // those blocks do not take the operands (gemv_lora.cu). For gemv_lora, token_shrink and
-  // skinny_project.
-  bool shrink_args(const LoraGroup& lora, Tensor x, const LoraMeta& meta, cuda::ShrinkRows* args);
-  // A matmul of 3..16 tokens with 16-bit weights on tensor cores (options_.skinny_max_n,
-  // skinny_lora_max_n), with lora's shrink in the same launch and its expand left in *defer
-  // (lora null: the matmul alone); false, with nothing launched, where it does not take the
-  // operands (gemm_skinny.cu). The caller has checked g and x (check_group).
-  bool skinny_project(const MatmulGroup& g, const LoraGroup* lora, Tensor x, const LoraMeta* meta, LoraDelta* defer,
-                      bool pdl);
-  // LoRA (lora.cu): shrink partial sums into lora_scratch_ ([G, chunks, n, R]), and the
-  // expand that adds them up and applies B. x16: x's bf16 copy or empty; from 512 tokens the
-  // shrink of one-run tiles reads it on tensor cores (lora_shrink_mma.cu).
-  float* lora_shrink_parts(const LoraGroup& g, Tensor x, const Tensor& x16, const LoraMeta& meta, int* chunks,
+  // The project() kernels (their shrinks write lora.t, the expand left to the next op):
+  // - gemv_lora: 1 or 2 tokens, one GEMV launch whose extra blocks compute the shrink
+  //   (ShrinkKernel::kFused beside MatmulKernel::kGemv; gemv_lora.cu);
+  // - skinny_project: 3..16 tokens with 16-bit weights on tensor cores, lora's shrink in
+  //   the same launch (kFused beside kSkinny), or the matmul alone (lora null; gemm_skinny.cu);
+  // - token_shrink: the shrink alone, one token per block, on `stream` (kTokenRows).
+  // Each returns false, with nothing launched, where it does not take the operands; the
+  // caller has checked g and x (check_group).
+  bool gemv_lora(const MatmulGroup& g, const GroupLora& lora, Tensor x);
+  bool skinny_project(const MatmulGroup& g, const GroupLora* lora, Tensor x, bool pdl);
+  bool token_shrink(const GroupLora& lora, Tensor x, cudaStream_t stream);
+  // The one-token shrink blocks' operands for lora on x (cuda::shrink_rows_args), t being
+  // lora.t, and their block count; false where those blocks do not take the operands.
+  bool shrink_args(const GroupLora& lora, Tensor x, cuda::ShrinkRows* args);
+  // The tiled LoRA (lora.cu): shrink partial sums into lora_scratch_ ([G, chunks, n, R]),
+  // and the expand that adds them up and applies B. mma: the one-adapter tiles on tensor
+  // cores (ShrinkKernel / ExpandKernel::kTiledMma; the shrink's read x16, x's bf16 copy).
+  float* lora_shrink_parts(const GroupLora& g, Tensor x, const Tensor& x16, bool mma, int* chunks,
                            cudaStream_t stream);
-  void lora_expand_parts(const LoraGroup& g, const float* part, int chunks, int64_t n, const LoraMeta& meta);
+  void lora_expand_parts(const GroupLora& g, const float* part, int chunks, int64_t n, bool mma);
   void add_bias(Tensor y, Tensor bias);
   // Kernel attributes set once (norm_lora.cu: the shared-memory delta norm's slab size).
   void init_norm_kernels(int64_t smem_optin_bytes);
@@ -161,7 +158,7 @@ class CudaBackend : public Backend {
   cudaStream_t side_stream_ = nullptr;
   cudaEvent_t fork_ = nullptr, join_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
-  cublasHandle_t cublas_small_ = nullptr;  // no workspace: up to options_.cublas_no_workspace_max_n tokens
+  cublasHandle_t cublas_small_ = nullptr;  // no workspace (MatmulKernel::kCublasSmall)
   void* cublas_workspace_ = nullptr;
   Scratch matmul_scratch_;     // x converted to 16 bits: [n, in] (twice that when split)
   Scratch attention_scratch_;  // split-K partials: [num_seqs, num_heads, max_splits, head_dim + 2] f32

@@ -6,7 +6,7 @@
 //   buffer and multiplied on the tensor cores with f32 accumulation and f32 output. The
 //   rounding of x costs ~2^-9 relative (bf16); with gemm_split_activations, x = hi + lo
 //   is multiplied in two GEMMs (the second accumulates, beta = 1), which restores ~2^-17.
-// A producer may hand over x already rounded (MatmulGroup::x16, gemm_input_type): the
+// A producer may hand over x already rounded (MatmulGroup::x16, GroupPlan::x_type): the
 // conversion is then skipped, with the same bits going into the GEMM.
 // cuBLAS is row-major-agnostic: row-major y^T = w x^T is column-major y = op_T(w) x with
 // every leading dimension equal to the row length.
@@ -56,13 +56,14 @@ void CudaBackend::matmul(Tensor y, Tensor x, Tensor w, Tensor bias) {
   g.y[0] = y;
   g.w[0] = w;
   g.bias[0] = bias;
-  matmul_group(g, x);
+  check_group(g, x);
+  const GroupPlan p =
+      plan_device_matmul(options_.dispatch, x.dim(0), x.dim(1), w.dtype, options_.gemm_split_activations);
+  run_matmul(p.matmul, g, x, pdl_);
 }
 
-void CudaBackend::matmul_group(const MatmulGroup& g, Tensor x) { matmul_group_launch(g, x, pdl_); }
-
 void CudaBackend::check_group(const MatmulGroup& g, Tensor x) const {
-  check(g.count >= 1 && g.count <= kMaxGroup, "matmul_group: 1..3 members");
+  check(g.count >= 1 && g.count <= kMaxGroup, "matmul: 1..3 members in a group");
   cuda::check_f32(x, "matmul: x must be f32 on the GPU");
   check(x.ndim == 2, "matmul: x must be 2-d");
   const int64_t n = x.dim(0), in = x.dim(1);
@@ -72,14 +73,13 @@ void CudaBackend::check_group(const MatmulGroup& g, Tensor x) const {
     check(w.ndim == 2 && y.ndim == 2, "matmul: w and y must be 2-d");
     check(w.dim(1) == in && y.dim(0) == n && y.dim(1) == w.dim(0), "matmul: shape mismatch");
     check(bias.empty() || (bias.numel() == w.dim(0) && bias.dtype != DType::kI32), "matmul: bias must be [out] float");
-    check(w.dtype == g.w[0].dtype, "matmul_group: members must share the weight dtype");
+    check(w.dtype == g.w[0].dtype, "matmul: a group's members must share the weight dtype");
     check(w.dim(0) < (int64_t{1} << 31), "matmul: dimension above 2^31");
   }
   check(n < (int64_t{1} << 31) && in < (int64_t{1} << 31), "matmul: dimension above 2^31");
 }
 
-void CudaBackend::matmul_group_launch(const MatmulGroup& g, Tensor x, bool pdl) {
-  check_group(g, x);
+void CudaBackend::run_matmul(MatmulKernel kernel, const MatmulGroup& g, Tensor x, bool pdl) {
   const int64_t n = x.dim(0), in = x.dim(1);
   if (n == 0) return;
   if (in == 0) {  // an empty sum: y = bias
@@ -90,27 +90,28 @@ void CudaBackend::matmul_group_launch(const MatmulGroup& g, Tensor x, bool pdl) 
     }
     return;
   }
-  if (n <= options_.gemv_max_n) {
-    gemv(g, x, pdl);  // members without rows get no blocks
-  } else if (!skinny_project(g, nullptr, x, nullptr, nullptr, pdl)) {
-    matmul_cublas(g, x);
+  switch (kernel) {
+    case MatmulKernel::kGemv: gemv(g, x, pdl); return;  // members without rows get no blocks
+    case MatmulKernel::kSkinny:
+      // The plan has checked the shapes and types; only a weight view off 16-byte
+      // alignment (never an imported weight: cudaMalloc aligns to 256) is left to cuBLAS.
+      if (!skinny_project(g, nullptr, x, pdl)) matmul_cublas(g, x, cublas_small_);
+      return;
+    case MatmulKernel::kCublasSmall: matmul_cublas(g, x, cublas_small_); return;
+    case MatmulKernel::kCublas: matmul_cublas(g, x, cublas_); return;
+    case MatmulKernel::kHost: break;
   }
-}
-
-DType CudaBackend::gemm_input_type(int64_t n, DType w) const {
-  const bool rounds = n > options_.gemv_max_n && !options_.gemm_split_activations;
-  return rounds && (w == DType::kBF16 || w == DType::kF16) ? w : DType::kF32;
+  check(false, "matmul: the plan names a host kernel on the cuda backend");
 }
 
 // x is converted to the weights' 16-bit type once for the whole group (unless g.x16 is that
-// conversion already), then one GEMM per member. Decode-sized products go to the handle
-// without a workspace (CudaBackendOptions::cublas_no_workspace_max_n).
-void CudaBackend::matmul_cublas(const MatmulGroup& g, Tensor x) {
+// conversion already), then one GEMM per member on handle h (decode-sized products: the one
+// without a workspace, MatmulKernel::kCublasSmall).
+void CudaBackend::matmul_cublas(const MatmulGroup& g, Tensor x, cublasHandle_t h) {
   const int64_t n = x.dim(0), in = x.dim(1);
-  cublasHandle_t h = n <= options_.cublas_no_workspace_max_n ? cublas_small_ : cublas_;
   const int n_ = static_cast<int>(n), k_ = static_cast<int>(in);
   const float one = 1.f, zero = 0.f;
-  const DType wt = g.w[0].dtype;  // shared by the members (matmul_group)
+  const DType wt = g.w[0].dtype;  // shared by the members (a matmul group)
   const void* xs = x.data;
   const void* lo = nullptr;
   cudaDataType_t type = CUDA_R_32F;

@@ -143,21 +143,17 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
 
 }  // namespace
 
-bool CudaBackend::skinny_project(const MatmulGroup& g, const LoraGroup* lora, Tensor x, const LoraMeta* meta,
-                                 LoraDelta* defer, bool pdl) {
+bool CudaBackend::skinny_project(const MatmulGroup& g, const GroupLora* lora, Tensor x, bool pdl) {
   const int64_t n = x.dim(0), in = x.dim(1);
   const DType wt = g.w[0].dtype;
-  const int max_n = lora != nullptr ? options_.skinny_lora_max_n : options_.skinny_max_n;  // <= 16 (constructor)
-  if (n < 3 || n > max_n || (wt != DType::kBF16 && wt != DType::kF16) || in % 8 != 0 ||
-      options_.gemm_split_activations)
+  if (n < 3 || n > 16 || (wt != DType::kBF16 && wt != DType::kF16) || in % 8 != 0 || options_.gemm_split_activations)
     return false;
   bool aligned = cuda::aligned16(x.data);
   GemvGroup grp = cuda::gemv_group(g, &aligned);
   if (!aligned) return false;
   ShrinkRows args;
-  if (lora != nullptr) {  // with a deferred expand only: the caller adds nothing after
-    if (defer == nullptr || lora->a_stack[0].dtype != wt || !cuda::lora_matches_outputs(g, *lora) ||
-        !shrink_args(*lora, x, *meta, &args))
+  if (lora != nullptr) {
+    if (lora->a_stack[0].dtype != wt || !cuda::lora_matches_outputs(g, *lora) || !shrink_args(*lora, x, &args))
       return false;
   }
   const Tensor x16 = !g.x16.empty() && g.x16.dtype == wt ? g.x16 : convert_for_gemm(x, wt, nullptr);
@@ -173,7 +169,6 @@ bool CudaBackend::skinny_project(const MatmulGroup& g, const LoraGroup* lora, Te
                           x.ptr<float>(), ni, ii);
     }
   }, "matmul: weight must be F32, F16 or BF16");
-  if (lora != nullptr) cuda::fill_defer(defer, *lora, *meta, args.t, n);
   return true;
 }
 

@@ -44,30 +44,19 @@ void launch_config(cudaStream_t stream, bool pdl, GemvGroup grp, int count, cons
 
 // Rows per block (ROWS) and rounds of loads in flight (U) per token bucket: more rows reuse
 // each x load more often, more rounds keep more bytes in flight; registers bound both.
-// Variants 1 and 2 (16-bit weights, vector path only) are tuning experiments that
-// CudaBackendOptions::gemv_variant selects; 0 is the default everywhere.
+// 4 rows with 4 / 2 / 1 rounds at 1-2 / 4-8 / 16 tokens.
 template <typename W, int NT, bool VEC>
-void launch(cudaStream_t stream, bool pdl, int variant, const GemvGroup& grp, int count, const float* x, int n, int in) {
-  if constexpr (VEC && sizeof(W) == 2) {
-    if (variant == 1) {  // 2 rows, deeper pipelining: more, smaller blocks
-      launch_config<W, NT, 2, (NT <= 2 ? 8 : NT <= 8 ? 4 : 2), VEC>(stream, pdl, grp, count, x, n, in);
-      return;
-    }
-    if (variant == 2) {  // 8 rows: x loads reused by 8 rows
-      launch_config<W, NT, 8, (NT <= 2 ? 2 : 1), VEC>(stream, pdl, grp, count, x, n, in);
-      return;
-    }
-  }
+void launch(cudaStream_t stream, bool pdl, const GemvGroup& grp, int count, const float* x, int n, int in) {
   launch_config<W, NT, 4, (NT <= 2 ? 4 : NT <= 8 ? 2 : 1), VEC>(stream, pdl, grp, count, x, n, in);
 }
 
 template <typename W, bool VEC>
-void launch_tokens(cudaStream_t stream, bool pdl, int variant, const GemvGroup& grp, int count, const float* x, int n, int in) {
-  if (n == 1) launch<W, 1, VEC>(stream, pdl, variant, grp, count, x, n, in);
-  else if (n == 2) launch<W, 2, VEC>(stream, pdl, variant, grp, count, x, n, in);
-  else if (n <= 4) launch<W, 4, VEC>(stream, pdl, variant, grp, count, x, n, in);
-  else if (n <= 8) launch<W, 8, VEC>(stream, pdl, variant, grp, count, x, n, in);
-  else launch<W, 16, VEC>(stream, pdl, variant, grp, count, x, n, in);
+void launch_tokens(cudaStream_t stream, bool pdl, const GemvGroup& grp, int count, const float* x, int n, int in) {
+  if (n == 1) launch<W, 1, VEC>(stream, pdl, grp, count, x, n, in);
+  else if (n == 2) launch<W, 2, VEC>(stream, pdl, grp, count, x, n, in);
+  else if (n <= 4) launch<W, 4, VEC>(stream, pdl, grp, count, x, n, in);
+  else if (n <= 8) launch<W, 8, VEC>(stream, pdl, grp, count, x, n, in);
+  else launch<W, 16, VEC>(stream, pdl, grp, count, x, n, in);
 }
 
 }  // namespace
@@ -75,7 +64,7 @@ void launch_tokens(cudaStream_t stream, bool pdl, int variant, const GemvGroup& 
 void CudaBackend::gemv(const MatmulGroup& g, Tensor x, bool pdl) {
   const int64_t n = x.dim(0), in = x.dim(1);
   check(n >= 1 && n <= cuda::kGemvMaxTokens, "gemv: 1..16 tokens");
-  const DType wt = g.w[0].dtype;  // matmul_group checked the shapes, sizes and shared dtype
+  const DType wt = g.w[0].dtype;  // check_group checked the shapes, sizes and shared dtype
   bool aligned = cuda::aligned16(x.data);
   const GemvGroup grp = cuda::gemv_group(g, &aligned);
   cuda::dispatch_float(wt, [&](auto tag) {
@@ -83,9 +72,9 @@ void CudaBackend::gemv(const MatmulGroup& g, Tensor x, bool pdl) {
     constexpr int E = cuda::Vec16<W>::E;
     const int ni = static_cast<int>(n), ii = static_cast<int>(in);
     if (in % E == 0 && aligned) {
-      launch_tokens<W, true>(stream_, pdl, options_.gemv_variant, grp, g.count, x.ptr<float>(), ni, ii);
+      launch_tokens<W, true>(stream_, pdl, grp, g.count, x.ptr<float>(), ni, ii);
     } else {
-      launch_tokens<W, false>(stream_, pdl, options_.gemv_variant, grp, g.count, x.ptr<float>(), ni, ii);
+      launch_tokens<W, false>(stream_, pdl, grp, g.count, x.ptr<float>(), ni, ii);
     }
   }, "matmul: weight must be F32, F16 or BF16");
 }

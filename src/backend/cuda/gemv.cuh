@@ -18,7 +18,7 @@ namespace quiver::cuda {
 
 inline constexpr int kGemvWarps = 4;
 
-// The members of a group (matmul_group): blocks [block_end[g-1], block_end[g]) own
+// The members of a group (a matmul group): blocks [block_end[g-1], block_end[g]) own
 // member g's rows, so one launch covers q, k and v (or gate and up).
 struct GemvGroup {
   const void* w[kMaxGroup] = {};

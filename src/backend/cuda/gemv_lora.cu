@@ -2,7 +2,7 @@
 //   y_g[0, :] = x[0] @ w_g^T (+ bias_g)        gemv.cuh's blocks, as the plain GEMV
 //   t_g[0, :] = a_g[slot_0] @ x[0]             G x ceil(R / 4) more blocks, 4 A rows each
 // and the expand, y_g += b_g[slot_0] @ t_g, left to the op that reads y next (LoraDelta:
-// rope_kv_write, add_rms_norm_x16, silu_mul_x16 add it in their own kernel, lora_delta.cuh).
+// rope_kv_write, add_rms_norm, silu_mul add it in their own kernel, lora_delta.cuh).
 // So a batch-1 projection with an adapter is one kernel, as without: at batch 1 the LoRA's
 // cost is the latency of its extra kernels on the step's chain, not its bytes. Decode
 // batches of 2 tokens get the same A blocks per token beside the GEMV's 2-token blocks;
@@ -141,7 +141,7 @@ namespace cuda {
 // *args for a LoRA group on x [n, in], all but t; false when the kernels here do not take
 // the operands (rank, `in` not a multiple of 8, stack types, alignment). Checks the
 // stacks' shapes.
-bool shrink_rows_args(const LoraGroup& lora, Tensor x, const LoraMeta& meta, ShrinkRows* out) {
+bool shrink_rows_args(const GroupLora& lora, Tensor x, ShrinkRows* out) {
   ShrinkRows& args = *out;
   const int64_t n = x.dim(0), in = x.dim(1);
   const Tensor& a0 = lora.a_stack[0];
@@ -158,38 +158,39 @@ bool shrink_rows_args(const LoraGroup& lora, Tensor x, const LoraMeta& meta, Shr
     if (!cuda::aligned16(a.data)) return false;
     args.a[i] = a.data;
   }
-  cuda::check_lora_meta(meta, n, "lora");
-  args.token_slot = meta.token_slot.ptr<int32_t>();
+  check_lora_meta(lora.meta, n, "lora");
+  args.token_slot = lora.meta.token_slot.ptr<int32_t>();
   args.rank = static_cast<int>(rank);
   args.num_slots = static_cast<int>(num_slots);
   args.rank_blocks = static_cast<int>(cuda::ceil_div(rank, kRows));
   return true;
 }
 
-// *defer = the expand of `lora` on t [G, n, R] at t.
-void fill_defer(LoraDelta* defer, const LoraGroup& lora, const LoraMeta& meta, float* t, int64_t n) {
-  const int64_t rank = lora.a_stack[0].dim(1);
-  defer->count = lora.count;
-  defer->meta = meta;
-  for (int i = 0; i < lora.count; ++i) {
-    defer->y[i] = lora.y[i];
-    defer->b_stack[i] = lora.b_stack[i];
-    defer->t[i] = Tensor(t + i * n * rank, DType::kF32, {n, rank}, Device::kCuda);
-  }
-}
-
 }  // namespace cuda
 
-bool CudaBackend::gemv_lora(const MatmulGroup& g, const LoraGroup& lora, Tensor x, const LoraMeta& meta,
-                            LoraDelta* defer) {
+LoraDelta pending_delta(const GroupPlan& plan, const GroupLora& lora) {
+  LoraDelta d;
+  if (!plan.expand_in_next_op()) return d;
+  check(lora.count >= 1 && lora.count <= kMaxGroup, "lora: the plan leaves an expand, but the group has no LoRA");
+  d.count = lora.count;
+  d.meta = lora.meta;
+  for (int i = 0; i < lora.count; ++i) {
+    d.y[i] = lora.y[i];
+    d.b_stack[i] = lora.b_stack[i];
+    d.t[i] = lora.t_of(i);
+  }
+  return d;
+}
+
+bool CudaBackend::gemv_lora(const MatmulGroup& g, const GroupLora& lora, Tensor x) {
   const DType wt = g.w[0].dtype, st = lora.a_stack[0].dtype;
   const int64_t n = x.dim(0);
-  if (defer == nullptr || n < 1 || n > 2 || options_.gemv_max_n < n || options_.gemv_variant != 0) return false;
+  if (n < 1 || n > 2) return false;
   if ((st != wt && st != DType::kF32) || !cuda::lora_matches_outputs(g, lora)) return false;
   bool aligned = true;
   GemvGroup grp = cuda::gemv_group(g, &aligned);
   ShrinkRows args;
-  if (!aligned || !shrink_args(lora, x, meta, &args)) return false;
+  if (!aligned || !shrink_args(lora, x, &args)) return false;
   const int blocks = cuda::gemv_blocks<kRows>(grp, g.count) + args.blocks;
   const float* xp = x.ptr<float>();
   const int ii = static_cast<int>(x.dim(1));
@@ -203,30 +204,30 @@ bool CudaBackend::gemv_lora(const MatmulGroup& g, const LoraGroup& lora, Tensor 
                           kGemvWarps * 32, 0, stream_, pdl_, grp, args, xp, ii);
     }
   }, "matmul: weight must be F32, F16 or BF16");
-  cuda::fill_defer(defer, lora, meta, args.t, n);
   return true;
 }
 
-bool CudaBackend::token_shrink(const LoraGroup& lora, Tensor x, const LoraMeta& meta, LoraDelta* defer,
-                               cudaStream_t stream) {
+bool CudaBackend::token_shrink(const GroupLora& lora, Tensor x, cudaStream_t stream) {
   ShrinkRows args;
-  if (!shrink_args(lora, x, meta, &args)) return false;
-  const int64_t n = x.dim(0);
+  if (!shrink_args(lora, x, &args)) return false;
   const auto blocks = static_cast<unsigned>(args.blocks);
-  const int ni = static_cast<int>(n), ii = static_cast<int>(x.dim(1));
+  const int ni = static_cast<int>(x.dim(0)), ii = static_cast<int>(x.dim(1));
   cuda::dispatch_float(lora.a_stack[0].dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     cuda::launch_kernel(token_shrink_kernel<T>, blocks, kGemvWarps * 32, 0, stream, false, args, x.ptr<float>(), ni,
                         ii);
   }, "lora: a_stack must be F32, F16 or BF16");
-  cuda::fill_defer(defer, lora, meta, args.t, n);
   return true;
 }
 
-bool CudaBackend::shrink_args(const LoraGroup& lora, Tensor x, const LoraMeta& meta, ShrinkRows* args) {
-  if (!cuda::shrink_rows_args(lora, x, meta, args)) return false;
+bool CudaBackend::shrink_args(const GroupLora& lora, Tensor x, ShrinkRows* args) {
+  if (!cuda::shrink_rows_args(lora, x, args)) return false;
   const int64_t n = x.dim(0);
-  args->t = static_cast<float*>(scratch(lora_scratch_, sizeof(float) * lora.count * n * args->rank, "lora"));
+  const Tensor& t = lora.t;
+  check(t.dtype == DType::kF32 && t.device == Device::kCuda && t.ndim == 3 && t.dim(0) >= lora.count &&
+            t.dim(1) == n && t.dim(2) == args->rank,
+        "lora: t must be f32 [members, n, max_rank] on the GPU");
+  args->t = t.ptr<float>();
   args->blocks = lora.count * static_cast<int>(n) * args->rank_blocks;
   return true;
 }

@@ -1,23 +1,22 @@
-// CUDA multi-LoRA over the persistent slot stacks (DESIGN.md section 2), for a group of up
-// to three projections of one input (q/k/v, gate/up) in two launches whatever the batch:
+// CUDA multi-LoRA over the persistent slot stacks (DESIGN.md section 2), and project(), which
+// runs a projection group with the kernels of its plan (step_plan.h). The tiled kernels here
+// (ShrinkKernel / ExpandKernel::kTiled) take a group of up to three projections of one
+// input (q/k/v, gate/up) in two launches whatever the batch:
 //   shrink  part[g, s, i, :] = a_g[slot_i][:, split s] @ x[i, split s]   (split over `in`)
 //   expand  y_g[i, :] += b_g[slot_i] @ sum_s part[g, s, i, :]
-// From 16 tokens up both kernels take the tokens 16 at a time in LoraMeta::sorted_tokens
-// order, so a tile holds runs of tokens that share an adapter: one request's prefill chunk
-// is one long run (segments), a large decode batch mostly short runs. An adapter's weights
-// are loaded once per run of a warp's tokens and used for each token of the run from
-// registers. Below 16 tokens the gather kernels of lora_gather.cu (one token per block:
-// latency first) write the same partials.
+// Both take the tokens 16 at a time in LoraMeta::sorted_tokens order, so a tile holds runs
+// of tokens that share an adapter: one request's prefill chunk is one long run (segments),
+// a large decode batch mostly short runs. An adapter's weights are loaded once per run of a
+// warp's tokens and used for each token of the run from registers.
 //   shrink: a warp owns 4 tokens x 8 ranks (32 accumulators per lane) over the block's
 //           column split, 8 columns per lane per step with 16-byte loads; the lanes' sums
 //           are added through shared memory. grid (tiles, splits, G x rank blocks).
-//           From 512 tokens with bf16 stacks and x's bf16 copy (MatmulGroup::x16), tiles
-//           that are one run are lora_shrink_mma.cu's, on tensor cores, and this kernel
-//           skips them.
+//           Under kTiledMma (prefill sizes, bf16 stacks, x's bf16 copy), tiles that are
+//           one run are lora_shrink_mma.cu's, on tensor cores, and this kernel skips them.
 //   expand: a lane owns 4 output rows for 4 of the tile's tokens, the y loads and the first
 //           run's B loads of a step in flight at once; the tile's t rows (the split
-//           partials summed in a fixed order) sit in shared memory. From 512 tokens with
-//           bf16 stacks, tiles that are one run of consecutive tokens (prefill) are
+//           partials summed in a fixed order) sit in shared memory. Under kTiledMma,
+//           tiles that are one run of consecutive tokens (prefill) are
 //           lora_expand_mma.cu's, on tensor cores, and this kernel skips them.
 // Results are deterministic (fixed summation order): graph == eager, bitwise. Grids depend
 // only on n and the stack shapes, never on which tokens carry an adapter, so a captured
@@ -42,12 +41,7 @@ constexpr int kLaneCols = 8;                             // shrink: columns per 
 constexpr int kSplitAlign = 32 * kLaneCols;              // split widths are multiples of 256
 constexpr int kExpandWarps = kTileTokens / kWarpTokens;  // expand: 4 tokens per warp
 constexpr int kExpandRows = 4;                           // expand: output rows per lane and step
-constexpr int kThreads = 256;                            // reduce
 constexpr int64_t kExpandBlocks = 1024;                  // expand: target grid size
-constexpr int64_t kMmaExpandMinN = 512;                  // expand: tensor cores from this many tokens
-constexpr int64_t kMmaShrinkMinN = 512;                  // shrink: the same, given x16
-// project(): up to this many tokens (decode batches) the expand is deferred when it can be.
-constexpr int64_t kDeferMaxN = 64;
 
 using GroupArgs = cuda::LoraGroupArgs;
 using cuda::lora_slot_of;
@@ -262,15 +256,6 @@ expand_kernel(GroupArgs args, const float* __restrict__ part, int splits, const 
   }
 }
 
-// t[i, r] = sum_c part[c, i, r] for tokens with a slot (one member). grid over n x R.
-__global__ void reduce_kernel(float* __restrict__ t, const float* __restrict__ part, int chunks,
-                              const int32_t* __restrict__ token_slot, int n, int rank, int num_slots) {
-  const int64_t per = static_cast<int64_t>(n) * rank;
-  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  if (i >= per || lora_slot_of(token_slot, static_cast<int>(i / rank), num_slots) < 0) return;
-  t[i] = cuda::lora_part_sum(part, chunks, n, rank, static_cast<int>(i / rank), static_cast<int>(i % rank));
-}
-
 const int32_t* sorted_ptr(const LoraMeta& meta) {
   return meta.sorted_tokens.empty() ? nullptr : meta.sorted_tokens.ptr<int32_t>();
 }
@@ -284,8 +269,8 @@ int split_columns(int64_t n, int64_t in) {
 
 }  // namespace
 
-float* CudaBackend::lora_shrink_parts(const LoraGroup& g, Tensor x, const Tensor& x16, const LoraMeta& meta,
-                                     int* chunks, cudaStream_t stream) {
+float* CudaBackend::lora_shrink_parts(const GroupLora& g, Tensor x, const Tensor& x16, bool mma, int* chunks,
+                                     cudaStream_t stream) {
   cuda::check_f32(x, "lora: x must be f32 on the GPU");
   check(x.ndim == 2, "lora: x must be [n, in]");
   const int64_t n = x.dim(0), in = x.dim(1);
@@ -301,24 +286,18 @@ float* CudaBackend::lora_shrink_parts(const LoraGroup& g, Tensor x, const Tensor
   }
   check(n < (int64_t{1} << 31) && in < (int64_t{1} << 31), "lora: dimensions out of range");
   check(rank <= cuda::kLoraMaxRank, "lora: rank above 512");
+  const LoraMeta& meta = g.meta;
   cuda::check_lora_meta(meta, n, "lora");
-  const bool gather = n <= cuda::kLoraGatherMaxN;
-  // Prefill-sized batches given x's bf16 copy: the one-run tiles on tensor cores, with
-  // splits of their own (the CUDA-core shrink of the other tiles takes the same).
-  const bool mma = n >= kMmaShrinkMinN && cuda::lora_mma_shrink_fits(a0.dtype, args, g.count, x16, n, in);
-  const int split_cols = gather ? cuda::kLoraGatherSplit
-                         : mma  ? cuda::lora_mma_shrink_split(n, in, g.count, static_cast<int>(rank), num_sms_,
-                                                             kSplitAlign)
-                                : split_columns(n, in);
+  // The one-run tiles on tensor cores, with splits of their own (the CUDA-core shrink of the
+  // other tiles takes the same).
+  check(!mma || cuda::lora_mma_shrink_fits(a0.dtype, args, g.count, x16, n, in),
+        "lora: the operands do not fit the plan's tensor-core shrink (bf16 stacks and x16, aligned rows)");
+  const int split_cols = mma ? cuda::lora_mma_shrink_split(n, in, g.count, static_cast<int>(rank), num_sms_,
+                                                           kSplitAlign)
+                             : split_columns(n, in);
   *chunks = static_cast<int>(cuda::ceil_div(in, split_cols));
   const size_t bytes = sizeof(float) * static_cast<size_t>(g.count * *chunks) * n * rank;  // [G, splits, n, R]
   float* part = static_cast<float*>(scratch(lora_scratch_, bytes, "lora"));
-  if (gather) {
-    cuda::lora_gather_shrink(part, x.ptr<float>(), args, g.count, meta.token_slot.ptr<int32_t>(), sorted_ptr(meta),
-                             static_cast<int>(n), static_cast<int>(in), static_cast<int>(rank),
-                             static_cast<int>(num_slots), a0.dtype, stream);
-    return part;
-  }
   if (mma)
     cuda::lora_mma_shrink(part, x16.data, args, g.count, meta.token_slot.ptr<int32_t>(), sorted_ptr(meta),
                           static_cast<int>(n), static_cast<int>(in), static_cast<int>(rank),
@@ -336,7 +315,7 @@ float* CudaBackend::lora_shrink_parts(const LoraGroup& g, Tensor x, const Tensor
   return part;
 }
 
-void CudaBackend::lora_expand_parts(const LoraGroup& g, const float* part, int chunks, int64_t n, const LoraMeta& meta) {
+void CudaBackend::lora_expand_parts(const GroupLora& g, const float* part, int chunks, int64_t n, bool mma) {
   const Tensor& b0 = g.b_stack[0];
   check(b0.ndim == 3, "lora: b_stack must be [S, out, R]");
   const int64_t num_slots = b0.dim(0), rank = b0.dim(2);
@@ -356,24 +335,19 @@ void CudaBackend::lora_expand_parts(const LoraGroup& g, const float* part, int c
     max_out = std::max(max_out, y.dim(1));
   }
   check(rank <= cuda::kLoraMaxRank, "lora: rank above 512");
+  const LoraMeta& meta = g.meta;
   cuda::check_lora_meta(meta, n, "lora");
   if (max_out == 0) return;
-  if (n <= cuda::kLoraGatherMaxN) {
-    cuda::lora_gather_expand(args, g.count, static_cast<int>(max_out), part, chunks, meta.token_slot.ptr<int32_t>(),
-                             sorted_ptr(meta), static_cast<int>(n), static_cast<int>(rank),
-                             static_cast<int>(num_slots), b0.dtype, stream_);
-    return;
-  }
-  // Prefill-sized batches with bf16 stacks: the one-run tiles on tensor cores first, this
-  // kernel for the rest. Decode batches (below kMmaExpandMinN) have hardly any such tiles.
-  const bool mma = n >= kMmaExpandMinN && cuda::lora_mma_expand_fits(b0.dtype, args, g.count, static_cast<int>(rank));
+  // The one-run tiles (prefill chunks) on tensor cores first, this kernel for the rest.
+  check(!mma || cuda::lora_mma_expand_fits(b0.dtype, args, g.count, static_cast<int>(rank)),
+        "lora: the operands do not fit the plan's tensor-core expand (bf16 stacks, rank and outputs by 16)");
   if (mma)
     cuda::lora_mma_expand(args, g.count, static_cast<int>(max_out), part, chunks, meta.token_slot.ptr<int32_t>(),
                           sorted_ptr(meta), static_cast<int>(n), static_cast<int>(rank), static_cast<int>(num_slots),
                           stream_);
   const size_t smem = sizeof(float) * kTileTokens * static_cast<size_t>(cuda::ceil_div(rank, 16) * 16);
   // Row walkers per tile: enough blocks for about one wave (~1,024), each walking as many
-  // 128-row steps as that leaves; one step each when the tiles are few (small decode batches).
+  // 128-row steps as that leaves; one step each when the tiles are few.
   const int64_t tiles = cuda::ceil_div(n, kTileTokens), row_steps = cuda::ceil_div(max_out, 32 * kExpandRows);
   const int64_t walkers = std::clamp<int64_t>(cuda::ceil_div(kExpandBlocks, tiles * g.count), 1, row_steps);
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(walkers), static_cast<unsigned>(g.count));
@@ -386,86 +360,56 @@ void CudaBackend::lora_expand_parts(const LoraGroup& g, const float* part, int c
   }, "lora: b_stack must be F32, F16 or BF16");
 }
 
-void CudaBackend::lora_group(const LoraGroup& g, Tensor x, Tensor /*t*/, const LoraMeta& meta) {
-  check(g.count >= 1 && g.count <= kMaxGroup, "lora_group: 1..3 members");
+// A projection as its plan says. With LoRA:
+// - kFused: one launch, the GEMV's (1-2 tokens, gemv_lora.cu) or the skinny kernel's (3..16,
+//   gemm_skinny.cu), whose extra blocks write the shrink into lora.t; the expand is the
+//   next op's.
+// - otherwise the shrink reads only x, so it runs on the side stream while the matmul runs
+//   on the main one (a fork/join that stream capture records as graph edges): kTokenRows
+//   (decode batches: t itself, no partials; the expand is the next op's, so nothing follows
+//   the join) or the tiled partials, whose expand runs after the join. A matmul beside the
+//   shrink is launched without programmatic serialisation: launched early, the GEMV's
+//   blocks would hold the SMs (waiting for x) that the shrink needs when x is ready (batch 1
+//   with an adapter measured 5.45 -> 5.77 ms with it).
+void CudaBackend::project(const GroupPlan& p, const MatmulGroup& g, const GroupLora& lora, Tensor x) {
+  check_group(g, x);
   const int64_t n = x.dim(0);
-  if (n == 0 || g.a_stack[0].dim(1) == 0) return;
-  int chunks = 0;
-  const float* part = lora_shrink_parts(g, x, Tensor(), meta, &chunks, stream_);
-  lora_expand_parts(g, part, chunks, n, meta);
-}
-
-// The shrink reads only x, so it runs on the side stream while the base GEMV streams the
-// weights on the main one (a fork/join that stream capture records as graph edges); the
-// expand, which adds into the GEMV's output, waits for both. That GEMV is launched without
-// programmatic serialisation: launched early, its blocks would hold the SMs (waiting for x)
-// that the shrink needs when x is ready, and the expand waits for the shrink (batch 1 with
-// an adapter measured 5.45 -> 5.77 ms with it). When the caller takes a deferred expand
-// (LoraDelta), decode batches leave the expand to the op after the projection, which
-// adds it in its own kernel: at 1 and 2 tokens gemv_lora.cu's one launch computes y and t;
-// up to kDeferMaxN tokens the side stream runs gemv_lora.cu's token shrink (t itself, no split
-// partials to add up) and nothing follows the join. Either way no LoRA kernel is left on
-// the step's chain after the matmul.
-void CudaBackend::project(const MatmulGroup& g, const LoraGroup* lora, Tensor x, Tensor t, const LoraMeta& meta,
-                          LoraDelta* defer) {
-  if (defer != nullptr) defer->count = 0;
-  if (lora == nullptr || x.dim(0) == 0 || lora->a_stack[0].dim(1) == 0) {
-    matmul_group(g, x);
-    if (lora != nullptr) lora_group(*lora, x, t, meta);
+  if (!p.lora() || n == 0) {
+    run_matmul(p.matmul, g, x, pdl_);
     return;
   }
-  check(lora->count >= 1 && lora->count <= kMaxGroup, "project: 1..3 LoRA members");
-  check_group(g, x);  // for gemv_lora and skinny_project
-  if (gemv_lora(g, *lora, x, meta, defer)) return;  // batch 1-2: one launch, the expand deferred
-  if (skinny_project(g, lora, x, &meta, defer, pdl_)) return;  // 3..16 tokens: one launch, the expand deferred
-  // A prefill-sized group that the matmul multiplies in bf16 and that came without x's bf16
-  // copy (o: the attention output) gets it here, before the fork, so the shrink can read it.
+  check(lora.count == g.count, "project: the plan runs LoRA, but the group's LoRA has another member count");
+  if (lora.rank() == 0) {  // an empty stack adds nothing; a pending expand reads no t
+    run_matmul(p.matmul, g, x, pdl_);
+    return;
+  }
+  if (p.shrink == ShrinkKernel::kFused) {
+    check(p.expand_in_next_op(), "project: a fused shrink leaves its expand to the next op");
+    const bool done = p.matmul == MatmulKernel::kGemv     ? gemv_lora(g, lora, x)
+                      : p.matmul == MatmulKernel::kSkinny ? skinny_project(g, &lora, x, pdl_)
+                                                          : false;
+    check(done, "project: the operands do not fit the plan's fused " + to_string(p.matmul) + " kernel");
+    return;
+  }
+  const bool rows = p.shrink == ShrinkKernel::kTokenRows;
+  check(rows == p.expand_in_next_op(), "project: a token-rows shrink goes with the next op's expand, and only it");
+  check(rows || p.shrink == ShrinkKernel::kTiled || p.shrink == ShrinkKernel::kTiledMma,
+        "project: the plan names a host LoRA kernel on the cuda backend");
+  // A group multiplied in bf16 that came without x's bf16 copy (o: the attention output)
+  // gets it here, before the fork, so the tensor-core shrink can read it.
   MatmulGroup gm = g;
-  const int64_t n = x.dim(0);
-  const DType wt = g.w[0].dtype;
-  if (gm.x16.empty() && n >= kMmaShrinkMinN && lora->a_stack[0].dtype == DType::kBF16 &&
-      gemm_input_type(n, wt) == DType::kBF16 && x.dtype == DType::kF32 && x.ndim == 2)
-    gm.x16 = convert_for_gemm(x, wt, nullptr);
+  const bool mma_shrink = p.shrink == ShrinkKernel::kTiledMma;
+  if (mma_shrink && (gm.x16.empty() || gm.x16.dtype != DType::kBF16)) gm.x16 = convert_for_gemm(x, g.w[0].dtype, nullptr);
   cuda::cuda_check(cudaEventRecord(fork_, stream_));
   cuda::cuda_check(cudaStreamWaitEvent(side_stream_, fork_, 0));
   int chunks = 0;
-  const bool deferred = defer != nullptr && n <= kDeferMaxN && token_shrink(*lora, x, meta, defer, side_stream_);
-  const float* part = deferred ? nullptr : lora_shrink_parts(*lora, x, gm.x16, meta, &chunks, side_stream_);
+  const float* part = nullptr;
+  if (rows) check(token_shrink(lora, x, side_stream_), "project: the operands do not fit the plan's token-rows shrink");
+  else part = lora_shrink_parts(lora, x, gm.x16, mma_shrink, &chunks, side_stream_);
   cuda::cuda_check(cudaEventRecord(join_, side_stream_));
-  matmul_group_launch(gm, x, false);
+  run_matmul(p.matmul, gm, x, false);
   cuda::cuda_check(cudaStreamWaitEvent(stream_, join_, 0));
-  if (!deferred) lora_expand_parts(*lora, part, chunks, x.dim(0), meta);
-}
-
-void CudaBackend::lora_shrink(Tensor t, Tensor x, Tensor a_stack, const LoraMeta& meta) {
-  cuda::check_f32(t, "lora_shrink: t must be f32 on the GPU");
-  check(a_stack.ndim == 3 && x.ndim == 2, "lora_shrink: a_stack must be [S, R, in], x [n, in]");
-  const int64_t n = x.dim(0), rank = a_stack.dim(1);
-  check(a_stack.dim(2) == x.dim(1) && t.numel() == n * rank, "lora_shrink: shape mismatch");
-  if (n == 0 || rank == 0) return;
-  LoraGroup g;
-  g.count = 1;
-  g.a_stack[0] = a_stack;
-  int chunks = 0;
-  const float* part = lora_shrink_parts(g, x, Tensor(), meta, &chunks, stream_);
-  const int64_t count = n * rank;
-  reduce_kernel<<<static_cast<unsigned>(cuda::ceil_div(count, kThreads)), kThreads, 0, stream_>>>(
-      t.ptr<float>(), part, chunks, meta.token_slot.ptr<int32_t>(), static_cast<int>(n), static_cast<int>(rank),
-      static_cast<int>(a_stack.dim(0)));
-  cuda::launch_check();
-}
-
-void CudaBackend::lora_expand(Tensor y, Tensor t, Tensor b_stack, const LoraMeta& meta) {
-  cuda::check_f32(t, "lora_expand: t must be f32 on the GPU");
-  check(b_stack.ndim == 3 && y.ndim == 2, "lora_expand: b_stack must be [S, out, R], y [n, out]");
-  const int64_t n = y.dim(0), rank = b_stack.dim(2);
-  check(b_stack.dim(1) == y.dim(1) && t.numel() == n * rank, "lora_expand: shape mismatch");
-  if (n == 0 || rank == 0 || y.dim(1) == 0) return;
-  LoraGroup g;
-  g.count = 1;
-  g.y[0] = y;
-  g.b_stack[0] = b_stack;
-  lora_expand_parts(g, t.ptr<float>(), 1, n, meta);
+  if (!rows) lora_expand_parts(lora, part, chunks, n, p.expand == ExpandKernel::kTiledMma);
 }
 
 }  // namespace quiver

@@ -1,4 +1,4 @@
-// A pending LoRA term (LoraDelta, backend.h) applied inside the kernel of the op that reads
+// A pending LoRA term (LoraDelta, cuda_backend.h) applied inside the kernel of the op that reads
 // the projection's outputs next: y[i, row] += b[slot_i][row, :] . t[i, :]. Each output's B
 // row is loaded before the kernel's PDL wait (the slots and the stacks are written by no
 // kernel of the step), t after it, so the term adds loads in flight, not a kernel to the
@@ -10,6 +10,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.h"
 #include "backend/cuda/lora_kernels.h"
 

@@ -1,9 +1,7 @@
-// Shared by the CUDA multi-LoRA kernel sets: lora.cu (tiles of 16 slot-sorted tokens,
-// used from 16 tokens up: prefill segments and large decode batches), lora_shrink_mma.cu
-// and lora_expand_mma.cu (the shrink and expand of prefill tiles on tensor cores, for bf16
-// stacks) and lora_gather.cu (one token per block, used below 16 tokens: small decode
-// batches, where latency rules). All write and read the same shrink partials,
-// [G, splits, n, R] f32.
+// Shared by the CUDA multi-LoRA kernel sets of split partials: lora.cu (tiles of 16
+// slot-sorted tokens: prefill segments and large decode batches), lora_shrink_mma.cu and
+// lora_expand_mma.cu (the shrink and expand of prefill tiles on tensor cores, for bf16
+// stacks). All write and read the same shrink partials, [G, splits, n, R] f32.
 #pragma once
 
 #include <cstdint>
@@ -24,15 +22,6 @@ inline void check_lora_meta(const LoraMeta& meta, int64_t n, const char* op) {
   check(meta.sorted_tokens.empty() || (meta.sorted_tokens.dtype == DType::kI32 && meta.sorted_tokens.numel() == n),
         std::string(op) + ": sorted_tokens must be empty or i32 [n]");
 }
-
-// Below this many tokens the gather kernels run.
-inline constexpr int kLoraGatherMaxN = 15;
-// Columns per shrink split of the gather kernels (the shrink stages 16 tokens x this many
-// f32 of x in shared memory: 1024 exceeds the 48 KiB static limit). H200, 7B bf16 decode
-// step with LoRA at batch 4 / 8 (cuBLAS base, graphs): 64 columns 6.35 / 6.83 ms, 256
-// 6.14 / 6.66, 512 6.27 / 7.47: fewer partials for the
-// expand to add, while enough shrink blocks remain to run beside the GEMM.
-inline constexpr int kLoraGatherSplit = 256;
 
 struct LoraGroupArgs {
   const void* a[kMaxGroup] = {};  // [S, R, in]
@@ -123,15 +112,6 @@ struct alignas(16) Row8 {
     return acc;
   }
 };
-
-// lora_gather.cu. part: [G, ceil(in / kLoraGatherSplit), n, R].
-void lora_gather_shrink(float* part, const float* x, const LoraGroupArgs& args, int members,
-                        const int32_t* token_slot, const int32_t* sorted, int n, int in, int rank, int num_slots,
-                        DType stack_type, cudaStream_t stream);
-// y_g[i] += b_g[slot_i] . sum_c part[g, c, i, :], one token per block (partials summed there).
-void lora_gather_expand(const LoraGroupArgs& args, int members, int max_out, const float* part, int chunks,
-                        const int32_t* token_slot, const int32_t* sorted, int n, int rank, int num_slots,
-                        DType stack_type, cudaStream_t stream);
 
 // lora_shrink_mma.cu: whether it takes these operands (bf16 stacks and a bf16 x16 [n, in],
 // in a multiple of 8, 16-byte aligned rows), and the shrink of the one-run tiles from x16

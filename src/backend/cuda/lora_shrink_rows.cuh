@@ -67,18 +67,16 @@ __device__ __forceinline__ void token_shrink_block(const ShrinkRows& lora, const
 // *out for a LoRA group on x [n, in], all but t and blocks; false when these kernels do not
 // take the operands (rank, `in` not a multiple of 8, stack types, alignment). Checks the
 // stacks' shapes (gemv_lora.cu).
-bool shrink_rows_args(const LoraGroup& lora, Tensor x, const LoraMeta& meta, ShrinkRows* out);
+bool shrink_rows_args(const GroupLora& lora, Tensor x, ShrinkRows* out);
 
 // Whether lora adds into the outputs of g member for member, as a launch that computes both
 // needs (gemv_lora.cu, gemm_skinny.cu).
-inline bool lora_matches_outputs(const MatmulGroup& g, const LoraGroup& lora) {
+inline bool lora_matches_outputs(const MatmulGroup& g, const GroupLora& lora) {
   if (lora.count != g.count) return false;
   for (int i = 0; i < g.count; ++i)
     if (lora.y[i].data != g.y[i].data) return false;
   return true;
 }
 
-// *defer = the expand of `lora` on t [G, n, R] at t (gemv_lora.cu).
-void fill_defer(LoraDelta* defer, const LoraGroup& lora, const LoraMeta& meta, float* t, int64_t n);
 
 }  // namespace quiver::cuda

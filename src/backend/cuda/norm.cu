@@ -1,6 +1,6 @@
 // CUDA RMSNorm and the fused residual-add + RMSNorm: one block per row, sum of squares in
 // f32, then the scaled row. Same expression order as the reference: w * (x * inv_rms).
-// add_rms_norm_x16 with a pending LoRA term on x has kernels of its own (norm_lora.cu), so
+// add_rms_norm with a pending LoRA term on x has kernels of its own (norm_lora.cu), so
 // the plain kernel keeps the registers of a norm without a term.
 #include <algorithm>
 
@@ -151,22 +151,16 @@ void CudaBackend::init_norm_kernels(int64_t smem_optin_bytes) {
   norm_smem_bytes_ = cuda::set_norm_delta_smem(smem_optin_bytes);
 }
 
-void CudaBackend::rms_norm(Tensor out, Tensor x, Tensor w, float eps) {
-  launch_rms_norm<false>(stream_, pdl_, clusters_, norm_smem_bytes_, out, Tensor(), Tensor(), x, w, eps, LoraDelta());
-}
-
-void CudaBackend::add_rms_norm(Tensor out, Tensor residual, Tensor x, Tensor w, float eps) {
-  launch_rms_norm<true>(stream_, pdl_, clusters_, norm_smem_bytes_, out, Tensor(), residual, x, w, eps, LoraDelta());
-}
-
-void CudaBackend::rms_norm_x16(Tensor out, Tensor out16, Tensor x, Tensor w, float eps) {
+void CudaBackend::rms_norm(Tensor out, Tensor out16, Tensor x, Tensor w, float eps) {
   launch_rms_norm<false>(stream_, pdl_, clusters_, norm_smem_bytes_, out, out16, Tensor(), x, w, eps, LoraDelta());
 }
 
-void CudaBackend::add_rms_norm_x16(Tensor out, Tensor out16, Tensor residual, Tensor x, Tensor w, float eps,
-                                   const LoraDelta& delta) {
-  if (delta.count > 0 && !(x.ndim == 2 && rows_vec(out, x, residual, x.dim(1)))) {  // an odd width (no decode model has one): the term, then the op
-    apply_lora_delta(delta);
+void CudaBackend::add_rms_norm(Tensor out, Tensor out16, Tensor residual, Tensor x, Tensor w, float eps,
+                               const GroupPlan& plan, const GroupLora& lora) {
+  const LoraDelta delta = pending_delta(plan, lora);
+  if (delta.count > 0 && !(x.ndim == 2 && rows_vec(out, x, residual, x.dim(1)))) {
+    // An odd width (no decode model has one): the tiled expand of t, then the plain op.
+    lora_expand_parts(lora, lora.t.ptr<float>(), 1, x.dim(0), false);
     launch_rms_norm<true>(stream_, pdl_, clusters_, norm_smem_bytes_, out, out16, residual, x, w, eps, LoraDelta());
     return;
   }

@@ -27,7 +27,7 @@ __device__ __forceinline__ void store_normed4(float* __restrict__ o, void* __res
   cuda::store_x16(out16, row * d + e + 3, r.w, bf16);
 }
 
-// add_rms_norm_x16 with da's term added to x first (da.count > 0, d % 4 == 0 and aligned
+// add_rms_norm with da's term added to x first (da.count > 0, d % 4 == 0 and aligned
 // rows; the caller checked the shapes): the shared-memory kernel for 1-2 rows whose slab
 // fits in smem_max bytes, the cluster kernel where `clusters` (sm_90+), else one block a
 // row (norm_lora.cu).

@@ -1,4 +1,4 @@
-// CUDA add + RMSNorm with a pending LoRA term on x (CudaBackend::add_rms_norm_x16 with a
+// CUDA add + RMSNorm with a pending LoRA term on x (CudaBackend::add_rms_norm with a
 // LoraDelta): x += B[slot] . t first, then the norm as in norm.cu. For 1-2 rows one block a
 // row with the row's B rows staged in shared memory; on sm_90 a row split over a cluster of
 // blocks; elsewhere (or for widths and ranks those do not take) one block a row.

@@ -1,8 +1,9 @@
-// CUDA rotate-half RoPE (HF convention), in place on q and k: one thread per (token, head,
-// pair) with pairs (j, j + head_dim/2); grid (tokens, pair chunks of 128), so a decode step
-// of one token still spreads over many multiprocessors. rope_kv_write is the same kernel
-// with the KV write of kv_cache.cu folded in: a k pair's thread also stores its two
-// rotated values into the cache, and one more thread per v pair copies v there. A pending
+// CUDA rope_kv_write: rotate-half RoPE (HF convention) in place on q and k, and the KV
+// write into the paged cache, in one kernel: one thread per (token, head, pair) with pairs
+// (j, j + head_dim/2); grid (tokens, pair chunks of 128), so a decode step of one token
+// still spreads over many multiprocessors. A k pair's thread also stores its two rotated
+// values into the cache (converted to the cache dtype, round to nearest even, as the
+// reference), and one more thread per v pair copies v there. A pending
 // LoRA term of the q/k/v projections (LoraDelta) is added to each pair before it is
 // rotated or stored (lora_delta.cuh).
 #include <algorithm>
@@ -20,8 +21,8 @@ namespace {
 // cannot be reported from the device: its rows become NaN. Per token, units [0, H*half) are
 // q pairs, [H*half, (H+KV)*half) k pairs, rotated in place; with a slot_mapping (rope_kv_write)
 // the k pairs are also stored at their slot and units up to (H+2KV)*half store v's pairs.
-// Caches [slots, KV * hd]; slot -1 (padding) or past the cache: no store, as in
-// kv_write_kernel. DELTA: a pending LoRA term is given (its B rows, 20 registers a thread,
+// Caches [slots, KV * hd]; slot -1 (padding) or past the cache (which the device cannot
+// report; the reference check()s it): no store. DELTA: a pending LoRA term is given (its B rows, 20 registers a thread,
 // are loaded before the wait); without one the kernel keeps its 26 registers, which a
 // 256-token step's 12,288 blocks need (at 56, 9 blocks fit an SM instead of 16, and
 // 256-token decode steps over 64 adapters take 0.45 ms longer).
@@ -99,7 +100,7 @@ __global__ void rope_kv_write_kernel(float* __restrict__ q, float* __restrict__ 
   }
 }
 
-// rope's operand checks, for rope and rope_kv_write.
+// rope_kv_write's operand checks of q, k and the table.
 void check_rope(Tensor q, Tensor k, Tensor positions, Tensor cos_sin) {
   cuda::check_f32(q, "rope: q must be f32 on the GPU");
   cuda::check_f32(k, "rope: k must be f32 on the GPU");
@@ -110,7 +111,7 @@ void check_rope(Tensor q, Tensor k, Tensor positions, Tensor cos_sin) {
         "rope: shape mismatch");
 }
 
-// One thread per q and k pair, and per v pair when slot_mapping is given (rope_kv_write).
+// One thread per q, k and v pair.
 template <typename T>
 void launch_rope(cudaStream_t stream, bool pdl, Tensor q, Tensor k, float* v, Tensor positions, Tensor cos_sin,
                  T* k_cache, T* v_cache, const int32_t* slot_mapping, int64_t num_slots,
@@ -127,10 +128,22 @@ void launch_rope(cudaStream_t stream, bool pdl, Tensor q, Tensor k, float* v, Te
                       static_cast<int>(cos_sin.dim(0)), num_slots, delta);
 }
 
+// The cache operands of rope_kv_write.
+void check_kv_write(Tensor k_cache, Tensor v_cache, Tensor k, Tensor v, Tensor slot_mapping) {
+  cuda::check_f32(k, "kv_write: k must be f32 on the GPU");
+  cuda::check_f32(v, "kv_write: v must be f32 on the GPU");
+  check(k_cache.ndim == 4 && v_cache.ndim == 4 && k_cache.dtype == v_cache.dtype, "kv_write: bad caches");
+  check(slot_mapping.dtype == DType::kI32, "kv_write: slot_mapping must be i32");
+  const int64_t n = k.dim(0), row = k_cache.dim(2) * k_cache.dim(3);
+  check(k.numel() == n * row && v.numel() == n * row && slot_mapping.numel() == n, "kv_write: shape mismatch");
+  check(v_cache.numel() == k_cache.numel(), "kv_write: k and v caches differ in shape");
+}
+
 }  // namespace
 
 void CudaBackend::rope_kv_write(Tensor q, Tensor k, Tensor v, Tensor positions, Tensor cos_sin, Tensor k_cache,
-                                Tensor v_cache, Tensor slot_mapping, const LoraDelta& delta) {
+                                Tensor v_cache, Tensor slot_mapping, const GroupPlan& plan, const GroupLora& lora) {
+  const LoraDelta delta = pending_delta(plan, lora);
   check_rope(q, k, positions, cos_sin);
   check_kv_write(k_cache, v_cache, k, v, slot_mapping);
   check(k_cache.dim(2) == k.dim(1) && k_cache.dim(3) == k.dim(2), "kv_write: shape mismatch");  // heads as k's
@@ -140,12 +153,6 @@ void CudaBackend::rope_kv_write(Tensor q, Tensor k, Tensor v, Tensor positions, 
     launch_rope<T>(stream_, pdl_, q, k, v.ptr<float>(), positions, cos_sin, k_cache.ptr<T>(), v_cache.ptr<T>(),
                    slot_mapping.ptr<int32_t>(), k_cache.dim(0) * k_cache.dim(1), d);
   }, "kv_write: cache must be F32, F16 or BF16");
-}
-
-void CudaBackend::rope(Tensor q, Tensor k, Tensor positions, Tensor cos_sin) {
-  check_rope(q, k, positions, cos_sin);
-  launch_rope<float>(stream_, pdl_, q, k, nullptr, positions, cos_sin, nullptr, nullptr, nullptr, 0,
-                     cuda::LoraDeltaArgs());
 }
 
 }  // namespace quiver

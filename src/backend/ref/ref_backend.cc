@@ -33,7 +33,7 @@ void RefBackend::embedding(Tensor out, Tensor table, Tensor ids) {
   }
 }
 
-void RefBackend::rms_norm(Tensor out, Tensor x, Tensor w, float eps) {
+void RefBackend::rms_norm_f32(Tensor out, Tensor x, Tensor w, float eps) {
   const int64_t n = x.dim(0), d = x.dim(1);
   for (int64_t i = 0; i < n; ++i) {
     const float* xr = x.ptr<float>() + i * d;
@@ -45,9 +45,9 @@ void RefBackend::rms_norm(Tensor out, Tensor x, Tensor w, float eps) {
   }
 }
 
-void RefBackend::add_rms_norm(Tensor out, Tensor residual, Tensor x, Tensor w, float eps) {
-  add(residual, x);
-  rms_norm(out, residual, w, eps);
+void RefBackend::add_rms_norm_f32(Tensor out, Tensor residual, Tensor x, Tensor w, float eps) {
+  for (int64_t i = 0; i < residual.numel(); ++i) residual.ptr<float>()[i] += x.ptr<float>()[i];
+  rms_norm_f32(out, residual, w, eps);
 }
 
 void RefBackend::matmul(Tensor y, Tensor x, Tensor w, Tensor bias) {
@@ -141,15 +141,11 @@ void RefBackend::attention(Tensor out, Tensor q, Tensor k_cache, Tensor v_cache,
   }
 }
 
-void RefBackend::silu_mul(Tensor out, Tensor gate, Tensor up) {
+void RefBackend::silu_mul_f32(Tensor out, Tensor gate, Tensor up) {
   for (int64_t i = 0; i < out.numel(); ++i) {
     float g = gate.ptr<float>()[i];
     out.ptr<float>()[i] = g / (1.0f + std::exp(-g)) * up.ptr<float>()[i];
   }
-}
-
-void RefBackend::add(Tensor y, Tensor x) {
-  for (int64_t i = 0; i < y.numel(); ++i) y.ptr<float>()[i] += x.ptr<float>()[i];
 }
 
 void RefBackend::gather_rows(Tensor out, Tensor x, Tensor rows) {

@@ -2,24 +2,23 @@
 // runs long), no threads, no tricks. Every other backend is tested against it.
 #pragma once
 
-#include "backend/host_memory.h"
+#include "backend/host_backend.h"
 
 namespace quiver {
 
-class RefBackend : public HostMemoryBackend {
+class RefBackend : public HostBackend {
  public:
   std::string name() const override { return "ref"; }
 
   void embedding(Tensor out, Tensor table, Tensor ids) override;
-  void rms_norm(Tensor out, Tensor x, Tensor w, float eps) override;
-  void add_rms_norm(Tensor out, Tensor residual, Tensor x, Tensor w, float eps) override;
+  void rms_norm_f32(Tensor out, Tensor x, Tensor w, float eps) override;
+  void add_rms_norm_f32(Tensor out, Tensor residual, Tensor x, Tensor w, float eps) override;
   void matmul(Tensor y, Tensor x, Tensor w, Tensor bias) override;
   void rope(Tensor q, Tensor k, Tensor positions, Tensor cos_sin) override;
   void kv_write(Tensor k_cache, Tensor v_cache, Tensor k, Tensor v, Tensor slot_mapping) override;
   void attention(Tensor out, Tensor q, Tensor k_cache, Tensor v_cache, const AttentionMeta& meta,
                  float scale) override;
-  void silu_mul(Tensor out, Tensor gate, Tensor up) override;
-  void add(Tensor y, Tensor x) override;
+  void silu_mul_f32(Tensor out, Tensor gate, Tensor up) override;
   void gather_rows(Tensor out, Tensor x, Tensor rows) override;
   void lora_shrink(Tensor t, Tensor x, Tensor a_stack, const LoraMeta& meta) override;
   void lora_expand(Tensor y, Tensor t, Tensor b_stack, const LoraMeta& meta) override;

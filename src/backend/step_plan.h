@@ -1,0 +1,132 @@
+// StepPlan: which kernel runs each projection of a forward step, decided once per step
+// from its shape, before any op runs (and before a graph is captured or replayed). The
+// model hands each group's GroupPlan to Backend::project and to the op that reads the
+// group's outputs next, so what runs is written down in one place and printed by --trace.
+//
+// Device backends derive the plan from one DispatchTable (step_plan.cc), which holds
+// every token-count threshold of the CUDA backend and the measurement behind each;
+// host backends run every group the same way at every size (plan_host_step).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/dtype.h"
+
+namespace quiver {
+
+// The projection groups of a Llama layer, in forward order, and what reads each one's
+// outputs next (the op that can absorb its LoRA expand).
+enum class ProjGroup : uint8_t { kQkv, kO, kGateUp, kDown };
+inline constexpr int kNumProjGroups = 4;
+inline constexpr int kMaxGroupMembers = 3;
+
+enum class MatmulKernel : uint8_t {
+  kHost,         // the host backend's matmul
+  kGemv,         // f32 activations, each weight read once (gemv.cu)
+  kSkinny,       // 16-bit tensor-core tiles of up to 16 tokens (gemm_skinny.cu)
+  kCublasSmall,  // cuBLAS on a handle without workspace (no split-K reduce kernel)
+  kCublas,       // cuBLAS with its workspace
+};
+
+enum class ShrinkKernel : uint8_t {
+  kNone,       // no LoRA this step
+  kHost,       // the host backend's shrink
+  kFused,      // extra blocks of the matmul's own launch (GEMV or skinny)
+  kTokenRows,  // one token per block, beside the matmul on the side stream, writes t
+  kTiled,      // 16 slot-sorted tokens per block, split partials (lora.cu)
+  kTiledMma,   // kTiled with one-adapter tiles on tensor cores (lora_shrink_mma.cu)
+};
+
+enum class ExpandKernel : uint8_t {
+  kNone,
+  kHost,      // the host backend's expand, right after the shrink
+  kNextOp,    // added by the op that reads the outputs next (lora_delta.cuh)
+  kTiled,     // 16 slot-sorted tokens per block (lora.cu)
+  kTiledMma,  // kTiled with one-adapter tiles on tensor cores (lora_expand_mma.cu)
+};
+
+struct GroupPlan {
+  MatmulKernel matmul = MatmulKernel::kHost;
+  ShrinkKernel shrink = ShrinkKernel::kNone;
+  ExpandKernel expand = ExpandKernel::kNone;
+  // The type the matmul multiplies x in: kF32, or the weights' 16-bit type, in which case
+  // the op that produces x writes that copy beside it (MatmulGroup::x16) where it can.
+  DType x_type = DType::kF32;
+  bool lora() const { return shrink != ShrinkKernel::kNone; }
+  bool expand_in_next_op() const { return expand == ExpandKernel::kNextOp; }
+  friend bool operator==(const GroupPlan&, const GroupPlan&) = default;
+};
+
+// What the dispatch of a step depends on.
+struct GroupShape {
+  int count = 0;                       // members (q/k/v: 3, gate/up: 2, o and down: 1)
+  int64_t in = 0;                      // input features
+  int64_t out[kMaxGroupMembers] = {};  // output features of each member
+};
+struct StepShape {
+  int64_t tokens = 0;
+  bool lora = false;  // LoRA kernels run this step
+  DType weights = DType::kF32;
+  DType stacks = DType::kF32;  // the LoRA slot stacks' type
+  int64_t rank = 0;            // the stacks' max rank
+  GroupShape group[kNumProjGroups];
+};
+
+struct StepPlan {
+  int64_t tokens = 0;
+  GroupPlan group[kNumProjGroups];
+  const GroupPlan& operator[](ProjGroup g) const { return group[static_cast<int>(g)]; }
+  bool lora() const;
+  // One line: "n=8 qkv=skinny+fused>rope_kv_write o=... " (what --trace prints).
+  std::string describe() const;
+  friend bool operator==(const StepPlan&, const StepPlan&) = default;
+};
+
+std::string to_string(MatmulKernel k);
+std::string to_string(ShrinkKernel k);
+std::string to_string(ExpandKernel k);
+std::string to_string(ProjGroup g);
+// The op that reads a group's outputs next (and absorbs an ExpandKernel::kNextOp).
+std::string next_op(ProjGroup g);
+
+// Every token-count threshold of the device dispatch. The defaults are the engine's;
+// each field names the measurement (H200, Llama-2-7B shape, bf16) that sets it.
+struct DispatchTable {
+  // Matmuls of up to this many tokens run the GEMV (f32 x); above it x is rounded to the
+  // weights' 16-bit type. The GEMV wins at 1-2 tokens, ties at 4 and loses at 8 (4096 x
+  // 4096: 25 against 20 us; 11008 x 4096: 57 against 30 us); a 4-token decode step took
+  // 4.98 ms on cuBLAS against 5.89 on the GEMV. At most 16.
+  int gemv_max_n = 2;
+  // Matmuls without LoRA up to this many tokens run the skinny tensor-core kernel instead
+  // of cuBLAS: decode step b4 4.65 against 4.97 ms, b8 4.78 against 5.10, b16 5.62-5.69
+  // against 5.45. At most 16.
+  int skinny_max_n = 8;
+  // With LoRA, the skinny kernel (shrink fused into its launch) up to this many tokens:
+  // b16 with an adapter a request 5.88-5.94 against 6.27 on cuBLAS. At most 16.
+  int skinny_lora_max_n = 16;
+  // cuBLAS matmuls up to this many tokens use the handle without workspace: 4096 x 4096
+  // 16.0 / 16.0 / 16.3 us at 16 / 32 / 64 tokens against 19.1 / 19.3 / 17.0 with 32 MiB;
+  // decode step b32 with an adapter a request 7.16-7.19 ms against 7.34-7.37.
+  int cublas_small_max_n = 64;
+  // Up to this many tokens the LoRA expand is left to the op after the projection (no
+  // LoRA kernel after the matmul on the step's chain), the shrink being fused or
+  // kTokenRows beside the matmul.
+  int expand_next_op_max_n = 64;
+  // From this many tokens, with bf16 stacks and x rounded to bf16, the one-adapter tiles
+  // of the shrink and expand run on tensor cores (prefill chunks).
+  int lora_mma_min_n = 512;
+};
+
+// Refuses a table the kernels cannot follow (the GEMV and skinny kernels take at most 16
+// tokens; no threshold is negative).
+void check_dispatch_table(const DispatchTable& table);
+// The CUDA backend's plan. split_activations: --matmul-precision highest (cuBLAS on hi +
+// lo halves, so x is never rounded for the matmul).
+StepPlan plan_device_step(const DispatchTable& table, const StepShape& shape, bool split_activations);
+// The plan of one matmul of n tokens without LoRA (lm_head), as a group's would be.
+GroupPlan plan_device_matmul(const DispatchTable& table, int64_t n, int64_t in, DType weights, bool split_activations);
+// The ref and cpu backends' plan: host kernels, f32 x, the expand right after the shrink.
+StepPlan plan_host_step(const StepShape& shape);
+
+}  // namespace quiver

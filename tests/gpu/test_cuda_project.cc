@@ -1,0 +1,227 @@
+// link: qv_backend
+// CUDA project() under every plan that can run a group, against the reference: for each
+// shape (q/k/v-, gate/up- and o/down-like groups, awkward widths, 7B widths), each token
+// count from 1 to 600 and each stack type, every matmul kernel that takes the shape and
+// every LoRA shrink/expand pairing (fused into the GEMV or skinny launch, token rows beside
+// the matmul, tiled, tiled on tensor cores) runs on the same operands. Where the plan
+// leaves the expand to the next op, y must be the base product and t the shrink (rows
+// with an adapter); otherwise y must be the whole projection. Slots include -1 and one past
+// the stack (no adapter); tiled kernels walk the tokens in their own order and slot-sorted.
+// The ops that take the left expand (rope_kv_write, add_rms_norm, silu_mul) are
+// test_cuda_lora_delta.cc's. Tolerance: 1e-4 of max |ref| with f32 activations, 1e-2 where
+// the plan multiplies x in 16 bits. Skips without a GPU.
+#include <string>
+#include <vector>
+
+#include "gpu/cuda_test_util.h"
+
+namespace quiver::test {
+namespace {
+
+constexpr int64_t kSlots = 4;
+
+bool is16(DType t) { return t == DType::kBF16 || t == DType::kF16; }
+
+struct Case {
+  int64_t n, in;
+  std::vector<int64_t> outs;
+  int64_t rank;
+  DType wt, st;
+};
+
+// Every plan the CUDA kernels can run this case with (the dispatch table picks one of them).
+std::vector<GroupPlan> candidate_plans(const Case& c) {
+  const int64_t n = c.n;
+  std::vector<MatmulKernel> matmuls;
+  if (n <= 16) matmuls.push_back(MatmulKernel::kGemv);
+  if (n >= 3 && n <= 16 && is16(c.wt) && c.in % 8 == 0) matmuls.push_back(MatmulKernel::kSkinny);
+  matmuls.push_back(MatmulKernel::kCublasSmall);
+  if (n > 16) matmuls.push_back(MatmulKernel::kCublas);
+  auto x_type = [&](MatmulKernel m) { return m != MatmulKernel::kGemv && is16(c.wt) ? c.wt : DType::kF32; };
+  const bool rows_ok = c.rank >= 1 && c.rank <= 512 && c.in >= 8 && c.in % 8 == 0;
+  bool outs16 = c.rank % 16 == 0;
+  for (int64_t o : c.outs) outs16 &= o % 16 == 0;
+  std::vector<GroupPlan> plans;
+  auto add = [&](MatmulKernel m, ShrinkKernel s, ExpandKernel e) { plans.push_back({m, s, e, x_type(m)}); };
+  for (MatmulKernel m : matmuls) add(m, ShrinkKernel::kNone, ExpandKernel::kNone);
+  if (n <= 2 && rows_ok && (c.st == c.wt || c.st == DType::kF32))
+    add(MatmulKernel::kGemv, ShrinkKernel::kFused, ExpandKernel::kNextOp);
+  if (n >= 3 && n <= 16 && is16(c.wt) && c.st == c.wt && c.in % 8 == 0 && rows_ok)
+    add(MatmulKernel::kSkinny, ShrinkKernel::kFused, ExpandKernel::kNextOp);
+  for (MatmulKernel m : {matmuls.front(), matmuls.back()}) {
+    if (rows_ok) add(m, ShrinkKernel::kTokenRows, ExpandKernel::kNextOp);
+    add(m, ShrinkKernel::kTiled, ExpandKernel::kTiled);
+    const bool mma_shrink = c.st == DType::kBF16 && x_type(m) == DType::kBF16 && c.in % 8 == 0;
+    const bool mma_expand = c.st == DType::kBF16 && outs16;
+    if (mma_shrink) add(m, ShrinkKernel::kTiledMma, ExpandKernel::kTiled);
+    if (mma_expand) add(m, ShrinkKernel::kTiled, ExpandKernel::kTiledMma);
+    if (mma_shrink && mma_expand) add(m, ShrinkKernel::kTiledMma, ExpandKernel::kTiledMma);
+  }
+  return plans;
+}
+
+class CudaProject : public CudaTest {
+ protected:
+  // Slots -1 .. kSlots (kSlots: past the stack) in runs of 1..40 tokens, token 0 on slot 1.
+  std::vector<int32_t> slots_for(int64_t n) {
+    std::vector<int32_t> s;
+    while (static_cast<int64_t>(s.size()) < n) {
+      const int32_t slot = static_cast<int32_t>(rng_() % (kSlots + 2)) - 1;
+      const int64_t run = 1 + rng_() % (rng_() % 2 ? 40 : 3);
+      for (int64_t i = 0; i < run && static_cast<int64_t>(s.size()) < n; ++i) s.push_back(slot);
+    }
+    s[0] = 1;
+    return s;
+  }
+
+  void run(const Case& c) {
+    Backend* gpu = gpu_.get();
+    const int64_t n = c.n, in = c.in, R = c.rank;
+    const int count = static_cast<int>(c.outs.size());
+    const std::vector<int32_t> slots = slots_for(n);
+    std::vector<int32_t> ref_slots = slots, order;
+    for (auto& s : ref_slots) s = s < kSlots ? s : -1;
+    lora_sorted_tokens(slots, &order);
+    HostTensor x = random_tensor(rng_, DType::kF32, {n, in});
+    HostTensor x16 = host_f32({n, in}, x.as_f32(), is16(c.wt) ? c.wt : DType::kBF16);  // x rounded
+    HostTensor hslots = host_i32({n}, ref_slots);
+    std::vector<HostTensor> w, bias, a, b, y;
+    for (int64_t out : c.outs) {
+      w.push_back(random_tensor(rng_, c.wt, {out, in}, 0.5f));
+      bias.push_back(random_tensor(rng_, c.wt, {out}));
+      a.push_back(random_tensor(rng_, c.st, {kSlots, R, in}, 0.5f));
+      b.push_back(random_tensor(rng_, c.st, {kSlots, out, R}, 0.5f));
+      y.push_back(random_tensor(rng_, DType::kF32, {n, out}));
+    }
+    // The reference: matmuls, then the shrink into t (the base y and t kept), then the expand.
+    HostTensor t = random_tensor(rng_, DType::kF32, {kMaxGroup, n, R});
+    MatmulGroup hg;
+    GroupLora hl;
+    hg.count = hl.count = count;
+    for (int i = 0; i < count; ++i) {
+      hg.y[i] = hl.y[i] = y[static_cast<size_t>(i)].view();
+      hg.w[i] = w[static_cast<size_t>(i)].view();
+      hg.bias[i] = i == 1 ? Tensor() : bias[static_cast<size_t>(i)].view();  // the middle member without
+      hl.a_stack[i] = a[static_cast<size_t>(i)].view();
+      hl.b_stack[i] = b[static_cast<size_t>(i)].view();
+    }
+    hl.t = t.view();
+    hl.meta.token_slot = hslots.view();
+    const GroupPlan host_defer{MatmulKernel::kHost, ShrinkKernel::kHost, ExpandKernel::kNextOp, DType::kF32};
+    ref_.project(host_defer, hg, hl, x.view());
+    std::vector<std::vector<float>> base_y, full_y, ref_t;
+    for (int i = 0; i < count; ++i) {
+      base_y.push_back(y[static_cast<size_t>(i)].as_f32());
+      ref_t.push_back(hl.t_of(i).numel() > 0 ? std::vector<float>(t.as_f32().begin() + i * n * R,
+                                                                   t.as_f32().begin() + (i + 1) * n * R)
+                                             : std::vector<float>());
+      ref_.lora_expand(hl.y[i], hl.t_of(i), hl.b_stack[i], hl.meta);
+      full_y.push_back(y[static_cast<size_t>(i)].as_f32());
+    }
+
+    DeviceTensor gx = upload(gpu, x), gx16 = upload(gpu, x16), gs = upload(gpu, host_i32({n}, slots));
+    DeviceTensor go = upload(gpu, host_i32({n}, order)), gt = upload(gpu, t);
+    std::vector<DeviceTensor> gw, gbias, ga, gb, gy;
+    for (int i = 0; i < count; ++i) {
+      gw.push_back(upload(gpu, w[static_cast<size_t>(i)]));
+      gbias.push_back(upload(gpu, bias[static_cast<size_t>(i)]));
+      ga.push_back(upload(gpu, a[static_cast<size_t>(i)]));
+      gb.push_back(upload(gpu, b[static_cast<size_t>(i)]));
+      gy.push_back(upload(gpu, y[static_cast<size_t>(i)]));
+    }
+    for (const GroupPlan& p : candidate_plans(c)) {
+      for (bool sorted : {false, true}) {
+        if (sorted && p.shrink != ShrinkKernel::kTiled && p.shrink != ShrinkKernel::kTiledMma) continue;
+        for (bool with_x16 : {false, true}) {
+          if (with_x16 && p.x_type == DType::kF32) continue;
+          MatmulGroup dg;
+          GroupLora dl;
+          dg.count = count;
+          dl.count = p.lora() ? count : 0;
+          for (int i = 0; i < count; ++i) {
+            poison(gpu, gy[static_cast<size_t>(i)].t);
+            dg.y[i] = dl.y[i] = gy[static_cast<size_t>(i)].t;
+            dg.w[i] = gw[static_cast<size_t>(i)].t;
+            dg.bias[i] = i == 1 ? Tensor() : gbias[static_cast<size_t>(i)].t;
+            dl.a_stack[i] = ga[static_cast<size_t>(i)].t;
+            dl.b_stack[i] = gb[static_cast<size_t>(i)].t;
+          }
+          if (with_x16) dg.x16 = gx16.t;
+          poison(gpu, gt.t);
+          dl.t = gt.t;
+          dl.meta.token_slot = gs.t;
+          dl.meta.sorted_tokens = sorted ? go.t : Tensor();
+          gpu->project(p, dg, dl, gx.t);
+          const double tol = p.x_type == DType::kF32 && p.shrink != ShrinkKernel::kTiledMma ? 1e-4 : 1e-2;
+          const std::vector<float> got_t = download(gpu, gt.t);
+          for (int i = 0; i < count; ++i) {
+            char tag[240];
+            std::snprintf(tag, sizeof tag, "project %s w=%s stacks=%s n=%lld in=%lld out=%lld r=%lld member %d%s%s",
+                          (to_string(p.matmul) + "+" + to_string(p.shrink) + "/" + to_string(p.expand)).c_str(),
+                          name_of(c.wt), name_of(c.st), static_cast<long long>(n), static_cast<long long>(in),
+                          static_cast<long long>(c.outs[static_cast<size_t>(i)]), static_cast<long long>(R), i,
+                          sorted ? " sorted" : "", with_x16 ? " x16" : "");
+            const std::vector<float> got_y = download(gpu, gy[static_cast<size_t>(i)].t);
+            if (!p.lora()) {
+              expect_close(std::string(tag) + " y", got_y, base_y[static_cast<size_t>(i)], tol);
+            } else if (p.expand_in_next_op()) {
+              expect_close(std::string(tag) + " y", got_y, base_y[static_cast<size_t>(i)], tol);
+              std::vector<float> got, want;  // t's rows with an adapter
+              for (int64_t tok = 0; tok < n; ++tok) {
+                if (ref_slots[static_cast<size_t>(tok)] < 0) continue;
+                for (int64_t r = 0; r < R; ++r) {
+                  got.push_back(got_t[static_cast<size_t>((i * n + tok) * R + r)]);
+                  want.push_back(ref_t[static_cast<size_t>(i)][static_cast<size_t>(tok * R + r)]);
+                }
+              }
+              expect_close(std::string(tag) + " t", got, want, tol);
+            } else {
+              expect_close(std::string(tag) + " y", got_y, full_y[static_cast<size_t>(i)], tol);
+            }
+          }
+        }
+      }
+    }
+  }
+};
+
+const std::pair<DType, DType> kTypes[] = {{DType::kF32, DType::kF32},   {DType::kBF16, DType::kBF16},
+                                          {DType::kF16, DType::kF16},   {DType::kBF16, DType::kF32},
+                                          {DType::kF16, DType::kF32},   {DType::kBF16, DType::kF16}};
+
+TEST_F(CudaProject, DecodeSizes) {
+  for (const auto& [wt, st] : kTypes)
+    for (int64_t n : {1, 2, 3, 8, 9, 16, 17})
+      for (int64_t rank : {1, 16, 40}) {
+        run({n, 512, {512, 128, 128}, rank, wt, st});  // q, k, v
+        run({n, 304, {700, 700}, rank, wt, st});       // gate, up
+      }
+  for (int64_t n : {1, 4, 33, 64, 65}) {
+    run({n, 1104, {300}, 64, DType::kBF16, DType::kBF16});
+    run({n, 300, {200}, 16, DType::kBF16, DType::kBF16});  // in % 8 != 0: tiled only
+    run({n, 256, {96}, 512, DType::kBF16, DType::kF32});   // the largest rank
+  }
+}
+
+TEST_F(CudaProject, SevenBWidths) {  // the reference takes seconds here
+  for (int64_t n : {1, 8, 64}) {
+    run({n, 4096, {4096, 1024, 1024}, 16, DType::kBF16, DType::kBF16});  // q/k/v
+    run({n, 11008, {4096}, 16, DType::kBF16, DType::kBF16});             // down
+  }
+}
+
+TEST_F(CudaProject, PrefillSizes) {
+  // Long runs of one adapter (tiles that are one run, and tiles where runs meet), base-model
+  // tokens; in not a multiple of 32; outputs off the 128-column block and off 16.
+  for (int64_t n : {97, 300, 520, 600}) {
+    run({n, 4096, {512, 128, 128}, 16, DType::kBF16, DType::kBF16});
+    run({n, 1096, {300}, 96, DType::kBF16, DType::kBF16});
+    run({n, 512, {1040}, 64, DType::kBF16, DType::kBF16});
+    run({n, 256, {208, 200}, 16, DType::kBF16, DType::kBF16});
+    run({n, 264, {128}, 16, DType::kF16, DType::kF16});  // rows not 16-byte multiples
+    run({n, 1100, {300}, 16, DType::kF32, DType::kF32});
+  }
+}
+
+}  // namespace
+}  // namespace quiver::test
