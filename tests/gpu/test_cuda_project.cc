@@ -110,11 +110,10 @@ class CudaProject : public CudaTest {
     const GroupPlan host_defer{MatmulKernel::kHost, ShrinkKernel::kHost, ExpandKernel::kNextOp, DType::kF32};
     ref_.project(host_defer, hg, hl, x.view());
     std::vector<std::vector<float>> base_y, full_y, ref_t;
+    const std::vector<float> t_all = t.as_f32();
     for (int i = 0; i < count; ++i) {
       base_y.push_back(y[static_cast<size_t>(i)].as_f32());
-      ref_t.push_back(hl.t_of(i).numel() > 0 ? std::vector<float>(t.as_f32().begin() + i * n * R,
-                                                                   t.as_f32().begin() + (i + 1) * n * R)
-                                             : std::vector<float>());
+      ref_t.emplace_back(t_all.begin() + i * n * R, t_all.begin() + (i + 1) * n * R);
       ref_.lora_expand(hl.y[i], hl.t_of(i), hl.b_stack[i], hl.meta);
       full_y.push_back(y[static_cast<size_t>(i)].as_f32());
     }

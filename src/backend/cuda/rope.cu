@@ -19,11 +19,11 @@ namespace {
 // q: [n, num_heads, hd]; k, v: [n, num_kv, hd]; positions: [n]; cos_sin: [max_pos, hd] with
 // row p = cos(p*f_0..f_{h-1}), sin(p*f_0..f_{h-1}), h = hd/2. A position outside the table
 // cannot be reported from the device: its rows become NaN. Per token, units [0, H*half) are
-// q pairs, [H*half, (H+KV)*half) k pairs, rotated in place; with a slot_mapping (rope_kv_write)
-// the k pairs are also stored at their slot and units up to (H+2KV)*half store v's pairs.
-// Caches [slots, KV * hd]; slot -1 (padding) or past the cache (which the device cannot
-// report; the reference check()s it): no store. DELTA: a pending LoRA term is given (its B rows, 20 registers a thread,
-// are loaded before the wait); without one the kernel keeps its 26 registers, which a
+// q pairs, [H*half, (H+KV)*half) k pairs, rotated in place and stored at their slot, and
+// units up to (H+2KV)*half store v's pairs. Caches [slots, KV * hd]; slot -1 (padding) or
+// past the cache (which the device cannot report; the reference check()s it): no store.
+// DELTA: a pending LoRA term is given (its B rows, 20 registers a thread, are loaded before
+// the wait); without one the kernel keeps its 26 registers, which a
 // 256-token step's 12,288 blocks need (at 56, 9 blocks fit an SM instead of 16, and
 // 256-token decode steps over 64 adapters take 0.45 ms longer).
 template <typename T, bool DELTA>
@@ -35,7 +35,7 @@ __global__ void rope_kv_write_kernel(float* __restrict__ q, float* __restrict__ 
   const int64_t i = blockIdx.x;
   const int half = hd / 2;
   const int p = blockIdx.y * blockDim.x + threadIdx.x;
-  const bool live = p < (num_heads + (v != nullptr ? 2 : 1) * num_kv) * half;  // v pairs: rope_kv_write only
+  const bool live = p < (num_heads + 2 * num_kv) * half;
   // A head's member: 0 q, 1 k, 2 v.
   auto member_of = [&](int head) { return head < num_heads ? 0 : head < num_heads + num_kv ? 1 : 2; };
   const int head = p / half, j = p - head * half;
@@ -52,7 +52,7 @@ __global__ void rope_kv_write_kernel(float* __restrict__ q, float* __restrict__ 
       dlo.load(delta, g, static_cast<int>(i), row);
       dhi.load(delta, g, static_cast<int>(i), row + half);
     }
-    if (slot_mapping != nullptr) slot = slot_mapping[i];
+    slot = slot_mapping[i];
     if (g != 2) {
       const int pos = positions[i];
       valid = pos >= 0 && pos < max_pos;
@@ -84,7 +84,7 @@ __global__ void rope_kv_write_kernel(float* __restrict__ q, float* __restrict__ 
     return;
   }
   float* x = g == 0 ? q + (i * num_heads + head) * hd : k + (i * num_kv + head - num_heads) * hd;
-  float lo = NAN, hi = NAN;  // a position outside the table: NaN rows, as rope_kernel
+  float lo = NAN, hi = NAN;  // a position outside the table: NaN rows
   if (valid) {
     const float a = dlo.apply(delta, t, x[j]);
     const float b = dhi.apply(delta, t, x[j + half]);
@@ -118,7 +118,7 @@ void launch_rope(cudaStream_t stream, bool pdl, Tensor q, Tensor k, float* v, Te
                  const cuda::LoraDeltaArgs& delta) {
   const int64_t n = q.dim(0), hd = q.dim(2), num_kv = k.dim(1);
   if (n == 0) return;
-  const int64_t units = (q.dim(1) + (slot_mapping != nullptr ? 2 : 1) * num_kv) * (hd / 2);
+  const int64_t units = (q.dim(1) + 2 * num_kv) * (hd / 2);
   constexpr int kThreads = 128;
   const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(cuda::ceil_div(units, kThreads)));
   cuda::launch_kernel(delta.count > 0 ? rope_kv_write_kernel<T, true> : rope_kv_write_kernel<T, false>, grid, kThreads,
