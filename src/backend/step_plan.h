@@ -90,31 +90,43 @@ std::string to_string(ProjGroup g);
 // The op that reads a group's outputs next (and absorbs an ExpandKernel::kNextOp).
 std::string next_op(ProjGroup g);
 
-// Every token-count threshold of the device dispatch. The defaults are the engine's;
-// each field names the measurement (H200, Llama-2-7B shape, bf16) that sets it.
+// Every token-count threshold of the device dispatch. The defaults are the engine's; each
+// field names the measurement that sets it: bench_cuda_ops on one H200 (Llama-2-7B shapes,
+// bf16 weights and stacks, r=16; BM_CudaMatmul per kernel, BM_CudaLoraPlan per LoRA
+// pairing with the op that reads the group's outputs; us per call, launch gaps included).
 struct DispatchTable {
   // Matmuls of up to this many tokens run the GEMV (f32 x); above it x is rounded to the
-  // weights' 16-bit type. The GEMV wins at 1-2 tokens, ties at 4 and loses at 8 (4096 x
-  // 4096: 25 against 20 us; 11008 x 4096: 57 against 30 us); a 4-token decode step took
-  // 4.98 ms on cuBLAS against 5.89 on the GEMV. At most 16.
+  // weights' 16-bit type. 4096 x 4096: GEMV 10.7 / 10.8 us at 1 / 2 tokens against 14.5 /
+  // 15.7 on cuBLAS; at 4 tokens 17.1 against the skinny kernel's 13.7. At most 16.
   int gemv_max_n = 2;
-  // Matmuls without LoRA up to this many tokens run the skinny tensor-core kernel instead
-  // of cuBLAS: decode step b4 4.65 against 4.97 ms, b8 4.78 against 5.10, b16 5.62-5.69
-  // against 5.45. At most 16.
+  // Matmuls without LoRA up to this many tokens run the skinny tensor-core kernel: 4096 x
+  // 4096 at 4 / 8 tokens 13.7 / 14.0 us against cuBLAS's 14.4 / 15.6 (the wider 11008 x
+  // 4096, 4096 x 11008 and lm_head shapes are within 2-6% of cuBLAS either way). At 16
+  // tokens cuBLAS is ahead on the wide shapes (29.1 against 35.2 us at 11008 x 4096; 4096 x
+  // 4096 ties, 16.1 against 15.9). At most 16.
   int skinny_max_n = 8;
-  // With LoRA, the skinny kernel (shrink fused into its launch) up to this many tokens:
-  // b16 with an adapter a request 5.88-5.94 against 6.27 on cuBLAS. At most 16.
+  // With LoRA, the skinny kernel with the shrink in its own launch up to this many tokens:
+  // q/k/v group at 16 tokens 34.8 us against 47.3 for cuBLAS + the token-rows shrink; down
+  // 36.5 against 39.4. At most 16. (At 1-2 tokens the GEMV takes the shrink the same way:
+  // q/k/v 27.0 us against 30.9 with token rows and 35.7 tiled.)
   int skinny_lora_max_n = 16;
-  // cuBLAS matmuls up to this many tokens use the handle without workspace: 4096 x 4096
-  // 16.0 / 16.0 / 16.3 us at 16 / 32 / 64 tokens against 19.1 / 19.3 / 17.0 with 32 MiB;
-  // decode step b32 with an adapter a request 7.16-7.19 ms against 7.34-7.37.
+  // cuBLAS matmuls up to this many tokens use the handle without workspace (no split-K
+  // reduce kernel): 4096 x 11008 at 32 / 64 tokens 30.6 / 31.7 us against 31.7 / 34.8 with
+  // the 32 MiB workspace; the other shapes tie (at 128 tokens all do).
   int cublas_small_max_n = 64;
-  // Up to this many tokens the LoRA expand is left to the op after the projection (no
-  // LoRA kernel after the matmul on the step's chain), the shrink being fused or
-  // kTokenRows beside the matmul.
+  // Up to this many tokens the LoRA expand is left to the op after the projection (no LoRA
+  // kernel after the matmul on the step's chain), the shrink being fused or token rows
+  // beside the matmul: q/k/v at 32 / 64 tokens 49.9 / 52.3 us against 51.5 / 55.2 tiled
+  // (one adapter), 53.0 / 61.4 against 60.1 / 69.5 (an adapter a token); down 41.1 / 38.9
+  // against 45.2 / 43.4. At 128 tokens down with one adapter is faster tiled (55.3 against
+  // 58.3), q/k/v and an adapter a token still with token rows (79.4 against 83.6).
   int expand_next_op_max_n = 64;
   // From this many tokens, with bf16 stacks and x rounded to bf16, the one-adapter tiles
-  // of the shrink and expand run on tensor cores (prefill chunks).
+  // of the shrink and expand run on tensor cores (prefill chunks): q/k/v at 2,048 tokens
+  // on one adapter 513 us against 538 on CUDA cores, down 354 against 369; at 512 tokens
+  // q/k/v 152 against 156, down 112 against 103. (At r=16 the tensor-core expand alone
+  // measures level with the CUDA-core one: 509 / 352 us with the tensor-core shrink beside
+  // the CUDA-core expand.)
   int lora_mma_min_n = 512;
 };
 
