@@ -103,7 +103,7 @@ const MatmulKernel kMatmuls[] = {MatmulKernel::kGemv, MatmulKernel::kSkinny, Mat
                                  MatmulKernel::kCublas};
 
 GroupPlan matmul_plan(MatmulKernel k) {
-  return {k, ShrinkKernel::kNone, ExpandKernel::kNone, k == MatmulKernel::kGemv ? DType::kF32 : DType::kBF16};
+  return {k, ShrinkKernel::kNone, ExpandKernel::kNone, matmul_input_type(k, DType::kBF16, false)};
 }
 
 // Args: out, in, n, kernel (index into kMatmuls).

@@ -5,15 +5,13 @@
 namespace quiver {
 namespace {
 
-bool is16(DType t) { return t == DType::kBF16 || t == DType::kF16; }
-
 // The largest rank the CUDA LoRA kernels take (the engine's --max-lora-rank bound).
 constexpr int64_t kMaxRank = 512;
 
 // The matmul of a group without LoRA.
 MatmulKernel base_matmul(const DispatchTable& t, int64_t n, const GroupShape& g, DType w, bool split) {
   if (n <= t.gemv_max_n) return MatmulKernel::kGemv;
-  if (n >= 3 && n <= t.skinny_max_n && is16(w) && g.in % 8 == 0 && !split) return MatmulKernel::kSkinny;
+  if (n >= 3 && n <= t.skinny_max_n && is_16bit_float(w) && g.in % 8 == 0 && !split) return MatmulKernel::kSkinny;
   return n <= t.cublas_small_max_n ? MatmulKernel::kCublasSmall : MatmulKernel::kCublas;
 }
 
@@ -21,8 +19,7 @@ GroupPlan plan_group(const DispatchTable& t, const StepShape& s, const GroupShap
   const int64_t n = s.tokens;
   GroupPlan p;
   p.matmul = base_matmul(t, n, g, s.weights, split);
-  const auto x_type = [&](MatmulKernel m) { return m != MatmulKernel::kGemv && is16(s.weights) && !split ? s.weights : DType::kF32; };
-  p.x_type = x_type(p.matmul);
+  p.x_type = matmul_input_type(p.matmul, s.weights, split);
   if (!s.lora || s.rank < 1) return p;
   // One token per block, rank rows of A per token: the fused and kTokenRows shrinks.
   const bool rows_ok = s.rank <= kMaxRank && g.in >= 8 && g.in % 8 == 0;
@@ -31,7 +28,7 @@ GroupPlan plan_group(const DispatchTable& t, const StepShape& s, const GroupShap
     p.matmul = MatmulKernel::kGemv;  // batch 1-2: one launch for the GEMV and the shrink
     p.shrink = ShrinkKernel::kFused;
     p.expand = ExpandKernel::kNextOp;
-  } else if (next_op && rows_ok && n >= 3 && n <= t.skinny_lora_max_n && is16(s.weights) &&
+  } else if (next_op && rows_ok && n >= 3 && n <= t.skinny_lora_max_n && is_16bit_float(s.weights) &&
              s.stacks == s.weights && !split) {
     p.matmul = MatmulKernel::kSkinny;  // 3..16 tokens: one launch for the matmul and the shrink
     p.shrink = ShrinkKernel::kFused;
@@ -46,11 +43,16 @@ GroupPlan plan_group(const DispatchTable& t, const StepShape& s, const GroupShap
     for (int i = 0; i < g.count; ++i) outs16 &= g.out[i] % 16 == 0;
     p.expand = mma && outs16 ? ExpandKernel::kTiledMma : ExpandKernel::kTiled;
   }
-  p.x_type = x_type(p.matmul);
+  p.x_type = matmul_input_type(p.matmul, s.weights, split);
   return p;
 }
 
 }  // namespace
+
+DType matmul_input_type(MatmulKernel k, DType weights, bool split_activations) {
+  const bool rounds = k != MatmulKernel::kGemv && k != MatmulKernel::kHost && !split_activations;
+  return rounds && is_16bit_float(weights) ? weights : DType::kF32;
+}
 
 bool StepPlan::lora() const {
   for (const GroupPlan& g : group)

@@ -136,6 +136,10 @@ void check_dispatch_table(const DispatchTable& table);
 // The CUDA backend's plan. split_activations: --matmul-precision highest (cuBLAS on hi +
 // lo halves, so x is never rounded for the matmul).
 StepPlan plan_device_step(const DispatchTable& table, const StepShape& shape, bool split_activations);
+// The type kernel k multiplies x in with weights of type `weights` (GroupPlan::x_type):
+// their 16-bit type for the kernels that round x (skinny, cuBLAS; not under
+// split_activations), otherwise f32.
+DType matmul_input_type(MatmulKernel k, DType weights, bool split_activations);
 // The plan of one matmul of n tokens without LoRA (lm_head), as a group's would be.
 GroupPlan plan_device_matmul(const DispatchTable& table, int64_t n, int64_t in, DType weights, bool split_activations);
 // The ref and cpu backends' plan: host kernels, f32 x, the expand right after the shrink.

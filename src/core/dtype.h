@@ -20,6 +20,8 @@ constexpr size_t dtype_size(DType t) {
   return 0;
 }
 
+constexpr bool is_16bit_float(DType t) { return t == DType::kF16 || t == DType::kBF16; }
+
 constexpr std::string_view dtype_name(DType t) {
   switch (t) {
     case DType::kF32: return "F32";

@@ -20,8 +20,6 @@ namespace {
 
 constexpr int64_t kSlots = 4;
 
-bool is16(DType t) { return t == DType::kBF16 || t == DType::kF16; }
-
 struct Case {
   int64_t n, in;
   std::vector<int64_t> outs;
@@ -34,10 +32,10 @@ std::vector<GroupPlan> candidate_plans(const Case& c) {
   const int64_t n = c.n;
   std::vector<MatmulKernel> matmuls;
   if (n <= 16) matmuls.push_back(MatmulKernel::kGemv);
-  if (n >= 3 && n <= 16 && is16(c.wt) && c.in % 8 == 0) matmuls.push_back(MatmulKernel::kSkinny);
+  if (n >= 3 && n <= 16 && is_16bit_float(c.wt) && c.in % 8 == 0) matmuls.push_back(MatmulKernel::kSkinny);
   matmuls.push_back(MatmulKernel::kCublasSmall);
   if (n > 16) matmuls.push_back(MatmulKernel::kCublas);
-  auto x_type = [&](MatmulKernel m) { return m != MatmulKernel::kGemv && is16(c.wt) ? c.wt : DType::kF32; };
+  auto x_type = [&](MatmulKernel m) { return matmul_input_type(m, c.wt, false); };
   const bool rows_ok = c.rank >= 1 && c.rank <= 512 && c.in >= 8 && c.in % 8 == 0;
   bool outs16 = c.rank % 16 == 0;
   for (int64_t o : c.outs) outs16 &= o % 16 == 0;
@@ -46,7 +44,7 @@ std::vector<GroupPlan> candidate_plans(const Case& c) {
   for (MatmulKernel m : matmuls) add(m, ShrinkKernel::kNone, ExpandKernel::kNone);
   if (n <= 2 && rows_ok && (c.st == c.wt || c.st == DType::kF32))
     add(MatmulKernel::kGemv, ShrinkKernel::kFused, ExpandKernel::kNextOp);
-  if (n >= 3 && n <= 16 && is16(c.wt) && c.st == c.wt && c.in % 8 == 0 && rows_ok)
+  if (n >= 3 && n <= 16 && is_16bit_float(c.wt) && c.st == c.wt && c.in % 8 == 0 && rows_ok)
     add(MatmulKernel::kSkinny, ShrinkKernel::kFused, ExpandKernel::kNextOp);
   for (MatmulKernel m : {matmuls.front(), matmuls.back()}) {
     if (rows_ok) add(m, ShrinkKernel::kTokenRows, ExpandKernel::kNextOp);
@@ -83,7 +81,7 @@ class CudaProject : public CudaTest {
     for (auto& s : ref_slots) s = s < kSlots ? s : -1;
     lora_sorted_tokens(slots, &order);
     HostTensor x = random_tensor(rng_, DType::kF32, {n, in});
-    HostTensor x16 = host_f32({n, in}, x.as_f32(), is16(c.wt) ? c.wt : DType::kBF16);  // x rounded
+    HostTensor x16 = host_f32({n, in}, x.as_f32(), is_16bit_float(c.wt) ? c.wt : DType::kBF16);  // x rounded
     HostTensor hslots = host_i32({n}, ref_slots);
     std::vector<HostTensor> w, bias, a, b, y;
     for (int64_t out : c.outs) {
