@@ -5,10 +5,11 @@
 //   skinny tensor-core kernel, cuBLAS without and with a workspace), weight GB/s and the
 //   fraction of the H200's measured copy ceiling (4.26 TB/s, DESIGN.md section 5);
 // - BM_CudaLoraPlan: a projection group with LoRA (q/k/v: 3 x 4096 from 4096; down: 4096
-//   from 11008; rank 16, 64 slots) under each shrink/expand pairing the kernels take at
-//   that size, plus the op that reads its outputs (rope_kv_write, add_rms_norm), which adds
-//   the expand where the plan leaves it there. Every token on slot 0, or token i on slot
-//   i % 64; the time over the byte floor (weights, adapters, x, y).
+//   from 11008; rank 16, and 64 / 128 for the prefill tiles; 64 slots) under each
+//   shrink/expand pairing the kernels take at that size, plus the op that reads its outputs
+//   (rope_kv_write, add_rms_norm), which adds the expand where the plan leaves it there.
+//   Every token on slot 0, or token i on slot i % 64; the time over the byte floor
+//   (weights, adapters, x, y).
 // The table's choice at each size is the fastest row of its group; a kernel no size picks
 // has no place in the table.
 //
@@ -159,10 +160,10 @@ const std::pair<ShrinkKernel, ExpandKernel> kPairings[] = {
     {ShrinkKernel::kTiled, ExpandKernel::kTiledMma}, {ShrinkKernel::kTiledMma, ExpandKernel::kTiled}};
 
 // Args: group (0: q/k/v, 1: down), n, pairing (index into kPairings), distinct (0: every
-// token on slot 0; 1: token i on slot i % 64).
+// token on slot 0; 1: token i on slot i % 64), rank.
 void BM_CudaLoraPlan(benchmark::State& state) {
   const bool qkv = state.range(0) == 0;
-  const int64_t n = state.range(1), rank = 16, slots = 64, heads = 32, hd = 128;
+  const int64_t n = state.range(1), rank = state.range(4), slots = 64, heads = 32, hd = 128;
   const auto [shrink, expand] = kPairings[state.range(2)];
   const bool distinct = state.range(3) == 1;
   const int64_t in = qkv ? 4096 : 11008, out = 4096, members = qkv ? 3 : 1;
@@ -244,7 +245,8 @@ void BM_CudaLoraPlan(benchmark::State& state) {
   state.counters["us"] = s * 1e6;
   state.counters["x floor"] = s / (floor_bytes / kCeilingBytesPerSecond);
   state.SetLabel(std::string(qkv ? "qkv " : "down ") + to_string(plan.matmul) + "+" + to_string(shrink) + "/" +
-                 to_string(expand) + (distinct ? " one adapter per token" : " one adapter"));
+                 to_string(expand) + (distinct ? " one adapter per token" : " one adapter") + " r=" +
+                 std::to_string(rank));
 }
 
 void lora_plan_args(benchmark::internal::Benchmark* b) {
@@ -255,11 +257,17 @@ void lora_plan_args(benchmark::internal::Benchmark* b) {
           if (p == 0 && n > 16) continue;       // fused: decode sizes only
           if (p == 1 && n > 128) continue;      // one token per block
           if (p >= 3 && n < 64) continue;       // tensor-core tiles: prefill sizes
-          b->Args({group, n, p, distinct});
+          b->Args({group, n, p, distinct, 16});
         }
+  // Higher ranks, where the tiles' arithmetic grows with R and tensor cores may pay:
+  // the tiled pairings on one adapter at prefill sizes.
+  for (int64_t rank : {64, 128})
+    for (int64_t group : {0, 1})
+      for (int64_t n : {128, 512, 2048})
+        for (int64_t p = 2; p < 6; ++p) b->Args({group, n, p, 0, rank});
 }
 BENCHMARK(BM_CudaLoraPlan)->Apply(lora_plan_args)->UseManualTime()->Unit(benchmark::kMicrosecond)
-    ->ArgNames({"group", "n", "pairing", "distinct"});
+    ->ArgNames({"group", "n", "pairing", "distinct", "rank"});
 
 #endif  // QUIVER_HAS_CUDA
 

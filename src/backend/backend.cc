@@ -33,6 +33,19 @@ void lora_sorted_tokens(std::span<const int32_t> token_slot, std::vector<int32_t
   });
 }
 
+int64_t lora_run_tokens(std::span<const int32_t> token_slot, std::span<const int32_t> order) {
+  constexpr size_t kTile = 16;
+  int64_t runs = 0;
+  for (size_t p0 = 0; p0 + kTile <= order.size(); p0 += kTile) {
+    const int32_t t0 = order[p0], s0 = token_slot[static_cast<size_t>(t0)];
+    bool run = s0 >= 0;
+    for (size_t m = 1; m < kTile && run; ++m)
+      run = order[p0 + m] == t0 + static_cast<int32_t>(m) && token_slot[static_cast<size_t>(order[p0 + m])] == s0;
+    if (run) runs += kTile;
+  }
+  return runs;
+}
+
 void Backend::fill_uniform(Tensor t, float center, float scale, uint64_t seed) {
   fill_uniform_range(t, center, scale, seed, 0, t.numel());
 }

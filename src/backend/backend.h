@@ -48,6 +48,11 @@ struct LoraMeta {
 // LoraMeta::sorted_tokens for per-token slots: the indices 0..n-1 stably sorted by slot,
 // -1 (no adapter) last. Written into *order (resized), so a caller can reuse its buffer.
 void lora_sorted_tokens(std::span<const int32_t> token_slot, std::vector<int32_t>* order);
+// The tokens in tiles of 16 sorted positions (order: lora_sorted_tokens') that are 16
+// consecutive tokens on one adapter: the share of a step the tensor-core LoRA tiles take
+// (StepShape::lora_run_tokens). A prefill chunk on an adapter is such runs, decode tokens
+// of different sequences seldom are.
+int64_t lora_run_tokens(std::span<const int32_t> token_slot, std::span<const int32_t> order);
 
 // Up to kMaxGroup projections of one input (q/k/v; gate/up), so a device backend can
 // run them, and their LoRA, in one launch each instead of one per projection.

@@ -37,11 +37,11 @@ GroupPlan plan_group(const DispatchTable& t, const StepShape& s, const GroupShap
     p.shrink = ShrinkKernel::kTokenRows;  // beside the matmul; nothing after it on the chain
     p.expand = ExpandKernel::kNextOp;
   } else {
-    const bool mma = n >= t.lora_mma_min_n && s.stacks == DType::kBF16;
+    const bool mma = s.lora_run_tokens >= t.lora_mma_min_n && s.stacks == DType::kBF16;
     p.shrink = mma && p.x_type == DType::kBF16 && g.in % 8 == 0 ? ShrinkKernel::kTiledMma : ShrinkKernel::kTiled;
     bool outs16 = s.rank % 16 == 0;
     for (int i = 0; i < g.count; ++i) outs16 &= g.out[i] % 16 == 0;
-    p.expand = mma && outs16 ? ExpandKernel::kTiledMma : ExpandKernel::kTiled;
+    p.expand = mma && outs16 && s.rank >= t.lora_mma_expand_min_rank ? ExpandKernel::kTiledMma : ExpandKernel::kTiled;
   }
   p.x_type = matmul_input_type(p.matmul, s.weights, split);
   return p;
@@ -142,7 +142,8 @@ void check_dispatch_table(const DispatchTable& t) {
   check(t.gemv_max_n >= 0 && t.gemv_max_n <= 16 && t.skinny_max_n >= 0 && t.skinny_max_n <= 16 &&
             t.skinny_lora_max_n >= 0 && t.skinny_lora_max_n <= 16,
         "dispatch table: gemv_max_n, skinny_max_n and skinny_lora_max_n must be in [0, 16]");
-  check(t.cublas_small_max_n >= 0 && t.expand_next_op_max_n >= 0 && t.lora_mma_min_n >= 0,
+  check(t.cublas_small_max_n >= 0 && t.expand_next_op_max_n >= 0 && t.lora_mma_min_n >= 0 &&
+            t.lora_mma_expand_min_rank >= 0,
         "dispatch table: thresholds must be >= 0");
 }
 

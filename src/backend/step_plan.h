@@ -70,6 +70,9 @@ struct StepShape {
   DType weights = DType::kF32;
   DType stacks = DType::kF32;  // the LoRA slot stacks' type
   int64_t rank = 0;            // the stacks' max rank
+  // Tokens in one-adapter runs of 16 (lora_run_tokens, backend.h): what the tensor-core
+  // LoRA tiles would take. 0 for graph buckets, whose plan is fixed at capture.
+  int64_t lora_run_tokens = 0;
   GroupShape group[kNumProjGroups];
 };
 
@@ -121,13 +124,19 @@ struct DispatchTable {
   // against 45.2 / 43.4. At 128 tokens down with one adapter is faster tiled (55.3 against
   // 58.3), q/k/v and an adapter a token still with token rows (79.4 against 83.6).
   int expand_next_op_max_n = 64;
-  // From this many tokens, with bf16 stacks and x rounded to bf16, the one-adapter tiles
-  // of the shrink and expand run on tensor cores (prefill chunks): q/k/v at 2,048 tokens
-  // on one adapter 513 us against 538 on CUDA cores, down 354 against 369; at 512 tokens
-  // q/k/v 152 against 156, down 112 against 103. (At r=16 the tensor-core expand alone
-  // measures level with the CUDA-core one: 509 / 352 us with the tensor-core shrink beside
-  // the CUDA-core expand.)
+  // From this many tokens in one-adapter runs (StepShape::lora_run_tokens), with bf16
+  // stacks and x rounded to bf16, the shrink takes those tiles on tensor cores: r=16, all
+  // tokens on one adapter, q/k/v at 2,048 tokens 510 us against 542 on CUDA cores, down
+  // 352 against 372; at 512 tokens level over the two (q/k/v 149 against 155, down 111
+  // against 105). Without runs (token i on adapter i % 64) the tensor-core kernels find
+  // no tile and only add their launch: 512 tokens, down 129 against 112 us.
   int lora_mma_min_n = 512;
+  // With that, from this rank the expand takes the runs on tensor cores too: 2,048 tokens
+  // on one adapter, q/k/v at r=64 / 128 597 / 722 us against 770 / 1,079 with the CUDA-core
+  // expand, down 407 / 464 against 450 / 573; at r=16 level (516 against 510, 353 against
+  // 352). The CUDA-core expand is instruction-bound, its cost linear in the rank (173 us
+  // more at r=64, 357 at r=128, q/k/v), so r=32 is past the break-even (~50 us).
+  int lora_mma_expand_min_rank = 32;
 };
 
 // Refuses a table the kernels cannot follow (the GEMV and skinny kernels take at most 16

@@ -160,14 +160,17 @@ StepTensors ModelRunner::prepare(const ForwardBatch& b, bool padded, const Devic
   st.lora.seg_start = i32(l.seg_start, segments + 1);
   st.lora.seg_slot = i32(l.seg_slot, segments);
   st.lora_active = any_lora && lora_ != nullptr;
-  st.plan = plan(n, st.lora_active);
+  // Padded steps take their bucket's plan, the one captured (decode tokens, no runs).
+  st.plan = plan(n, st.lora_active, padded ? 0 : lora_run_tokens(b.token_lora_slot, sorted_tokens_));
   st.num_logit_rows = rows;
   st.logit_rows = i32(l.logit_rows, std::max(rows, 1));
   return st;
 }
 
-StepPlan ModelRunner::plan(int tokens, bool lora) const {
-  return backend_->plan(model_->step_shape(tokens, lora, lora_));
+StepPlan ModelRunner::plan(int tokens, bool lora, int64_t run_tokens) const {
+  StepShape shape = model_->step_shape(tokens, lora, lora_);
+  shape.lora_run_tokens = shape.lora ? run_tokens : 0;
+  return backend_->plan(shape);
 }
 
 void ModelRunner::run_padded(const StepTensors& st, int bucket) {

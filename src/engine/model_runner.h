@@ -68,7 +68,8 @@ class ModelRunner {
   // With sample_on_device the staging also carries the sampling inputs of every logits row.
   StepTensors prepare(const ForwardBatch& b, bool padded, const DeviceSampling* ds = nullptr);
   // The backend's plan for a step of `tokens` tokens (LoRA kernels on or off).
-  StepPlan plan(int tokens, bool lora) const;
+  // run_tokens: the step's one-adapter runs (StepShape::lora_run_tokens).
+  StepPlan plan(int tokens, bool lora, int64_t run_tokens = 0) const;
   // forward + lm_head over all `bucket` rows into logits_ (what a graph records).
   void run_padded(const StepTensors& st, int bucket);
   // Has ds write this step's structured-output masks and uploads them into masks_.

@@ -2,21 +2,26 @@
 // The dispatch table (step_plan.h) across token counts: every token count from 1 to 4,096
 // on a Llama-2-7B shape gets one kernel per group by the rules the table states, the
 // 16-bit copy goes with the kernels that multiply in 16 bits, the LoRA expand is left to
-// the next op exactly when the shrink is one-token (fused or token rows), and shapes or
-// types a kernel cannot take fall to one that can.
+// the next op exactly when the shrink is one-token (fused or token rows), the tensor-core
+// LoRA tiles run only where the step has enough one-adapter runs (and the expand's only from
+// their rank), and shapes or types a kernel cannot take fall to one that can.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
+#include "backend/backend.h"
 #include "backend/step_plan.h"
 
 namespace quiver {
 namespace {
 
 StepShape shape_7b(int64_t n, bool lora, DType weights = DType::kBF16, DType stacks = DType::kBF16,
-                   int64_t rank = 16) {
+                   int64_t rank = 16, int64_t run_tokens = -1) {
   StepShape s;
   s.tokens = n;
+  s.lora_run_tokens = run_tokens < 0 ? n : run_tokens;  // default: one prefill chunk
   s.lora = lora;
   s.weights = weights;
   s.stacks = stacks;
@@ -31,12 +36,15 @@ StepShape shape_7b(int64_t n, bool lora, DType weights = DType::kBF16, DType sta
 TEST(StepPlan, SevenBAcrossTokenCounts) {
   const DispatchTable t;
   for (int64_t n = 1; n <= 4096; ++n) {
-    for (bool lora : {false, true}) {
-      const StepPlan p = plan_device_step(t, shape_7b(n, lora), false);
+    for (int lora_case = 0; lora_case < 4; ++lora_case) {
+      // no LoRA; r=16 on one adapter (every token in a run); r=64 on one adapter; r=16, no runs
+      const bool lora = lora_case > 0;
+      const int64_t rank = lora_case == 2 ? 64 : 16, runs = lora_case == 3 ? 0 : n;
+      const StepPlan p = plan_device_step(t, shape_7b(n, lora, DType::kBF16, DType::kBF16, rank, runs), false);
       ASSERT_EQ(p.tokens, n);
       ASSERT_EQ(p.lora(), lora) << n;
       for (const GroupPlan& g : p.group) {
-        const std::string at = "n=" + std::to_string(n) + (lora ? " lora" : "");
+        const std::string at = "n=" + std::to_string(n) + " case " + std::to_string(lora_case);
         // Only the GEMV multiplies f32 activations.
         EXPECT_EQ(g.x_type, g.matmul == MatmulKernel::kGemv ? DType::kF32 : DType::kBF16) << at;
         if (!lora) {
@@ -60,8 +68,8 @@ TEST(StepPlan, SevenBAcrossTokenCounts) {
           EXPECT_EQ(g.shrink, ShrinkKernel::kTokenRows) << at;
         } else {
           EXPECT_EQ(g.matmul, MatmulKernel::kCublas) << at;
-          EXPECT_EQ(g.shrink, n >= 512 ? ShrinkKernel::kTiledMma : ShrinkKernel::kTiled) << at;
-          EXPECT_EQ(g.expand, n >= 512 ? ExpandKernel::kTiledMma : ExpandKernel::kTiled) << at;
+          EXPECT_EQ(g.shrink, runs >= 512 ? ShrinkKernel::kTiledMma : ShrinkKernel::kTiled) << at;
+          EXPECT_EQ(g.expand, runs >= 512 && rank >= 32 ? ExpandKernel::kTiledMma : ExpandKernel::kTiled) << at;
         }
         const bool one_token_shrink = g.shrink == ShrinkKernel::kFused || g.shrink == ShrinkKernel::kTokenRows;
         EXPECT_EQ(g.expand_in_next_op(), one_token_shrink) << at;
@@ -115,8 +123,17 @@ TEST(StepPlan, TypesAndShapesTheKernelsCannotTake) {
     EXPECT_EQ(g.expand, ExpandKernel::kTiled) << n;
   }
   // Ranks or outputs off 16: no tensor-core expand; a rank above 512: no one-token shrink.
-  EXPECT_EQ(plan_device_step(t, shape_7b(1024, true, DType::kBF16, DType::kBF16, 8), false).group[0].expand,
+  EXPECT_EQ(plan_device_step(t, shape_7b(1024, true, DType::kBF16, DType::kBF16, 40), false).group[0].expand,
             ExpandKernel::kTiled);
+  StepShape odd = shape_7b(1024, true, DType::kBF16, DType::kBF16, 64);
+  EXPECT_EQ(plan_device_step(t, odd, false).group[0].expand, ExpandKernel::kTiledMma);
+  odd.group[0].out[1] = 1000;
+  EXPECT_EQ(plan_device_step(t, odd, false).group[0].expand, ExpandKernel::kTiled);
+  // Half the tokens in runs: the tensor cores from 512 run tokens, not 512 tokens.
+  EXPECT_EQ(plan_device_step(t, shape_7b(1022, true, DType::kBF16, DType::kBF16, 64, 511), false).group[0].shrink,
+            ShrinkKernel::kTiled);
+  EXPECT_EQ(plan_device_step(t, shape_7b(1024, true, DType::kBF16, DType::kBF16, 64, 512), false).group[0].shrink,
+            ShrinkKernel::kTiledMma);
   EXPECT_EQ(plan_device_step(t, shape_7b(4, true, DType::kBF16, DType::kBF16, 1024), false).group[0].shrink,
             ShrinkKernel::kTiled);
   // LoRA on, but stacks of rank 0: nothing to run.
@@ -131,6 +148,7 @@ TEST(StepPlan, TheTableMovesTheThresholds) {
   t.cublas_small_max_n = 0;
   t.expand_next_op_max_n = 0;
   t.lora_mma_min_n = 1;
+  t.lora_mma_expand_min_rank = 16;
   for (int64_t n : {1, 2, 8, 64}) {
     const GroupPlan g = plan_device_step(t, shape_7b(n, true), false).group[0];
     EXPECT_EQ(g.matmul, MatmulKernel::kCublas) << n;
@@ -140,6 +158,28 @@ TEST(StepPlan, TheTableMovesTheThresholds) {
   t.gemv_max_n = 17;
   EXPECT_DEATH(check_dispatch_table(t), "must be in \\[0, 16\\]");
   EXPECT_DEATH(plan_device_step(t, shape_7b(1, false), false), "dispatch table");
+}
+
+int64_t run_tokens(const std::vector<int32_t>& slots) {
+  std::vector<int32_t> order;
+  lora_sorted_tokens(slots, &order);
+  return lora_run_tokens(slots, order);
+}
+
+TEST(StepPlan, RunTokensCountTheTilesOfOneAdapterRuns) {
+  EXPECT_EQ(run_tokens(std::vector<int32_t>(40, 2)), 32);  // two whole tiles, 8 left over
+  std::vector<int32_t> alternating(64);
+  for (size_t i = 0; i < alternating.size(); ++i) alternating[i] = static_cast<int32_t>(i % 2);
+  EXPECT_EQ(run_tokens(alternating), 0);  // sorted by slot, but no tile is consecutive tokens
+  std::vector<int32_t> base_after(32, -1);
+  std::fill_n(base_after.begin(), 16, 0);
+  EXPECT_EQ(run_tokens(base_after), 16);  // base-model tokens are no run
+  // 8 decode tokens on adapter 1, then a 24-token chunk on adapter 0 (sorted first): its
+  // first 16 tokens fill a tile, the other 8 share one with the decode tokens.
+  std::vector<int32_t> mixed(32, 0);
+  std::fill_n(mixed.begin(), 8, 1);
+  EXPECT_EQ(run_tokens(mixed), 16);
+  EXPECT_EQ(run_tokens({}), 0);
 }
 
 TEST(StepPlan, HostPlanAndDescription) {
@@ -156,8 +196,8 @@ TEST(StepPlan, HostPlanAndDescription) {
             "n=1 qkv=gemv+fused>rope_kv_write o=gemv+fused>add_rms_norm gate_up=gemv+fused>silu_mul "
             "down=gemv+fused>add_rms_norm");
   EXPECT_EQ(plan_device_step(t, shape_7b(1024, true), false).describe(),
-            "n=1024 qkv=cublas(BF16)+tiled-mma/tiled-mma o=cublas(BF16)+tiled-mma/tiled-mma "
-            "gate_up=cublas(BF16)+tiled-mma/tiled-mma down=cublas(BF16)+tiled-mma/tiled-mma");
+            "n=1024 qkv=cublas(BF16)+tiled-mma/tiled o=cublas(BF16)+tiled-mma/tiled "
+            "gate_up=cublas(BF16)+tiled-mma/tiled down=cublas(BF16)+tiled-mma/tiled");
   EXPECT_EQ(plan_device_step(t, shape_7b(32, false), false).describe(),
             "n=32 qkv=cublas-small(BF16) o=cublas-small(BF16) gate_up=cublas-small(BF16) down=cublas-small(BF16)");
 }

@@ -92,7 +92,6 @@ __global__ void gather_rows_kernel(float* __restrict__ out, const float* x,
 
 void CudaBackend::silu_mul(Tensor out, Tensor out16, Tensor gate, Tensor up, const GroupPlan& plan,
                            const GroupLora& lora) {
-  const LoraDelta delta = pending_delta(plan, lora);
   cuda::check_f32(out, "silu_mul: out must be f32 on the GPU");
   cuda::check_f32(gate, "silu_mul: gate must be f32 on the GPU");
   cuda::check_f32(up, "silu_mul: up must be f32 on the GPU");
@@ -100,10 +99,10 @@ void CudaBackend::silu_mul(Tensor out, Tensor out16, Tensor gate, Tensor up, con
   const int64_t count = out.numel();
   check(gate.numel() == count && up.numel() == count, "silu_mul: shape mismatch");
   if (count == 0) return;
-  if (delta.count > 0) {
+  if (plan.expand_in_next_op()) {
     check(gate.ndim >= 1, "silu_mul: gate must be [n, f]");
     const int64_t n = gate.dim(0), f = count / std::max<int64_t>(n, 1);
-    const cuda::LoraDeltaArgs d = cuda::lora_delta_args(delta, {gate, up}, n, "silu_mul");
+    const cuda::LoraDeltaArgs d = cuda::lora_delta_args(plan, lora, {gate, up}, n, "silu_mul");
     // Small blocks: a decode row's B rows (2 x f x R entries) spread over many SMs.
     constexpr int kDeltaThreads = 64;
     const auto blocks = static_cast<unsigned>(

@@ -30,19 +30,6 @@ namespace cuda {
 struct ShrinkRows;  // lora_shrink_rows.cuh
 }  // namespace cuda
 
-// The expand a group's plan leaves to the op that reads its outputs (ExpandKernel::kNextOp):
-//   y[g][i, :] += b_stack[g][slot_i] @ t[g][i, :]   for g < count, tokens with a slot;
-// count 0: none. rope_kv_write, add_rms_norm and silu_mul add it in their own kernel
-// (lora_delta.cuh), which takes a kernel off the decode step's chain per group.
-struct LoraDelta {
-  int count = 0;
-  Tensor y[kMaxGroup];        // [n, out_g] f32
-  Tensor t[kMaxGroup];        // [n, max_rank] f32: the shrink's results
-  Tensor b_stack[kMaxGroup];  // [num_slots, out_g, max_rank]
-  LoraMeta meta;
-};
-LoraDelta pending_delta(const GroupPlan& plan, const GroupLora& lora);
-
 class CudaBackend : public Backend {
  public:
   explicit CudaBackend(const CudaBackendOptions& options);

@@ -72,13 +72,11 @@ __device__ __forceinline__ void store_x16(void* p, int64_t i, float v, bool bf16
   }
 }
 
-// Checks an optional 16-bit copy of `out` (the *_x16 ops): empty, or bf16/f16 on the GPU
-// with out's shape.
+// Checks an op's optional 16-bit copy of `out` (out16): empty, or bf16/f16 on the GPU with
+// out's shape.
 inline void check_x16(const Tensor& out16, const Tensor& out, const char* what) {
   if (out16.empty()) return;
-  check((out16.dtype == DType::kBF16 || out16.dtype == DType::kF16) && out16.device == Device::kCuda &&
-            out16.numel() == out.numel(),
-        what);
+  check(is_16bit_float(out16.dtype) && out16.device == Device::kCuda && out16.numel() == out.numel(), what);
 }
 
 // A 16-byte vector of T, unpacked to floats. E = elements per vector.

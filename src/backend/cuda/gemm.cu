@@ -116,7 +116,7 @@ void CudaBackend::matmul_cublas(const MatmulGroup& g, Tensor x, cublasHandle_t h
   const void* lo = nullptr;
   cudaDataType_t type = CUDA_R_32F;
   if (wt != DType::kF32) {
-    check(wt == DType::kBF16 || wt == DType::kF16, "matmul: weight must be F32, F16 or BF16");
+    check(is_16bit_float(wt), "matmul: weight must be F32, F16 or BF16");
     type = wt == DType::kBF16 ? CUDA_R_16BF : CUDA_R_16F;
   }
   // A copy in another 16-bit type than these weights' (a checkpoint mixing f16 and bf16

@@ -1,7 +1,7 @@
 // The decode GEMV of 1 (or 2) tokens with its LoRA's shrink as extra blocks of the same launch:
 //   y_g[0, :] = x[0] @ w_g^T (+ bias_g)        gemv.cuh's blocks, as the plain GEMV
 //   t_g[0, :] = a_g[slot_0] @ x[0]             G x ceil(R / 4) more blocks, 4 A rows each
-// and the expand, y_g += b_g[slot_0] @ t_g, left to the op that reads y next (LoraDelta:
+// and the expand, y_g += b_g[slot_0] @ t_g, left to the op that reads y next (ExpandKernel::kNextOp:
 // rope_kv_write, add_rms_norm, silu_mul add it in their own kernel, lora_delta.cuh).
 // So a batch-1 projection with an adapter is one kernel, as without: at batch 1 the LoRA's
 // cost is the latency of its extra kernels on the step's chain, not its bytes. Decode
@@ -167,20 +167,6 @@ bool shrink_rows_args(const GroupLora& lora, Tensor x, ShrinkRows* out) {
 }
 
 }  // namespace cuda
-
-LoraDelta pending_delta(const GroupPlan& plan, const GroupLora& lora) {
-  LoraDelta d;
-  if (!plan.expand_in_next_op()) return d;
-  check(lora.count >= 1 && lora.count <= kMaxGroup, "lora: the plan leaves an expand, but the group has no LoRA");
-  d.count = lora.count;
-  d.meta = lora.meta;
-  for (int i = 0; i < lora.count; ++i) {
-    d.y[i] = lora.y[i];
-    d.b_stack[i] = lora.b_stack[i];
-    d.t[i] = lora.t_of(i);
-  }
-  return d;
-}
 
 bool CudaBackend::gemv_lora(const MatmulGroup& g, const GroupLora& lora, Tensor x) {
   const DType wt = g.w[0].dtype, st = lora.a_stack[0].dtype;

@@ -1,5 +1,5 @@
-// A pending LoRA term (LoraDelta, cuda_backend.h) applied inside the kernel of the op that reads
-// the projection's outputs next: y[i, row] += b[slot_i][row, :] . t[i, :]. Each output's B
+// The LoRA expand a group's plan leaves to the op after it (ExpandKernel::kNextOp), added
+// inside the kernel of the op that reads the projection's outputs next: y[i, row] += b[slot_i][row, :] . t[i, :]. Each output's B
 // row is loaded before the kernel's PDL wait (the slots and the stacks are written by no
 // kernel of the step), t after it, so the term adds loads in flight, not a kernel to the
 // step's chain (gemv_lora.cu says why that matters at batch 1).
@@ -155,38 +155,41 @@ __device__ __forceinline__ float LoraDeltaRow::apply(const LoraDeltaArgs& d, int
   return apply(d, t, y);
 }
 
-// The kernel arguments of `delta` for an op whose inputs ys (in order, n rows each) are the
-// delta's y; count 0 when nothing is pending. Checks what it is given.
-inline LoraDeltaArgs lora_delta_args(const LoraDelta& delta, std::initializer_list<Tensor> ys, int64_t n,
-                                     const char* op) {
+// The kernel arguments of the expand that `plan` leaves to an op whose inputs ys (in order,
+// n rows each) are the group's outputs; count 0 when the plan leaves none. Checks what it
+// is given.
+inline LoraDeltaArgs lora_delta_args(const GroupPlan& plan, const GroupLora& lora, std::initializer_list<Tensor> ys,
+                                     int64_t n, const char* op) {
   LoraDeltaArgs d;
-  if (delta.count == 0) return d;
-  const std::string what = std::string(op) + ": LoRA delta";
-  check(delta.count >= 1 && delta.count <= static_cast<int>(ys.size()), what + " has more members than the op's inputs");
-  const Tensor& b0 = delta.b_stack[0];
-  check(b0.ndim == 3 && (b0.dtype == DType::kF32 || b0.dtype == DType::kF16 || b0.dtype == DType::kBF16),
+  if (!plan.expand_in_next_op()) return d;
+  const std::string what = std::string(op) + ": the plan's LoRA expand";
+  check(lora.count >= 1 && lora.count <= static_cast<int>(ys.size()),
+        what + " needs a group LoRA of 1 up to the op's input count members");
+  const Tensor& b0 = lora.b_stack[0];
+  check(b0.ndim == 3 && (b0.dtype == DType::kF32 || is_16bit_float(b0.dtype)),
         what + ": b_stack must be [S, out, R] f32, f16 or bf16");
   const int64_t num_slots = b0.dim(0), rank = b0.dim(2);
   check(rank >= 1 && rank <= kLoraMaxRank, what + ": rank outside 1..512");
-  check_lora_meta(delta.meta, n, op);
+  check_lora_meta(lora.meta, n, op);
   bool vec = b0.dtype != DType::kF32 && rank % 8 == 0;
   int i = 0;
   for (const Tensor& y : ys) {
-    if (i == delta.count) break;
-    const Tensor &b = delta.b_stack[i], &t = delta.t[i];
-    check(delta.y[i].data == y.data && y.numel() % n == 0, what + " belongs to other tensors than this op's inputs");
+    if (i == lora.count) break;
+    const Tensor& b = lora.b_stack[i];
+    const Tensor t = lora.t_of(i);
+    check(lora.y[i].data == y.data && y.numel() % n == 0, what + " belongs to other tensors than this op's inputs");
     check(b.ndim == 3 && b.dim(0) == num_slots && b.dim(2) == rank && b.dtype == b0.dtype && b.dim(1) == y.numel() / n,
           what + ": b_stacks must be [S, out, R], out the input's row size, with one R and dtype");
-    check_f32(t, "LoRA delta: t must be f32 on the GPU");
-    check(t.numel() == n * rank, what + ": t must be [n, R]");
+    check(t.dtype == DType::kF32 && t.device == Device::kCuda && t.dim(0) == n && t.dim(1) == rank,
+          what + ": t must be [n, R] f32 on the GPU");
     vec = vec && aligned16(b.data) && aligned16(t.data);
     d.b[i] = b.data;
     d.t[i] = t.ptr<float>();
     d.out[i] = static_cast<int>(b.dim(1));
     ++i;
   }
-  d.token_slot = delta.meta.token_slot.ptr<int32_t>();
-  d.count = delta.count;
+  d.token_slot = lora.meta.token_slot.ptr<int32_t>();
+  d.count = lora.count;
   d.rank = static_cast<int>(rank);
   d.num_slots = static_cast<int>(num_slots);
   d.type = b0.dtype;

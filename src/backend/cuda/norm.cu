@@ -117,7 +117,8 @@ bool rows_vec(const Tensor& out, const Tensor& x, const Tensor& residual, int64_
 
 template <bool ADD>
 void launch_rms_norm(cudaStream_t stream, bool pdl, bool clusters, int64_t smem_max, Tensor out, Tensor out16,
-                     Tensor residual, Tensor x, Tensor w, float eps, const LoraDelta& delta) {
+                     Tensor residual, Tensor x, Tensor w, float eps, const GroupPlan& plan,
+                     const GroupLora& lora) {
   cuda::check_f32(out, "rms_norm: out must be f32 on the GPU");
   cuda::check_x16(out16, out, "rms_norm: out16 must be bf16 or f16 on the GPU, out's shape");
   cuda::check_f32(x, "rms_norm: x must be f32 on the GPU");
@@ -130,7 +131,7 @@ void launch_rms_norm(cudaStream_t stream, bool pdl, bool clusters, int64_t smem_
   }
   if (n == 0 || d == 0) return;
   const bool vec = rows_vec(out, x, ADD ? residual : Tensor(), d);
-  const cuda::LoraDeltaArgs da = cuda::lora_delta_args(delta, {x}, n, "add_rms_norm");
+  const cuda::LoraDeltaArgs da = cuda::lora_delta_args(plan, lora, {x}, n, "add_rms_norm");
   if (da.count > 0) {
     cuda::launch_add_rms_norm_delta(stream, pdl, clusters, smem_max, out, out16, residual, x, w, eps, da);
     return;
@@ -152,19 +153,20 @@ void CudaBackend::init_norm_kernels(int64_t smem_optin_bytes) {
 }
 
 void CudaBackend::rms_norm(Tensor out, Tensor out16, Tensor x, Tensor w, float eps) {
-  launch_rms_norm<false>(stream_, pdl_, clusters_, norm_smem_bytes_, out, out16, Tensor(), x, w, eps, LoraDelta());
+  launch_rms_norm<false>(stream_, pdl_, clusters_, norm_smem_bytes_, out, out16, Tensor(), x, w, eps, GroupPlan(),
+                         GroupLora());
 }
 
 void CudaBackend::add_rms_norm(Tensor out, Tensor out16, Tensor residual, Tensor x, Tensor w, float eps,
                                const GroupPlan& plan, const GroupLora& lora) {
-  const LoraDelta delta = pending_delta(plan, lora);
-  if (delta.count > 0 && !(x.ndim == 2 && rows_vec(out, x, residual, x.dim(1)))) {
+  if (plan.expand_in_next_op() && !(x.ndim == 2 && rows_vec(out, x, residual, x.dim(1)))) {
     // An odd width (no decode model has one): the tiled expand of t, then the plain op.
     lora_expand_parts(lora, lora.t.ptr<float>(), 1, x.dim(0), false);
-    launch_rms_norm<true>(stream_, pdl_, clusters_, norm_smem_bytes_, out, out16, residual, x, w, eps, LoraDelta());
+    launch_rms_norm<true>(stream_, pdl_, clusters_, norm_smem_bytes_, out, out16, residual, x, w, eps, GroupPlan(),
+                          GroupLora());
     return;
   }
-  launch_rms_norm<true>(stream_, pdl_, clusters_, norm_smem_bytes_, out, out16, residual, x, w, eps, delta);
+  launch_rms_norm<true>(stream_, pdl_, clusters_, norm_smem_bytes_, out, out16, residual, x, w, eps, plan, lora);
 }
 
 }  // namespace quiver

@@ -1,7 +1,8 @@
-// CUDA add + RMSNorm with a pending LoRA term on x (CudaBackend::add_rms_norm with a
-// LoraDelta): x += B[slot] . t first, then the norm as in norm.cu. For 1-2 rows one block a
-// row with the row's B rows staged in shared memory; on sm_90 a row split over a cluster of
-// blocks; elsewhere (or for widths and ranks those do not take) one block a row.
+// CUDA add + RMSNorm with the LoRA expand of x's projection left to it
+// (CudaBackend::add_rms_norm under ExpandKernel::kNextOp): x += B[slot] . t first, then the
+// norm as in norm.cu. For 1-2 rows one block a row with the row's B rows staged in shared
+// memory; on sm_90 a row split over a cluster of blocks; elsewhere (or for widths and ranks
+// those do not take) one block a row.
 #include <cooperative_groups.h>
 
 #include <algorithm>

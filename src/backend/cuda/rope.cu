@@ -4,7 +4,7 @@
 // still spreads over many multiprocessors. A k pair's thread also stores its two rotated
 // values into the cache (converted to the cache dtype, round to nearest even, as the
 // reference), and one more thread per v pair copies v there. A pending
-// LoRA term of the q/k/v projections (LoraDelta) is added to each pair before it is
+// LoRA term of the q/k/v projections (ExpandKernel::kNextOp, lora_delta.cuh) is added to each pair before it is
 // rotated or stored (lora_delta.cuh).
 #include <algorithm>
 #include <cmath>
@@ -143,11 +143,10 @@ void check_kv_write(Tensor k_cache, Tensor v_cache, Tensor k, Tensor v, Tensor s
 
 void CudaBackend::rope_kv_write(Tensor q, Tensor k, Tensor v, Tensor positions, Tensor cos_sin, Tensor k_cache,
                                 Tensor v_cache, Tensor slot_mapping, const GroupPlan& plan, const GroupLora& lora) {
-  const LoraDelta delta = pending_delta(plan, lora);
   check_rope(q, k, positions, cos_sin);
   check_kv_write(k_cache, v_cache, k, v, slot_mapping);
   check(k_cache.dim(2) == k.dim(1) && k_cache.dim(3) == k.dim(2), "kv_write: shape mismatch");  // heads as k's
-  const cuda::LoraDeltaArgs d = cuda::lora_delta_args(delta, {q, k, v}, q.dim(0), "rope_kv_write");
+  const cuda::LoraDeltaArgs d = cuda::lora_delta_args(plan, lora, {q, k, v}, q.dim(0), "rope_kv_write");
   cuda::dispatch_float(k_cache.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     launch_rope<T>(stream_, pdl_, q, k, v.ptr<float>(), positions, cos_sin, k_cache.ptr<T>(), v_cache.ptr<T>(),
