@@ -130,6 +130,10 @@ class Backend {
   // host backends report none.
   virtual std::string device_name() const { return ""; }
   virtual int64_t device_memory_bytes() const { return 0; }
+  // The rate at which this backend's kernels stream reads from memory over all its
+  // threads, measured when called (GB/s; takes about a second): the ceiling a decode step's
+  // bytes are held against. 0: the backend does not measure it.
+  virtual double measure_read_gbs() { return 0; }
 
   // ---- memory -------------------------------------------------------------
   // Allocations are 64-byte aligned. free(nullptr) is a no-op.

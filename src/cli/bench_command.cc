@@ -11,6 +11,8 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <string>
+#include <utility>
 
 #include "cli/bench.h"
 #include "cli/commands.h"
@@ -95,6 +97,26 @@ nlohmann::json options_json(const BenchOptions& o, const LLMEngine& engine) {
           {"max_num_seqs", a.max_num_seqs},
           {"max_num_batched_tokens", a.max_num_batched_tokens},
           {"enforce_eager", a.enforce_eager}};
+}
+
+// The bandwidth ceiling decode steps are held against, and how it was obtained:
+// --mem-bandwidth-gbs; on the host, the read rate the CPU kernels stream at over the
+// engine's threads, measured now (the ref backend measures nothing, so a cpu backend of as
+// many threads measures it); on CUDA, the H200's device-to-device copy rate (DESIGN.md
+// section 5).
+std::pair<double, std::string> bandwidth_ceiling(LLMEngine& engine, const BenchOptions& o) {
+  if (o.mem_bandwidth_gbs > 0) return {o.mem_bandwidth_gbs, "--mem-bandwidth-gbs"};
+  if (engine.backend()->device() == Device::kCuda) return {4260.0, "the H200's measured copy rate"};
+  double gbs = engine.backend()->measure_read_gbs();
+  if (gbs <= 0) {
+    std::string err;
+    auto probe = make_backend(BackendOptions{.kind = "cpu", .num_threads = engine.args().threads}, &err);
+    gbs = probe ? probe->measure_read_gbs() : 0;
+  }
+  check(gbs > 0, "bench: the host's read rate could not be measured; give --mem-bandwidth-gbs");
+  const int threads = engine.args().threads;
+  return {gbs, "streaming read measured at start, " + (threads > 0 ? std::to_string(threads) : std::string("all")) +
+                   " threads"};
 }
 
 // One measured offline pass over fresh prompts (the prefix cache never hits), printed.
@@ -242,7 +264,7 @@ int run_bench(BenchOptions& o, const CLI::App* cmd) {
   if (!created.is_ok()) return fail(created.message(), 1);
   LLMEngine& engine = *created.value();
   const CostModel cost = make_cost_model(engine);
-  const double bandwidth = o.mem_bandwidth_gbs > 0 ? o.mem_bandwidth_gbs : (args.device == "cuda" ? 4260.0 : 30.0);
+  const auto [bandwidth, ceiling_how] = bandwidth_ceiling(engine, o);
   const int64_t vocab = engine.model_config().vocab_size;
 
   nlohmann::json record;
@@ -254,6 +276,9 @@ int run_bench(BenchOptions& o, const CLI::App* cmd) {
               m["git_commit"].get<std::string>().c_str(), args.device.c_str(),
               m.contains("gpu") ? m["gpu"].get<std::string>().c_str() : m["cpu"].get<std::string>().c_str(),
               m["nproc"].get<unsigned>(), m["loadavg_1_5_15"][0].get<double>());
+  record["machine"]["ceiling_gb_per_s"] = bandwidth;
+  record["machine"]["ceiling_how"] = ceiling_how;
+  std::printf("ceiling %.1f GB/s (%s)\n", bandwidth, ceiling_how.c_str());
   std::printf("model %s (%s weights %.3f GB)  adapters %d (rank %d, %s, fraction %.2f)\n", args.model.c_str(),
               args.load_format.c_str(), static_cast<double>(engine.weight_bytes()) / 1e9, o.num_adapters,
               o.lora_rank, o.lora_targets.c_str(), adapters.empty() ? 0.0 : o.lora_fraction);
@@ -286,6 +311,10 @@ int run_bench(BenchOptions& o, const CLI::App* cmd) {
     if (!st.is_ok()) return fail(st.message(), 1);
   }
   record["machine"]["loadavg_1_5_15_end"] = machine_json(engine)["loadavg_1_5_15"];
+  // The probe again after the passes: on a shared host the rate moves (the 2-core machine
+  // reads 27 or 44 GB/s from one minute to the next), and the two show by how much.
+  if (o.mem_bandwidth_gbs <= 0 && engine.backend()->device() != Device::kCuda)
+    record["machine"]["ceiling_end_gb_per_s"] = bandwidth_ceiling(engine, o).first;
 
   if (!o.json_output.empty()) {
     std::ofstream out(o.json_output);
@@ -325,7 +354,7 @@ void register_bench(CLI::App& app, int* exit_code) {
   cmd->add_option("--num-iters", o->num_iters, "offline: measured passes (each with fresh prompts)");
   cmd->add_option("--warmup-steps", o->warmup_steps, "decode steps of the unmeasured warm-up pass (0: none)");
   cmd->add_option("--mem-bandwidth-gbs", o->mem_bandwidth_gbs,
-                  "memory bandwidth ceiling in GB/s (default 30 for cpu, 4260 for cuda)");
+                  "memory bandwidth ceiling in GB/s (default: the host's read rate, measured at start; 4260 for cuda)");
   cmd->add_option("--adapter-dir", o->adapter_dir, "write the synthesized adapters here and keep them");
   cmd->add_option("--commit", o->commit, "commit to record (for a tree copied without .git; default: git rev-parse)");
   cmd->add_option("--json-output", o->json_output, "write every number, date, commit and machine as JSON");

@@ -188,6 +188,14 @@ TEST_P(CpuOps, FillUniformBitwise) {
   }
 }
 
+// The bench's ceiling probe streams 1 GiB on every kernel set and thread count and gives a
+// rate a memory system can have (bench/RESULTS.md quotes what it measures).
+TEST_P(CpuOps, ReadRateProbe) {
+  const double gbs = cpu_->measure_read_gbs();
+  EXPECT_GT(gbs, 0.1);
+  EXPECT_LT(gbs, 10000.0);
+}
+
 TEST_P(CpuOps, Embedding) {
   for (DType tt : kFloatTypes) {
     for (int64_t d : {1, 17, 130, 256}) {

@@ -3,8 +3,11 @@
 #include "backend/cpu/cpu_backend.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
+#include <numeric>
+#include <vector>
 
 namespace quiver {
 
@@ -87,6 +90,27 @@ const float* CpuBackend::as_f32(const Tensor& t, int64_t n, std::vector<float>* 
 void CpuBackend::fill_uniform(Tensor t, float center, float scale, uint64_t seed) {
   pool_->parallel_for(t.numel(), [&](int64_t b, int64_t e, int) { fill_uniform_range(t, center, scale, seed, b, e); },
                       int64_t{1} << 16);
+}
+
+double CpuBackend::measure_read_gbs() {
+  constexpr int64_t kFloats = int64_t{1} << 28;  // 1 GiB
+  constexpr int64_t kGrain = 4096;                // 16 KiB: whole pages per thread
+  Buffer buf(this, kFloats * sizeof(float));
+  float* x = static_cast<float*>(buf.data());
+  pool_->parallel_for(kFloats, [&](int64_t b, int64_t e, int) { std::fill(x + b, x + e, 1.f); }, kGrain);
+  std::vector<float> sums(static_cast<size_t>(pool_->num_threads()));
+  double best = 0;
+  for (int pass = 0; pass < 5; ++pass) {
+    const auto t0 = std::chrono::steady_clock::now();
+    pool_->parallel_for(kFloats, [&](int64_t b, int64_t e, int t) {
+      sums[static_cast<size_t>(t)] += k_->stream_sum(x + b, e - b);
+    }, kGrain);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, static_cast<double>(kFloats * sizeof(float)) / s / 1e9);
+  }
+  volatile float sink = std::accumulate(sums.begin(), sums.end(), 0.f);  // the reads are used
+  (void)sink;
+  return best;
 }
 
 void CpuBackend::embedding(Tensor out, Tensor table, Tensor ids) {

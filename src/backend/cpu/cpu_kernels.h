@@ -71,6 +71,7 @@ struct CpuKernels {
   void (*to_f32[kNumElemTypes])(float* dst, const void* src, int64_t n);
   void (*from_f32[kNumElemTypes])(void* dst, const float* src, int64_t n);  // round to nearest even
   double (*sum_squares)(const float* x, int64_t n);
+  float (*stream_sum)(const float* x, int64_t n);  // sum of x, for the read-rate probe
   void (*scale_mul)(float* out, const float* x, float s, const float* w, int64_t n);  // out = w * (x * s)
   void (*add)(float* y, const float* x, int64_t n);                                   // y += x
   void (*silu_mul)(float* out, const float* gate, const float* up, int64_t n);

@@ -22,6 +22,7 @@ struct KernelTable {
       .to_f32 = {&to_f32_kernel<S, kElemF32>, &to_f32_kernel<S, kElemF16>, &to_f32_kernel<S, kElemBF16>},
       .from_f32 = {&from_f32_kernel<S, kElemF32>, &from_f32_kernel<S, kElemF16>, &from_f32_kernel<S, kElemBF16>},
       .sum_squares = &sum_squares_kernel<S>,
+      .stream_sum = &stream_sum_kernel<S>,
       .scale_mul = &scale_mul_kernel<S>,
       .add = &add_kernel<S>,
       .silu_mul = &silu_mul_kernel<S>,

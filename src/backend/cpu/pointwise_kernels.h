@@ -25,6 +25,22 @@ void from_f32_kernel(void* dst, const float* src, int64_t n) {
   if (i < n) S::template store_w_n<E>(d + i, S::load_n(src + i, static_cast<int>(n - i)), static_cast<int>(n - i));
 }
 
+// The sum of x in four vector accumulators: one load and one add per vector, so a thread
+// streams memory as fast as its loads go (Backend::measure_read_gbs).
+template <class S>
+float stream_sum_kernel(const float* x, int64_t n) {
+  typename S::V a0 = S::zero(), a1 = S::zero(), a2 = S::zero(), a3 = S::zero();
+  int64_t i = 0;
+  for (; i + 4 * S::kW <= n; i += 4 * S::kW) {
+    a0 = S::add(a0, S::load(x + i));
+    a1 = S::add(a1, S::load(x + i + S::kW));
+    a2 = S::add(a2, S::load(x + i + 2 * S::kW));
+    a3 = S::add(a3, S::load(x + i + 3 * S::kW));
+  }
+  for (; i < n; i += S::kW) a0 = S::add(a0, S::load_n(x + i, static_cast<int>(min64(S::kW, n - i))));
+  return S::reduce_add(S::add(S::add(a0, a1), S::add(a2, a3)));
+}
+
 // f32 vector partial sums over short blocks, blocks summed in double: close to the
 // reference's double accumulation at f32 speed.
 template <class S>
