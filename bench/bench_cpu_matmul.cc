@@ -1,7 +1,9 @@
 // link: qv_backend
 // CpuBackend matmul on TinyLlama-1.1B shapes with bf16 weights: GEMV (n=1) and batched
-// decode (n=8) report weight GB/s, prefill (n=128) reports GFLOP/s. Also LoRA shrink+
-// expand at decode (rank 16) next to the base GEMV it rides on.
+// decode (n=8, 16) report weight GB/s, prefill (n=128) reports GFLOP/s; each with f32
+// activations (--matmul-precision highest) and with activations rounded to bf16
+// (matmul_x16: the AVX512-BF16 dot-product kernel where the CPU has it, label "bf16-dot").
+// Also LoRA shrink+expand at decode (rank 16) next to the base GEMV it rides on.
 //
 // Each benchmark cycles through enough copies of the weight that they cannot sit in the
 // last-level cache, so GB/s is memory bandwidth, not L3 bandwidth.
@@ -62,34 +64,41 @@ CpuBackend& backend(int threads) {
   return *b;
 }
 
-// Args: out, in, n (tokens), threads
+// Args: out, in, n (tokens), threads, x16 (1: activations in bf16)
 void BM_MatmulBf16(benchmark::State& state) {
   const int64_t out = state.range(0), in = state.range(1), n = state.range(2);
+  const bool x16 = state.range(4) == 1;
   CpuBackend& cpu = backend(static_cast<int>(state.range(3)));
   Weights& w = make_weights(out, in);
   std::vector<float> x = random_vec(static_cast<size_t>(n * in)), y(static_cast<size_t>(n * out));
+  std::vector<uint16_t> xh(x.size());
+  for (size_t j = 0; j < x.size(); ++j) xh[j] = f32_to_bf16(x[j]);
   Tensor xt(x.data(), DType::kF32, {n, in}), yt(y.data(), DType::kF32, {n, out});
+  Tensor xht(xh.data(), DType::kBF16, {n, in});
   size_t i = 0;
   for (auto _ : state) {
-    cpu.matmul(yt, xt, w.get(i++), Tensor());
+    if (x16) cpu.matmul_x16(yt, xht, w.get(i++), Tensor());
+    else cpu.matmul(yt, xt, w.get(i++), Tensor());
     benchmark::DoNotOptimize(y.data());
   }
   const double iters = static_cast<double>(state.iterations());
   state.counters["GB/s"] = benchmark::Counter(static_cast<double>(w.bytes()) * iters / 1e9, benchmark::Counter::kIsRate);
   state.counters["GFLOP/s"] =
       benchmark::Counter(2.0 * static_cast<double>(n * in * out) * iters / 1e9, benchmark::Counter::kIsRate);
-  state.SetLabel(std::string(cpu_isa_name(cpu.isa())));
+  state.SetLabel(std::string(cpu_isa_name(cpu.isa())) + (x16 ? (cpu.has_bf16_dot() ? " bf16-dot" : " bf16 x") : ""));
 }
 
 const int64_t kShapes[][2] = {{2048, 2048}, {256, 2048}, {5632, 2048}, {2048, 5632}, {32000, 2048}};
 
 void matmul_args(benchmark::internal::Benchmark* b) {
-  for (int64_t n : {1, 8, 128})
-    for (const auto& s : kShapes) b->Args({s[0], s[1], n, 0});
-  for (const auto& s : kShapes) b->Args({s[0], s[1], 1, 1});  // single-thread GEMV
+  for (int64_t x16 : {0, 1}) {
+    for (int64_t n : {1, 8, 16, 128})
+      for (const auto& s : kShapes) b->Args({s[0], s[1], n, 0, x16});
+    for (const auto& s : kShapes) b->Args({s[0], s[1], 1, 1, x16});  // single-thread GEMV
+  }
 }
 BENCHMARK(BM_MatmulBf16)->Apply(matmul_args)->UseRealTime()->Unit(benchmark::kMicrosecond)
-    ->ArgNames({"out", "in", "n", "threads"});
+    ->ArgNames({"out", "in", "n", "threads", "x16"});
 
 // LoRA at decode: shrink [rank x in] then expand [out x rank] for one token, f32 stacks
 // (2 slots). Compare with BM_MatmulBf16/out:2048/in:2048/n:1.

@@ -58,13 +58,14 @@ Tensor GroupLora::t_of(int g) const {
 }
 
 std::unique_ptr<Backend> make_backend(const BackendOptions& options, std::string* error) {
-  if (options.kind == "ref") return std::make_unique<RefBackend>();
-  if (options.kind == "cpu") return std::make_unique<CpuBackend>(options.num_threads);
+  const bool round_x16 = !options.highest_matmul_precision;
+  if (options.kind == "ref") return std::make_unique<RefBackend>(round_x16);
+  if (options.kind == "cpu") return std::make_unique<CpuBackend>(options.num_threads, CpuIsa::kAuto, round_x16);
   if (options.kind == "cuda") {
 #if defined(QUIVER_HAS_CUDA)
     CudaBackendOptions cuda_options;
     cuda_options.device = options.cuda_device;
-    cuda_options.gemm_split_activations = options.cuda_split_activations;
+    cuda_options.gemm_split_activations = options.highest_matmul_precision;
     return make_cuda_backend(cuda_options, error);
 #else
     *error = "this quiver was built without CUDA (configure with -DQUIVER_CUDA=ON and a CUDA toolkit)";

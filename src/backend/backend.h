@@ -277,9 +277,11 @@ struct BackendOptions {
   std::string kind = "cpu";
   int num_threads = 0;
   int cuda_device = 0;
-  // cuda only (--matmul-precision highest): cuBLAS matmuls split activations into two 16-bit
-  // halves for ~f32 accuracy (CudaBackendOptions::gemm_split_activations). Host backends ignore it.
-  bool cuda_split_activations = false;
+  // --matmul-precision highest: activations are never rounded for a matmul. cuda: cuBLAS
+  // matmuls split them into two 16-bit halves for ~f32 accuracy
+  // (CudaBackendOptions::gemm_split_activations); host backends multiply f32 activations
+  // (otherwise they round them to bf16 for bf16 weights, plan_host_step).
+  bool highest_matmul_precision = false;
 };
 std::unique_ptr<Backend> make_backend(const BackendOptions& options, std::string* error);
 

@@ -2,35 +2,47 @@
 
 namespace quiver {
 
-namespace {
-void check_no_copy(const Tensor& out16, const std::string& backend) {
-  check(out16.empty(), backend + " backend multiplies float32 activations: no 16-bit copy to write");
-}
-}  // namespace
-
 void HostBackend::add_pending(const GroupPlan& plan, const GroupLora& lora) {
   if (!plan.expand_in_next_op()) return;
   check(lora.count >= 1 && lora.count <= kMaxGroup, "lora: the plan leaves an expand, but the group has no LoRA");
   for (int g = 0; g < lora.count; ++g) lora_expand(lora.y[g], lora.t_of(g), lora.b_stack[g], lora.meta);
 }
 
+void HostBackend::write_copy(Tensor out16, Tensor out) {
+  if (out16.empty()) return;
+  check(is_16bit_float(out16.dtype) && out16.numel() == out.numel(), name() + ": out16 must be bf16 or f16, out's shape");
+  round_to_16bit(out16, out);
+}
+
 void HostBackend::rms_norm(Tensor out, Tensor out16, Tensor x, Tensor w, float eps) {
-  check_no_copy(out16, name());
   rms_norm_f32(out, x, w, eps);
+  write_copy(out16, out);
 }
 
 void HostBackend::add_rms_norm(Tensor out, Tensor out16, Tensor residual, Tensor x, Tensor w, float eps,
                                const GroupPlan& plan, const GroupLora& lora) {
-  check_no_copy(out16, name());
   add_pending(plan, lora);
   add_rms_norm_f32(out, residual, x, w, eps);
+  write_copy(out16, out);
 }
 
 void HostBackend::project(const GroupPlan& plan, const MatmulGroup& g, const GroupLora& lora, Tensor x) {
   check(g.count >= 1 && g.count <= kMaxGroup, "project: 1..3 members");
-  check(plan.matmul == MatmulKernel::kHost && plan.x_type == DType::kF32,
+  check(plan.matmul == MatmulKernel::kHost && (plan.x_type == DType::kF32 || plan.x_type == DType::kBF16),
         name() + " backend: the plan names a device kernel");
-  for (int i = 0; i < g.count; ++i) matmul(g.y[i], x, g.w[i], g.bias[i]);
+  if (plan.x_type == DType::kF32) {
+    for (int i = 0; i < g.count; ++i) matmul(g.y[i], x, g.w[i], g.bias[i]);
+  } else {
+    Tensor x16 = g.x16;
+    if (x16.empty()) {  // o: the attention output, rounded here
+      x16_.resize(static_cast<size_t>(x.numel()));
+      x16 = Tensor(x16_.data(), DType::kBF16, {x.dim(0), x.dim(1)});
+      round_to_16bit(x16, x);
+    }
+    check(x16.dtype == DType::kBF16 && x16.ndim == 2 && x16.dim(0) == x.dim(0) && x16.dim(1) == x.dim(1),
+          "project: the plan multiplies bf16 x, and x16 must be x's bf16 copy");
+    for (int i = 0; i < g.count; ++i) matmul_x16(g.y[i], x16, g.w[i], g.bias[i]);
+  }
   if (!plan.lora()) return;
   check(lora.count == g.count, "project: the plan runs LoRA, but the group's LoRA has another member count");
   check(plan.shrink == ShrinkKernel::kHost &&
@@ -51,9 +63,9 @@ void HostBackend::rope_kv_write(Tensor q, Tensor k, Tensor v, Tensor positions, 
 
 void HostBackend::silu_mul(Tensor out, Tensor out16, Tensor gate, Tensor up, const GroupPlan& plan,
                            const GroupLora& lora) {
-  check_no_copy(out16, name());
   add_pending(plan, lora);
   silu_mul_f32(out, gate, up);
+  write_copy(out16, out);
 }
 
 }  // namespace quiver

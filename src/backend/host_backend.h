@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "backend/backend.h"
 
@@ -14,6 +15,8 @@ namespace quiver {
 
 class HostBackend : public Backend {
  public:
+  // round_x16: the plan rounds x to bf16 for bf16 weights (plan_host_step).
+  explicit HostBackend(bool round_x16) : round_x16_(round_x16) {}
   Device device() const override { return Device::kCpu; }
   void* alloc(size_t bytes) override {
     size_t rounded = (bytes + 63) / 64 * 64;
@@ -28,7 +31,7 @@ class HostBackend : public Backend {
   void fill_zero(void* dst, size_t bytes) override { std::memset(dst, 0, bytes); }
   Tensor import_weight(const Tensor& host) override { return host; }
 
-  StepPlan plan(const StepShape& shape) const override { return plan_host_step(shape); }
+  StepPlan plan(const StepShape& shape) const override { return plan_host_step(shape, round_x16_); }
 
   // The contract ops, from the primitives below (host_backend.cc).
   void rms_norm(Tensor out, Tensor out16, Tensor x, Tensor w, float eps) override;
@@ -40,7 +43,11 @@ class HostBackend : public Backend {
   void silu_mul(Tensor out, Tensor out16, Tensor gate, Tensor up, const GroupPlan& plan,
                 const GroupLora& lora) override;
 
-  // ---- primitives (f32 outputs only, no 16-bit copies, no LoRA terms) ----
+  // ---- primitives (f32 outputs, no LoRA terms) ----
+  // y = x16 @ w^T (+ bias): x16 [n, in] bf16, x rounded (GroupPlan::x_type); w bf16.
+  virtual void matmul_x16(Tensor y, Tensor x16, Tensor w, Tensor bias) = 0;
+  // out16 = x rounded to nearest even in out16's type (bf16 or f16), same shape.
+  virtual void round_to_16bit(Tensor out16, Tensor x) = 0;
   virtual void rms_norm_f32(Tensor out, Tensor x, Tensor w, float eps) = 0;
   // residual += x; out = rms_norm(residual, w)
   virtual void add_rms_norm_f32(Tensor out, Tensor residual, Tensor x, Tensor w, float eps) = 0;
@@ -59,6 +66,11 @@ class HostBackend : public Backend {
  private:
   // lora's expand into its y, where plan leaves it to the op reading y.
   void add_pending(const GroupPlan& plan, const GroupLora& lora);
+  // The op's 16-bit copy of out, when it was given one.
+  void write_copy(Tensor out16, Tensor out);
+
+  bool round_x16_;
+  std::vector<uint16_t> x16_;  // project()'s copy of x where the group came without one (o)
 };
 
 }  // namespace quiver

@@ -165,11 +165,12 @@ StepPlan plan_device_step(const DispatchTable& table, const StepShape& shape, bo
   return p;
 }
 
-StepPlan plan_host_step(const StepShape& shape) {
+StepPlan plan_host_step(const StepShape& shape, bool round_x16) {
   StepPlan p;
   p.tokens = shape.tokens;
   for (GroupPlan& g : p.group) {
     g.matmul = MatmulKernel::kHost;
+    if (round_x16 && shape.weights == DType::kBF16) g.x_type = DType::kBF16;
     if (shape.lora && shape.rank > 0) {
       g.shrink = ShrinkKernel::kHost;
       g.expand = ExpandKernel::kHost;

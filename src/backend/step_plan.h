@@ -151,7 +151,10 @@ StepPlan plan_device_step(const DispatchTable& table, const StepShape& shape, bo
 DType matmul_input_type(MatmulKernel k, DType weights, bool split_activations);
 // The plan of one matmul of n tokens without LoRA (lm_head), as a group's would be.
 GroupPlan plan_device_matmul(const DispatchTable& table, int64_t n, int64_t in, DType weights, bool split_activations);
-// The ref and cpu backends' plan: host kernels, f32 x, the expand right after the shrink.
-StepPlan plan_host_step(const StepShape& shape);
+// The ref and cpu backends' plan: host kernels, the expand right after the shrink. x is
+// multiplied in f32, or, with round_x16 (--matmul-precision default), rounded to bf16 for
+// bf16 weights at every token count, so that a request's numerics do not depend on how
+// many others share its step (each element is rounded alone; sums run per token).
+StepPlan plan_host_step(const StepShape& shape, bool round_x16);
 
 }  // namespace quiver

@@ -46,7 +46,8 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* f) {
   cmd->add_option("--kv-cache-dtype", a.kv_cache_dtype,
                   "KV cache dtype: auto (cuda: the model's 16-bit dtype; cpu: float32) | float32 | bfloat16 | float16");
   cmd->add_option("--matmul-precision", a.matmul_precision,
-                  "cuda prefill GEMMs: default (activations rounded to 16 bits) | highest (~float32, 2x GEMM math)");
+                  "matmul activations: default (rounded to the weights' 16 bits on cuda past 2 tokens, to bf16 for bf16 "
+                  "weights on cpu) | highest (~float32; cuda: 2x GEMM math)");
   cmd->add_option("--lora,--lora-modules", f->loras,
                   "adapter NAME=DIR or {\"name\": NAME, \"path\": DIR} (repeatable; enables LoRA)");
   cmd->add_flag("--enable-lora", a.enable_lora, "enable LoRA adapters");

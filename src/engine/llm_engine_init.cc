@@ -42,7 +42,7 @@ Status LLMEngine::init(const EngineArgs& args) {
   BackendOptions bo;
   bo.kind = args.device;
   bo.num_threads = args.threads;
-  bo.cuda_split_activations = parsed.matmul_precision == MatmulPrecision::kHighest;
+  bo.highest_matmul_precision = parsed.matmul_precision == MatmulPrecision::kHighest;
   backend_ = make_backend(bo, &err);
   if (!backend_) return Status::error(err);
   if (args_.max_num_batched_tokens == 0)

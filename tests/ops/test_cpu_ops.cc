@@ -152,6 +152,48 @@ TEST_P(CpuOps, Matmul) {
   }
 }
 
+// The bf16-activation matmul (the plan's x_type bf16): on AVX-512 machines with
+// AVX512-BF16 the dot-product kernel, elsewhere the f32 kernels on the widened copy; both
+// against the oracle on the same rounded x. Token counts and widths cover every tile
+// height, token tail and masked k tail of the dot-product kernel (32 pairs a step).
+TEST_P(CpuOps, MatmulX16) {
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 1}, {31, 5}, {33, 97}, {130, 17}, {64, 64}, {2048, 33}, {4096, 9}};
+  for (int64_t n : {1, 3, 5, 6, 7, 13, 97}) {
+    for (auto [in, out] : shapes) {
+      for (bool bias_on : {false, true}) {
+        Buf x = random_buf(rng_, DType::kBF16, {n, in});
+        Buf w = random_buf(rng_, DType::kBF16, {out, in});
+        Buf bias = bias_on ? random_buf(rng_, DType::kBF16, {out}) : Buf();
+        Buf want(DType::kF32, {n, out}), got(DType::kF32, {n, out});
+        ref_.matmul_x16(want.t, x.t, w.t, bias.t);
+        poison(got);
+        cpu_->matmul_x16(got.t, x.t, w.t, bias.t);
+        expect_within(got, want, dot_tolerance(x, w, n, in, out),
+                      "matmul_x16 n=" + std::to_string(n) + " in=" + std::to_string(in) + " out=" +
+                          std::to_string(out) + (bias_on ? " bias" : ""));
+      }
+    }
+  }
+}
+
+// Rounding to the 16-bit copies is bitwise the oracle's (nearest even), and the norms and
+// silu_mul write a given out16 as out rounded.
+TEST_P(CpuOps, RoundTo16BitAndCopies) {
+  for (DType t : {DType::kBF16, DType::kF16}) {
+    Buf x = random_buf(rng_, DType::kF32, {7, 1000}, -70000.f, 70000.f);
+    Buf want(t, {7, 1000}), got(t, {7, 1000});
+    ref_.round_to_16bit(want.t, x.t);
+    cpu_->round_to_16bit(got.t, x.t);
+    EXPECT_EQ(std::memcmp(got.t.data, want.t.data, want.t.bytes()), 0) << dtype_name(t);
+  }
+  Buf x = random_buf(rng_, DType::kF32, {5, 256}, -3.f, 3.f);
+  Buf w = random_buf(rng_, DType::kBF16, {256}, 0.5f, 1.5f);
+  Buf out(DType::kF32, {5, 256}), out16(DType::kBF16, {5, 256}), want16(DType::kBF16, {5, 256});
+  cpu_->rms_norm(out.t, out16.t, x.t, w.t, 1e-5f);
+  ref_.round_to_16bit(want16.t, out.t);
+  EXPECT_EQ(std::memcmp(out16.t.data, want16.t.data, want16.t.bytes()), 0);
+}
+
 TEST_P(CpuOps, RmsNormAndAddRmsNorm) {
   for (DType wt : {DType::kF32, DType::kBF16}) {
     for (int64_t n : {1, 3, 17, 97}) {

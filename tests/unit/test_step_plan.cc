@@ -183,14 +183,19 @@ TEST(StepPlan, RunTokensCountTheTilesOfOneAdapterRuns) {
 }
 
 TEST(StepPlan, HostPlanAndDescription) {
-  const StepPlan host = plan_host_step(shape_7b(5, true));
+  const StepPlan host = plan_host_step(shape_7b(5, true), false);
   for (const GroupPlan& g : host.group) {
     EXPECT_EQ(g.matmul, MatmulKernel::kHost);
     EXPECT_EQ(g.shrink, ShrinkKernel::kHost);
     EXPECT_EQ(g.expand, ExpandKernel::kHost);
     EXPECT_EQ(g.x_type, DType::kF32);
   }
-  EXPECT_FALSE(plan_host_step(shape_7b(5, false)).lora());
+  EXPECT_FALSE(plan_host_step(shape_7b(5, false), true).lora());
+  // Rounding x: bf16 weights at every size (f16 and f32 weights keep f32 x).
+  for (int64_t n : {1, 2, 3, 64})
+    for (DType w : {DType::kBF16, DType::kF16, DType::kF32})
+      for (const GroupPlan& g : plan_host_step(shape_7b(n, true, w, w), true).group)
+        EXPECT_EQ(g.x_type, w == DType::kBF16 ? DType::kBF16 : DType::kF32) << n << dtype_name(w);
   const DispatchTable t;
   EXPECT_EQ(plan_device_step(t, shape_7b(1, true), false).describe(),
             "n=1 qkv=gemv+fused>rope_kv_write o=gemv+fused>add_rms_norm gate_up=gemv+fused>silu_mul "

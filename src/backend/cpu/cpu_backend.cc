@@ -31,6 +31,15 @@ bool cpu_has(CpuIsa isa) {
 #endif
 }
 
+bool cpu_has_bf16_dot() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512bf16");
+#else
+  return false;
+#endif
+}
+
 const cpu::CpuKernels& kernels_for(CpuIsa isa) {
   switch (isa) {
     case CpuIsa::kAvx512: return cpu::avx512_kernels();
@@ -72,11 +81,13 @@ int cpu_elem_type(DType t) {
   return 0;
 }
 
-CpuBackend::CpuBackend(int num_threads, CpuIsa isa) : pool_(std::make_unique<ThreadPool>(num_threads)) {
+CpuBackend::CpuBackend(int num_threads, CpuIsa isa, bool round_x16)
+    : HostBackend(round_x16), pool_(std::make_unique<ThreadPool>(num_threads)) {
   const CpuIsa best = best_cpu_isa();
   if (isa == CpuIsa::kAuto || static_cast<int>(isa) > static_cast<int>(best)) isa = best;
   isa_ = isa;
   k_ = &kernels_for(isa_);
+  if (isa_ == CpuIsa::kAvx512 && cpu_has_bf16_dot()) bf16_dot_ = cpu::avx512bf16_matmul_bf16_dot();
 }
 
 const float* CpuBackend::as_f32(const Tensor& t, int64_t n, std::vector<float>* scratch) {
@@ -111,6 +122,14 @@ double CpuBackend::measure_read_gbs() {
   volatile float sink = std::accumulate(sums.begin(), sums.end(), 0.f);  // the reads are used
   (void)sink;
   return best;
+}
+
+void CpuBackend::round_to_16bit(Tensor out16, Tensor x) {
+  check(x.dtype == DType::kF32 && is_16bit_float(out16.dtype) && out16.numel() == x.numel(),
+        "round_to_16bit: x must be f32, out16 16-bit of x's size");
+  const auto round = k_->from_f32[cpu_elem_type(out16.dtype)];
+  auto* o = static_cast<uint16_t*>(out16.data);
+  parallel(x.numel(), 1, 4096, [&](int64_t b, int64_t e, int) { round(o + b, x.ptr<float>() + b, e - b); });
 }
 
 void CpuBackend::embedding(Tensor out, Tensor table, Tensor ids) {

@@ -28,10 +28,13 @@ class CpuBackend : public HostBackend {
   // num_threads <= 0: one per hardware thread. isa = kAuto picks best_cpu_isa(); a
   // forced ISA the CPU lacks falls back to the best supported one below it, so tests can
   // run the AVX2 and scalar paths on an AVX-512 machine.
-  explicit CpuBackend(int num_threads, CpuIsa isa = CpuIsa::kAuto);
+  // round_x16: HostBackend's. The bf16 dot-product kernel runs those matmuls where the
+  // CPU has AVX512-BF16 and the kernel set is avx512; elsewhere x16 is widened to f32.
+  explicit CpuBackend(int num_threads, CpuIsa isa = CpuIsa::kAuto, bool round_x16 = true);
 
   std::string name() const override { return "cpu"; }
   CpuIsa isa() const { return isa_; }
+  bool has_bf16_dot() const { return bf16_dot_ != nullptr; }
   ThreadPool& pool() { return *pool_; }
 
   void fill_uniform(Tensor t, float center, float scale, uint64_t seed) override;  // over the pool
@@ -44,6 +47,8 @@ class CpuBackend : public HostBackend {
   void rms_norm_f32(Tensor out, Tensor x, Tensor w, float eps) override;
   void add_rms_norm_f32(Tensor out, Tensor residual, Tensor x, Tensor w, float eps) override;
   void matmul(Tensor y, Tensor x, Tensor w, Tensor bias) override;
+  void matmul_x16(Tensor y, Tensor x16, Tensor w, Tensor bias) override;
+  void round_to_16bit(Tensor out16, Tensor x) override;
   void rope(Tensor q, Tensor k, Tensor positions, Tensor cos_sin) override;
   void kv_write(Tensor k_cache, Tensor v_cache, Tensor k, Tensor v, Tensor slot_mapping) override;
   void attention(Tensor out, Tensor q, Tensor k_cache, Tensor v_cache, const AttentionMeta& meta,
@@ -82,8 +87,10 @@ class CpuBackend : public HostBackend {
 
   CpuIsa isa_;
   const cpu::CpuKernels* k_;
+  cpu::MatmulFn bf16_dot_ = nullptr;  // the AVX512-BF16 matmul, where the CPU has it
   std::unique_ptr<ThreadPool> pool_;
   std::vector<float> weight_scratch_;
+  std::vector<float> x_scratch_;  // matmul_x16's widened x without the dot-product kernel
   std::vector<float> attn_scratch_;
   std::vector<LoraSegment> segments_;
 };

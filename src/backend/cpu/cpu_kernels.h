@@ -29,6 +29,8 @@ struct MatmulArgs {
   const float* bias;   // [rows] f32 or null
   int64_t k;           // reduction length
   bool accumulate;     // y += result instead of y = result
+  // x rounded to bf16 ([tokens, ldx]): what the bf16 dot-product kernel reads instead of x.
+  const uint16_t* x16 = nullptr;
 };
 // Computes rows [row_begin, row_end) for tokens [tok_begin, tok_end).
 using MatmulFn = void (*)(const MatmulArgs& a, int64_t row_begin, int64_t row_end, int64_t tok_begin,
@@ -83,5 +85,8 @@ const CpuKernels& scalar_kernels();
 // Only call these when the CPU supports the instruction set (see CpuBackend).
 const CpuKernels& avx2_kernels();
 const CpuKernels& avx512_kernels();
+// The bf16 dot-product matmul (bf16 weights, MatmulArgs::x16): only when the CPU has
+// AVX512-BF16 (cpu_kernels_avx512bf16.cc).
+MatmulFn avx512bf16_matmul_bf16_dot();
 
 }  // namespace quiver::cpu

@@ -45,6 +45,25 @@ void CpuBackend::matmul(Tensor y, Tensor x, Tensor w, Tensor bias) {
   run_matmul(k_->matmul[cpu_elem_type(w.dtype)], a, out, n);
 }
 
+void CpuBackend::matmul_x16(Tensor y, Tensor x16, Tensor w, Tensor bias) {
+  check(y.dtype == DType::kF32 && x16.dtype == DType::kBF16 && w.dtype == DType::kBF16,
+        "matmul_x16: y must be f32, x16 and w bf16");
+  const int64_t n = x16.dim(0), in = x16.dim(1), out = w.dim(0);
+  check(x16.ndim == 2 && w.ndim == 2 && w.dim(1) == in && y.dim(0) == n && y.dim(1) == out,
+        "matmul_x16: shape mismatch");
+  if (n == 0 || out == 0) return;
+  if (bf16_dot_ == nullptr) {  // the same values, widened for the f32 kernels
+    x_scratch_.resize(static_cast<size_t>(n * in));
+    k_->to_f32[cpu::kElemBF16](x_scratch_.data(), x16.data, n * in);
+    matmul(y, Tensor(x_scratch_.data(), DType::kF32, {n, in}), w, bias);
+    return;
+  }
+  const cpu::MatmulArgs a{.y = y.ptr<float>(), .ldy = out, .x = nullptr, .ldx = in, .w = w.data, .ldw = in,
+                          .bias = bias.empty() ? nullptr : as_f32(bias, out, &weight_scratch_), .k = in,
+                          .accumulate = false, .x16 = x16.ptr<uint16_t>()};
+  run_matmul(bf16_dot_, a, out, n);
+}
+
 void CpuBackend::run_lora(cpu::MatmulFn fn, const cpu::MatmulArgs& base, size_t slot_bytes, int64_t rows,
                           int64_t num_slots, const LoraMeta& meta, int64_t num_tokens) {
   // Runs of equal slot: from the host-computed segments when given, else from token_slot.

@@ -65,6 +65,21 @@ void RefBackend::matmul(Tensor y, Tensor x, Tensor w, Tensor bias) {
   }
 }
 
+void RefBackend::matmul_x16(Tensor y, Tensor x16, Tensor w, Tensor bias) {
+  check(x16.dtype == DType::kBF16 && x16.ndim == 2 && w.dtype == DType::kBF16, "matmul_x16: x16 and w must be bf16");
+  std::vector<float> x(static_cast<size_t>(x16.numel()));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = bf16_to_f32(x16.ptr<uint16_t>()[i]);
+  matmul(y, Tensor(x.data(), DType::kF32, {x16.dim(0), x16.dim(1)}), w, bias);
+}
+
+void RefBackend::round_to_16bit(Tensor out16, Tensor x) {
+  check_f32(x, "round_to_16bit: x must be f32");
+  check(is_16bit_float(out16.dtype) && out16.numel() == x.numel(), "round_to_16bit: out16 must be 16-bit, x's size");
+  auto* o = out16.ptr<uint16_t>();
+  for (int64_t i = 0; i < x.numel(); ++i)
+    o[i] = out16.dtype == DType::kBF16 ? f32_to_bf16(x.ptr<float>()[i]) : f32_to_f16(x.ptr<float>()[i]);
+}
+
 void RefBackend::rope(Tensor q, Tensor k, Tensor positions, Tensor cos_sin) {
   const int64_t n = q.dim(0), hd = q.dim(2), half = hd / 2;
   auto rotate = [&](float* v, int64_t pos) {

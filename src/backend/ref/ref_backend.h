@@ -8,12 +8,15 @@ namespace quiver {
 
 class RefBackend : public HostBackend {
  public:
+  explicit RefBackend(bool round_x16 = true) : HostBackend(round_x16) {}
   std::string name() const override { return "ref"; }
 
   void embedding(Tensor out, Tensor table, Tensor ids) override;
   void rms_norm_f32(Tensor out, Tensor x, Tensor w, float eps) override;
   void add_rms_norm_f32(Tensor out, Tensor residual, Tensor x, Tensor w, float eps) override;
   void matmul(Tensor y, Tensor x, Tensor w, Tensor bias) override;
+  void matmul_x16(Tensor y, Tensor x16, Tensor w, Tensor bias) override;  // x16 widened, then matmul
+  void round_to_16bit(Tensor out16, Tensor x) override;
   void rope(Tensor q, Tensor k, Tensor positions, Tensor cos_sin) override;
   void kv_write(Tensor k_cache, Tensor v_cache, Tensor k, Tensor v, Tensor slot_mapping) override;
   void attention(Tensor out, Tensor q, Tensor k_cache, Tensor v_cache, const AttentionMeta& meta,
