@@ -168,6 +168,19 @@ def cpu_lora(rec, machines, lines):
     close(rec, lines)
 
 
+def cpu_precision(rec, machines, lines):
+    """Rows of (case, highest values, default values, floor or peak): two modes of one build."""
+    header(rec, machines, lines)
+    table_head(lines, "case", "`highest` (f32 activations)", "`default` (bf16 activations)", "default / highest",
+               "bound")
+    for r in rec["rows"]:
+        lo, hi = r["highest"], r["default"]
+        ratio = (sum(hi) / len(hi)) / (sum(lo) / len(lo))
+        lines.append(f"| {r['case']} | {' / '.join(n(x, 1) for x in lo)} "
+                     f"| {' / '.join(n(x, 1) for x in hi)} | ×{ratio:.2f} (means) | {r['bound']} |")
+    close(rec, lines)
+
+
 def cpu_online(rec, machines, lines):
     header(rec, machines, lines)
     table_head(lines, "rate (req/s)", "duration", "output tok/s", "TTFT p50 / p90 / p99 ms",
@@ -241,7 +254,7 @@ def notes(rec, lines):
 
 
 KINDS = {"decode": decode, "throughput": throughput, "prefill": prefill, "checks": checks,
-         "cpu-decode": cpu_decode, "cpu-lora": cpu_lora, "cpu-online": cpu_online,
+         "cpu-decode": cpu_decode, "cpu-lora": cpu_lora, "cpu-online": cpu_online, "cpu-precision": cpu_precision,
          "tokenizer": tokenizer, "cpu-python": cpu_python, "python-h200": cpu_python,
          "before-after": before_after, "structured-h200": structured, "structured-cpu": structured}
 
@@ -314,7 +327,7 @@ def render(machines, records):
 
 
 ORDER = ["decode", "throughput", "prefill", "structured-h200", "before-after", "checks", "python-h200", "cpu-decode",
-         "cpu-lora", "cpu-online", "cpu-python", "structured-cpu", "tokenizer"]
+         "cpu-precision", "cpu-lora", "cpu-online", "cpu-python", "structured-cpu", "tokenizer"]
 
 
 def main():
