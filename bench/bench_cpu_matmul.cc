@@ -85,7 +85,8 @@ void BM_MatmulBf16(benchmark::State& state) {
   state.counters["GB/s"] = benchmark::Counter(static_cast<double>(w.bytes()) * iters / 1e9, benchmark::Counter::kIsRate);
   state.counters["GFLOP/s"] =
       benchmark::Counter(2.0 * static_cast<double>(n * in * out) * iters / 1e9, benchmark::Counter::kIsRate);
-  state.SetLabel(std::string(cpu_isa_name(cpu.isa())) + (x16 ? (cpu.has_bf16_dot() ? " bf16-dot" : " bf16 x") : ""));
+  const char* kernel = !x16 ? "" : cpu.has_bf16_dot() ? " bf16-dot" : " bf16 x";
+  state.SetLabel(std::string(cpu_isa_name(cpu.isa())) + kernel);
 }
 
 const int64_t kShapes[][2] = {{2048, 2048}, {256, 2048}, {5632, 2048}, {2048, 5632}, {32000, 2048}};

@@ -2,8 +2,9 @@
 // the same launch:
 //   y_g[n, :] = x16[n] @ w_g^T (+ bias_g)   16-bit weights, x's copy in their type (as cuBLAS)
 //   t_g[n, :] = a_g[slot_n] @ x[n]           lora_shrink_rows.cuh's blocks, f32 x (as in gemv_lora.cu)
-// and the expand left to the op after it (ExpandKernel::kNextOp), so a decode projection of 3..16 tokens
-// needs no side stream, fork or join (those cost 0.39 ms of a 7B batch-8 step on the H200).
+// and the expand left to the op after it (ExpandKernel::kNextOp), so a decode projection of
+// 3..16 tokens needs no side stream, fork or join (those cost 0.39 ms of a 7B batch-8 step
+// on the H200).
 //
 // Work split: a block of kGemvWarps warps owns 16 output rows of one member; its warps take
 // every kGemvWarps-th step of 64 columns. Per step a lane (q = lane / 4, c = lane % 4) loads

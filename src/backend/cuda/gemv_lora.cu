@@ -1,8 +1,9 @@
 // The decode GEMV of 1 (or 2) tokens with its LoRA's shrink as extra blocks of the same launch:
 //   y_g[0, :] = x[0] @ w_g^T (+ bias_g)        gemv.cuh's blocks, as the plain GEMV
 //   t_g[0, :] = a_g[slot_0] @ x[0]             G x ceil(R / 4) more blocks, 4 A rows each
-// and the expand, y_g += b_g[slot_0] @ t_g, left to the op that reads y next (ExpandKernel::kNextOp:
-// rope_kv_write, add_rms_norm, silu_mul add it in their own kernel, lora_delta.cuh).
+// and the expand, y_g += b_g[slot_0] @ t_g, left to the op that reads y next
+// (ExpandKernel::kNextOp: rope_kv_write, add_rms_norm, silu_mul add it in their own
+// kernel, lora_delta.cuh).
 // So a batch-1 projection with an adapter is one kernel, as without: at batch 1 the LoRA's
 // cost is the latency of its extra kernels on the step's chain, not its bytes. Decode
 // batches of 2 tokens get the same A blocks per token beside the GEMV's 2-token blocks;

@@ -1,8 +1,9 @@
 // The LoRA expand a group's plan leaves to the op after it (ExpandKernel::kNextOp), added
-// inside the kernel of the op that reads the projection's outputs next: y[i, row] += b[slot_i][row, :] . t[i, :]. Each output's B
-// row is loaded before the kernel's PDL wait (the slots and the stacks are written by no
-// kernel of the step), t after it, so the term adds loads in flight, not a kernel to the
-// step's chain (gemv_lora.cu says why that matters at batch 1).
+// inside the kernel of the op that reads the projection's outputs next:
+// y[i, row] += b[slot_i][row, :] . t[i, :]. Each output's B row is loaded before the
+// kernel's PDL wait (the slots and the stacks are written by no kernel of the step), t
+// after it, so the term adds loads in flight, not a kernel to the step's chain
+// (gemv_lora.cu says why that matters at batch 1).
 #pragma once
 
 #include <cstdint>

@@ -3,9 +3,9 @@
 // (j, j + head_dim/2); grid (tokens, pair chunks of 128), so a decode step of one token
 // still spreads over many multiprocessors. A k pair's thread also stores its two rotated
 // values into the cache (converted to the cache dtype, round to nearest even, as the
-// reference), and one more thread per v pair copies v there. A pending
-// LoRA term of the q/k/v projections (ExpandKernel::kNextOp, lora_delta.cuh) is added to each pair before it is
-// rotated or stored (lora_delta.cuh).
+// reference), and one more thread per v pair copies v there. The LoRA expand the q/k/v
+// plan leaves here (ExpandKernel::kNextOp) is added to each pair before it is rotated or
+// stored (lora_delta.cuh).
 #include <algorithm>
 #include <cmath>
 
