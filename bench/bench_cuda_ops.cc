@@ -230,7 +230,7 @@ void BM_CudaLoraPlan(benchmark::State& state) {
     if (qkv) {
       gpu->rope_kv_write(lora.y[0].view({n, heads, hd}), lora.y[1].view({n, heads, hd}),
                          lora.y[2].view({n, heads, hd}), ps.tensor(DType::kI32, {n}),
-                         cos_sin.tensor(DType::kF32, {64, hd}), cache_t, cache_t, ks.tensor(DType::kI32, {n}), plan,
+                         cos_sin.tensor(DType::kF32, {64, hd}), KvLayer{cache_t, cache_t}, ks.tensor(DType::kI32, {n}), plan,
                          lora);
     } else {
       gpu->add_rms_norm(normed.tensor(DType::kF32, {n, out}), Tensor(), res.tensor(DType::kF32, {n, out}), lora.y[0],

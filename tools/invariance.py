@@ -17,7 +17,9 @@ long_expected.jsonl, written by tools/make_long_fixtures.py).
 Schedules: plain; prefill chunks of 1/3/8/16/64 tokens (--max-num-batched-tokens);
 max-num-seqs 1 (each request alone) and 2; preemption (a KV cache of few blocks); block
 size 1 and 4 (16 is plain); prefix caching off; max-loras 1 (slot reuse between steps
-and replays); n = 2 (each completion checked); bf16 slot stacks (held to the 16-bit bound).
+and replays); n = 2 (each completion checked); bf16 slot stacks (held to the 16-bit bound);
+an fp8 e4m3 KV cache (held to its own bound, FP8_BOUND; on CUDA only where head_dim is a
+multiple of 16, which its kernels need).
 
   python3 tools/invariance.py --quiver build/quiver --device cuda [--models llama_gqa ...]
 
@@ -40,8 +42,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
 MODELS = ["llama_gqa", "llama3_bf16", "qwen2_tied", "mistral"]
 BOUND = 0.25  # docs/numerics.md: 16-bit numerics against HF float32
+FP8_BOUND = 3.0  # docs/numerics.md: the fp8 e4m3 KV cache against HF float32
 LONG_POSITIONS = 1024
-LONG_SCHEDULES = ("plain", "chunk16", "chunk64", "seqs1", "preempt", "block4", "loras1", "lorabf16")
+LONG_SCHEDULES = ("plain", "chunk16", "chunk64", "seqs1", "preempt", "block4", "loras1", "lorabf16", "fp8kv")
 
 # (name, extra flags, request rewrite or None). The preemption schedule's cache holds a
 # little over one longest request: 14 blocks of 16 for up to 100 + 12 tokens (max-model-len
@@ -64,8 +67,10 @@ SCHEDULES = [
     # Slot stacks in bf16 (vLLM's lora_dtype auto for bf16 models): the adapters' weights are
     # rounded, so these runs are held to the 16-bit bound on every model.
     ("lorabf16", ["--lora-dtype", "bfloat16"], None),
+    ("fp8kv", ["--kv-cache-dtype", "fp8"], None),
 ]
 ROUNDED = ("lorabf16",)  # schedules whose numerics are 16-bit on every model and device
+FP8 = ("fp8kv",)  # schedules held to FP8_BOUND
 
 
 def read_jsonl(path):
@@ -112,8 +117,10 @@ class Runner:
         return read_jsonl(out), None
 
 
-def check_hf(fixture, lines, bound_mode):
-    """HF rules on every completion; returns (problems, positions, max |dlogprob|)."""
+def check_hf(fixture, lines, bound):
+    """HF rules on every completion, bound None (float32: 1e-3) or the stated bound;
+    returns (problems, positions, max |dlogprob|)."""
+    bound_mode = bound is not None
     req, exp = fixture["requests"], fixture["expected"]
     problems, diffs = [], []
     seen = set()
@@ -123,7 +130,7 @@ def check_hf(fixture, lines, bound_mode):
             continue
         seen.add(line["id"])
         for c in completions(line):
-            limit = BOUND if bound_mode else 1e-3
+            limit = bound if bound_mode else 1e-3
             p, d, _ = cf.compare_to_hf(req[c["id"]], exp[c["id"]], c, limit if bound_mode else 1e-2, limit,
                                        bound_mode, [])
             problems += p
@@ -246,7 +253,13 @@ def main():
         for model in a.models:
             fx = os.path.join(FIXTURES, model)
             requests = list(fixtures[(model, "short")]["requests"].values())
+            with open(os.path.join(fx, "config.json")) as f:
+                cfg = json.load(f)
+            head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
             for name, flags, rewrite in schedules:
+                if name in FP8 and a.device == "cuda" and head_dim % 16:
+                    print(f"{model} {name}: not run (CUDA's fp8 cache needs head_dim % 16 == 0, this has {head_dim})")
+                    continue
                 path = os.path.join(fx, "requests.jsonl")
                 if rewrite:
                     path = os.path.join(work, f"{model}_{name}_requests.jsonl")
@@ -257,7 +270,7 @@ def main():
                 continue
             long_dir, long_path = refs[(model, "long")]
             for name, flags, _ in schedules:
-                if name not in LONG_SCHEDULES:
+                if name not in LONG_SCHEDULES or (name in FP8 and a.device == "cuda" and head_dim % 16):
                     continue
                 if name == "preempt":  # a little over one 600 + 8 token request: 39 blocks of 16
                     flags = ["--num-kv-blocks", "40", "--max-num-batched-tokens", "64", "--max-model-len", "640"]
@@ -277,9 +290,9 @@ def main():
                 continue
             fixture = fixtures[(model, kind)]
             # 16-bit GEMM inputs (and on CUDA KV cache) for 16-bit models; bf16 stacks anywhere.
-            bound_mode = fixture["sixteen"] or name in ROUNDED
-            margin = BOUND if bound_mode else 1e-2
-            problems, positions, worst = check_hf(fixture, lines, bound_mode)
+            bound = FP8_BOUND if name in FP8 else BOUND if fixture["sixteen"] or name in ROUNDED else None
+            margin = bound if bound is not None else 1e-2
+            problems, positions, worst = check_hf(fixture, lines, bound)
             exp = fixture["expected"]
             problems += check_against(lines, cpu, lambda rid: exp[rid]["margins"], margin)
             report(tag, problems, f" ({positions} positions vs HF, max |dlogprob| {worst:.3g})")

@@ -67,6 +67,7 @@ void bind_params(py::module_& m) {
       .def_readwrite("block_size", &EngineArgs::block_size)
       .def_readwrite("num_kv_blocks", &EngineArgs::num_kv_blocks)
       .def_readwrite("kv_cache_memory", &EngineArgs::kv_cache_memory)
+      .def_readwrite("gpu_memory_utilization", &EngineArgs::gpu_memory_utilization)
       .def_readwrite("enable_prefix_caching", &EngineArgs::enable_prefix_caching)
       .def_readwrite("enforce_eager", &EngineArgs::enforce_eager)
       .def_readwrite("trace", &EngineArgs::trace);

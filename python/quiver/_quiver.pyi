@@ -24,6 +24,7 @@ class EngineArgs:
     block_size: int
     num_kv_blocks: int
     kv_cache_memory: str
+    gpu_memory_utilization: float
     enable_prefix_caching: bool
     enforce_eager: bool
     trace: bool

@@ -31,6 +31,15 @@ struct AttentionMeta {
   int max_seq_len = 0;    // host upper bound of seq_lens (grid sizing)
 };
 
+// One layer's paged KV cache: k, v [num_blocks, block_size, num_kv_heads, head_dim] in f32,
+// f16, bf16 or fp8 e4m3. An fp8 cache stores value / scale (saturating at +-448) and reads
+// stored x scale; the scales are the layer's (vLLM's per-tensor k_scale / v_scale), 1 for
+// the other types.
+struct KvLayer {
+  Tensor k, v;
+  float k_scale = 1.f, v_scale = 1.f;
+};
+
 // Per-step LoRA metadata (device tensors). token_slot[i] is the adapter slot of token i,
 // -1 for the base model. Segments are maximal runs of consecutive tokens with the same
 // slot, computed on the host once per step; backends may use either form.
@@ -130,6 +139,9 @@ class Backend {
   // host backends report none.
   virtual std::string device_name() const { return ""; }
   virtual int64_t device_memory_bytes() const { return 0; }
+  // The accelerator's free memory now, over every process using it (the KV cache is
+  // planned from it, engine/memory_plan.h); host backends report none.
+  virtual int64_t device_memory_free() const { return 0; }
   // The rate at which this backend's kernels stream reads from memory over all its
   // threads, measured when called (GB/s; takes about a second): the ceiling a decode step's
   // bytes are held against. 0: the backend does not measure it.
@@ -138,6 +150,13 @@ class Backend {
   // ---- memory -------------------------------------------------------------
   // Allocations are 64-byte aligned. free(nullptr) is a no-op.
   virtual void* alloc(size_t bytes) = 0;
+  // alloc, every byte 0. Host backends take zero pages from the OS, which the memory
+  // counts only once written: a KV cache planned for half the RAM costs nothing until used.
+  virtual void* alloc_zeroed(size_t bytes) {
+    void* p = alloc(bytes);
+    fill_zero(p, bytes);
+    return p;
+  }
   virtual void free(void* ptr) = 0;
   virtual void copy_from_host(void* dst, const void* src, size_t bytes) = 0;
   virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
@@ -188,14 +207,20 @@ class Backend {
   // block_size + offset; -1 skips the token).
   // q: [n, num_heads, head_dim]; k, v: [n, num_kv_heads, head_dim] f32; positions: [n] i32;
   // cos_sin: [max_positions, head_dim] f32, row p = cos(p*f_0..f_{h/2-1}), sin(p*f_0..);
-  // k_cache, v_cache: [num_blocks, block_size, num_kv_heads, head_dim] (f32, f16 or bf16).
-  virtual void rope_kv_write(Tensor q, Tensor k, Tensor v, Tensor positions, Tensor cos_sin, Tensor k_cache,
-                             Tensor v_cache, Tensor slot_mapping, const GroupPlan& plan, const GroupLora& lora) = 0;
+  // cache: the layer's (KvLayer).
+  virtual void rope_kv_write(Tensor q, Tensor k, Tensor v, Tensor positions, Tensor cos_sin, const KvLayer& cache,
+                             Tensor slot_mapping, const GroupPlan& plan, const GroupLora& lora) = 0;
 
   // Causal GQA attention through block tables (see AttentionMeta).
   // out, q: [n, num_heads, head_dim] f32; num_heads % num_kv_heads == 0.
-  virtual void attention(Tensor out, Tensor q, Tensor k_cache, Tensor v_cache, const AttentionMeta& meta,
-                         float scale) = 0;
+  virtual void attention(Tensor out, Tensor q, const KvLayer& cache, const AttentionMeta& meta, float scale) = 0;
+
+  // Whether the KV cache can be kept in `t` for heads of head_dim (every backend: f32, f16,
+  // bf16; fp8 e4m3 where its attention kernels read it).
+  virtual bool supports_kv_dtype(DType t, int64_t head_dim) const {
+    (void)head_dim;
+    return t == DType::kF32 || is_16bit_float(t) || t == DType::kF8E4M3;
+  }
 
   // out = silu(gate) * up (+ out16)     all [n, f] f32
   virtual void silu_mul(Tensor out, Tensor out16, Tensor gate, Tensor up, const GroupPlan& plan,
@@ -236,6 +261,14 @@ class Buffer {
  public:
   Buffer() = default;
   Buffer(Backend* backend, size_t bytes) : backend_(backend), bytes_(bytes), ptr_(backend->alloc(bytes)) {}
+  // Backend::alloc_zeroed.
+  static Buffer zeroed(Backend* backend, size_t bytes) {
+    Buffer b;
+    b.backend_ = backend;
+    b.bytes_ = bytes;
+    b.ptr_ = backend->alloc_zeroed(bytes);
+    return b;
+  }
   ~Buffer() { reset(); }
   Buffer(Buffer&& o) noexcept { *this = std::move(o); }
   Buffer& operator=(Buffer&& o) noexcept {

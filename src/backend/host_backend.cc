@@ -52,11 +52,11 @@ void HostBackend::project(const GroupPlan& plan, const MatmulGroup& g, const Gro
   }
 }
 
-void HostBackend::rope_kv_write(Tensor q, Tensor k, Tensor v, Tensor positions, Tensor cos_sin, Tensor k_cache,
-                                Tensor v_cache, Tensor slot_mapping, const GroupPlan& plan, const GroupLora& lora) {
+void HostBackend::rope_kv_write(Tensor q, Tensor k, Tensor v, Tensor positions, Tensor cos_sin, const KvLayer& cache,
+                                Tensor slot_mapping, const GroupPlan& plan, const GroupLora& lora) {
   add_pending(plan, lora);
   rope(q, k, positions, cos_sin);
-  kv_write(k_cache, v_cache, k, v, slot_mapping);
+  kv_write(cache, k, v, slot_mapping);
 }
 
 void HostBackend::silu_mul(Tensor out, Tensor out16, Tensor gate, Tensor up, const GroupPlan& plan,

@@ -5,8 +5,10 @@
 // size (plan_host_step).
 #pragma once
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -18,13 +20,12 @@ class HostBackend : public Backend {
   // round_x16: the plan rounds x to bf16 for bf16 weights (plan_host_step).
   explicit HostBackend(bool round_x16) : round_x16_(round_x16) {}
   Device device() const override { return Device::kCpu; }
-  void* alloc(size_t bytes) override {
-    size_t rounded = (bytes + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
-    check(p != nullptr, "host allocation failed");
-    return p;
+  void* alloc(size_t bytes) override { return aligned(std::malloc(bytes + kPad), bytes); }
+  // calloc leaves fresh pages from the OS untouched (glibc), so they stay uncommitted.
+  void* alloc_zeroed(size_t bytes) override { return aligned(std::calloc(bytes + kPad, 1), bytes); }
+  void free(void* ptr) override {
+    if (ptr) std::free(static_cast<void**>(ptr)[-1]);
   }
-  void free(void* ptr) override { std::free(ptr); }
   void copy_from_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void copy_to_host(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void copy(void* dst, const void* src, size_t bytes) override { std::memmove(dst, src, bytes); }
@@ -38,7 +39,7 @@ class HostBackend : public Backend {
   void add_rms_norm(Tensor out, Tensor out16, Tensor residual, Tensor x, Tensor w, float eps, const GroupPlan& plan,
                     const GroupLora& lora) override;
   void project(const GroupPlan& plan, const MatmulGroup& g, const GroupLora& lora, Tensor x) override;
-  void rope_kv_write(Tensor q, Tensor k, Tensor v, Tensor positions, Tensor cos_sin, Tensor k_cache, Tensor v_cache,
+  void rope_kv_write(Tensor q, Tensor k, Tensor v, Tensor positions, Tensor cos_sin, const KvLayer& cache,
                      Tensor slot_mapping, const GroupPlan& plan, const GroupLora& lora) override;
   void silu_mul(Tensor out, Tensor out16, Tensor gate, Tensor up, const GroupPlan& plan,
                 const GroupLora& lora) override;
@@ -55,7 +56,8 @@ class HostBackend : public Backend {
   // Rotate-half RoPE of q [n, heads, hd] and k [n, kv_heads, hd] in place.
   virtual void rope(Tensor q, Tensor k, Tensor positions, Tensor cos_sin) = 0;
   // Token i's k/v into cache slot slot_mapping[i]; -1 skips it.
-  virtual void kv_write(Tensor k_cache, Tensor v_cache, Tensor k, Tensor v, Tensor slot_mapping) = 0;
+  // fp8 caches store k / cache.k_scale and v / cache.v_scale (KvLayer).
+  virtual void kv_write(const KvLayer& cache, Tensor k, Tensor v, Tensor slot_mapping) = 0;
   // LoRA shrink: t[i, :] = a_stack[slot_i] @ x[i, :]; rows with slot -1 are left untouched.
   // t: [n, max_rank] f32; x: [n, in] f32; a_stack: [num_slots, max_rank, in]
   virtual void lora_shrink(Tensor t, Tensor x, Tensor a_stack, const LoraMeta& meta) = 0;
@@ -64,6 +66,16 @@ class HostBackend : public Backend {
   virtual void lora_expand(Tensor y, Tensor t, Tensor b_stack, const LoraMeta& meta) = 0;
 
  private:
+  // Allocations are 64-byte aligned inside a block kPad bytes larger, the block's own
+  // address stored in the 8 bytes before the aligned one (what free() passes on).
+  static constexpr size_t kPad = 64 + sizeof(void*);
+  static void* aligned(void* raw, size_t bytes) {
+    check(raw != nullptr, "host allocation of " + std::to_string(bytes) + " bytes failed");
+    const auto at = (reinterpret_cast<uintptr_t>(raw) + sizeof(void*) + 63) & ~uintptr_t{63};
+    reinterpret_cast<void**>(at)[-1] = raw;
+    return reinterpret_cast<void*>(at);
+  }
+
   // lora's expand into its y, where plan leaves it to the op reading y.
   void add_pending(const GroupPlan& plan, const GroupLora& lora);
   // The op's 16-bit copy of out, when it was given one.

@@ -67,6 +67,19 @@ Status validate(const BenchOptions& o) {
   return Status::ok();
 }
 
+// The start-up memory plan (memory_plan.h), in GiB and tokens.
+nlohmann::json memory_json(const MemoryReport& r) {
+  const double gib = double(int64_t{1} << 30);
+  return {{"weights_gib", double(r.weights) / gib},
+          {"lora_slots_gib", double(r.lora_slots) / gib},
+          {"activations_gib", double(r.activations) / gib},
+          {"graphs_gib", double(r.graphs) / gib},
+          {"kv_cache_gib", double(r.kv_cache) / gib},
+          {"kv_tokens", r.kv_tokens},
+          {"max_concurrency", r.max_concurrency()},
+          {"kv_source", r.kv_source}};
+}
+
 nlohmann::json options_json(const BenchOptions& o, const LLMEngine& engine) {
   const EngineArgs& a = engine.args();
   return {{"model", a.model},
@@ -95,7 +108,10 @@ nlohmann::json options_json(const BenchOptions& o, const LLMEngine& engine) {
           {"max_lora_rank", a.max_lora_rank},
           {"max_num_seqs", a.max_num_seqs},
           {"max_num_batched_tokens", a.max_num_batched_tokens},
-          {"enforce_eager", a.enforce_eager}};
+          {"enforce_eager", a.enforce_eager},
+          {"kv_cache_dtype", std::string(dtype_name(engine.kv_cache_dtype()))},
+          {"gpu_memory_utilization", a.gpu_memory_utilization},
+          {"memory", memory_json(engine.memory_report())}};
 }
 
 // The read rate the CPU kernels stream at over the engine's threads, measured now (the ref

@@ -44,7 +44,7 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* f) {
   cmd->add_option("--threads", a.threads, "CPU threads (0 = all cores)");
   cmd->add_option("--seed", a.seed, "engine seed for requests without their own");
   cmd->add_option("--kv-cache-dtype", a.kv_cache_dtype,
-                  "KV cache dtype: auto (cuda: the model's 16-bit dtype; cpu: float32) | float32 | bfloat16 | float16");
+                  "KV cache dtype: auto (cuda: the model's 16-bit dtype; cpu: float32) | float32 | bfloat16 | float16 | fp8 (e4m3)");
   cmd->add_option("--matmul-precision", a.matmul_precision,
                   "matmul activations: default (rounded to the weights' 16 bits on cuda past 2 tokens, to bf16 for bf16 "
                   "weights on cpu) | highest (~float32; cuda: 2x GEMM math)");
@@ -60,7 +60,10 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* f) {
   cmd->add_option("--max-model-len", a.max_model_len, "context length (default: the model's)");
   cmd->add_option("--block-size", a.block_size, "KV cache block size in tokens");
   cmd->add_option("--num-kv-blocks", a.num_kv_blocks, "KV cache blocks (overrides --kv-cache-memory)");
-  cmd->add_option("--kv-cache-memory", a.kv_cache_memory, "KV cache budget, e.g. 4GiB");
+  cmd->add_option("--kv-cache-memory", a.kv_cache_memory,
+                  "KV cache budget, e.g. 4GiB (default: the GPU's memory by --gpu-memory-utilization, on hosts half the available RAM)");
+  cmd->add_option("--gpu-memory-utilization", a.gpu_memory_utilization,
+                  "share of the GPU's memory the engine may hold, KV cache included (0, 1]");
   cmd->add_flag("--no-prefix-caching{false}", a.enable_prefix_caching, "disable automatic prefix caching");
   cmd->add_flag("--enforce-eager", a.enforce_eager, "never use CUDA graphs");
   cmd->add_flag("--trace", a.trace, "log one line per engine step on stderr");

@@ -8,7 +8,9 @@
 
 namespace quiver {
 
-enum class DType : uint8_t { kF32, kF16, kBF16, kI32 };
+// kF8E4M3: OCP FP8 E4M3 (1 sign, 4 exponent bits of bias 7, 3 mantissa bits; no infinity,
+// largest finite 448), the KV cache's 8-bit type (--kv-cache-dtype fp8).
+enum class DType : uint8_t { kF32, kF16, kBF16, kI32, kF8E4M3 };
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
@@ -16,6 +18,7 @@ constexpr size_t dtype_size(DType t) {
     case DType::kF16: return 2;
     case DType::kBF16: return 2;
     case DType::kI32: return 4;
+    case DType::kF8E4M3: return 1;
   }
   return 0;
 }
@@ -28,6 +31,7 @@ constexpr std::string_view dtype_name(DType t) {
     case DType::kF16: return "F16";
     case DType::kBF16: return "BF16";
     case DType::kI32: return "I32";
+    case DType::kF8E4M3: return "F8_E4M3";
   }
   return "?";
 }
@@ -109,6 +113,50 @@ inline uint16_t f32_to_f16(float f) {
   return static_cast<uint16_t>(sign | h);
 }
 
+inline float e4m3_to_f32(uint8_t b) {
+  const uint32_t exp = (b >> 3) & 0xfu, mant = b & 7u;
+  float mag;
+  if (exp == 15 && mant == 7) {
+    mag = __builtin_nanf("");
+  } else if (exp == 0) {
+    mag = static_cast<float>(mant) * (1.0f / 512);  // subnormal: mant x 2^-9
+  } else {
+    const uint32_t bits = ((exp + 127 - 7) << 23) | (mant << 20);
+    std::memcpy(&mag, &bits, 4);
+  }
+  return (b & 0x80u) ? -mag : mag;
+}
+
+// Round to nearest even, saturating: magnitudes past 448 (infinity too) become 448, as
+// CUDA's __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3); NaN stays NaN.
+inline uint8_t f32_to_e4m3(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint8_t sign = static_cast<uint8_t>((x >> 24) & 0x80u);
+  const uint32_t abs = x & 0x7fffffffu;
+  if (abs > 0x7f800000u) return static_cast<uint8_t>(sign | 0x7f);
+  if (abs >= 0x43e00000u) return static_cast<uint8_t>(sign | 0x7e);  // >= 448
+  if (abs < 0x3c800000u) {  // below 2^-6: subnormal steps of 2^-9, nearest even
+    float a;
+    std::memcpy(&a, &abs, 4);
+    const float scaled = a * 512.0f;  // exact: a power of two
+    auto m = static_cast<uint32_t>(scaled);
+    const float rem = scaled - static_cast<float>(m);
+    if (rem > 0.5f || (rem == 0.5f && (m & 1u))) ++m;
+    return static_cast<uint8_t>(sign | m);  // m == 8 is 2^-6, the smallest normal's code
+  }
+  uint32_t e = (abs >> 23) - 127 + 7;  // 1..15
+  uint32_t q = (abs >> 20) & 7u;
+  const uint32_t rem = abs & 0xfffffu;
+  if (rem > 0x80000u || (rem == 0x80000u && (q & 1u))) ++q;
+  if (q == 8) {
+    q = 0;
+    ++e;
+  }
+  if (e > 15 || (e == 15 && q == 7)) return static_cast<uint8_t>(sign | 0x7e);
+  return static_cast<uint8_t>(sign | (e << 3) | q);
+}
+
 // Reads element i of a buffer of the given floating dtype as float. The buffer may be
 // unaligned (a safetensors header of odd length shifts the data), so elements are copied
 // out byte-wise; compilers turn each memcpy into one plain load.
@@ -131,6 +179,7 @@ inline float load_as_f32(const void* data, DType t, size_t i) {
       std::memcpy(&v, bytes + i * 4, 4);
       return static_cast<float>(v);
     }
+    case DType::kF8E4M3: return e4m3_to_f32(bytes[i]);
   }
   return 0.f;
 }

@@ -32,7 +32,15 @@ Result<ParsedEngineArgs> validate(const EngineArgs& a) {
     return Status::error("unknown --load-format '" + a.load_format + "' (supported: auto, safetensors, dummy)");
   }
   QV_ASSIGN_OR_RETURN(p.dtype, dtype_or_auto("--dtype", a.dtype));
-  QV_ASSIGN_OR_RETURN(p.kv_cache_dtype, dtype_or_auto("--kv-cache-dtype", a.kv_cache_dtype));
+  // vLLM's names: fp8 is e4m3 (its "fp8_e5m2" has no kernels here).
+  if (a.kv_cache_dtype == "fp8" || a.kv_cache_dtype == "fp8_e4m3") {
+    p.kv_cache_dtype = DType::kF8E4M3;
+  } else if (!float_dtype_named(a.kv_cache_dtype) && a.kv_cache_dtype != "auto") {
+    return Status::error("unknown --kv-cache-dtype '" + a.kv_cache_dtype +
+                         "' (supported: auto, float32, float16, bfloat16, fp8, fp8_e4m3)");
+  } else {
+    QV_ASSIGN_OR_RETURN(p.kv_cache_dtype, dtype_or_auto("--kv-cache-dtype", a.kv_cache_dtype));
+  }
   if (a.matmul_precision == "default") {
     p.matmul_precision = MatmulPrecision::kDefault;
   } else if (a.matmul_precision == "highest") {
@@ -47,6 +55,8 @@ Result<ParsedEngineArgs> validate(const EngineArgs& a) {
     if (p.kv_cache_memory <= 0) return Status::error("--kv-cache-memory must be positive");
   }
 
+  if (!(a.gpu_memory_utilization > 0 && a.gpu_memory_utilization <= 1))
+    return Status::error("--gpu-memory-utilization must be in (0, 1], got " + std::to_string(a.gpu_memory_utilization));
   if (a.threads < 0 || a.threads > kMaxThreads)
     return Status::error("--threads must be in [0, " + std::to_string(kMaxThreads) + "] (0 = all cores), got " +
                          std::to_string(a.threads));

@@ -25,7 +25,8 @@ struct EngineArgs {
   int threads = 0;                   // cpu backend threads (0 = all cores)
   uint64_t seed = 0;                 // engine seed for requests without their own
   // KV cache element type: "auto" (cuda: the model's dtype when it is 16-bit, else float32;
-  // cpu/ref: float32), "float32", "bfloat16" or "float16". docs/numerics.md: what it costs.
+  // cpu/ref: float32), "float32", "bfloat16", "float16", or "fp8" / "fp8_e4m3" (8-bit, with
+  // the checkpoint's per-layer k_scale / v_scale, else 1). docs/numerics.md: what it costs.
   std::string kv_cache_dtype = "auto";
   // cuda matmuls through cuBLAS (prefill): "default" rounds activations to the weight's 16-bit
   // type; "highest" splits them into two 16-bit halves (twice the GEMM math, ~f32 accuracy).
@@ -43,7 +44,9 @@ struct EngineArgs {
   int max_model_len = 0;             // 0 = the model's max_position_embeddings
   int block_size = 16;
   int num_kv_blocks = 0;             // 0 = from kv_cache_memory
-  std::string kv_cache_memory;       // e.g. "4GiB"; empty = enough for max_num_seqs full contexts, capped
+  std::string kv_cache_memory;       // e.g. "4GiB"; empty = the memory plan's (engine/memory_plan.h)
+  // The share of the GPU's memory the engine may hold, KV cache included (vLLM's meaning).
+  double gpu_memory_utilization = 0.9;
   bool enable_prefix_caching = true;
   bool enforce_eager = false;
   bool trace = false;                // one log line per step on stderr

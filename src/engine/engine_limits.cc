@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
 #include <string>
 
 #include "io/peft_adapter.h"
@@ -30,6 +31,15 @@ Status too_much(const std::string& what, double need, int64_t have) {
 int64_t host_memory_bytes() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
+}
+
+int64_t host_memory_available() {
+  std::ifstream in("/proc/meminfo");
+  std::string line;
+  long long kib = 0;
+  while (std::getline(in, line))
+    if (std::sscanf(line.c_str(), "MemAvailable: %lld kB", &kib) == 1) return static_cast<int64_t>(kib) * 1024;
+  return 0;
 }
 
 Status check_engine_limits(const EngineArgs& a, const ModelConfig& c, const EngineLimitsInput& in) {

@@ -26,5 +26,7 @@ Status check_engine_limits(const EngineArgs& args, const ModelConfig& config, co
 
 // Physical RAM of this machine in bytes (0 if unknown).
 int64_t host_memory_bytes();
+// RAM that can be allocated without swapping now (MemAvailable; 0 if unknown).
+int64_t host_memory_available();
 
 }  // namespace quiver

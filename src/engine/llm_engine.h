@@ -18,6 +18,7 @@
 #include "core/status.h"
 #include "engine/engine_args.h"
 #include "engine/graph_runner.h"
+#include "engine/memory_plan.h"
 #include "engine/request_output.h"
 #include "engine/sampling_params.h"
 #include "engine/step_stats.h"
@@ -101,6 +102,8 @@ class LLMEngine {
   DType kv_cache_dtype() const;
   // Decode graphs captured at start (num_graphs 0: none, e.g. enforce_eager or no GPU).
   const GraphCaptureInfo& graph_info() const { return graph_info_; }
+  // What start-up allocated, and the KV cache's size and how it was chosen (memory_plan.h).
+  const MemoryReport& memory_report() const { return memory_; }
 
  private:
   LLMEngine() = default;
@@ -167,6 +170,7 @@ class LLMEngine {
   std::vector<std::pair<Request*, int>> masked_rows_;  // this step's logits rows -> sequence, for masks
   StepStats last_step_;
   GraphCaptureInfo graph_info_;
+  MemoryReport memory_;
   EngineCounters counters_;
 };
 

@@ -2,6 +2,7 @@
 // KV cache, adapter registry and slots, scheduler, model runner and decode graphs. The
 // request loop (add_request / step / abort) is llm_engine.cc.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 
@@ -19,6 +20,31 @@
 #include "tokenizer/tokenizer.h"
 
 namespace quiver {
+
+namespace {
+
+// An fp8 checkpoint's per-layer KV scales, by vLLM's names (model.layers.N.self_attn.k_scale
+// and .v_scale, scalars); a layer without them keeps 1.
+Status load_kv_scales(const Checkpoint& ckpt, KvCache* kv) {
+  for (int l = 0; l < static_cast<int>(kv->shape().num_layers); ++l) {
+    const std::string base = "model.layers." + std::to_string(l) + ".self_attn.";
+    float scale[2] = {1.f, 1.f};
+    for (int i = 0; i < 2; ++i) {
+      const std::string name = base + (i == 0 ? "k_scale" : "v_scale");
+      if (!ckpt.has(name)) continue;
+      auto t = ckpt.get(name, {});
+      if (!t.is_ok()) t = ckpt.get(name, {1});
+      if (!t.is_ok()) return t.status().with_context("the fp8 KV cache's scale");
+      scale[i] = load_as_f32(t->data, t->dtype, 0);
+      if (!(scale[i] > 0) || !std::isfinite(scale[i]))
+        return Status::error(name + " is " + std::to_string(scale[i]) + "; a KV scale must be positive and finite");
+    }
+    kv->set_scales(l, scale[0], scale[1]);
+  }
+  return Status::ok();
+}
+
+}  // namespace
 
 Status LLMEngine::init(const EngineArgs& args) {
   QV_ASSIGN_OR_RETURN(const ParsedEngineArgs parsed, validate(args));
@@ -61,6 +87,10 @@ Status LLMEngine::init(const EngineArgs& args) {
   shape.head_dim = config_.head_dim;
   shape.block_size = args.block_size;
   shape.dtype = parsed.kv_cache_dtype.value_or(auto_kv);
+  if (!backend_->supports_kv_dtype(shape.dtype, config_.head_dim))
+    return Status::error("the " + backend_->name() + " backend cannot keep a " + std::string(dtype_name(shape.dtype)) +
+                         " KV cache for head_dim " + std::to_string(config_.head_dim) +
+                         (shape.dtype == DType::kF8E4M3 ? " (fp8 needs a multiple of 16 there)" : ""));
   EngineLimitsInput bounds;
   bounds.memory_bytes = backend_->device() == Device::kCuda ? backend_->device_memory_bytes() : host_memory_bytes();
   bounds.kv_bytes_per_block = shape.bytes_per_block();
@@ -81,37 +111,87 @@ Status LLMEngine::init(const EngineArgs& args) {
                            std::to_string(model_vocab) + " (tokenizer made for another model?)");
   }
 
+  // The memory report: on the GPU each share is what it took off the device's free
+  // memory; host backends count their buffers.
+  const bool gpu = backend_->device() == Device::kCuda;
+  int64_t free_mark = backend_->device_memory_free();
+  const auto took = [&] {
+    const int64_t now = backend_->device_memory_free();
+    const int64_t d = free_mark - now;
+    free_mark = now;
+    return std::max<int64_t>(d, 0);
+  };
+
   LlamaWeights weights;
+  std::shared_ptr<Checkpoint> checkpoint;
   if (parsed.load_format == LoadFormat::kDummy) {
     weights = dummy_llama_weights(config_, weight_dtype, backend_.get(), args.seed + 1);
   } else {
     QV_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::open(args.model));
-    QV_ASSIGN_OR_RETURN(weights, load_llama_weights(config_, std::make_shared<Checkpoint>(std::move(ckpt)), backend_.get(),
-                                                          args.on_load_progress));
+    checkpoint = std::make_shared<Checkpoint>(std::move(ckpt));
+    QV_ASSIGN_OR_RETURN(weights, load_llama_weights(config_, checkpoint, backend_.get(), args.on_load_progress));
   }
   model_ = std::make_unique<LlamaModel>(config_, std::move(weights), backend_.get(), max_model_len_);
-
-  // KV cache: explicit block count, a memory budget, or enough for every sequence's
-  // full context capped at 1 GiB of cache.
-  const int blocks_per_seq = (max_model_len_ + args.block_size - 1) / args.block_size;
-  int num_blocks = args.num_kv_blocks;
-  if (num_blocks <= 0) {
-    const int64_t budget =
-        parsed.kv_cache_memory > 0
-            ? parsed.kv_cache_memory
-            : std::min<int64_t>(int64_t{1} << 30, shape.bytes_per_block() * blocks_per_seq * int64_t{args.max_num_seqs});
-    num_blocks = static_cast<int>(std::min<int64_t>(budget / shape.bytes_per_block(), 1 << 24));
-  }
-  if (num_blocks < 1) return Status::error("the KV cache budget holds no block; raise --kv-cache-memory or --num-kv-blocks");
-  kv_ = std::make_unique<KvCache>(backend_.get(), shape, num_blocks);
-  blocks_ = std::make_unique<BlockPool>(num_blocks, args.block_size, args.enable_prefix_caching);
-  // Readers of last_step() (metrics, start-up report) see the pool's size before any step.
-  last_step_.kv_blocks_total = num_blocks;
+  memory_.weights = gpu ? took() : static_cast<int64_t>(model_->weights().weight_bytes());
 
   if (args.enable_lora) {
     const int cpu_loras = args.max_cpu_loras > 0 ? args.max_cpu_loras : args.max_loras;
     adapters_ = std::make_unique<AdapterRegistry>(config_, args.max_lora_rank, cpu_loras);
     slots_ = std::make_unique<LoraSlotPool>(backend_.get(), config_, args.max_loras, args.max_lora_rank, lora_dtype);
+    memory_.lora_slots = gpu ? took() : static_cast<int64_t>(slots_->bytes());
+  }
+
+  const int blocks_per_seq = (max_model_len_ + args.block_size - 1) / args.block_size;
+  RunnerLimits limits;
+  limits.max_num_batched_tokens = args_.max_num_batched_tokens;
+  limits.max_num_seqs = args.max_num_seqs;
+  limits.max_blocks_per_seq = blocks_per_seq;
+  limits.max_model_len = max_model_len_;
+  // On the GPU, tokens are sampled where the logits are (device_sampling.h): a decode step
+  // then downloads a few bytes per row instead of the [rows, vocab] logits.
+  limits.sample_on_device = gpu;
+  if (limits.sample_on_device) device_sampling_ = std::make_unique<DeviceSampling>();
+  runner_ = std::make_unique<ModelRunner>(model_.get(), slots_.get(), limits);
+  if (gpu) {
+    // Grow every scratch buffer to its largest step before measuring what is free; the
+    // one-block cache it runs on is gone before the real one is allocated.
+    auto profile_kv = std::make_unique<KvCache>(backend_.get(), shape, 1);
+    runner_->set_kv_cache(profile_kv.get());
+    runner_->profile_largest_steps();
+    profile_kv.reset();
+    memory_.activations = took();
+  } else {
+    memory_.activations = static_cast<int64_t>(runner_->buffer_bytes());
+  }
+
+  KvPlanInput kp;
+  kp.device = gpu;
+  kp.total = gpu ? backend_->device_memory_bytes() : host_memory_bytes();
+  kp.free = gpu ? backend_->device_memory_free() : host_memory_available();
+  kp.gpu_memory_utilization = args.gpu_memory_utilization;
+  const bool graphs = !args.enforce_eager && backend_->supports_graphs();
+  kp.reserve = graphs ? runner_->graph_memory_estimate() : 0;
+  kp.mapped_weights = !gpu && parsed.load_format != LoadFormat::kDummy ? memory_.weights : 0;
+  kp.kv_cache_memory = parsed.kv_cache_memory;
+  kp.num_kv_blocks = args.num_kv_blocks;
+  kp.bytes_per_block = shape.bytes_per_block();
+  kp.block_size = args.block_size;
+  kp.max_model_len = max_model_len_;
+  kp.max_num_seqs = args.max_num_seqs;
+  QV_ASSIGN_OR_RETURN(const KvPlan kv_plan, plan_kv_cache(kp));
+  kv_ = std::make_unique<KvCache>(backend_.get(), shape, kv_plan.num_blocks);
+  if (shape.dtype == DType::kF8E4M3 && checkpoint) QV_RETURN_IF_ERROR(load_kv_scales(*checkpoint, kv_.get()));
+  blocks_ = std::make_unique<BlockPool>(kv_plan.num_blocks, args.block_size, args.enable_prefix_caching);
+  runner_->set_kv_cache(kv_.get());
+  if (gpu) took();  // the cache itself: reported from its shape
+  memory_.kv_cache = int64_t{kv_plan.num_blocks} * shape.bytes_per_block();
+  memory_.kv_tokens = int64_t{kv_plan.num_blocks} * args.block_size;
+  memory_.max_model_len = max_model_len_;
+  memory_.kv_source = kv_plan.source;
+  // Readers of last_step() (metrics, start-up report) see the pool's size before any step.
+  last_step_.kv_blocks_total = kv_plan.num_blocks;
+
+  if (args.enable_lora) {
     for (const auto& [name, path] : args.lora_modules) {
       auto added = adapters_->add(name, path);
       if (!added.is_ok()) return added.status().with_context("adapter '" + name + "'");
@@ -127,22 +207,14 @@ Status LLMEngine::init(const EngineArgs& args) {
   sc.enable_prefix_caching = args.enable_prefix_caching;
   scheduler_ = std::make_unique<Scheduler>(sc, blocks_.get(), slot_provider_.get());
 
-  RunnerLimits limits;
-  limits.max_num_batched_tokens = args_.max_num_batched_tokens;
-  limits.max_num_seqs = args.max_num_seqs;
-  limits.max_blocks_per_seq = blocks_per_seq;
-  bounds.max_model_len = max_model_len_;
-  // On the GPU, tokens are sampled where the logits are (device_sampling.h): a decode step
-  // then downloads a few bytes per row instead of the [rows, vocab] logits.
-  limits.sample_on_device = backend_->device() == Device::kCuda;
-  if (limits.sample_on_device) device_sampling_ = std::make_unique<DeviceSampling>();
-  runner_ = std::make_unique<ModelRunner>(model_.get(), kv_.get(), slots_.get(), limits);
   if (!args.enforce_eager && backend_->supports_graphs()) {
     graph_info_ = runner_->capture_graphs();
+    memory_.graphs = took();
     std::fprintf(stderr, "quiver: captured %d decode graphs (%d batch-size buckets up to %d, LoRA %s) in %.2f s\n",
                  graph_info_.num_graphs, graph_info_.num_buckets, graph_info_.max_bucket,
                  slots_ ? "on and off" : "off", graph_info_.seconds);
   }
+  std::fprintf(stderr, "quiver: %s\n", describe(memory_).c_str());
   return Status::ok();
 }
 

@@ -58,9 +58,8 @@ DType gemm_copy_type(const LlamaModel& model, int max_tokens, const LoraSlotPool
 
 }  // namespace
 
-ModelRunner::ModelRunner(const LlamaModel* model, KvCache* kv, const LoraSlotPool* lora, RunnerLimits limits)
+ModelRunner::ModelRunner(const LlamaModel* model, const LoraSlotPool* lora, RunnerLimits limits)
     : model_(model),
-      kv_(kv),
       lora_(lora),
       limits_(limits),
       backend_(model->backend()),
@@ -79,11 +78,67 @@ ModelRunner::ModelRunner(const LlamaModel* model, KvCache* kv, const LoraSlotPoo
     mask_words_ = (model->config().vocab_size + 31) / 32;
     masks_ = Buffer(backend_, sizeof(int32_t) * static_cast<size_t>(s * mask_words_));
   }
-  kv_view_.k = kv_->k_all();
-  kv_view_.v = kv_->v_all();
 }
 
 ModelRunner::~ModelRunner() = default;
+
+void ModelRunner::set_kv_cache(KvCache* kv) {
+  check(!graphs_, "set_kv_cache: the captured graphs point at the cache they were captured with");
+  kv_ = kv;
+  kv_view_.layers = kv->layers();
+}
+
+int64_t ModelRunner::graph_memory_estimate() const {
+  // The 7B shape's 46 decode graphs (32 layers) took 0.31 GiB of the H200, 6.9 MiB each;
+  // 8 MiB keeps a margin.
+  constexpr int64_t kGraphBytes = int64_t{8} << 20;
+  return static_cast<int64_t>(buckets_.size()) * (lora_ != nullptr ? 2 : 1) * kGraphBytes;
+}
+
+size_t ModelRunner::buffer_bytes() const {
+  return ws_.bytes() + inputs_.bytes() + logits_.bytes() + sample_out_.bytes() + masks_.bytes();
+}
+
+void ModelRunner::profile_largest_steps() {
+  check(kv_ != nullptr, "profile_largest_steps: no KV cache");
+  // Prefill: max_num_batched_tokens tokens in sequences of at most max_model_len, every
+  // block-table entry block 0, no KV slot written, one logits row a sequence.
+  const int len = std::max(1, std::min(limits_.max_num_batched_tokens, limits_.max_model_len));
+  const int total = static_cast<int>(std::min<int64_t>(limits_.max_num_batched_tokens, int64_t{len} * limits_.max_num_seqs));
+  const int block_size = kv_->shape().block_size;
+  ForwardBatch b;
+  b.query_start.push_back(0);
+  for (int start = 0; start < total; start += len) {
+    const int n = std::min(len, total - start);
+    for (int i = 0; i < n; ++i) {
+      b.token_ids.push_back(0);
+      b.positions.push_back(i);
+      b.slot_mapping.push_back(-1);
+      b.token_lora_slot.push_back(lora_ != nullptr ? 0 : -1);
+    }
+    b.query_start.push_back(start + n);
+    b.seq_lens.push_back(n);
+    b.logit_rows.push_back(start + n - 1);
+    b.max_blocks_per_seq = std::max(b.max_blocks_per_seq, (n + block_size - 1) / block_size);
+  }
+  b.block_tables.assign(static_cast<size_t>(b.num_seqs()) * b.max_blocks_per_seq, 0);
+  std::vector<float> logits;
+  execute(b, &logits);
+  // Decode: the largest bucket, as capture_graphs' first warm-up.
+  if (!buckets_.empty()) {
+    const int bucket = buckets_.back();
+    for (bool lora : {false, true}) {
+      if (lora && lora_ == nullptr) continue;
+      ForwardBatch none;
+      none.decode_only = true;
+      StepTensors st = prepare(pad_decode_batch(none, bucket, limits_.max_blocks_per_seq), true);
+      st.lora_active = lora;
+      st.plan = plan(bucket, lora);
+      run_padded(st, bucket);
+    }
+  }
+  backend_->synchronize();
+}
 
 StepTensors ModelRunner::prepare(const ForwardBatch& b, bool padded, const DeviceSampling* ds) {
   const int n = b.num_tokens(), num_seqs = b.num_seqs();
@@ -210,6 +265,7 @@ void ModelRunner::download_samples(int rows, DeviceSampling* ds) {
 
 GraphCaptureInfo ModelRunner::capture_graphs() {
   GraphCaptureInfo info;
+  check(kv_ != nullptr, "capture_graphs: no KV cache");
   if (!backend_->supports_graphs() || buckets_.empty() || graphs_) return info;
   const auto t0 = std::chrono::steady_clock::now();
   graphs_ = std::make_unique<GraphRunner>(backend_);

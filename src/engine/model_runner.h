@@ -46,8 +46,26 @@ struct StepPath {
 
 class ModelRunner {
  public:
-  ModelRunner(const LlamaModel* model, KvCache* kv, const LoraSlotPool* lora, RunnerLimits limits);
+  // The KV cache comes later (set_kv_cache): its size is planned from what the runner's
+  // buffers and its largest steps leave free (engine/memory_plan.h).
+  ModelRunner(const LlamaModel* model, const LoraSlotPool* lora, RunnerLimits limits);
   ~ModelRunner();
+
+  // The cache every later step reads and writes; before execute() and capture_graphs().
+  void set_kv_cache(KvCache* kv);
+
+  // Runs the largest steps the limits allow, eagerly, so that every buffer that grows on
+  // first use (the backend's scratch, library workspaces) has its final size when the KV
+  // cache is planned: a prefill of max_num_batched_tokens tokens (with LoRA kernels when
+  // the pool exists) and the largest padded decode bucket, LoRA on and off. Writes no KV
+  // slot; needs a cache of at least one block (its attention reads block 0).
+  void profile_largest_steps();
+
+  // Bytes of the runner's own buffers (activations, step inputs, logits, sampling).
+  size_t buffer_bytes() const;
+  // What capture_graphs will take off the device: kGraphBytes for every graph it may
+  // capture (a bucket, LoRA on and off).
+  int64_t graph_memory_estimate() const;
 
   // Captures a graph per (bucket, plan of lora on / off) when the backend supports graphs, each after
   // one eager warm-up run of the same shape (scratch buffers grow, kernels load). A no-op

@@ -54,6 +54,7 @@ SafetensorsEntry make_safetensors_entry(std::string name, DType dtype, std::vect
         std::memcpy(out + 2 * i, &h, 2);
         break;
       }
+      case DType::kF8E4M3: out[i] = f32_to_e4m3(values[i]); break;
       case DType::kI32: {
         const int32_t v = static_cast<int32_t>(values[i]);
         std::memcpy(out + 4 * i, &v, 4);

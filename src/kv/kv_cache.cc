@@ -8,14 +8,22 @@ namespace quiver {
 
 KvCache::KvCache(Backend* backend, const KvCacheShape& shape, int num_blocks) : shape_(shape), num_blocks_(num_blocks) {
   for (int64_t l = 0; l < shape.num_layers; ++l) {
+    KvLayer& layer = layers_.emplace_back();
     for (int which = 0; which < 2; ++which) {
-      Buffer b(backend, static_cast<size_t>(shape.bytes_per_block() / (2 * shape.num_layers)) * num_blocks);
-      backend->fill_zero(b.data(), b.bytes());
+      Buffer b = Buffer::zeroed(backend, static_cast<size_t>(shape.bytes_per_block() / (2 * shape.num_layers)) * num_blocks);
       Tensor t = b.tensor(shape.dtype, {num_blocks, shape.block_size, shape.num_kv_heads, shape.head_dim});
-      (which == 0 ? k_ : v_).push_back(t);
+      (which == 0 ? layer.k : layer.v) = t;
       buffers_.push_back(std::move(b));
     }
   }
+}
+
+void KvCache::set_scales(int l, float k_scale, float v_scale) {
+  check(l >= 0 && l < static_cast<int>(layers_.size()), "KvCache::set_scales: no such layer");
+  check(std::isfinite(k_scale) && std::isfinite(v_scale) && k_scale > 0 && v_scale > 0,
+        "KvCache::set_scales: scales must be positive and finite");
+  layers_[static_cast<size_t>(l)].k_scale = k_scale;
+  layers_[static_cast<size_t>(l)].v_scale = v_scale;
 }
 
 Result<int64_t> parse_byte_size(const std::string& text) {

@@ -1,5 +1,7 @@
 // KvCache: the paged K/V tensors of every layer, allocated once on a backend and zeroed.
 //   k[l], v[l]: [num_blocks, block_size, num_kv_heads, head_dim]
+// An fp8 cache carries each layer's k/v scales (KvLayer); they are fixed before the first
+// write, since every stored value is relative to them.
 #pragma once
 
 #include <cstdint>
@@ -29,16 +31,16 @@ class KvCache {
 
   int num_blocks() const { return num_blocks_; }
   const KvCacheShape& shape() const { return shape_; }
-  Tensor k(int layer) const { return k_[layer]; }
-  Tensor v(int layer) const { return v_[layer]; }
-  const std::vector<Tensor>& k_all() const { return k_; }
-  const std::vector<Tensor>& v_all() const { return v_; }
+  const KvLayer& layer(int l) const { return layers_[static_cast<size_t>(l)]; }
+  const std::vector<KvLayer>& layers() const { return layers_; }
+  // Layer l's fp8 scales (1 until set); positive and finite.
+  void set_scales(int l, float k_scale, float v_scale);
 
  private:
   KvCacheShape shape_;
   int num_blocks_;
   std::vector<Buffer> buffers_;
-  std::vector<Tensor> k_, v_;
+  std::vector<KvLayer> layers_;
 };
 
 // "4GiB", "512MiB", "2GB", "1.5G", "1000000" -> bytes. Errors name the text.

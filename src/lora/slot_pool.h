@@ -44,6 +44,13 @@ class LoraSlotPool {
   uint64_t uid_in_slot(int slot) const;   // 0 when empty
   int64_t loads() const { return loads_; }  // adapters copied into slots so far
 
+  // Bytes of the slot stacks (every layer's A and B of every target, max_loras slots).
+  size_t bytes() const {
+    size_t n = 0;
+    for (const Buffer& b : buffers_) n += b.bytes();
+    return n;
+  }
+
  private:
   // Zeroes every stack's region of `slot`, then copies the adapter's modules rank-padded.
   void load_into(int slot, const LoraAdapter& adapter);

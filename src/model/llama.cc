@@ -24,6 +24,14 @@ Workspace::Workspace(Backend* b, const ModelConfig& c, DType x16, int max_tokens
   }
 }
 
+size_t Workspace::bytes() const {
+  size_t n = 0;
+  for (const Buffer* b : {&hidden, &residual, &normed, &q, &k, &v, &attn_out, &gate, &up, &normed16, &gate16, &lora_tmp,
+                          &selected})
+    n += b->bytes();
+  return n;
+}
+
 LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, Backend* backend, int64_t max_positions)
     : config_(std::move(config)), weights_(std::move(weights)), backend_(backend) {
   const int64_t hd = config_.head_dim;
@@ -125,8 +133,9 @@ void LlamaModel::forward(const StepTensors& step, Workspace& ws, const KvCacheVi
     Tensor q3 = q.view({n, c.num_heads, c.head_dim});
     Tensor k3 = k.view({n, c.num_kv_heads, c.head_dim});
     Tensor v3 = v.view({n, c.num_kv_heads, c.head_dim});
-    backend_->rope_kv_write(q3, k3, v3, step.positions, cos_sin_, kv.k[l], kv.v[l], step.slot_mapping, qkv, qkv_lora);
-    backend_->attention(attn.view({n, c.num_heads, c.head_dim}), q3, kv.k[l], kv.v[l], step.attn, scale);
+    const KvLayer& cache = kv.layers[static_cast<size_t>(l)];
+    backend_->rope_kv_write(q3, k3, v3, step.positions, cos_sin_, cache, step.slot_mapping, qkv, qkv_lora);
+    backend_->attention(attn.view({n, c.num_heads, c.head_dim}), q3, cache, step.attn, scale);
 
     const GroupLora o_lora = group_lora(o, ProjGroup::kO, {branch}, l, step, ws, lora);
     backend_->project(o, group({{branch, w.wo, Tensor()}}), o_lora, attn);

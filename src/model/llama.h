@@ -36,6 +36,7 @@ struct StepTensors {
 // their f32 outputs.
 struct Workspace {
   Workspace(Backend* backend, const ModelConfig& c, DType x16, int max_tokens, int max_lora_rank);
+  size_t bytes() const;
   int max_tokens;
   Buffer hidden, residual, normed;  // [T, hidden]
   Buffer q, k, v, attn_out;         // [T, q_size], [T, kv_size] x2, [T, q_size]
@@ -46,7 +47,7 @@ struct Workspace {
 };
 
 struct KvCacheView {
-  std::vector<Tensor> k, v;  // per layer: [num_blocks, block_size, num_kv_heads, head_dim]
+  std::vector<KvLayer> layers;  // per layer (KvCache::layers)
 };
 
 class LlamaModel {

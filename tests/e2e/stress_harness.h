@@ -29,6 +29,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "e2e/longer_fixture.h"
 #include "engine/llm_engine.h"
 
 namespace quiver::stress {
@@ -77,21 +78,7 @@ using Results = std::map<std::string, Result>;
 
 // The fixture copy: links to llama_gqa's weights and adapters, its own config.json.
 inline const fs::path& model_dir() {
-  static const fs::path dir = [] {
-    const fs::path src = fs::path(QUIVER_SOURCE_DIR) / "tests/fixtures/llama_gqa";
-    const fs::path dst = fs::temp_directory_path() / ("quiver_stress_model_" + std::to_string(::getpid()));
-    fs::create_directories(dst);
-    for (const auto& e : fs::directory_iterator(src)) {
-      const std::string name = e.path().filename().string();
-      if (name == "config.json" || name == "requests.jsonl" || name == "expected.jsonl") continue;
-      std::error_code ec;
-      fs::create_symlink(e.path(), dst / name, ec);
-    }
-    nlohmann::json config = nlohmann::json::parse(std::ifstream(src / "config.json"));
-    config["max_position_embeddings"] = kMaxModelLen;
-    std::ofstream(dst / "config.json") << config.dump();
-    return dst;
-  }();
+  static const fs::path dir = testing::longer_fixture("llama_gqa", kMaxModelLen);
   return dir;
 }
 

@@ -84,6 +84,45 @@ TEST(EngineApi, TokenBudgetResolvesByDeviceAndNegativeIsRefused) {
   EXPECT_NE(e.message().find("--max-num-batched-tokens must be at least 1"), std::string::npos) << e.message();
 }
 
+// The start-up memory plan on the host: the report's weights are the checkpoint's bytes,
+// the default cache holds max_num_seqs full contexts when RAM allows (this model's are
+// tiny), an explicit block count wins, and a cache shorter than one max_model_len
+// sequence is refused with its numbers instead of failing requests later.
+TEST(EngineApi, MemoryPlanReportsItsSharesAndRefusesACacheShorterThanOneSequence) {
+  EngineArgs a;
+  a.model = kModel.string();
+  a.max_num_seqs = 8;
+  a.block_size = 4;
+  auto e = LLMEngine::create(a);
+  ASSERT_TRUE(e.is_ok()) << e.message();
+  const MemoryReport& r = e.value()->memory_report();
+  EXPECT_EQ(r.weights, static_cast<int64_t>(e.value()->weight_bytes()));
+  EXPECT_GT(r.activations, 0);
+  EXPECT_EQ(r.lora_slots, 0);
+  EXPECT_EQ(r.kv_tokens, 8 * 256);
+  EXPECT_EQ(r.max_model_len, 256);
+  EXPECT_DOUBLE_EQ(r.max_concurrency(), 8.0);
+  EXPECT_EQ(e.value()->last_step().kv_blocks_total, 8 * 256 / 4);
+  // f32 cache: 3 layers x K and V x 2 heads x 8 x 4 bytes = 384 bytes a token.
+  EXPECT_EQ(r.kv_cache, 8 * 256 * 384);
+  a.num_kv_blocks = 100;
+  e = LLMEngine::create(a);
+  ASSERT_TRUE(e.is_ok()) << e.message();
+  EXPECT_EQ(e.value()->memory_report().kv_tokens, 400);
+  EXPECT_EQ(e.value()->memory_report().kv_source, "--num-kv-blocks 100");
+  a.num_kv_blocks = 10;
+  e = LLMEngine::create(a);
+  ASSERT_FALSE(e.is_ok());
+  EXPECT_NE(e.message().find("holds 40 tokens (10 blocks of 4"), std::string::npos) << e.message();
+  EXPECT_NE(e.message().find("--max-model-len 256 needs (64 blocks"), std::string::npos) << e.message();
+  a.max_model_len = 40;
+  EXPECT_TRUE(LLMEngine::create(a).is_ok());
+  a.gpu_memory_utilization = 0;
+  e = LLMEngine::create(a);
+  ASSERT_FALSE(e.is_ok());
+  EXPECT_NE(e.message().find("--gpu-memory-utilization must be in (0, 1]"), std::string::npos) << e.message();
+}
+
 // --lora-dtype auto (vLLM's lora_dtype default) takes the model's dtype where the slot
 // stacks have it: bf16 stacks for a bf16 model, float32 for an f32 one; args() reports the
 // resolved value. An unknown value is refused naming the flag.

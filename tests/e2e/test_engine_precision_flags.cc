@@ -22,6 +22,8 @@ const fs::path kModel = fs::path(QUIVER_SOURCE_DIR) / "tests/fixtures/llama_gqa"
 
 // The bound docs/numerics.md states for bf16 paths against float32 (|Δ logprob|).
 constexpr double kBf16Bound = 0.25;
+// ... and for the fp8 e4m3 KV cache.
+constexpr double kFp8Bound = 3.0;
 
 Result<std::unique_ptr<LLMEngine>> make_engine(const std::string& kv_dtype, const std::string& precision = "default") {
   EngineArgs a;
@@ -64,10 +66,10 @@ double max_logprob_diff(const std::map<std::string, RequestOutput>& x, const std
 }
 
 TEST(EnginePrecisionFlags, UnknownValuesAreRefusedNamingTheFlag) {
-  auto bad_kv = make_engine("fp8");
+  auto bad_kv = make_engine("fp8_e5m2");
   ASSERT_FALSE(bad_kv.is_ok());
-  EXPECT_NE(bad_kv.status().message().find("--kv-cache-dtype"), std::string::npos) << bad_kv.status().message();
-  EXPECT_NE(bad_kv.status().message().find("fp8"), std::string::npos) << bad_kv.status().message();
+  EXPECT_NE(bad_kv.status().message().find("--kv-cache-dtype 'fp8_e5m2'"), std::string::npos) << bad_kv.status().message();
+  EXPECT_NE(bad_kv.status().message().find("fp8_e4m3"), std::string::npos) << bad_kv.status().message();
   auto bad_mm = make_engine("auto", "high");
   ASSERT_FALSE(bad_mm.is_ok());
   EXPECT_NE(bad_mm.status().message().find("--matmul-precision"), std::string::npos) << bad_mm.status().message();
@@ -75,7 +77,8 @@ TEST(EnginePrecisionFlags, UnknownValuesAreRefusedNamingTheFlag) {
 
 TEST(EnginePrecisionFlags, CacheDtypeIsTheOneAsked) {
   const std::pair<const char*, DType> cases[] = {
-      {"auto", DType::kF32}, {"float32", DType::kF32}, {"bfloat16", DType::kBF16}, {"float16", DType::kF16}};
+      {"auto", DType::kF32},    {"float32", DType::kF32},    {"bfloat16", DType::kBF16},
+      {"float16", DType::kF16}, {"fp8", DType::kF8E4M3}, {"fp8_e4m3", DType::kF8E4M3}};
   for (const auto& [name, dtype] : cases) {
     auto e = make_engine(name, "highest");  // highest: accepted everywhere, a no-op off the GPU
     ASSERT_TRUE(e.is_ok()) << name << ": " << e.status().message();
@@ -95,6 +98,20 @@ TEST(EnginePrecisionFlags, SixteenBitCachesStayWithinTheBf16Bound) {
     EXPECT_GT(diff, 0.0) << name << ": identical to the float32 cache, so the cache was not " << name;
     EXPECT_LE(diff, kBf16Bound) << name;
   }
+}
+
+// The fp8 e4m3 cache keeps 4 significant bits where bf16 keeps 8: its bound is its own
+// (docs/numerics.md), and the scales the checkpoint does not give are 1.
+TEST(EnginePrecisionFlags, Fp8CacheStaysWithinItsBound) {
+  auto f32 = make_engine("float32");
+  ASSERT_TRUE(f32.is_ok()) << f32.status().message();
+  const auto ref = run(*f32.value());
+  auto e = make_engine("fp8");
+  ASSERT_TRUE(e.is_ok()) << e.status().message();
+  const double diff = max_logprob_diff(ref, run(*e.value()));
+  std::printf("kv cache fp8 vs float32: max |dlogprob| %.3g\n", diff);
+  EXPECT_GT(diff, 0.0) << "identical to the float32 cache, so the cache was not fp8";
+  EXPECT_LE(diff, kFp8Bound);
 }
 
 }  // namespace

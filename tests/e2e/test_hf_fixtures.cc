@@ -127,11 +127,13 @@ TEST_P(HfFixture, ChunkedPrefillPreemptionAndFewSlotsChangeNothing) {
   const std::string model = GetParam();
   auto base = run_generate(model, fixture(model) / "requests.jsonl", "--max-loras 8", "base");
   // 8 tokens per step, 4-token blocks, 2 LoRA slots, and a pool just big enough for the
-  // largest request alone, so running requests must be preempted and recomputed.
+  // largest request alone, so running requests must be preempted and recomputed (the
+  // context limit no longer than the pool, which the engine refuses otherwise).
   size_t largest = 0;
   for (const auto& r : read_jsonl(fixture(model) / "requests.jsonl"))
     largest = std::max(largest, r["prompt_token_ids"].size() + r["max_tokens"].get<size_t>());
-  const std::string blocks = std::to_string((largest + 3) / 4 + 1);
+  const size_t num_blocks = (largest + 3) / 4 + 1;
+  const std::string blocks = std::to_string(num_blocks) + " --max-model-len " + std::to_string(num_blocks * 4);
   auto stressed = run_generate(model, fixture(model) / "requests.jsonl",
                                "--max-loras 2 --max-num-batched-tokens 8 --block-size 4 --num-kv-blocks " + blocks +
                                " --trace "

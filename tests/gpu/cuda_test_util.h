@@ -74,6 +74,7 @@ inline HostTensor host_f32(const std::vector<int64_t>& shape, const std::vector<
         std::memcpy(h.bytes.data() + 4 * i, &v, 4);
         break;
       }
+      case DType::kF8E4M3: h.bytes[i] = f32_to_e4m3(values[i]); break;
     }
   }
   return h;

@@ -24,6 +24,7 @@ struct AttnCase {
   std::vector<SeqSpec> seqs;
   int query_bound_extra = 0;  // meta.max_query_len = max q_len + this
   int seq_bound_extra = 0;    // meta.max_seq_len = max seq_len + this
+  float k_scale = 1.f, v_scale = 1.f;  // fp8 caches
 };
 
 class CudaAttention : public CudaTest {
@@ -63,14 +64,14 @@ class CudaAttention : public CudaTest {
 
     AttentionMeta hmeta{hqs.view(), hlens.view(), htables.view(), static_cast<int>(num_seqs),
                         max_q + c.query_bound_extra, max_len + c.seq_bound_extra};
-    ref_.attention(out.view(), q.view(), kc.view(), vc.view(), hmeta, scale);
+    ref_.attention(out.view(), q.view(), KvLayer{kc.view(), vc.view(), c.k_scale, c.v_scale}, hmeta, scale);
 
     DeviceTensor gkc = upload(gpu_.get(), kc), gvc = upload(gpu_.get(), vc), gq = upload(gpu_.get(), q);
     DeviceTensor go = upload(gpu_.get(), out), gqs = upload(gpu_.get(), hqs), glens = upload(gpu_.get(), hlens);
     DeviceTensor gtables = upload(gpu_.get(), htables);
     AttentionMeta gmeta{gqs.t, glens.t, gtables.t, hmeta.num_seqs, hmeta.max_query_len, hmeta.max_seq_len};
     poison(gpu_.get(), go.t);
-    gpu_->attention(go.t, gq.t, gkc.t, gvc.t, gmeta, scale);
+    gpu_->attention(go.t, gq.t, KvLayer{gkc.t, gvc.t, c.k_scale, c.v_scale}, gmeta, scale);
 
     char tag[200];
     std::snprintf(tag, sizeof tag, "attention[%s] %s bs=%lld heads=%lld/%lld hd=%lld n=%lld seqs=%lld", label.c_str(),
@@ -96,6 +97,16 @@ const std::pair<int64_t, int64_t> kSmallGqa[] = {{2, 2}, {4, 2}, {8, 2}, {8, 1}}
 TEST_F(CudaAttention, DecodeDtypesAndBlockSizes) {
   for (DType t : {DType::kF32, DType::kF16, DType::kBF16})
     for (int64_t bs : {1, 4, 16}) run({t, bs, 8, 2, 64, kDecodeSeqs}, "decode");
+}
+
+// fp8 e4m3 caches with per-layer scales, decode and mixed steps, every head size it takes.
+TEST_F(CudaAttention, Fp8CacheDecodeAndMixed) {
+  for (int64_t hd : {16, 32, 64, 80, 128, 256}) {
+    run({DType::kF8E4M3, 16, 8, 2, hd, kDecodeSeqs, 0, 0, 0.5f, 2.f}, "decode fp8");
+    run({DType::kF8E4M3, 4, 4, 2, hd, kMixedSeqs, 0, 0, 1.5f, 0.25f}, "mixed fp8");
+  }
+  run({DType::kF8E4M3, 16, 32, 32, 128, {{1, 3001}}, 0, 4096, 1.f, 1.f}, "decode fp8 long");
+  for (auto [h, kv] : kGqa) run({DType::kF8E4M3, 16, h, kv, 128, kMixedLongSeqs, 0, 0, 0.3f, 0.7f}, "mixed fp8 gqa");
 }
 
 TEST_F(CudaAttention, DecodeHeadDims) {

@@ -103,9 +103,9 @@ TEST_F(CudaLoraDelta, RopeKvWrite) {
           add_member(&h, &d, q, gq, rank, st);
           add_member(&h, &d, k, gk, rank, st);
           add_member(&h, &d, v, gv, rank, st);
-          ref_.rope_kv_write(q.view(), k.view(), v.view(), hp.view(), table.view(), kc.view(), vc.view(), hs.view(),
+          ref_.rope_kv_write(q.view(), k.view(), v.view(), hp.view(), table.view(), KvLayer{kc.view(), vc.view()}, hs.view(),
                              kNextOp, h);
-          gpu->rope_kv_write(gq.t, gk.t, gv.t, gp.t, gtable.t, gkc.t, gvc.t, gs.t, kNextOp, d);
+          gpu->rope_kv_write(gq.t, gk.t, gv.t, gp.t, gtable.t, KvLayer{gkc.t, gvc.t}, gs.t, kNextOp, d);
           const std::string tag = tag_of("rope_kv_write", st, rank, n, hd);
           expect_close(tag + " q", download(gpu, gq.t), q.as_f32(), 1e-5);
           expect_close(tag + " k", download(gpu, gk.t), k.as_f32(), 1e-5);

@@ -105,7 +105,7 @@ TEST_F(CudaOps, PdlChainMatchesPlainLaunches) {
       b->matmul(f32(gu, {n, 2 * f}), f32(h, {n, d}), up.t, Tensor());
       Tensor q = make_view(gu.data(), DType::kF32, {n, heads, hd}, Device::kCuda);
       Tensor k = make_view(static_cast<float*>(gu.data()) + n * heads * hd, DType::kF32, {n, 1, hd}, Device::kCuda);
-      b->rope_kv_write(q, k, f32(vb, {n, 1, hd}), gpos.t, cs.t, kc.t, kc.t, skip.t, GroupPlan(), GroupLora());
+      b->rope_kv_write(q, k, f32(vb, {n, 1, hd}), gpos.t, cs.t, KvLayer{kc.t, kc.t}, skip.t, GroupPlan(), GroupLora());
       Tensor gate = make_view(gu.data(), DType::kF32, {n, f}, Device::kCuda);
       Tensor upv = make_view(static_cast<float*>(gu.data()) + n * f, DType::kF32, {n, f}, Device::kCuda);
       b->silu_mul(f32(act, {n, f}), Tensor(), gate, upv, GroupPlan(), GroupLora());
@@ -186,7 +186,7 @@ TEST_F(CudaOps, Rope) {
         DeviceTensor gc = upload(gpu_.get(), random_tensor(rng_, DType::kF32, {1, 16, kv, hd}));
         DeviceTensor gskip = upload(gpu_.get(), host_i32({n}, std::vector<int32_t>(static_cast<size_t>(n), -1)));
         ref_.rope(q.view(), k.view(), hp.view(), table.view());
-        gpu_->rope_kv_write(gq.t, gk.t, gv.t, gp.t, gtable.t, gc.t, gc.t, gskip.t, GroupPlan(), GroupLora());
+        gpu_->rope_kv_write(gq.t, gk.t, gv.t, gp.t, gtable.t, KvLayer{gc.t, gc.t}, gskip.t, GroupPlan(), GroupLora());
         const std::string tag = "hd=" + std::to_string(hd) + " heads=" + std::to_string(h) + "/" +
                                 std::to_string(kv) + " n=" + std::to_string(n);
         expect_close("rope q " + tag, download(gpu_.get(), gq.t), q.as_f32(), 1e-5);
@@ -195,8 +195,9 @@ TEST_F(CudaOps, Rope) {
   }
 }
 
+// fp8 caches: the device's saturating conversion of value / scale, bitwise the host's.
 TEST_F(CudaOps, KvWrite) {
-  for (DType t : kFloatTypes)
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kF8E4M3})
     for (int64_t bs : {1, 4, 16})
       for (int64_t kv : {1, 2})
         for (int64_t hd : {8, 16, 32, 80, 128})
@@ -205,6 +206,11 @@ TEST_F(CudaOps, KvWrite) {
             HostTensor hs = host_i32({n}, shuffled_slots(num_blocks * bs, n, 0, 5));
             HostTensor kc = random_tensor(rng_, t, {num_blocks, bs, kv, hd}), vc = random_tensor(rng_, t, {num_blocks, bs, kv, hd});
             HostTensor k = random_tensor(rng_, DType::kF32, {n, kv, hd}), v = random_tensor(rng_, DType::kF32, {n, kv, hd});
+            // Past e4m3's range after the scales (saturation), and its subnormals.
+            float* kf = reinterpret_cast<float*>(k.bytes.data());
+            kf[0] = 500.f;
+            kf[k.numel() - 1] = -1e-3f;
+            const KvLayer scales{Tensor(), Tensor(), 0.7f, 1.3f};
             DeviceTensor gkc = upload(gpu_.get(), kc), gvc = upload(gpu_.get(), vc), gk = upload(gpu_.get(), k);
             DeviceTensor gv = upload(gpu_.get(), v), gs = upload(gpu_.get(), hs);
             // rope_kv_write at position 0 (cos 1, sin 0: k unrotated): the write alone.
@@ -213,8 +219,9 @@ TEST_F(CudaOps, KvWrite) {
             std::fill(identity.begin(), identity.begin() + hd / 2, 1.f);
             DeviceTensor gq = upload(gpu_.get(), q), gtable = upload(gpu_.get(), host_f32({1, hd}, identity));
             DeviceTensor gp = upload(gpu_.get(), host_i32({n}, std::vector<int32_t>(static_cast<size_t>(n), 0)));
-            ref_.kv_write(kc.view(), vc.view(), k.view(), v.view(), hs.view());
-            gpu_->rope_kv_write(gq.t, gk.t, gv.t, gp.t, gtable.t, gkc.t, gvc.t, gs.t, GroupPlan(), GroupLora());
+            ref_.kv_write(KvLayer{kc.view(), vc.view(), scales.k_scale, scales.v_scale}, k.view(), v.view(), hs.view());
+            gpu_->rope_kv_write(gq.t, gk.t, gv.t, gp.t, gtable.t, KvLayer{gkc.t, gvc.t, scales.k_scale, scales.v_scale},
+                                gs.t, GroupPlan(), GroupLora());
             const std::string tag = std::string(name_of(t)) + " bs=" + std::to_string(bs) + " kv=" +
                                     std::to_string(kv) + " hd=" + std::to_string(hd) + " n=" + std::to_string(n);
             expect_close("kv_write k " + tag, download(gpu_.get(), gkc.t), kc.as_f32(), 0);
@@ -226,7 +233,7 @@ TEST_F(CudaOps, KvWrite) {
 // place, the rotated k and v in the cache, padding slots untouched; GQA and MHA shapes.
 TEST_F(CudaOps, RopeKvWrite) {
   const int64_t max_pos = 512, bs = 16;
-  for (DType t : kFloatTypes)
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kF8E4M3})
     for (int64_t hd : {8, 64, 128})
       for (auto [h, kv] : {std::pair<int64_t, int64_t>{4, 4}, {8, 2}, {6, 1}})
         for (int64_t n : {1, 3, 13, 33}) {
@@ -244,12 +251,14 @@ TEST_F(CudaOps, RopeKvWrite) {
           DeviceTensor gq = upload(gpu, q), gk = upload(gpu, k), gv = upload(gpu, v), gp = upload(gpu, hp);
           DeviceTensor gs = upload(gpu, hs), gkc = upload(gpu, kc), gvc = upload(gpu, vc), gtable = upload(gpu, table);
           ref_.rope(q.view(), k.view(), hp.view(), table.view());
-          ref_.kv_write(kc.view(), vc.view(), k.view(), v.view(), hs.view());
-          gpu->rope_kv_write(gq.t, gk.t, gv.t, gp.t, gtable.t, gkc.t, gvc.t, gs.t, GroupPlan(), GroupLora());
+          ref_.kv_write(KvLayer{kc.view(), vc.view(), 0.5f, 2.f}, k.view(), v.view(), hs.view());
+          gpu->rope_kv_write(gq.t, gk.t, gv.t, gp.t, gtable.t, KvLayer{gkc.t, gvc.t, 0.5f, 2.f}, gs.t, GroupPlan(),
+                             GroupLora());
           const std::string tag = std::string(name_of(t)) + " hd=" + std::to_string(hd) + " heads=" +
                                   std::to_string(h) + "/" + std::to_string(kv) + " n=" + std::to_string(n);
-          // A k value one f32 ulp away from the reference's may round to the other 16-bit neighbour.
-          const double cache_tol = t == DType::kF32 ? 1e-5 : 1e-2;
+          // A k value one f32 ulp away from the reference's may round to the other 16-bit (or
+          // 8-bit: 2^-3 relative) neighbour.
+          const double cache_tol = t == DType::kF32 ? 1e-5 : t == DType::kF8E4M3 ? 0.13 : 1e-2;
           expect_close("rope_kv_write q " + tag, download(gpu, gq.t), q.as_f32(), 1e-5);
           expect_close("rope_kv_write k " + tag, download(gpu, gk.t), k.as_f32(), 1e-5);
           expect_close("rope_kv_write k cache " + tag, download(gpu, gkc.t), kc.as_f32(), cache_tol);

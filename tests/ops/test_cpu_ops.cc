@@ -40,6 +40,7 @@ struct Buf {
       case DType::kF16: t.ptr<uint16_t>()[i] = f32_to_f16(v); break;
       case DType::kBF16: t.ptr<uint16_t>()[i] = f32_to_bf16(v); break;
       case DType::kI32: t.ptr<int32_t>()[i] = static_cast<int32_t>(v); break;
+      case DType::kF8E4M3: t.ptr<uint8_t>()[i] = f32_to_e4m3(v); break;
     }
   }
   int32_t* ints() { return t.ptr<int32_t>(); }
@@ -103,6 +104,7 @@ INSTANTIATE_TEST_SUITE_P(Isa, CpuOps,
                          param_name);
 
 const DType kFloatTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
+const DType kKvTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kF8E4M3};
 
 // Tolerance for a dot-product output: relative to the sum of |terms|, as f32 accumulation
 // of k terms may differ from the reference's double accumulation by a few ulps of that.
@@ -281,16 +283,19 @@ TEST_P(CpuOps, Rope) {
   }
 }
 
+// fp8 caches divide by the layer's scales (0.75 and 1.5 here) before rounding.
 TEST_P(CpuOps, KvWrite) {
-  for (DType ct : kFloatTypes) {
+  for (DType ct : kKvTypes) {
     for (int64_t hd : {17, 64}) {
       const int64_t blocks = 6, bs = 4, kvh = 3, n = 17;
       Buf kc = random_buf(rng_, ct, {blocks, bs, kvh, hd}), vc = random_buf(rng_, ct, {blocks, bs, kvh, hd});
       Buf kc_ref(kc), vc_ref(vc);
       Buf k = random_buf(rng_, DType::kF32, {n, kvh, hd}, -5.f, 5.f), v = random_buf(rng_, DType::kF32, {n, kvh, hd});
       // Rounding edge cases: f16 subnormals, overflow to inf, round-to-even ties.
+      // fp8: 336 and 348 are 448 and 464 after the scale (saturation), 1e-3 a subnormal.
       const float specials[] = {1e-6f, -3e-7f, 6.1e-5f, 7e4f, -65519.f, 65520.f, 1.00048828125f, 1.00146484375f,
-                                1.00390625f, 1.01171875f, 0.f, -0.f, 1e30f, -1e-40f, 3.4e38f, 2049.f};
+                                1.00390625f, 1.01171875f, 0.f, -0.f, 1e30f, -1e-40f, 3.4e38f, 2049.f,
+                                336.f, 348.f, -1e-3f, 0.0029296875f};
       for (size_t i = 0; i < std::size(specials); ++i) k.f()[i] = v.f()[i + 20] = specials[i];
       std::vector<int32_t> sv(n);
       std::iota(sv.begin(), sv.end(), 2);
@@ -298,8 +303,8 @@ TEST_P(CpuOps, KvWrite) {
       sv[n - 1] = -1;
       sv[5] = static_cast<int32_t>(blocks * bs - 1);
       Buf slots = ints_buf(sv);
-      ref_.kv_write(kc_ref.t, vc_ref.t, k.t, v.t, slots.t);
-      cpu_->kv_write(kc.t, vc.t, k.t, v.t, slots.t);
+      ref_.kv_write(KvLayer{kc_ref.t, vc_ref.t, 0.75f, 1.5f}, k.t, v.t, slots.t);
+      cpu_->kv_write(KvLayer{kc.t, vc.t, 0.75f, 1.5f}, k.t, v.t, slots.t);
       EXPECT_EQ(kc.bytes, kc_ref.bytes) << "k cache " << dtype_name(ct);
       EXPECT_EQ(vc.bytes, vc_ref.bytes) << "v cache " << dtype_name(ct);
     }
@@ -336,6 +341,7 @@ struct AttentionCase {
   DType cache_type;
   int block_size, num_kv, group, head_dim;
   std::vector<SeqSpec> seqs;
+  float k_scale = 1.f, v_scale = 1.f;  // fp8 caches
 };
 
 // Runs one batch through `backend` (out poisoned first) with caches and tables built from
@@ -377,7 +383,7 @@ Buf run_attention(Backend& backend, const AttentionCase& c) {
   }
   Buf out(DType::kF32, {n, heads, hd});
   poison(out);
-  backend.attention(out.t, q.t, kc.t, vc.t, meta, 1.0f / std::sqrt(static_cast<float>(hd)));
+  backend.attention(out.t, q.t, KvLayer{kc.t, vc.t, c.k_scale, c.v_scale}, meta, 1.0f / std::sqrt(static_cast<float>(hd)));
   return out;
 }
 
@@ -406,6 +412,16 @@ TEST_P(CpuOps, AttentionMixedBatch) {
         AttentionCase c{ct, bs, 2, group, 64, kMixedSeqs};
         expect_close(run_attention(*cpu_, c), run_attention(ref_, c), 2e-5, 1e-4, describe(c));
       }
+}
+
+TEST_P(CpuOps, AttentionFp8CacheWithScales) {
+  for (int hd : {8, 64, 72})
+    for (int group : {1, 4}) {
+      AttentionCase c{DType::kF8E4M3, 16, 2, group, hd, kMixedSeqs, 0.5f, 3.f};
+      expect_close(run_attention(*cpu_, c), run_attention(ref_, c), 2e-5, 1e-4, describe(c));
+    }
+  AttentionCase d{DType::kF8E4M3, 16, 1, 4, 64, {{1, 1000}, {3, 700}}, 2.f, 0.25f};
+  expect_close(run_attention(*cpu_, d), run_attention(ref_, d), 2e-5, 1e-4, describe(d));
 }
 
 TEST_P(CpuOps, AttentionHeadDims) {

@@ -54,7 +54,7 @@ void run_case(const Case& c, HostBackend& be, uint64_t seed) {
     for (int p = 0; p < len; ++p) slots[p] = tables[s * max_blocks + p / c.block_size] * c.block_size + p % c.block_size;
     Tensor kct(kc.data(), DType::kF32, {num_blocks, c.block_size, c.kv_heads, hd});
     Tensor vct(vc.data(), DType::kF32, {num_blocks, c.block_size, c.kv_heads, hd});
-    be.kv_write(kct, vct, Tensor(K[s].data(), DType::kF32, {len, c.kv_heads, hd}),
+    be.kv_write(KvLayer{kct, vct}, Tensor(K[s].data(), DType::kF32, {len, c.kv_heads, hd}),
                 Tensor(V[s].data(), DType::kF32, {len, c.kv_heads, hd}), Tensor(slots.data(), DType::kI32, {len}));
   }
   std::vector<int32_t> qs{0};
@@ -72,8 +72,9 @@ void run_case(const Case& c, HostBackend& be, uint64_t seed) {
   meta.max_seq_len = *std::max_element(c.seq_lens.begin(), c.seq_lens.end());
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   be.attention(Tensor(out.data(), DType::kF32, {n, c.heads, hd}), Tensor(q.data(), DType::kF32, {n, c.heads, hd}),
-               Tensor(kc.data(), DType::kF32, {num_blocks, c.block_size, c.kv_heads, hd}),
-               Tensor(vc.data(), DType::kF32, {num_blocks, c.block_size, c.kv_heads, hd}), meta, scale);
+               KvLayer{Tensor(kc.data(), DType::kF32, {num_blocks, c.block_size, c.kv_heads, hd}),
+                       Tensor(vc.data(), DType::kF32, {num_blocks, c.block_size, c.kv_heads, hd})},
+               meta, scale);
 
   // Contiguous causal attention.
   const int group = c.heads / c.kv_heads;

@@ -113,6 +113,11 @@ def test_engine_args_map_to_the_engine(llm):
     assert (native.max_num_seqs, native.block_size, native.max_model_len) == (8, 8, 256)
     assert (native.enable_prefix_caching, native.max_cpu_loras, native.num_kv_blocks, native.seed) == (False, 3, 64, 3)
     assert (native.enable_lora, native.max_loras, native.max_lora_rank, native.device) == (True, 2, 16, DEVICE)
+    assert native.gpu_memory_utilization == pytest.approx(0.9)
+    assert EngineArgs(**engine_kwargs(gpu_memory_utilization=0.5)).to_native(DEVICE).gpu_memory_utilization == 0.5
+    for bad in (0, 1.5, "0.9", True):
+        with pytest.raises(ValueError, match="gpu_memory_utilization must be a number in"):
+            EngineArgs(**engine_kwargs(gpu_memory_utilization=bad))
     engine = LLMEngine.from_engine_args(args)
     assert engine.max_model_len == 256
     assert engine.device == DEVICE

@@ -44,7 +44,8 @@ struct Runner {
     limits.max_model_len = kBlockSize * kBlocksPerSeq;
     limits.max_logit_chunk = 2;
     limits.sample_on_device = device;
-    runner = std::make_unique<ModelRunner>(model.get(), kv.get(), nullptr, limits);
+    runner = std::make_unique<ModelRunner>(model.get(), nullptr, limits);
+    runner->set_kv_cache(kv.get());
   }
   RefBackend backend;
   ModelConfig config;

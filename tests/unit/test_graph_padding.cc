@@ -146,9 +146,9 @@ class RecordingBackend : public RefBackend {
   }
   void matmul(Tensor y, Tensor x, Tensor w, Tensor b) override { QV_RECORD(matmul(y, x, w, b)); }
   void rope(Tensor q, Tensor k, Tensor p, Tensor cs) override { QV_RECORD(rope(q, k, p, cs)); }
-  void kv_write(Tensor kc, Tensor vc, Tensor k, Tensor v, Tensor s) override { QV_RECORD(kv_write(kc, vc, k, v, s)); }
-  void attention(Tensor o, Tensor q, Tensor kc, Tensor vc, const AttentionMeta& m, float s) override {
-    QV_RECORD(attention(o, q, kc, vc, m, s));
+  void kv_write(const KvLayer& c, Tensor k, Tensor v, Tensor s) override { QV_RECORD(kv_write(c, k, v, s)); }
+  void attention(Tensor o, Tensor q, const KvLayer& c, const AttentionMeta& m, float s) override {
+    QV_RECORD(attention(o, q, c, m, s));
   }
   void silu_mul_f32(Tensor o, Tensor g, Tensor u) override { QV_RECORD(silu_mul_f32(o, g, u)); }
   void gather_rows(Tensor o, Tensor x, Tensor r) override { QV_RECORD(gather_rows(o, x, r)); }
@@ -184,7 +184,8 @@ struct Rig {
     limits.max_num_seqs = 16;
     limits.max_blocks_per_seq = kMaxBlocks;
     limits.max_model_len = kBlockSize * kMaxBlocks;
-    runner = std::make_unique<ModelRunner>(model.get(), kv.get(), pool.get(), limits);
+    runner = std::make_unique<ModelRunner>(model.get(), pool.get(), limits);
+    runner->set_kv_cache(kv.get());
     if (graphs) info = runner->capture_graphs();
   }
   std::unique_ptr<Backend> backend;

@@ -19,6 +19,10 @@
 #   BENCHC    256 requests over 64 adapters with --trace (BENCHC_OUT output tokens)
 #   BENCHAB   LoRA vs base at batch 1/8/32/64 (BENCHAB_BS, BENCHAB_OUT, BENCHAB_FLAGS);
 #             BENCHAB_EAGER adds batch 1 with --enforce-eager
+#   SERVE     serving at GPU scale with the default memory plan (no memory flags): 256
+#             requests over 64 adapters (prompt 256, output 128) with the bf16 and the fp8 KV
+#             cache, 1,024 over 128 adapters (prompt 512, output 256, fp8), and the online mode
+#             (SERVE_RATES, requests per second, SERVE_ONLINE_N requests over 64 adapters)
 # Chat-template expectations are re-rendered there with `python3 tools/make_chat_fixtures.py`.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -130,5 +134,21 @@ if [ -n "${BENCHAB:-}" ]; then  # the decode benchmark: LoRA vs base at batch 1/
       --json-output "$OUT/bench_b1_eager.json" >"$OUT/bench_b1_eager.log" 2>&1
     echo "bench bs=1 eager rc=$?"; grep -E "decode " "$OUT/bench_b1_eager.log" | head -4
   fi
+fi
+if [ -n "${SERVE:-}" ]; then
+  S=("${B[@]}" --lora-dtype bfloat16 --num-iters 1 --warmup-steps 2)
+  for kv in auto fp8; do
+    timeout 200 "${S[@]}" --batch-size 256 --input-len 256 --output-len 128 --num-adapters 64 --kv-cache-dtype $kv \
+      --json-output "$OUT/serve256_$kv.json" >"$OUT/serve256_$kv.log" 2>&1
+    echo "serve 256x64 kv=$kv rc=$?"; grep -E "quiver: memory|decode |end-to-end|ceiling" "$OUT/serve256_$kv.log" | head -6 | cut -c1-400
+  done
+  timeout 300 "${S[@]}" --batch-size 1024 --input-len 512 --output-len 256 --num-adapters 128 --max-loras 128 \
+    --kv-cache-dtype fp8 --json-output "$OUT/serve1024.json" >"$OUT/serve1024.log" 2>&1
+  echo "serve 1024x128 fp8 rc=$?"; grep -E "quiver: memory|prefill|decode |end-to-end|preempt" "$OUT/serve1024.log" | head -8 | cut -c1-400
+  for rate in ${SERVE_RATES:-8 16 32}; do
+    timeout 200 "${S[@]}" --num-requests ${SERVE_ONLINE_N:-512} --request-rate $rate --input-len 256 --output-len 128 \
+      --num-adapters 64 --kv-cache-dtype fp8 --json-output "$OUT/online_$rate.json" >"$OUT/online_$rate.log" 2>&1
+    echo "online rate=$rate rc=$?"; grep -iE "ttft|itl|throughput|output tok" "$OUT/online_$rate.log" | head -6 | cut -c1-300
+  done
 fi
 echo "total $((SECONDS - t0))s"

@@ -40,6 +40,7 @@ class EngineArgs:
     load_format: str = "auto"
     threads: int = 0
     kv_cache_memory: Optional[str] = None
+    gpu_memory_utilization: float = 0.9
     trace: bool = False
 
     def __post_init__(self) -> None:
@@ -63,6 +64,10 @@ class EngineArgs:
         check_str(o, "load_format", self.load_format)
         check_int(o, "threads", self.threads, minimum=0)
         check_str(o, "kv_cache_memory", self.kv_cache_memory, optional=True)
+        if (isinstance(self.gpu_memory_utilization, bool) or not isinstance(self.gpu_memory_utilization, (int, float))
+                or not 0 < self.gpu_memory_utilization <= 1):
+            raise ValueError(f"EngineArgs.gpu_memory_utilization must be a number in (0, 1], "
+                             f"got {self.gpu_memory_utilization!r}")
         check_bool(o, "trace", self.trace)
         if self.max_cpu_loras is not None and self.max_cpu_loras < self.max_loras:
             raise ValueError(f"EngineArgs.max_cpu_loras ({self.max_cpu_loras}) must be >= max_loras ({self.max_loras})")
@@ -94,6 +99,7 @@ class EngineArgs:
         a.load_format = self.load_format
         a.threads = self.threads
         a.kv_cache_memory = self.kv_cache_memory or ""
+        a.gpu_memory_utilization = float(self.gpu_memory_utilization)
         a.trace = self.trace
         return a
 

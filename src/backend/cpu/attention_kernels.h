@@ -10,8 +10,10 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cpu/matmul_kernels.h"
+#include "core/dtype.h"
 
 namespace quiver::cpu {
 namespace {
@@ -72,7 +74,7 @@ inline typename S::V attn_scores(const float* q, const float* kb, int hdp, int n
 template <class S, int E>
 void attention_kernel(const AttentionWork& w) {
   using V = typename S::V;
-  using W = WElem<E>;
+  using W = std::conditional_t<E == kElemF8, uint8_t, WElem<E>>;
   constexpr int C = S::kW;       // positions per score vector
   constexpr int kMaxChunks = 4;  // score vectors per block
   const int hd = w.head_dim;
@@ -94,6 +96,11 @@ void attention_kernel(const AttentionWork& w) {
   float* m = w.m ? w.m : m_local;
   float* l = w.m ? w.l : l_local;
   const float neg_inf = -__builtin_inff();
+  // fp8 rows are widened through a table of the 256 codes (no e4m3 vector conversion on
+  // these instruction sets).
+  float f8[E == kElemF8 ? 256 : 1];
+  if constexpr (E == kElemF8)
+    for (int c = 0; c < 256; ++c) f8[c] = e4m3_to_f32(static_cast<uint8_t>(c));
 
   const V scale = S::set1(w.scale);
   for (int qi = 0; qi < nq; ++qi) {
@@ -117,6 +124,13 @@ void attention_kernel(const AttentionWork& w) {
       const int64_t base = slot * w.kv_token_stride + w.kv_head_offset;
       const W* kp = static_cast<const W*>(w.k_cache) + base;
       const W* vp = static_cast<const W*>(w.v_cache) + base;
+      if constexpr (E == kElemF8) {
+        for (int e = 0; e < hdp; ++e) {
+          kbuf[j * hdp + e] = e < hd ? f8[kp[e]] : 0.f;
+          vbuf[j * hdp + e] = e < hd ? f8[vp[e]] : 0.f;
+        }
+        continue;
+      }
       for (int v = 0; v + 1 < nv; ++v) {
         S::store(kbuf + j * hdp + v * C, S::template load_w<E>(kp + v * C));
         S::store(vbuf + j * hdp + v * C, S::template load_w<E>(vp + v * C));
@@ -165,7 +179,7 @@ void attention_kernel(const AttentionWork& w) {
 
   for (int qi = 0; qi < nq; ++qi) {
     float* op = w.out + (qi / w.group) * w.out_row_stride + (qi % w.group) * hd;
-    const V inv = S::set1(w.m ? 1.0f : (l[qi] > 0.f ? 1.0f / l[qi] : 0.f));
+    const V inv = S::set1(w.v_scale * (w.m ? 1.0f : (l[qi] > 0.f ? 1.0f / l[qi] : 0.f)));
     for (int v = 0; v < nv; ++v) {
       V o = S::mul(S::load(obuf + qi * hdp + v * C), inv);
       if (v + 1 < nv) S::store(op + v * C, o);

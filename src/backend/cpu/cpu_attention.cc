@@ -40,8 +40,9 @@ constexpr int64_t kMinSplitKv = 256;
 
 }  // namespace
 
-void CpuBackend::attention(Tensor out, Tensor q, Tensor k_cache, Tensor v_cache, const AttentionMeta& meta,
-                           float scale) {
+void CpuBackend::attention(Tensor out, Tensor q, const KvLayer& cache, const AttentionMeta& meta, float scale) {
+  const Tensor k_cache = cache.k, v_cache = cache.v;
+  const bool fp8 = k_cache.dtype == DType::kF8E4M3;
   const int64_t n = q.dim(0), num_heads = q.dim(1), hd = q.dim(2);
   const int64_t block_size = k_cache.dim(1), num_kv = k_cache.dim(2);
   check(q.dtype == DType::kF32 && out.dtype == DType::kF32 && q.ndim == 3 && out.numel() == q.numel(),
@@ -117,7 +118,7 @@ void CpuBackend::attention(Tensor out, Tensor q, Tensor k_cache, Tensor v_cache,
   // Longest first, handed out dynamically: causal prefill items differ a lot in size.
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return items[a].cost > items[b].cost; });
 
-  const auto kernel = k_->attention[cpu_elem_type(k_cache.dtype)];
+  const auto kernel = fp8 ? k_->attention_f8 : k_->attention[cpu_elem_type(k_cache.dtype)];
   const int64_t q_row_stride = num_heads * hd;
   auto run_item = [&](const AttnItem& it) {
     const int64_t head_offset = (it.row0 * num_heads + it.kv_head * group + it.head0) * hd;
@@ -145,7 +146,8 @@ void CpuBackend::attention(Tensor out, Tensor q, Tensor k_cache, Tensor v_cache,
     w.block_size = static_cast<int>(block_size);
     w.kv_token_stride = num_kv * hd;
     w.kv_head_offset = it.kv_head * hd;
-    w.scale = scale;
+    w.scale = fp8 ? scale * cache.k_scale : scale;
+    w.v_scale = fp8 ? cache.v_scale : 1.f;
     kernel(w);
   };
   if (threads == 1 || total_cost < 32 * 1024) {

@@ -75,7 +75,8 @@ int cpu_elem_type(DType t) {
     case DType::kF32: return cpu::kElemF32;
     case DType::kF16: return cpu::kElemF16;
     case DType::kBF16: return cpu::kElemBF16;
-    case DType::kI32: break;
+    case DType::kI32:
+    case DType::kF8E4M3: break;
   }
   check(false, "cpu backend: expected a floating dtype (F32, F16 or BF16)");
   return 0;
@@ -194,7 +195,8 @@ void CpuBackend::rope(Tensor q, Tensor k, Tensor positions, Tensor cos_sin) {
   });
 }
 
-void CpuBackend::kv_write(Tensor k_cache, Tensor v_cache, Tensor k, Tensor v, Tensor slot_mapping) {
+void CpuBackend::kv_write(const KvLayer& cache, Tensor k, Tensor v, Tensor slot_mapping) {
+  const Tensor k_cache = cache.k, v_cache = cache.v;
   const int64_t n = k.dim(0), row = k.dim(1) * k.dim(2);
   check(k.dtype == DType::kF32 && v.dtype == DType::kF32 && v.numel() == k.numel(), "kv_write: k, v must be f32");
   check(k_cache.dtype == v_cache.dtype && k_cache.numel() == v_cache.numel(), "kv_write: k/v caches differ");
@@ -202,8 +204,22 @@ void CpuBackend::kv_write(Tensor k_cache, Tensor v_cache, Tensor k, Tensor v, Te
   const int64_t num_slots = k_cache.dim(0) * k_cache.dim(1);
   const int32_t* slots = slot_mapping.ptr<int32_t>();
   for (int64_t i = 0; i < n; ++i) check(slots[i] < num_slots, "kv_write: slot out of range");
-  const auto store = k_->from_f32[cpu_elem_type(k_cache.dtype)];
   const size_t row_bytes = static_cast<size_t>(row) * dtype_size(k_cache.dtype);
+  if (k_cache.dtype == DType::kF8E4M3) {  // value / scale, as the reference
+    parallel(n, 2 * row, 1, [&](int64_t b, int64_t e, int) {
+      for (int64_t i = b; i < e; ++i) {
+        if (slots[i] < 0) continue;
+        auto* kd = static_cast<uint8_t*>(k_cache.data) + slots[i] * row_bytes;
+        auto* vd = static_cast<uint8_t*>(v_cache.data) + slots[i] * row_bytes;
+        for (int64_t j = 0; j < row; ++j) {
+          kd[j] = f32_to_e4m3(k.ptr<float>()[i * row + j] / cache.k_scale);
+          vd[j] = f32_to_e4m3(v.ptr<float>()[i * row + j] / cache.v_scale);
+        }
+      }
+    });
+    return;
+  }
+  const auto store = k_->from_f32[cpu_elem_type(k_cache.dtype)];
   parallel(n, 2 * row, 1, [&](int64_t b, int64_t e, int) {
     for (int64_t i = b; i < e; ++i) {
       if (slots[i] < 0) continue;  // padding token

@@ -17,6 +17,8 @@ namespace quiver::cpu {
 
 // Element type of weights / caches as seen by kernels (index into the per-dtype tables).
 enum ElemType : int { kElemF32 = 0, kElemF16 = 1, kElemBF16 = 2, kNumElemTypes = 3 };
+// The fp8 e4m3 KV cache's element, for attention only (CpuKernels::attention_f8).
+inline constexpr int kElemF8 = kNumElemTypes;
 
 // y[t, r] (+)= sum_k x[t, k] * w[r, k] (+ bias[r]) for a block of rows and tokens.
 struct MatmulArgs {
@@ -57,7 +59,8 @@ struct AttentionWork {
   int block_size;
   int64_t kv_token_stride;    // elements between consecutive cache slots (num_kv_heads * head_dim)
   int64_t kv_head_offset;     // kv_head * head_dim
-  float scale;
+  float scale;                // the queries' factor (the softmax scale x an fp8 cache's k_scale)
+  float v_scale = 1.f;        // the outputs' factor (an fp8 cache's v_scale)
 };
 using AttentionFn = void (*)(const AttentionWork& w);
 
@@ -70,6 +73,7 @@ struct CpuKernels {
   const char* name;
   MatmulFn matmul[kNumElemTypes];
   AttentionFn attention[kNumElemTypes];                               // by cache element type
+  AttentionFn attention_f8;                                           // fp8 e4m3 caches
   void (*to_f32[kNumElemTypes])(float* dst, const void* src, int64_t n);
   void (*from_f32[kNumElemTypes])(void* dst, const float* src, int64_t n);  // round to nearest even
   double (*sum_squares)(const float* x, int64_t n);

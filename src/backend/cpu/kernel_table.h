@@ -19,6 +19,7 @@ struct KernelTable {
       .matmul = {&matmul_kernel<S, kElemF32>, &matmul_kernel<S, kElemF16>, &matmul_kernel<S, kElemBF16>},
       .attention = {&attention_kernel<S, kElemF32>, &attention_kernel<S, kElemF16>,
                     &attention_kernel<S, kElemBF16>},
+      .attention_f8 = &attention_kernel<S, kElemF8>,
       .to_f32 = {&to_f32_kernel<S, kElemF32>, &to_f32_kernel<S, kElemF16>, &to_f32_kernel<S, kElemBF16>},
       .from_f32 = {&from_f32_kernel<S, kElemF32>, &from_f32_kernel<S, kElemF16>, &from_f32_kernel<S, kElemBF16>},
       .sum_squares = &sum_squares_kernel<S>,

@@ -58,7 +58,13 @@ template <typename T, int HD, int GMAX>
 struct DecodeShape {
   static constexpr int E = cuda::Vec16<T>::E;  // elements per 16-byte vector
   static constexpr int NV = HD / E;             // vectors per K/V row
-  static constexpr int KL = kThreads / NV;      // keys in flight in the P V phase
+  // Keys in flight in the P V phase: one per NV threads, fewer where the reduction buffer
+  // would not fit (fp8 rows of 16 elements a vector with 4-8 heads a block; the threads past
+  // KL wait out phase 3).
+  static constexpr int kStaticFloats = 48 * 1024 / 4;
+  static constexpr int KL_all = kThreads / NV;
+  static constexpr int KL_fit = (kStaticFloats - 2 * GMAX) / (GMAX * HD);
+  static constexpr int KL = KL_all < KL_fit ? KL_all : KL_fit;
   // Shared memory (floats): q [GMAX][HD] and scores [GMAX][kPart] during phases 1-2,
   // reused as the P V reduction [KL][GMAX][HD] in phase 3; then max/sum [GMAX][2].
   static constexpr int kPhase12 = GMAX * HD + GMAX * kPart;
@@ -299,6 +305,7 @@ decode_kernel(AttentionParams p, float* __restrict__ part, int* __restrict__ cou
       const int g = i / HD, e = i % HD;
       float o = 0.f;
       for (int k = 0; k < KL; ++k) o += red[(k * GMAX + g) * HD + e];
+      o *= p.v_scale;  // 1 but for fp8 caches; the merge is linear in o
       const int h = h0 + g;
       if (max_splits == 1) {
         p.out[(static_cast<int64_t>(row) * p.num_heads + h) * HD + e] = o / ml[2 * g + 1];
@@ -353,8 +360,8 @@ size_t counts_bytes(int64_t num_seqs, int64_t head_groups) {
 
 }  // namespace
 
-void CudaBackend::attention(Tensor out, Tensor q, Tensor k_cache, Tensor v_cache, const AttentionMeta& meta,
-                            float scale) {
+void CudaBackend::attention(Tensor out, Tensor q, const KvLayer& cache, const AttentionMeta& meta, float scale) {
+  const Tensor k_cache = cache.k, v_cache = cache.v;
   cuda::check_f32(out, "attention: out must be f32 on the GPU");
   cuda::check_f32(q, "attention: q must be f32 on the GPU");
   check(q.ndim == 3 && out.numel() == q.numel(), "attention: q and out must be [n, num_heads, head_dim]");
@@ -384,7 +391,9 @@ void CudaBackend::attention(Tensor out, Tensor q, Tensor k_cache, Tensor v_cache
   p.num_kv_heads = static_cast<int>(num_kv);
   p.group = static_cast<int>(num_heads / num_kv);
   p.num_seqs = meta.num_seqs;
-  p.scale = scale;
+  const bool fp8 = k_cache.dtype == DType::kF8E4M3;
+  p.scale = fp8 ? scale * cache.k_scale : scale;
+  p.v_scale = fp8 ? cache.v_scale : 1.f;
 
   if (meta.max_query_len > 1) {
     // The decode sequences of a mixed step go to the decode kernels below, which split
@@ -410,10 +419,14 @@ void CudaBackend::attention(Tensor out, Tensor q, Tensor k_cache, Tensor v_cache
   const dim3 grid(static_cast<unsigned>(prewait ? max_splits : cuda::decode_grid_splits(max_splits, target)),
                   static_cast<unsigned>(num_heads / gc),
                   static_cast<unsigned>(meta.num_seqs));
-  cuda::dispatch_float(k_cache.dtype, [&](auto tag) {
+  cuda::dispatch_kv(k_cache.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     cuda::dispatch_head_dim(hd, [&](auto hd_c) {
       constexpr int HD = decltype(hd_c)::value;
+      if constexpr (!cuda::kv_type_fits<T, HD>) {
+        check(false, "attention: an fp8 KV cache needs head_dim a multiple of 16");
+        return;
+      } else {
       const auto pick = [&](auto prewait) {
         constexpr bool P = decltype(prewait)::value;
         return gc == 1 ? decode_kernel<T, HD, 1, P> : gc == 2 ? decode_kernel<T, HD, 2, P>
@@ -421,10 +434,16 @@ void CudaBackend::attention(Tensor out, Tensor q, Tensor k_cache, Tensor v_cache
       };
       auto kernel = prewait ? pick(std::true_type()) : pick(std::false_type());
       cuda::launch_kernel(kernel, grid, kThreads, 0, stream_, pdl_, p, part, counts, gc, max_splits, target);
+      }
     });
-  }, "attention: cache must be F32, F16 or BF16");
+  }, "attention: cache must be F32, F16, BF16 or F8_E4M3");
 }
 
 bool CudaBackend::supports_head_dim(int64_t hd) const { return cuda::has_attention_head_dim(hd); }
+
+bool CudaBackend::supports_kv_dtype(DType t, int64_t head_dim) const {
+  if (t == DType::kF8E4M3) return head_dim % 16 == 0;
+  return t == DType::kF32 || is_16bit_float(t);
+}
 
 }  // namespace quiver

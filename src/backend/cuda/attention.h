@@ -12,7 +12,7 @@ namespace quiver::cuda {
 
 // One step's attention, as every kernel sees it. Layouts:
 //   out, q: [n, num_heads, head_dim] f32
-//   k_cache, v_cache: [num_blocks, block_size, num_kv_heads, head_dim] T
+//   k_cache, v_cache: [num_blocks, block_size, num_kv_heads, head_dim] T (f32, f16, bf16, fp8 e4m3)
 //   query_start: [num_seqs + 1]; seq_lens: [num_seqs]; block_tables: [num_seqs, max_blocks_per_seq]
 struct AttentionParams {
   float* out = nullptr;
@@ -28,7 +28,8 @@ struct AttentionParams {
   int num_kv_heads = 0;
   int group = 0;  // num_heads / num_kv_heads
   int num_seqs = 0;
-  float scale = 1.f;
+  float scale = 1.f;    // of q: the softmax scale, times an fp8 cache's k_scale
+  float v_scale = 1.f;  // of the outputs: an fp8 cache's v_scale (KvLayer)
   // A step with multi-token sequences runs both kernels over all its sequences: the prefill
   // kernel skips the ones with a single query, the decode kernels take only those.
   bool mixed = false;
@@ -64,6 +65,11 @@ constexpr bool has_head_dim_in(int64_t hd, std::integer_sequence<int, HDs...>) {
   return ((hd == HDs) || ...);
 }
 constexpr bool has_attention_head_dim(int64_t hd) { return has_head_dim_in(hd, AttentionHeadDims{}); }
+
+// Whether the kernels read T for heads of HD: rows are whole 16-byte vectors, so fp8
+// (16 elements a vector) needs head_dim a multiple of 16.
+template <typename T, int HD>
+constexpr bool kv_type_fits = HD % Vec16<T>::E == 0;
 
 // Variable-length causal attention for steps with a sequence of more than one query
 // (attention_prefill.cu). Grid from max_query_len, a host upper bound of q_len.

@@ -136,18 +136,23 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(AttentionParams p) {
     const int qi = q0 + r0 + r;
     if (qi >= q_len) continue;
     float* dst = p.out + (static_cast<int64_t>(q_begin + qi) * p.num_heads + h) * HD;
-    const float inv = 1.f / l[r];
+    const float inv = p.v_scale / l[r];  // v_scale: 1 but for fp8 caches
 #pragma unroll
     for (int i = 0; i < EPL; ++i)
       if (lane + 32 * i < HD) dst[lane + 32 * i] = o[r][i] * inv;
   }
 }
 
+template <typename T, int HD>
+void set_smem_limit() {
+  if constexpr (kv_type_fits<T, HD>)
+    cuda_check(cudaFuncSetAttribute(prefill_kernel<T, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    prefill_smem_bytes<HD>()));
+}
+
 template <typename T, int... HDs>
 void set_smem_limits(std::integer_sequence<int, HDs...>) {
-  (cuda_check(cudaFuncSetAttribute(prefill_kernel<T, HDs>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   prefill_smem_bytes<HDs>())),
-   ...);
+  (set_smem_limit<T, HDs>(), ...);
 }
 
 }  // namespace
@@ -155,19 +160,23 @@ void set_smem_limits(std::integer_sequence<int, HDs...>) {
 void attention_prefill(const AttentionParams& p, DType kv_type, int head_dim, int max_query_len, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(ceil_div(max_query_len, kBq)), static_cast<unsigned>(p.num_heads),
                   static_cast<unsigned>(p.num_seqs));
-  dispatch_float(kv_type, [&](auto tag) {
+  dispatch_kv(kv_type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     dispatch_head_dim(head_dim, [&](auto hd_c) {
       constexpr int HD = decltype(hd_c)::value;
-      prefill_kernel<T, HD><<<grid, kThreads, prefill_smem_bytes<HD>(), stream>>>(p);
-      launch_check();
+      if constexpr (kv_type_fits<T, HD>) {
+        prefill_kernel<T, HD><<<grid, kThreads, prefill_smem_bytes<HD>(), stream>>>(p);
+        launch_check();
+      } else {
+        check(false, "attention: an fp8 KV cache needs head_dim a multiple of 16");
+      }
     });
-  }, "attention: cache must be F32, F16 or BF16");
+  }, "attention: cache must be F32, F16, BF16 or F8_E4M3");
 }
 
 void configure_attention_kernels() {
-  for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
-    dispatch_float(t, [&](auto tag) { set_smem_limits<typename decltype(tag)::type>(AttentionHeadDims{}); },
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kF8E4M3}) {
+    dispatch_kv(t, [&](auto tag) { set_smem_limits<typename decltype(tag)::type>(AttentionHeadDims{}); },
                    "attention: kv dtype");
   }
 }

@@ -72,6 +72,12 @@ void* CudaBackend::alloc(size_t bytes) {
   return p;
 }
 
+int64_t CudaBackend::device_memory_free() const {
+  size_t free = 0, total = 0;
+  cuda_check(cudaMemGetInfo(&free, &total));
+  return static_cast<int64_t>(free);
+}
+
 void CudaBackend::free(void* ptr) {
   // cudaFree waits for the device, so work still reading ptr finishes first.
   if (ptr) cuda_check(cudaFree(ptr));

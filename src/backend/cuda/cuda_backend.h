@@ -41,6 +41,7 @@ class CudaBackend : public Backend {
   std::string name() const override { return "cuda"; }
   std::string device_name() const override { return device_name_; }
   int64_t device_memory_bytes() const override { return device_memory_bytes_; }
+  int64_t device_memory_free() const override;  // cudaMemGetInfo
 
   // ---- memory (cuda_backend.cu) ----
   void* alloc(size_t bytes) override;
@@ -63,10 +64,9 @@ class CudaBackend : public Backend {
                     const GroupLora& lora) override;
   void project(const GroupPlan& plan, const MatmulGroup& g, const GroupLora& lora, Tensor x) override;  // lora.cu
   void matmul(Tensor y, Tensor x, Tensor w, Tensor bias) override;                                      // gemm.cu
-  void rope_kv_write(Tensor q, Tensor k, Tensor v, Tensor positions, Tensor cos_sin, Tensor k_cache, Tensor v_cache,
+  void rope_kv_write(Tensor q, Tensor k, Tensor v, Tensor positions, Tensor cos_sin, const KvLayer& cache,
                      Tensor slot_mapping, const GroupPlan& plan, const GroupLora& lora) override;  // rope.cu
-  void attention(Tensor out, Tensor q, Tensor k_cache, Tensor v_cache, const AttentionMeta& meta,
-                 float scale) override;
+  void attention(Tensor out, Tensor q, const KvLayer& cache, const AttentionMeta& meta, float scale) override;
   void silu_mul(Tensor out, Tensor out16, Tensor gate, Tensor up, const GroupPlan& plan,
                 const GroupLora& lora) override;  // activation.cu
   void gather_rows(Tensor out, Tensor x, Tensor rows) override;
@@ -77,6 +77,7 @@ class CudaBackend : public Backend {
   bool supports_graphs() const override { return true; }
   // The head sizes attention.h dispatches on (AttentionHeadDims; attention.cu).
   bool supports_head_dim(int64_t hd) const override;
+  bool supports_kv_dtype(DType t, int64_t head_dim) const override;  // attention.cu
   void begin_capture() override;
   int end_capture() override;
   void replay(int graph_id) override;

@@ -6,12 +6,14 @@
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <source_location>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "core/check.h"
 #include "core/tensor.h"
@@ -59,6 +61,13 @@ template <>
 __device__ __forceinline__ __half from_f32<__half>(float v) { return __float2half_rn(v); }
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+// Nearest even, saturating at +-448 (the host's f32_to_e4m3).
+template <>
+__device__ __forceinline__ __nv_fp8_e4m3 from_f32<__nv_fp8_e4m3>(float v) {
+  __nv_fp8_e4m3 r;
+  r.__x = __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
+  return r;
+}
 
 // A 16-bit copy of an f32 activation (MatmulGroup::x16): p[i] = v rounded to nearest even,
 // bf16 when bf16, else f16; nothing when p is null. The same rounding as the conversion
@@ -111,6 +120,22 @@ __device__ __forceinline__ void Vec16<__half>::unpack(const uint4& raw, float (&
     float2 v = __half22float2(h);
     f[2 * i] = v.x;
     f[2 * i + 1] = v.y;
+  }
+}
+
+template <>
+__device__ __forceinline__ void Vec16<__nv_fp8_e4m3>::unpack(const uint4& raw, float (&f)[16]) {
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const __half2_raw pair =
+          __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w[i] >> (16 * h)), __NV_E4M3);
+      const float2 v = __half22float2(*reinterpret_cast<const __half2*>(&pair));
+      f[4 * i + 2 * h] = v.x;
+      f[4 * i + 2 * h + 1] = v.y;
+    }
   }
 }
 
@@ -290,6 +315,16 @@ void dispatch_float(DType t, Fn&& fn, const char* what,
     case DType::kBF16: fn(TypeTag<__nv_bfloat16>{}); return;
     default: check(false, what, where);
   }
+}
+
+// dispatch_float's types and fp8 e4m3, for the KV cache's element type.
+template <typename Fn>
+void dispatch_kv(DType t, Fn&& fn, const char* what, const std::source_location where = std::source_location::current()) {
+  if (t == DType::kF8E4M3) {
+    fn(TypeTag<__nv_fp8_e4m3>{});
+    return;
+  }
+  dispatch_float(t, std::forward<Fn>(fn), what, where);
 }
 
 // ---- shared between the op files ---------------------------------------------------------

@@ -8,6 +8,7 @@
 // stored (lora_delta.cuh).
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.h"
@@ -22,16 +23,24 @@ namespace {
 // q pairs, [H*half, (H+KV)*half) k pairs, rotated in place and stored at their slot, and
 // units up to (H+2KV)*half store v's pairs. Caches [slots, KV * hd]; slot -1 (padding) or
 // past the cache (which the device cannot report; the reference check()s it): no store.
+// fp8 caches store value / scale (the reference divides too, so the bytes agree).
 // DELTA: a pending LoRA term is given (its B rows, 20 registers a thread, are loaded before
 // the wait); without one the kernel keeps its 26 registers, which a
 // 256-token step's 12,288 blocks need (at 56, 9 blocks fit an SM instead of 16, and
 // 256-token decode steps over 64 adapters take 0.45 ms longer).
+template <typename T>
+__device__ __forceinline__ T to_cache(float x, float scale) {
+  if constexpr (std::is_same_v<T, __nv_fp8_e4m3>) return cuda::from_f32<T>(x / scale);
+  else return cuda::from_f32<T>(x);
+}
+
 template <typename T, bool DELTA>
 __global__ void rope_kv_write_kernel(float* __restrict__ q, float* __restrict__ k, float* __restrict__ v,
                                      const int32_t* __restrict__ positions, const float* __restrict__ cos_sin,
                                      T* __restrict__ k_cache, T* __restrict__ v_cache,
                                      const int32_t* __restrict__ slot_mapping, int num_heads, int num_kv, int hd,
-                                     int max_pos, int64_t num_slots, cuda::LoraDeltaArgs delta) {
+                                     int max_pos, int64_t num_slots, float k_scale, float v_scale,
+                                     cuda::LoraDeltaArgs delta) {
   const int64_t i = blockIdx.x;
   const int half = hd / 2;
   const int p = blockIdx.y * blockDim.x + threadIdx.x;
@@ -79,8 +88,8 @@ __global__ void rope_kv_write_kernel(float* __restrict__ q, float* __restrict__ 
       src[j + half] = b;
     }
     if (!store) return;
-    v_cache[slot * row + kvh * hd + j] = cuda::from_f32<T>(a);
-    v_cache[slot * row + kvh * hd + j + half] = cuda::from_f32<T>(b);
+    v_cache[slot * row + kvh * hd + j] = to_cache<T>(a, v_scale);
+    v_cache[slot * row + kvh * hd + j + half] = to_cache<T>(b, v_scale);
     return;
   }
   float* x = g == 0 ? q + (i * num_heads + head) * hd : k + (i * num_kv + head - num_heads) * hd;
@@ -95,8 +104,8 @@ __global__ void rope_kv_write_kernel(float* __restrict__ q, float* __restrict__ 
   x[j + half] = hi;
   if (g == 1 && store) {
     const int64_t at = slot * row + static_cast<int64_t>(head - num_heads) * hd;
-    k_cache[at + j] = cuda::from_f32<T>(lo);
-    k_cache[at + j + half] = cuda::from_f32<T>(hi);
+    k_cache[at + j] = to_cache<T>(lo, k_scale);
+    k_cache[at + j + half] = to_cache<T>(hi, k_scale);
   }
 }
 
@@ -114,8 +123,8 @@ void check_rope(Tensor q, Tensor k, Tensor positions, Tensor cos_sin) {
 // One thread per q, k and v pair.
 template <typename T>
 void launch_rope(cudaStream_t stream, bool pdl, Tensor q, Tensor k, float* v, Tensor positions, Tensor cos_sin,
-                 T* k_cache, T* v_cache, const int32_t* slot_mapping, int64_t num_slots,
-                 const cuda::LoraDeltaArgs& delta) {
+                 T* k_cache, T* v_cache, const int32_t* slot_mapping, int64_t num_slots, float k_scale,
+                 float v_scale, const cuda::LoraDeltaArgs& delta) {
   const int64_t n = q.dim(0), hd = q.dim(2), num_kv = k.dim(1);
   if (n == 0) return;
   const int64_t units = (q.dim(1) + 2 * num_kv) * (hd / 2);
@@ -125,7 +134,7 @@ void launch_rope(cudaStream_t stream, bool pdl, Tensor q, Tensor k, float* v, Te
                       0, stream, pdl, q.ptr<float>(), k.ptr<float>(), v,
                       positions.ptr<int32_t>(), cos_sin.ptr<float>(), k_cache, v_cache, slot_mapping,
                       static_cast<int>(q.dim(1)), static_cast<int>(num_kv), static_cast<int>(hd),
-                      static_cast<int>(cos_sin.dim(0)), num_slots, delta);
+                      static_cast<int>(cos_sin.dim(0)), num_slots, k_scale, v_scale, delta);
 }
 
 // The cache operands of rope_kv_write.
@@ -141,17 +150,19 @@ void check_kv_write(Tensor k_cache, Tensor v_cache, Tensor k, Tensor v, Tensor s
 
 }  // namespace
 
-void CudaBackend::rope_kv_write(Tensor q, Tensor k, Tensor v, Tensor positions, Tensor cos_sin, Tensor k_cache,
-                                Tensor v_cache, Tensor slot_mapping, const GroupPlan& plan, const GroupLora& lora) {
+void CudaBackend::rope_kv_write(Tensor q, Tensor k, Tensor v, Tensor positions, Tensor cos_sin, const KvLayer& cache,
+                                Tensor slot_mapping, const GroupPlan& plan, const GroupLora& lora) {
+  const Tensor k_cache = cache.k, v_cache = cache.v;
   check_rope(q, k, positions, cos_sin);
   check_kv_write(k_cache, v_cache, k, v, slot_mapping);
   check(k_cache.dim(2) == k.dim(1) && k_cache.dim(3) == k.dim(2), "kv_write: shape mismatch");  // heads as k's
   const cuda::LoraDeltaArgs d = cuda::lora_delta_args(plan, lora, {q, k, v}, q.dim(0), "rope_kv_write");
-  cuda::dispatch_float(k_cache.dtype, [&](auto tag) {
+  cuda::dispatch_kv(k_cache.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    launch_rope<T>(stream_, pdl_, q, k, v.ptr<float>(), positions, cos_sin, k_cache.ptr<T>(), v_cache.ptr<T>(),
-                   slot_mapping.ptr<int32_t>(), k_cache.dim(0) * k_cache.dim(1), d);
-  }, "kv_write: cache must be F32, F16 or BF16");
+    launch_rope<T>(stream_, pdl_, q, k, v.ptr<float>(), positions, cos_sin, static_cast<T*>(k_cache.data),
+                   static_cast<T*>(v_cache.data), slot_mapping.ptr<int32_t>(), k_cache.dim(0) * k_cache.dim(1),
+                   cache.k_scale, cache.v_scale, d);
+  }, "kv_write: cache must be F32, F16, BF16 or F8_E4M3");
 }
 
 }  // namespace quiver

@@ -13,6 +13,7 @@ void store_from_f32(void* data, DType t, size_t i, float v) {
     case DType::kF32: static_cast<float*>(data)[i] = v; break;
     case DType::kF16: static_cast<uint16_t*>(data)[i] = f32_to_f16(v); break;
     case DType::kBF16: static_cast<uint16_t*>(data)[i] = f32_to_bf16(v); break;
+    case DType::kF8E4M3: static_cast<uint8_t*>(data)[i] = f32_to_e4m3(v); break;
     case DType::kI32: check(false, "kv cache cannot be i32");
   }
 }
@@ -99,22 +100,27 @@ void RefBackend::rope(Tensor q, Tensor k, Tensor positions, Tensor cos_sin) {
   }
 }
 
-void RefBackend::kv_write(Tensor k_cache, Tensor v_cache, Tensor k, Tensor v, Tensor slot_mapping) {
+void RefBackend::kv_write(const KvLayer& cache, Tensor k, Tensor v, Tensor slot_mapping) {
+  const Tensor k_cache = cache.k, v_cache = cache.v;
   const int64_t n = k.dim(0), row = k.dim(1) * k.dim(2);
   const int64_t num_slots = k_cache.dim(0) * k_cache.dim(1);
+  const bool fp8 = k_cache.dtype == DType::kF8E4M3;
+  const float ks = fp8 ? cache.k_scale : 1.f, vs = fp8 ? cache.v_scale : 1.f;
   for (int64_t i = 0; i < n; ++i) {
     int64_t slot = slot_mapping.ptr<int32_t>()[i];
     if (slot < 0) continue;
     check(slot < num_slots, "kv_write: slot out of range");
     for (int64_t j = 0; j < row; ++j) {
-      store_from_f32(k_cache.data, k_cache.dtype, slot * row + j, k.ptr<float>()[i * row + j]);
-      store_from_f32(v_cache.data, v_cache.dtype, slot * row + j, v.ptr<float>()[i * row + j]);
+      store_from_f32(k_cache.data, k_cache.dtype, slot * row + j, k.ptr<float>()[i * row + j] / ks);
+      store_from_f32(v_cache.data, v_cache.dtype, slot * row + j, v.ptr<float>()[i * row + j] / vs);
     }
   }
 }
 
-void RefBackend::attention(Tensor out, Tensor q, Tensor k_cache, Tensor v_cache, const AttentionMeta& meta,
-                           float scale) {
+void RefBackend::attention(Tensor out, Tensor q, const KvLayer& cache, const AttentionMeta& meta, float scale) {
+  const Tensor k_cache = cache.k, v_cache = cache.v;
+  const bool fp8 = k_cache.dtype == DType::kF8E4M3;
+  const double ks = fp8 ? cache.k_scale : 1.0, vs = fp8 ? cache.v_scale : 1.0;
   const int64_t num_heads = q.dim(1), hd = q.dim(2);
   const int64_t block_size = k_cache.dim(1), num_kv = k_cache.dim(2);
   const int64_t group = num_heads / num_kv;
@@ -137,7 +143,7 @@ void RefBackend::attention(Tensor out, Tensor q, Tensor k_cache, Tensor v_cache,
           size_t base = static_cast<size_t>((slot * num_kv + kvh) * hd);
           double dot = 0;
           for (int64_t e = 0; e < hd; ++e) dot += static_cast<double>(qv[e]) * load_as_f32(k_cache.data, k_cache.dtype, base + e);
-          scores[t] = dot * scale;
+          scores[t] = dot * ks * scale;
           mx = std::max(mx, scores[t]);
         }
         double sum = 0;
@@ -149,7 +155,7 @@ void RefBackend::attention(Tensor out, Tensor q, Tensor k_cache, Tensor v_cache,
             int64_t slot = tables[s * max_blocks + t / block_size] * block_size + t % block_size;
             acc += scores[t] * load_as_f32(v_cache.data, v_cache.dtype, static_cast<size_t>((slot * num_kv + kvh) * hd + e));
           }
-          o[e] = static_cast<float>(acc / sum);
+          o[e] = static_cast<float>(acc * vs / sum);
         }
       }
     }

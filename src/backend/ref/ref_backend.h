@@ -18,9 +18,8 @@ class RefBackend : public HostBackend {
   void matmul_x16(Tensor y, Tensor x16, Tensor w, Tensor bias) override;  // x16 widened, then matmul
   void round_to_16bit(Tensor out16, Tensor x) override;
   void rope(Tensor q, Tensor k, Tensor positions, Tensor cos_sin) override;
-  void kv_write(Tensor k_cache, Tensor v_cache, Tensor k, Tensor v, Tensor slot_mapping) override;
-  void attention(Tensor out, Tensor q, Tensor k_cache, Tensor v_cache, const AttentionMeta& meta,
-                 float scale) override;
+  void kv_write(const KvLayer& cache, Tensor k, Tensor v, Tensor slot_mapping) override;
+  void attention(Tensor out, Tensor q, const KvLayer& cache, const AttentionMeta& meta, float scale) override;
   void silu_mul_f32(Tensor out, Tensor gate, Tensor up) override;
   void gather_rows(Tensor out, Tensor x, Tensor rows) override;
   void lora_shrink(Tensor t, Tensor x, Tensor a_stack, const LoraMeta& meta) override;
