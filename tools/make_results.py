@@ -195,6 +195,30 @@ def cpu_online(rec, machines, lines):
     close(rec, lines)
 
 
+def serving(rec, machines, lines):
+    bw = ceiling(rec, machines, "bandwidth_gbs")
+    header(rec, machines, lines)
+    lines += [f"Start-up memory plan: `{rec['memory']['line']}` ({rec['memory']['how']}).", ""]
+    table_head(lines, "workload", "KV", "KV tokens", "output tok/s", "decode step p50 (floor)", "of the ceiling",
+               "preemptions", "target")
+    for r in rec["rows"]:
+        floor = r["decode_gb"] / bw * 1e3
+        lines.append(f"| {r['case']} | {r['kv']} | {r['kv_tokens']:,} | **{n(r['output_tok_s'], 0)}** "
+                     f"| {n(r['decode_p50_ms'])} ms ({n(floor)}) | {pct(floor / r['decode_p50_ms'])} "
+                     f"| {r['preemptions']} | {r['target']} |")
+    lines.append("")
+    table_head(lines, "online rate (req/s)", "duration", "output tok/s", "TTFT p50 / p90 / p99 ms",
+               "ITL p50 / p90 / p99 ms", "E2E p50 / p90 / p99 ms", "preemptions")
+
+    def trio(v):
+        return " / ".join(f"{x:,}" for x in v)
+
+    for r in rec["online"]:
+        lines.append(f"| {r['rate']} | {n(r['duration_s'], 1)} s | {n(r['output_tok_s'], 0)} | {trio(r['ttft_ms'])} "
+                     f"| {trio(r['itl_ms'])} | {trio(r['e2e_ms'])} | {r['preemptions']} |")
+    close(rec, lines)
+
+
 def tokenizer(rec, machines, lines):
     header(rec, machines, lines)
     table_head(lines, "", "MB/s", "first pass", "load")
@@ -256,7 +280,7 @@ def notes(rec, lines):
 KINDS = {"decode": decode, "throughput": throughput, "prefill": prefill, "checks": checks,
          "cpu-decode": cpu_decode, "cpu-lora": cpu_lora, "cpu-online": cpu_online, "cpu-precision": cpu_precision,
          "tokenizer": tokenizer, "cpu-python": cpu_python, "python-h200": cpu_python,
-         "before-after": before_after, "structured-h200": structured, "structured-cpu": structured}
+         "before-after": before_after, "structured-h200": structured, "structured-cpu": structured, "serving-h200": serving}
 
 INTRO = """\
 # quiver benchmark results
@@ -326,7 +350,7 @@ def render(machines, records):
     return "\n".join(lines).rstrip() + "\n"
 
 
-ORDER = ["decode", "throughput", "prefill", "structured-h200", "before-after", "checks", "python-h200", "cpu-decode",
+ORDER = ["decode", "throughput", "serving-h200", "prefill", "structured-h200", "before-after", "checks", "python-h200", "cpu-decode",
          "cpu-precision", "cpu-lora", "cpu-online", "cpu-python", "structured-cpu", "tokenizer"]
 
 
