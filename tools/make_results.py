@@ -181,17 +181,25 @@ def cpu_precision(rec, machines, lines):
     close(rec, lines)
 
 
-def cpu_online(rec, machines, lines):
-    header(rec, machines, lines)
-    table_head(lines, "rate (req/s)", "duration", "output tok/s", "TTFT p50 / p90 / p99 ms",
-               "ITL p50 / p90 / p99 ms", "E2E p50 / p90 / p99 ms")
+def online_table(lines, rows, first, tok_digits):
+    """The online mode's rows: rate, duration, throughput, TTFT / ITL / E2E percentiles, and
+    preemptions where the rows have them."""
+    extra = ["preemptions"] if rows and "preemptions" in rows[0] else []
+    table_head(lines, first, "duration", "output tok/s", "TTFT p50 / p90 / p99 ms", "ITL p50 / p90 / p99 ms",
+               "E2E p50 / p90 / p99 ms", *extra)
 
     def trio(v):
         return " / ".join(f"{x:,}" for x in v)
 
-    for r in rec["rows"]:
-        lines.append(f"| {r['rate']} | {n(r['duration_s'], 1)} s | {n(r['output_tok_s'], 1)} "
-                     f"| {trio(r['ttft_ms'])} | {trio(r['itl_ms'])} | {trio(r['e2e_ms'])} |")
+    for r in rows:
+        tail = f" {r['preemptions']} |" if extra else ""
+        lines.append(f"| {r['rate']} | {n(r['duration_s'], 1)} s | {n(r['output_tok_s'], tok_digits)} "
+                     f"| {trio(r['ttft_ms'])} | {trio(r['itl_ms'])} | {trio(r['e2e_ms'])} |{tail}")
+
+
+def cpu_online(rec, machines, lines):
+    header(rec, machines, lines)
+    online_table(lines, rec["rows"], "rate (req/s)", 1)
     close(rec, lines)
 
 
@@ -207,15 +215,7 @@ def serving(rec, machines, lines):
                      f"| {n(r['decode_p50_ms'])} ms ({n(floor)}) | {pct(floor / r['decode_p50_ms'])} "
                      f"| {r['preemptions']} | {r['target']} |")
     lines.append("")
-    table_head(lines, "online rate (req/s)", "duration", "output tok/s", "TTFT p50 / p90 / p99 ms",
-               "ITL p50 / p90 / p99 ms", "E2E p50 / p90 / p99 ms", "preemptions")
-
-    def trio(v):
-        return " / ".join(f"{x:,}" for x in v)
-
-    for r in rec["online"]:
-        lines.append(f"| {r['rate']} | {n(r['duration_s'], 1)} s | {n(r['output_tok_s'], 0)} | {trio(r['ttft_ms'])} "
-                     f"| {trio(r['itl_ms'])} | {trio(r['e2e_ms'])} | {r['preemptions']} |")
+    online_table(lines, rec["online"], "online rate (req/s)", 0)
     close(rec, lines)
 
 
