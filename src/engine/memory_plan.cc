@@ -110,8 +110,10 @@ std::string describe(const MemoryReport& r) {
   if (r.graphs > 0) s += ", decode graphs " + format_gib(double(r.graphs));
   char conc[32];
   std::snprintf(conc, sizeof conc, "%.2fx", r.max_concurrency());
-  s += "; KV cache " + format_gib(double(r.kv_cache)) + " (" + r.kv_source + "): " + with_commas(r.kv_tokens) +
-       " tokens, maximum concurrency " + conc + " at " + with_commas(r.max_model_len) + " tokens per request";
+  // "KV cache: N tokens" in plain digits, as the server's start-up line (DESIGN.md's report).
+  s += ", KV cache " + format_gib(double(r.kv_cache)) + " (" + r.kv_source + "); KV cache: " +
+       std::to_string(r.kv_tokens) + " tokens, maximum concurrency " + conc + " at " + with_commas(r.max_model_len) +
+       " tokens per request";
   return s;
 }
 

@@ -56,8 +56,8 @@ struct MemoryReport {
   double max_concurrency() const { return max_model_len > 0 ? double(kv_tokens) / max_model_len : 0; }
 };
 
-// "memory: weights 12.55 GiB, LoRA slots 0.27 GiB, ... KV cache 110.31 GiB (source):
-// 225,920 tokens, maximum concurrency 55.16x at 4,096 tokens per request".
+// "memory: weights 12.55 GiB, LoRA slots 0.27 GiB, ..., KV cache 110.31 GiB (source); KV cache:
+// 225920 tokens, maximum concurrency 55.16x at 4,096 tokens per request".
 std::string describe(const MemoryReport& r);
 
 // "12.55 GiB"

@@ -122,9 +122,9 @@ TEST(MemoryPlan, TheReportStatesEveryShareAndTheConcurrency) {
   r.kv_source = "--gpu-memory-utilization 0.90 of 140.00 GiB";
   EXPECT_DOUBLE_EQ(r.max_concurrency(), 55.0);
   EXPECT_EQ(describe(r),
-            "memory: weights 12.50 GiB, LoRA slots 0.25 GiB, activations 2.00 GiB, decode graphs 0.06 GiB; KV cache "
-            "110.00 GiB (--gpu-memory-utilization 0.90 of 140.00 GiB): 225,280 tokens, maximum concurrency 55.00x at "
-            "4,096 tokens per request");
+            "memory: weights 12.50 GiB, LoRA slots 0.25 GiB, activations 2.00 GiB, decode graphs 0.06 GiB, KV cache "
+            "110.00 GiB (--gpu-memory-utilization 0.90 of 140.00 GiB); KV cache: 225280 tokens, maximum concurrency "
+            "55.00x at 4,096 tokens per request");
 }
 
 }  // namespace
