@@ -110,8 +110,11 @@ class EngineArgs:
         if _quiver.has_cuda:
             try:
                 return _quiver.Engine(self.to_native("cuda"))
-            except ValueError:
-                pass  # no usable GPU: the CPU serves, as vLLM's "auto" falls back
+            except ValueError as e:
+                # No usable GPU: the CPU serves, as vLLM's "auto" falls back. Any other error
+                # (a memory plan that does not fit, a bad flag) is the caller's to see.
+                if "no CUDA device" not in str(e):
+                    raise
         return _quiver.Engine(self.to_native("cpu"))
 
     def replace(self, **changes: Any) -> "EngineArgs":
