@@ -9,6 +9,8 @@
 // context does not leave one block per head walking it serially; one per 256 keys from a
 // few dozen sequences, where more, smaller blocks measured slower; never dependent on
 // max_seq_len, so graph and eager agree bitwise).
+// An fp8 e4m3 cache (KvLayer) is widened 16 elements a 16-byte vector, its K scale folded into
+// q and its V scale into the output.
 // K rows are read once per block and used by all gc heads:
 //   1. scores: one thread per key computes its gc dot products (K row in 16-byte vectors,
 //      all in flight at once, q broadcast from shared memory) into shared memory;
@@ -427,13 +429,13 @@ void CudaBackend::attention(Tensor out, Tensor q, const KvLayer& cache, const At
         check(false, "attention: an fp8 KV cache needs head_dim a multiple of 16");
         return;
       } else {
-      const auto pick = [&](auto prewait) {
-        constexpr bool P = decltype(prewait)::value;
-        return gc == 1 ? decode_kernel<T, HD, 1, P> : gc == 2 ? decode_kernel<T, HD, 2, P>
-               : gc <= 4 ? decode_kernel<T, HD, 4, P> : decode_kernel<T, HD, 8, P>;
-      };
-      auto kernel = prewait ? pick(std::true_type()) : pick(std::false_type());
-      cuda::launch_kernel(kernel, grid, kThreads, 0, stream_, pdl_, p, part, counts, gc, max_splits, target);
+        const auto pick = [&](auto prewait) {
+          constexpr bool P = decltype(prewait)::value;
+          return gc == 1 ? decode_kernel<T, HD, 1, P> : gc == 2 ? decode_kernel<T, HD, 2, P>
+                 : gc <= 4 ? decode_kernel<T, HD, 4, P> : decode_kernel<T, HD, 8, P>;
+        };
+        auto kernel = prewait ? pick(std::true_type()) : pick(std::false_type());
+        cuda::launch_kernel(kernel, grid, kThreads, 0, stream_, pdl_, p, part, counts, gc, max_splits, target);
       }
     });
   }, "attention: cache must be F32, F16, BF16 or F8_E4M3");
