@@ -1,6 +1,7 @@
 // LLMEngine construction: EngineArgs checked and turned into the backend, model weights,
-// KV cache, adapter registry and slots, scheduler, model runner and decode graphs. The
-// request loop (add_request / step / abort) is llm_engine.cc.
+// LoRA slots, the model runner (profiled at its largest steps on the GPU), the KV cache the
+// memory plan sizes from what those left (memory_plan.h), adapter registry, scheduler and
+// decode graphs. The request loop (add_request / step / abort) is llm_engine.cc.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -167,7 +168,9 @@ Status LLMEngine::init(const EngineArgs& args) {
   KvPlanInput kp;
   kp.device = gpu;
   kp.total = gpu ? backend_->device_memory_bytes() : host_memory_bytes();
+  // Where MemAvailable is unknown (no /proc/meminfo), physical RAM stands in for it.
   kp.free = gpu ? backend_->device_memory_free() : host_memory_available();
+  if (!gpu && kp.free <= 0) kp.free = kp.total;
   kp.gpu_memory_utilization = args.gpu_memory_utilization;
   const bool graphs = !args.enforce_eager && backend_->supports_graphs();
   kp.reserve = graphs ? runner_->graph_memory_estimate() : 0;
@@ -207,7 +210,7 @@ Status LLMEngine::init(const EngineArgs& args) {
   sc.enable_prefix_caching = args.enable_prefix_caching;
   scheduler_ = std::make_unique<Scheduler>(sc, blocks_.get(), slot_provider_.get());
 
-  if (!args.enforce_eager && backend_->supports_graphs()) {
+  if (graphs) {
     graph_info_ = runner_->capture_graphs();
     memory_.graphs = took();
     std::fprintf(stderr, "quiver: captured %d decode graphs (%d batch-size buckets up to %d, LoRA %s) in %.2f s\n",
