@@ -232,6 +232,23 @@ TEST_P(CpuOps, FillUniformBitwise) {
   }
 }
 
+// Host allocations are 64-byte aligned at every size, alloc_zeroed's bytes are 0 (the KV
+// cache relies on it instead of a fill that would commit every page), and both free alike.
+TEST_P(CpuOps, AllocationsAreAlignedAndZeroedWhereAsked) {
+  for (size_t bytes : {size_t{0}, size_t{1}, size_t{63}, size_t{4096}, size_t{3} << 20}) {
+    for (bool zeroed : {false, true}) {
+      void* p = zeroed ? cpu_->alloc_zeroed(bytes) : cpu_->alloc(bytes);
+      ASSERT_NE(p, nullptr);
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 64, 0u) << bytes;
+      const auto* b = static_cast<const unsigned char*>(p);
+      for (size_t i = 0; zeroed && i < bytes; i += 997) EXPECT_EQ(b[i], 0) << bytes << " at " << i;
+      std::memset(p, 0xab, bytes);  // every byte is writable
+      cpu_->free(p);
+    }
+  }
+  cpu_->free(nullptr);
+}
+
 // The bench's ceiling probe streams 1 GiB on every kernel set and thread count and gives a
 // rate a memory system can have (bench/RESULTS.md quotes what it measures).
 TEST_P(CpuOps, ReadRateProbe) {
