@@ -128,6 +128,11 @@ def test_engine_args_map_to_the_engine(llm):
     started = LLMEngine.from_engine_args(more)._native.args
     assert (started.lora_dtype, started.kv_cache_dtype, started.dtype) == ("float32", "float32", "float32")
     assert (started.enforce_eager, started.max_num_batched_tokens, started.load_format) == (True, 512, "dummy")
+    # vLLM's fp8 cache name reaches the engine; its e5m2 variant, which has no kernels, is refused.
+    fp8 = LLMEngine.from_engine_args(EngineArgs(**engine_kwargs(kv_cache_dtype="fp8")))
+    assert fp8._native.args.kv_cache_dtype == "fp8"
+    with pytest.raises(ValueError, match="unknown --kv-cache-dtype 'fp8_e5m2'"):
+        LLMEngine.from_engine_args(EngineArgs(**engine_kwargs(kv_cache_dtype="fp8_e5m2")))
     defaults = EngineArgs(model=BASE)
     assert (defaults.device, defaults.lora_dtype, defaults.max_loras, defaults.max_lora_rank) == ("auto", "auto", 1, 16)
     assert defaults.replace(max_loras=4).max_loras == 4
