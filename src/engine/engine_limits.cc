@@ -9,20 +9,15 @@
 #include <fstream>
 #include <string>
 
+#include "engine/memory_plan.h"
 #include "io/peft_adapter.h"
 
 namespace quiver {
 
 namespace {
 
-std::string gib(double bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / double(int64_t{1} << 30));
-  return buf;
-}
-
 Status too_much(const std::string& what, double need, int64_t have) {
-  return Status::error(what + " needs " + gib(need) + ", more than the " + gib(static_cast<double>(have)) +
+  return Status::error(what + " needs " + format_gib(need, 1) + ", more than the " + format_gib(static_cast<double>(have), 1) +
                        " of memory this machine has");
 }
 
@@ -63,7 +58,7 @@ Status check_engine_limits(const EngineArgs& a, const ModelConfig& c, const Engi
   // cos/sin per position and head-dim element, in float32.
   const double rope = double(in.max_model_len) * double(c.head_dim) * f32;
   if (rope > double(have) / 4)
-    return Status::error("a context of " + std::to_string(in.max_model_len) + " tokens needs " + gib(rope) +
+    return Status::error("a context of " + std::to_string(in.max_model_len) + " tokens needs " + format_gib(rope, 1) +
                          " of RoPE tables alone; pass a smaller --max-model-len");
   // Per-step activations (hidden, q/k/v, MLP) per batched token, and one logits row per
   // sequence: what model/llama.cc and the runner size from these flags.

@@ -29,9 +29,9 @@ std::string fraction(double v) {
 
 }  // namespace
 
-std::string format_gib(double bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / double(int64_t{1} << 30));
+std::string format_gib(double bytes, int digits) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.*f GiB", digits, bytes / double(int64_t{1} << 30));
   return buf;
 }
 

@@ -60,7 +60,7 @@ struct MemoryReport {
 // 225920 tokens, maximum concurrency 55.16x at 4,096 tokens per request".
 std::string describe(const MemoryReport& r);
 
-// "12.55 GiB"
-std::string format_gib(double bytes);
+// "12.55 GiB" (digits after the point: 2, or as given).
+std::string format_gib(double bytes, int digits = 2);
 
 }  // namespace quiver
