@@ -35,11 +35,11 @@ Result<ParsedEngineArgs> validate(const EngineArgs& a) {
   // vLLM's names: fp8 is e4m3 (its "fp8_e5m2" has no kernels here).
   if (a.kv_cache_dtype == "fp8" || a.kv_cache_dtype == "fp8_e4m3") {
     p.kv_cache_dtype = DType::kF8E4M3;
-  } else if (!float_dtype_named(a.kv_cache_dtype) && a.kv_cache_dtype != "auto") {
+  } else if (auto t = dtype_or_auto("--kv-cache-dtype", a.kv_cache_dtype); t.is_ok()) {
+    p.kv_cache_dtype = t.value();
+  } else {
     return Status::error("unknown --kv-cache-dtype '" + a.kv_cache_dtype +
                          "' (supported: auto, float32, float16, bfloat16, fp8, fp8_e4m3)");
-  } else {
-    QV_ASSIGN_OR_RETURN(p.kv_cache_dtype, dtype_or_auto("--kv-cache-dtype", a.kv_cache_dtype));
   }
   if (a.matmul_precision == "default") {
     p.matmul_precision = MatmulPrecision::kDefault;
