@@ -205,26 +205,20 @@ void CpuBackend::kv_write(const KvLayer& cache, Tensor k, Tensor v, Tensor slot_
   const int32_t* slots = slot_mapping.ptr<int32_t>();
   for (int64_t i = 0; i < n; ++i) check(slots[i] < num_slots, "kv_write: slot out of range");
   const size_t row_bytes = static_cast<size_t>(row) * dtype_size(k_cache.dtype);
-  if (k_cache.dtype == DType::kF8E4M3) {  // value / scale, as the reference
-    parallel(n, 2 * row, 1, [&](int64_t b, int64_t e, int) {
-      for (int64_t i = b; i < e; ++i) {
-        if (slots[i] < 0) continue;
-        auto* kd = static_cast<uint8_t*>(k_cache.data) + slots[i] * row_bytes;
-        auto* vd = static_cast<uint8_t*>(v_cache.data) + slots[i] * row_bytes;
-        for (int64_t j = 0; j < row; ++j) {
-          kd[j] = f32_to_e4m3(k.ptr<float>()[i * row + j] / cache.k_scale);
-          vd[j] = f32_to_e4m3(v.ptr<float>()[i * row + j] / cache.v_scale);
-        }
-      }
-    });
-    return;
-  }
-  const auto store = k_->from_f32[cpu_elem_type(k_cache.dtype)];
+  // A row into the cache: the kernel table's rounding, or for fp8 value / scale, as the
+  // reference divides.
+  const bool fp8 = k_cache.dtype == DType::kF8E4M3;
+  const auto store = fp8 ? nullptr : k_->from_f32[cpu_elem_type(k_cache.dtype)];
+  const auto put = [&](void* cache_base, int32_t slot, const float* src, float scale) {
+    char* dst = static_cast<char*>(cache_base) + slot * row_bytes;
+    if (!fp8) return store(dst, src, row);
+    for (int64_t j = 0; j < row; ++j) reinterpret_cast<uint8_t*>(dst)[j] = f32_to_e4m3(src[j] / scale);
+  };
   parallel(n, 2 * row, 1, [&](int64_t b, int64_t e, int) {
     for (int64_t i = b; i < e; ++i) {
       if (slots[i] < 0) continue;  // padding token
-      store(static_cast<char*>(k_cache.data) + slots[i] * row_bytes, k.ptr<float>() + i * row, row);
-      store(static_cast<char*>(v_cache.data) + slots[i] * row_bytes, v.ptr<float>() + i * row, row);
+      put(k_cache.data, slots[i], k.ptr<float>() + i * row, cache.k_scale);
+      put(v_cache.data, slots[i], v.ptr<float>() + i * row, cache.v_scale);
     }
   });
 }
