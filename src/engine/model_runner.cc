@@ -127,17 +127,19 @@ void ModelRunner::profile_largest_steps() {
   // Decode: the largest bucket, as capture_graphs' first warm-up.
   if (!buckets_.empty()) {
     const int bucket = buckets_.back();
-    for (bool lora : {false, true}) {
-      if (lora && lora_ == nullptr) continue;
-      ForwardBatch none;
-      none.decode_only = true;
-      StepTensors st = prepare(pad_decode_batch(none, bucket, limits_.max_blocks_per_seq), true);
-      st.lora_active = lora;
-      st.plan = plan(bucket, lora);
-      run_padded(st, bucket);
-    }
+    for (bool lora : {false, true})
+      if (!lora || lora_ != nullptr) run_padded(padding_step(bucket, lora), bucket);
   }
   backend_->synchronize();
+}
+
+StepTensors ModelRunner::padding_step(int bucket, bool lora) {
+  ForwardBatch none;
+  none.decode_only = true;
+  StepTensors st = prepare(pad_decode_batch(none, bucket, limits_.max_blocks_per_seq), true);
+  st.lora_active = lora;
+  st.plan = plan(bucket, lora);
+  return st;
 }
 
 StepTensors ModelRunner::prepare(const ForwardBatch& b, bool padded, const DeviceSampling* ds) {
@@ -269,18 +271,13 @@ GraphCaptureInfo ModelRunner::capture_graphs() {
   if (!backend_->supports_graphs() || buckets_.empty() || graphs_) return info;
   const auto t0 = std::chrono::steady_clock::now();
   graphs_ = std::make_unique<GraphRunner>(backend_);
-  ForwardBatch none;
-  none.decode_only = true;
   // Largest first: its warm-up grows the scratch buffers once to their decode maximum,
   // so every graph records the same scratch addresses.
   for (auto it = buckets_.rbegin(); it != buckets_.rend(); ++it) {
     const int bucket = *it;
     for (bool lora : {false, true}) {
       if (lora && lora_ == nullptr) continue;
-      // All padding rows: KV slot -1 and LoRA slot -1, so nothing persistent is written.
-      StepTensors st = prepare(pad_decode_batch(none, bucket, limits_.max_blocks_per_seq), true);
-      st.lora_active = lora;
-      st.plan = plan(bucket, lora);
+      const StepTensors st = padding_step(bucket, lora);
       if (graphs_->has(bucket, st.plan)) continue;  // a plan without LoRA kernels (rank 0)
       run_padded(st, bucket);
       backend_->synchronize();

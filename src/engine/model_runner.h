@@ -88,6 +88,10 @@ class ModelRunner {
   // The backend's plan for a step of `tokens` tokens (LoRA kernels on or off).
   // run_tokens: the step's one-adapter runs (StepShape::lora_run_tokens).
   StepPlan plan(int tokens, bool lora, int64_t run_tokens = 0) const;
+  // A padded decode step of `bucket` padding rows (KV slot -1, LoRA slot -1: nothing
+  // persistent is written) under the bucket's plan, LoRA kernels on or off: what warm-ups
+  // and captures run.
+  StepTensors padding_step(int bucket, bool lora);
   // forward + lm_head over all `bucket` rows into logits_ (what a graph records).
   void run_padded(const StepTensors& st, int bucket);
   // Has ds write this step's structured-output masks and uploads them into masks_.
