@@ -60,6 +60,8 @@ void bind_params(py::module_& m) {
       .def_readwrite("max_loras", &EngineArgs::max_loras)
       .def_readwrite("max_lora_rank", &EngineArgs::max_lora_rank)
       .def_readwrite("max_cpu_loras", &EngineArgs::max_cpu_loras)
+      .def_readwrite("lora_extra_vocab_size", &EngineArgs::lora_extra_vocab_size)
+      .def_readwrite("max_lora_vocab_rows", &EngineArgs::max_lora_vocab_rows)
       .def_readwrite("lora_dtype", &EngineArgs::lora_dtype)
       .def_readwrite("max_num_seqs", &EngineArgs::max_num_seqs)
       .def_readwrite("max_num_batched_tokens", &EngineArgs::max_num_batched_tokens)

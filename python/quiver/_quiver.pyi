@@ -17,6 +17,8 @@ class EngineArgs:
     max_loras: int
     max_lora_rank: int
     max_cpu_loras: int
+    lora_extra_vocab_size: int
+    max_lora_vocab_rows: int
     lora_dtype: str
     max_num_seqs: int
     max_num_batched_tokens: int

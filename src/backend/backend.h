@@ -94,6 +94,19 @@ struct GroupLora {
   Tensor t_of(int g) const;
 };
 
+// The LoRA slots' vocabulary rows (lora/slot_pool.h, io/adapter_vocab.h), persistent
+// device tensors:
+//   embed_rows, lm_head_rows: [num_slots * rows_per_slot, hidden] (slot s: rows s * rows_per_slot ...)
+//   lm_head_ids: [num_slots * rows_per_slot] i32, the vocabulary id each lm_head row gives the logit of
+//   row_counts:  [num_slots] i32, lm_head rows in use per slot
+//   vocab_sizes: [num_slots] i32, base vocabulary + the slot's new tokens
+struct VocabTables {
+  Tensor embed_rows, lm_head_rows, lm_head_ids, row_counts, vocab_sizes;
+  int64_t rows_per_slot = 0;
+  int64_t base_vocab = 0;
+  int64_t width = 0;  // logits row width: base_vocab + the ids an adapter may add
+};
+
 // Per-row inputs of Backend::sample (device tensors, one entry per logits row).
 struct SampleInputs {
   Tensor temperature;  // [rows] f32: 0 = greedy (the lowest-index argmax)
@@ -182,8 +195,10 @@ class Backend {
   // the op reads; where plan.expand is kNextOp the op first adds lora's expand into those
   // inputs (they then hold y + the LoRA term, as if project had added it).
 
-  // out[i, :] = table[ids[i], :]      out: [n, d] f32; table: [vocab, d]; ids: [n] i32
-  virtual void embedding(Tensor out, Tensor table, Tensor ids) = 0;
+  // out[i, :] = table[ids[i], :], and extra[ids[i] - vocab, :] for ids past the table (a LoRA
+  // slot's rows, VocabTables::embed_rows, whose row ids the engine wrote into ids).
+  // out: [n, d] f32; table: [vocab, d]; extra: [rows, d] or empty; ids: [n] i32
+  virtual void embedding(Tensor out, Tensor table, Tensor extra, Tensor ids) = 0;
 
   // out = x / sqrt(mean(x^2) + eps) * w        out, x: [n, d] f32; w: [d]
   // out16: empty, or [n, d] in a 16-bit type: out rounded to it as well (the next group's
@@ -228,6 +243,15 @@ class Backend {
 
   // out[i, :] = x[rows[i], :]     out: [m, d] f32; x: [n, d] f32; rows: [m] i32
   virtual void gather_rows(Tensor out, Tensor x, Tensor rows) = 0;
+
+  // Logits over each row's own vocabulary (io/adapter_vocab.h). out: [n, t.width] f32;
+  // base: [n, t.base_vocab] f32, the base lm_head's logits; x: [n, hidden] f32, lm_head's
+  // input rows; row_slot: [n] i32, each row's LoRA slot (-1: the base model).
+  //   out[i, c] = base[i, c] for c < base_vocab, -inf from the row's vocab_sizes[slot]
+  //   (base_vocab for -1) on; then for j < row_counts[s]: out[i, lm_head_ids[s * R + j]] =
+  //   x[i] . lm_head_rows[s * R + j] (R = rows_per_slot). Capturable: the grid comes from n
+  //   and the tables' shapes, the counts are read on the device.
+  virtual void vocab_logits(Tensor out, Tensor base, Tensor x, Tensor row_slot, const VocabTables& t) = 0;
 
   // ---- sampling on the device (GPU sampling inside decode graphs) ----------------------
   // For each of `rows` rows of logits [rows, vocab] f32 picks a token and reports what the

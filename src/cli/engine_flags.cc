@@ -54,6 +54,11 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* f) {
   cmd->add_option("--max-loras", a.max_loras, "adapters resident on the device at once");
   cmd->add_option("--max-lora-rank", a.max_lora_rank, "largest adapter rank accepted");
   cmd->add_option("--max-cpu-loras", a.max_cpu_loras, "adapters kept in host memory (LRU, >= max-loras)");
+  cmd->add_option("--lora-extra-vocab-size", a.lora_extra_vocab_size,
+                  "token ids an adapter may add past the base vocabulary (logits rows grow by this much)");
+  cmd->add_option("--max-lora-vocab-rows", a.max_lora_vocab_rows,
+                  "embed_tokens / lm_head rows an adapter may set per LoRA slot (new tokens' included; a modules_to_save "
+                  "replacement needs its whole vocabulary)");
   cmd->add_option("--lora-dtype", a.lora_dtype, "dtype of the resident LoRA stacks: float32 | bfloat16 | auto (the model's: bfloat16 for bf16 models, else float32)");
   cmd->add_option("--max-num-seqs", a.max_num_seqs, "sequences per step");
   cmd->add_option("--max-num-batched-tokens", a.max_num_batched_tokens, "tokens per step (chunked prefill); 0 = by device: 2048 on the CPU, 16384 offline / 8192 serving on GPUs of 70 GiB or more");

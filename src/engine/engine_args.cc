@@ -84,6 +84,12 @@ Result<ParsedEngineArgs> validate(const EngineArgs& a) {
   if (a.max_lora_rank < 1 || a.max_lora_rank > 512) return Status::error("--max-lora-rank must be in [1, 512]");
   if (a.max_cpu_loras != 0 && a.max_cpu_loras < a.max_loras)
     return Status::error("--max-cpu-loras must be >= --max-loras");
+  // 65,536 new ids is what an adapter file may bring (io/adapter_vocab.cc); rows cover a
+  // full replacement of the largest vocabularies served (Qwen2: 152,064).
+  if (a.lora_extra_vocab_size < 0 || a.lora_extra_vocab_size > 65536)
+    return Status::error("--lora-extra-vocab-size must be in [0, 65536]");
+  if (a.max_lora_vocab_rows < 0 || a.max_lora_vocab_rows > (1 << 20))
+    return Status::error("--max-lora-vocab-rows must be in [0, 1048576]");
   QV_ASSIGN_OR_RETURN(p.lora_dtype, dtype_or_auto("--lora-dtype", a.lora_dtype));
   if (p.lora_dtype == DType::kF16)
     return Status::error("unknown --lora-dtype 'float16' (supported: auto, float32, bfloat16)");

@@ -36,6 +36,12 @@ struct EngineArgs {
   int max_loras = 1;
   int max_lora_rank = 16;
   int max_cpu_loras = 0;             // 0 = max_loras
+  // Vocabulary rows per LoRA slot (io/adapter_vocab.h): ids an adapter may add past the
+  // base vocabulary (vLLM's lora_extra_vocab_size, its default), and rows it may set in
+  // each of embed_tokens and lm_head, new tokens' rows included (a full modules_to_save
+  // replacement needs its whole vocabulary).
+  int lora_extra_vocab_size = 256;
+  int max_lora_vocab_rows = 256;
   std::string lora_dtype = "float32";  // LoRA slot stacks: float32 (exact PEFT) | bfloat16 (half the reads) | auto
   std::vector<std::pair<std::string, std::string>> lora_modules;  // name -> path, registered at start
 

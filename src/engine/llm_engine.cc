@@ -26,6 +26,14 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
+Status check_prompt_ids(const std::vector<int32_t>& ids, int64_t vocab) {
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || ids[i] >= vocab)
+      return Status::error("prompt token id " + std::to_string(ids[i]) + " at position " + std::to_string(i) +
+                           " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+  return Status::ok();
+}
+
 }  // namespace
 
 LLMEngine::~LLMEngine() = default;
@@ -39,7 +47,10 @@ Result<std::unique_ptr<LLMEngine>> LLMEngine::create(const EngineArgs& args) {
 Status LLMEngine::add_request(const std::string& id, const PromptInput& prompt, const SamplingParams& params,
                               const std::optional<LoRARequest>& lora) {
   if (requests_.count(id)) return Status::error("request id '" + id + "' is already in use");
-  QV_RETURN_IF_ERROR(params.validate(config_.vocab_size));
+  // Ids past the base vocabulary can only be an adapter's (checked against it below).
+  const bool adapter_request = lora.has_value() && !lora->name.empty();
+  const int64_t most_vocab = adapter_request ? runner_->logits_width() : config_.vocab_size;
+  QV_RETURN_IF_ERROR(params.validate(most_vocab));
   auto req = std::make_unique<Request>();
   req->id = id;
   req->params = params;
@@ -59,10 +70,7 @@ Status LLMEngine::add_request(const std::string& id, const PromptInput& prompt, 
     req->prompt_text = *prompt.text;
   }
   if (ids.empty()) return Status::error("the prompt is empty");
-  for (size_t i = 0; i < ids.size(); ++i)
-    if (ids[i] < 0 || ids[i] >= config_.vocab_size)
-      return Status::error("prompt token id " + std::to_string(ids[i]) + " at position " + std::to_string(i) +
-                           " is outside the vocabulary [0, " + std::to_string(config_.vocab_size) + ")");
+  QV_RETURN_IF_ERROR(check_prompt_ids(ids, most_vocab));
   if (static_cast<int64_t>(ids.size()) + params.max_tokens > max_model_len_)
     return Status::error("prompt (" + std::to_string(ids.size()) + " tokens) + max_tokens (" +
                          std::to_string(params.max_tokens) + ") exceeds the maximum context length " +
@@ -79,11 +87,19 @@ Status LLMEngine::add_request(const std::string& id, const PromptInput& prompt, 
     if (!found.is_ok()) return found.status();
     auto weights = adapters_->get(found->uid);
     if (!weights.is_ok()) return weights.status();
+    // The one check after a side effect (an adapter newly added by path stays registered):
+    // only its files say which ids it adds.
+    if (found->vocab_size < most_vocab) {
+      QV_RETURN_IF_ERROR(check_prompt_ids(ids, found->vocab_size).with_context("adapter '" + lora->name + "'"));
+      QV_RETURN_IF_ERROR(params.validate(found->vocab_size).with_context("adapter '" + lora->name + "'"));
+    }
+    req->vocab_size = found->vocab_size;
     req->lora_name = lora->name;
     req->lora_uid = found->uid;
     req->adapter = weights.value();
   }
 
+  if (req->vocab_size == 0) req->vocab_size = config_.vocab_size;
   for (int i = 0; i < params.n; ++i) {
     auto st = std::make_unique<SeqState>();
     st->req = req.get();
@@ -259,7 +275,9 @@ void LLMEngine::process_scheduled(const ScheduledSeq& ss, StepStats* stats) {
   SeqState& st = *states_.at(ss.seq);
   Request& req = *st.req;
   const Sequence& seq = st.seq;
-  const int64_t vocab = config_.vocab_size;
+  // Rows are logits_width() apart; a request reads the columns of its own vocabulary.
+  const size_t width = static_cast<size_t>(runner_->logits_width());
+  const int64_t vocab = req.vocab_size;
   if (!req.lora_name.empty() &&
       std::find(stats->adapters.begin(), stats->adapters.end(), req.lora_name) == stats->adapters.end())
     stats->adapters.push_back(req.lora_name);
@@ -278,7 +296,7 @@ void LLMEngine::process_scheduled(const ScheduledSeq& ss, StepStats* stats) {
       if (next >= seq.num_prompt_tokens) break;
       const size_t row = static_cast<size_t>(ss.first_logit_row + j);
       req.prompt_logprobs[next] =
-          logprobs_for(std::span<const float>(logits_.data() + row * vocab, vocab), seq.tokens[next], k);
+          logprobs_for(std::span<const float>(logits_.data() + row * width, static_cast<size_t>(vocab)), seq.tokens[next], k);
     }
     req.touched = true;
   }
@@ -301,7 +319,7 @@ void LLMEngine::process_scheduled(const ScheduledSeq& ss, StepStats* stats) {
       lp = ds->logprobs(row, k);
     }
   } else {
-    const std::span<const float> logits(logits_.data() + static_cast<size_t>(row) * vocab, static_cast<size_t>(vocab));
+    const std::span<const float> logits(logits_.data() + static_cast<size_t>(row) * width, static_cast<size_t>(vocab));
     // NaN/Inf logits (broken weights or adapter, an overflow) would be sampled as token 0
     // with null logprobs for ever: end this request with the reason instead.
     const auto bad = std::find_if(logits.begin(), logits.end(), [](float v) { return !std::isfinite(v); });

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "engine/llm_engine.h"
+#include "engine/model_runner.h"
 #include "engine/request_state.h"
 #include "structured/grammar_cache.h"
 #include "tokenizer/tokenizer.h"
@@ -15,7 +16,7 @@ Result<std::shared_ptr<structured::Grammar>> LLMEngine::grammar_for(const Struct
   if (!tokenizer_) return Status::error("structured_outputs need the model's tokenizer (the model folder has no tokenizer.json)");
   if (!grammars_) {
     auto vocab = std::make_shared<structured::TokenVocab>(
-        structured::TokenVocab::from_tokenizer(*tokenizer_, config_.vocab_size, config_.eos_token_ids));
+        structured::TokenVocab::from_tokenizer(*tokenizer_, runner_->logits_width(), config_.eos_token_ids));
     grammars_ = std::make_unique<structured::GrammarCache>(std::move(vocab));
   }
   auto g = grammars_->get(spec);
@@ -45,7 +46,7 @@ bool LLMEngine::write_device_mask(int row, uint32_t* words) {
   const auto [req, i] = masked_rows_.at(static_cast<size_t>(row));
   const structured::TokenMask* m = grammar_mask(*req, i, false);
   if (m == nullptr) return false;
-  std::memcpy(words, m->bits.data(), sizeof(uint32_t) * static_cast<size_t>((config_.vocab_size + 31) / 32));
+  std::memcpy(words, m->bits.data(), sizeof(uint32_t) * static_cast<size_t>((runner_->logits_width() + 31) / 32));
   return true;
 }
 

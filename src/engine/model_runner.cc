@@ -14,7 +14,7 @@ struct InputLayout {
   int64_t token_ids, positions, slot_mapping, token_slot, sorted_tokens;  // [tokens]
   int64_t seg_start, seg_slot;                              // [segments + 1], [segments]
   int64_t query_start, seq_lens;                            // [seqs + 1], [seqs]
-  int64_t logit_rows;                                       // [logit rows]
+  int64_t logit_rows, logit_slot;                           // [logit rows]
   int64_t sampling;                                         // [kSampleInputWords * logit rows]
   int64_t block_tables;                                     // [seqs, width]
   int64_t end;
@@ -38,6 +38,7 @@ InputLayout input_layout(int64_t tokens, int64_t seqs, int64_t segments, int64_t
   l.query_start = take(seqs + 1);
   l.seq_lens = take(seqs);
   l.logit_rows = take(logit_rows);
+  l.logit_slot = take(logit_rows);
   l.sampling = take(kSampleInputWords * logit_rows);
   l.block_tables = take(seqs * width);
   l.end = at;
@@ -71,11 +72,18 @@ ModelRunner::ModelRunner(const LlamaModel* model, const LoraSlotPool* lora, Runn
   const InputLayout cap = input_layout(t, s, t, t, limits_.max_blocks_per_seq);
   inputs_ = Buffer(backend_, sizeof(int32_t) * static_cast<size_t>(cap.end));
   const int64_t logit_rows = std::max<int64_t>(limits_.max_logit_chunk, max_bucket);
-  logits_ = Buffer(backend_, sizeof(float) * logit_rows * model->config().vocab_size);
+  const int64_t vocab = model->config().vocab_size;
+  vocab_ = lora_ != nullptr && (lora_->vocab_width() > vocab || lora_->has_vocab_rows());
+  width_ = vocab_ ? lora_->vocab_width() : vocab;
+  logits_ = Buffer(backend_, sizeof(float) * logit_rows * width_);
+  if (vocab_) {
+    vocab_tables_ = lora_->vocab_tables();
+    base_logits_ = Buffer(backend_, sizeof(float) * logit_rows * vocab);
+  }
   if (limits_.sample_on_device) {
     sample_out_ = Buffer(backend_, sizeof(int32_t) * kSampleOutputWords * static_cast<size_t>(std::max(t, max_bucket)));
     // One mask row per sequence at most: only a sequence's last logits row samples.
-    mask_words_ = (model->config().vocab_size + 31) / 32;
+    mask_words_ = (width_ + 31) / 32;
     masks_ = Buffer(backend_, sizeof(int32_t) * static_cast<size_t>(s * mask_words_));
   }
 }
@@ -96,7 +104,7 @@ int64_t ModelRunner::graph_memory_estimate() const {
 }
 
 size_t ModelRunner::buffer_bytes() const {
-  return ws_.bytes() + inputs_.bytes() + logits_.bytes() + sample_out_.bytes() + masks_.bytes();
+  return ws_.bytes() + inputs_.bytes() + logits_.bytes() + base_logits_.bytes() + sample_out_.bytes() + masks_.bytes();
 }
 
 void ModelRunner::profile_largest_steps() {
@@ -168,6 +176,14 @@ StepTensors ModelRunner::prepare(const ForwardBatch& b, bool padded, const Devic
   staging_.assign(static_cast<size_t>(l.end), 0);
   auto put = [this](int64_t at, const std::vector<int32_t>& v) { std::copy(v.begin(), v.end(), staging_.begin() + at); };
   put(l.token_ids, b.token_ids);
+  if (vocab_) {
+    // A token whose embed_tokens row the request's adapter replaces (or adds) reads the
+    // slot's row: embedding finds it past the base vocabulary (LoraSlotPool::embed_row).
+    for (int i = 0; i < n; ++i)
+      staging_[static_cast<size_t>(l.token_ids + i)] = lora_->embed_row(b.token_lora_slot[i], b.token_ids[i]);
+    for (int r = 0; r < rows; ++r)
+      staging_[static_cast<size_t>(l.logit_slot + r)] = b.token_lora_slot[static_cast<size_t>(b.logit_rows[r])];
+  }
   put(l.positions, b.positions);
   put(l.slot_mapping, b.slot_mapping);
   put(l.token_slot, b.token_lora_slot);
@@ -222,6 +238,8 @@ StepTensors ModelRunner::prepare(const ForwardBatch& b, bool padded, const Devic
   st.plan = plan(n, st.lora_active, runs ? lora_run_tokens(b.token_lora_slot, sorted_tokens_) : 0);
   st.num_logit_rows = rows;
   st.logit_rows = i32(l.logit_rows, std::max(rows, 1));
+  st.logit_slot = i32(l.logit_slot, std::max(rows, 1));
+  if (vocab_ && vocab_tables_.rows_per_slot > 0) st.embed_extra = vocab_tables_.embed_rows;
   return st;
 }
 
@@ -233,7 +251,18 @@ StepPlan ModelRunner::plan(int tokens, bool lora, int64_t run_tokens) const {
 
 void ModelRunner::run_padded(const StepTensors& st, int bucket) {
   model_->forward(st, ws_, kv_view_, lora_);
-  model_->lm_head(logits_.tensor(DType::kF32, {bucket, model_->config().vocab_size}), ws_, 0, bucket);
+  logits_of(logits_.tensor(DType::kF32, {bucket, width_}), st, 0, bucket);
+}
+
+void ModelRunner::logits_of(Tensor out, const StepTensors& st, int first, int rows) {
+  if (!vocab_) {
+    model_->lm_head(out, ws_, first, rows);
+    return;
+  }
+  Tensor base = base_logits_.tensor(DType::kF32, {rows, model_->config().vocab_size});
+  model_->lm_head(base, ws_, first, rows);
+  const Tensor slots = st.logit_slot.rows(first, rows);
+  backend_->vocab_logits(out, base, model_->selected(ws_, first, rows), slots, vocab_tables_);
 }
 
 void ModelRunner::upload_masks(DeviceSampling* ds) {
@@ -313,7 +342,7 @@ StepPath ModelRunner::execute_padded(const ForwardBatch& b, int bucket, std::vec
   const bool device = limits_.sample_on_device && ds != nullptr;
   if (device) {
     upload_masks(ds);
-    sample_rows(logits_.tensor(DType::kF32, {bucket, model_->config().vocab_size}), 0, bucket);
+    sample_rows(logits_.tensor(DType::kF32, {bucket, width_}), 0, bucket);
     download_samples(bucket, ds);
   }
   if (device && !ds->needs_host_logits()) {
@@ -321,8 +350,7 @@ StepPath ModelRunner::execute_padded(const ForwardBatch& b, int bucket, std::vec
     return path;
   }
   // Only the real rows come back; padding rows' logits stay on the device.
-  const int64_t vocab = model_->config().vocab_size;
-  const size_t count = static_cast<size_t>(b.num_seqs()) * vocab;
+  const size_t count = static_cast<size_t>(b.num_seqs()) * width_;
   logits->resize(count);
   backend_->copy_to_host(logits->data(), logits_.data(), count * sizeof(float));
   return path;
@@ -341,7 +369,7 @@ StepPath ModelRunner::execute(const ForwardBatch& b, std::vector<float>* logits,
 
   const StepTensors st = prepare(b, false, ds);
   model_->forward(st, ws_, kv_view_, lora_);
-  const int64_t vocab = model_->config().vocab_size;
+  const int64_t vocab = width_;
   const int rows = st.num_logit_rows;
   // Eager steps (prefill, mixed batches) sample on the device too, chunk by chunk, so a
   // request's tokens come from the same sampler whichever kind of step produced them.
@@ -353,7 +381,7 @@ StepPath ModelRunner::execute(const ForwardBatch& b, std::vector<float>* logits,
   for (int r = 0; r < rows; r += limits_.max_logit_chunk) {
     const int count = std::min(limits_.max_logit_chunk, rows - r);
     Tensor out = logits_.tensor(DType::kF32, {count, vocab});
-    model_->lm_head(out, ws_, r, count);
+    logits_of(out, st, r, count);
     if (device) sample_rows(out, r, count);
     if (host_logits) backend_->copy_to_host(logits->data() + static_cast<size_t>(r) * vocab, out.data, out.bytes());
   }

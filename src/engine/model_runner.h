@@ -72,12 +72,15 @@ class ModelRunner {
   // returning num_graphs 0 otherwise. Call once, before the first step.
   GraphCaptureInfo capture_graphs();
 
-  // logits (host) receives [batch.logit_rows.size(), vocab] float32. With sample_on_device
+  // logits (host) receives [batch.logit_rows.size(), logits_width()] float32. With sample_on_device
   // and `sampling` (one entry per logits row), rows it marks are sampled on the device and
   // sampling->sampled is set; logits then stay empty unless sampling->needs_host_logits().
   StepPath execute(const ForwardBatch& batch, std::vector<float>* logits, DeviceSampling* sampling = nullptr);
 
   const RunnerLimits& limits() const { return limits_; }
+  // Width of a logits row: the base vocabulary, plus the ids LoRA adapters may add
+  // (VocabLimits::extra_vocab; a row's columns past its own vocabulary are -inf).
+  int64_t logits_width() const { return width_; }
   const std::vector<int>& buckets() const { return buckets_; }
 
  private:
@@ -94,6 +97,9 @@ class ModelRunner {
   StepTensors padding_step(int bucket, bool lora);
   // forward + lm_head over all `bucket` rows into logits_ (what a graph records).
   void run_padded(const StepTensors& st, int bucket);
+  // out ([rows, width_]) = the logits of the step's logits rows [first, first + rows): lm_head,
+  // then, with vocabulary rows, Backend::vocab_logits over each row's adapter.
+  void logits_of(Tensor out, const StepTensors& st, int first, int rows);
   // Has ds write this step's structured-output masks and uploads them into masks_.
   void upload_masks(DeviceSampling* ds);
   StepPath execute_padded(const ForwardBatch& b, int bucket, std::vector<float>* logits, DeviceSampling* ds);
@@ -115,7 +121,13 @@ class ModelRunner {
   Buffer inputs_;
   std::vector<int32_t> staging_;
   std::vector<int32_t> seg_start_, seg_slot_, sorted_tokens_;
-  Buffer logits_;  // [max(max_logit_chunk, largest bucket), vocab]
+  Buffer logits_;  // [max(max_logit_chunk, largest bucket), width_]
+  // Vocabulary rows of the LoRA slots (lora/slot_pool.h): with them lm_head writes the base
+  // vocabulary's logits into base_logits_ and vocab_logits widens them into logits_.
+  bool vocab_ = false;
+  int64_t width_ = 0;
+  VocabTables vocab_tables_;
+  Buffer base_logits_;
   // Device sampling: this step's packed inputs (inside inputs_) and its row count, and the
   // persistent results ([kSampleOutputWords * rows] words, see device_sampling.h).
   int32_t* sample_inputs_ = nullptr;

@@ -41,6 +41,9 @@ struct Request {
   std::string lora_name;
   uint64_t lora_uid = 0;
   std::shared_ptr<const LoraAdapter> adapter;  // keeps host weights while running
+  // Token ids this request may see: the base vocabulary plus its adapter's new tokens
+  // (its logits rows are wider; the columns past this are -inf).
+  int64_t vocab_size = 0;
   std::shared_ptr<structured::Grammar> grammar;  // set when params.structured_outputs is
   std::string error;  // why the engine ended the request, reported as RequestOutput::error
   std::vector<std::unique_ptr<SeqState>> seqs;

@@ -2,6 +2,8 @@
 // gaps because vLLM (and the per-slot extra rows this feeds) index the rows by id - vocab_size.
 #include "io/adapter_vocab.h"
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <memory>
 
@@ -57,7 +59,11 @@ Result<std::vector<float>> rows(const TensorInfo& t, const std::string& name, si
     return Status::error("tensor " + name + " must be [" + std::to_string(num_tokens) + ", " + std::to_string(hidden) +
                          "] (" + what + ", hidden size " + std::to_string(hidden) + ")");
   std::vector<float> out(num_tokens * static_cast<size_t>(hidden));
-  for (size_t i = 0; i < out.size(); ++i) out[i] = load_as_f32(t.data, t.dtype, i);
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i] = load_as_f32(t.data, t.dtype, i);
+    if (!std::isfinite(out[i]))
+      return Status::error("tensor " + name + " holds a non-finite value at row " + std::to_string(i / hidden));
+  }
   return out;
 }
 
@@ -107,8 +113,16 @@ Result<std::optional<PeftVocab>> load_peft_vocab(const nlohmann::ordered_json& c
         return Status::error("modules_to_save: tensor " + tname + " must be [vocab, " + std::to_string(base.hidden_size) +
                              "] with vocab >= the base's " + std::to_string(base.vocab_size) +
                              " (and the same for embed_tokens and lm_head)");
+      if (t->shape[0] - base.vocab_size > kMaxAddedTokens)
+        return Status::error("modules_to_save: tensor " + tname + " has " + std::to_string(t->shape[0]) +
+                             " rows, more than " + std::to_string(kMaxAddedTokens) + " past the base vocabulary");
       v.replaced_vocab = t->shape[0];
       v.replaced.push_back(last);
+      // Full matrices: what they cost is stated where the slot takes them (slot_pool.h).
+      QV_ASSIGN_OR_RETURN(std::vector<float> full, rows(*t, tname, static_cast<size_t>(t->shape[0]), base.hidden_size,
+                                                        "modules_to_save"));
+      (last == "lm_head" ? v.lm_head_full : v.embed_full) = std::move(full);
+      v.tensors.push_back(tname);
     }
   }
   const auto tti = config.find("trainable_token_indices");
@@ -132,6 +146,7 @@ Result<std::optional<PeftVocab>> load_peft_vocab(const nlohmann::ordered_json& c
       QV_ASSIGN_OR_RETURN(std::vector<float> r, rows(*t, tname, ids.size(), base.hidden_size,
                                                      "one row per id of trainable_token_indices"));
       (lm_head ? v.lm_head_ids : v.embed_ids) = std::move(ids);
+      v.tensors.push_back(tname);
       (lm_head ? v.lm_head_rows : v.embed_rows) = std::move(r);
     }
   }
@@ -139,23 +154,8 @@ Result<std::optional<PeftVocab>> load_peft_vocab(const nlohmann::ordered_json& c
   return std::optional<PeftVocab>(std::move(v));
 }
 
-Status refusal_for(const PeftVocab& v, const ModelConfig& base) {
-  std::string what;
-  for (const auto& m : v.replaced) {
-    const double mib = static_cast<double>(v.replaced_vocab * base.hidden_size) * 4.0 / (1 << 20);
-    what += (what.empty() ? "" : "; ") + std::string("modules_to_save replaces ") + m + " ([" +
-            std::to_string(v.replaced_vocab) + ", " + std::to_string(base.hidden_size) + "], " +
-            std::to_string(static_cast<int64_t>(mib + 0.5)) + " MiB as float32)";
-  }
-  if (!v.embed_ids.empty())
-    what += (what.empty() ? "" : "; ") + std::string("trainable_token_indices trains ") +
-            std::to_string(v.embed_ids.size()) + " embed_tokens rows";
-  if (!v.lm_head_ids.empty())
-    what += (what.empty() ? "" : "; ") + std::to_string(v.lm_head_ids.size()) + " lm_head rows";
-  return Status::error(what + ": adapters that change vocabulary rows are not supported yet");
-}
-
-Result<std::optional<AddedVocab>> load_added_vocab(const std::string& dir, const ModelConfig& base) {
+Result<std::optional<AddedVocab>> load_added_vocab(const std::string& dir, const ModelConfig& base,
+                                                   int64_t rows_elsewhere) {
   const std::string tokens_path = dir + "/added_tokens.json", rows_path = dir + "/new_embeddings.safetensors";
   const bool has_tokens = is_regular_file(tokens_path), has_rows = is_regular_file(rows_path);
   if (has_rows && !has_tokens)
@@ -171,6 +171,16 @@ Result<std::optional<AddedVocab>> load_added_vocab(const std::string& dir, const
   AddedVocab v;
   v.tokens = std::move(toks.value());
   v.first_id = base.vocab_size;
+  const int64_t n = static_cast<int64_t>(v.tokens.size());
+  if (rows_elsewhere > 0) {
+    if (has_rows)
+      return Status::error("new_embeddings.safetensors is present but modules_to_save already holds the rows of the " +
+                           std::to_string(rows_elsewhere) + " new tokens");
+    if (n > rows_elsewhere)
+      return Status::error("added_tokens.json names ids up to " + std::to_string(v.first_id + n - 1) +
+                           " but modules_to_save's matrices end at id " + std::to_string(v.first_id + rows_elsewhere - 1));
+    return std::optional<AddedVocab>(std::move(v));
+  }
   if (!has_rows)
     return Status::error("added_tokens.json adds " + std::to_string(v.tokens.size()) + " tokens from id " +
                          std::to_string(v.first_id) + " but there is no new_embeddings.safetensors with their rows");
@@ -190,15 +200,92 @@ Result<std::optional<AddedVocab>> load_added_vocab(const std::string& dir, const
   return std::optional<AddedVocab>(std::move(v));
 }
 
-Status refusal_for(const AddedVocab& v) {
-  std::string names;
-  for (size_t i = 0; i < v.tokens.size() && i < 8; ++i) names += (i ? ", " : "") + v.tokens[i];
-  if (v.tokens.size() > 8) names += ", ...";
-  const int64_t last = v.first_id + static_cast<int64_t>(v.tokens.size()) - 1;
-  return Status::error("the adapter adds " + std::to_string(v.tokens.size()) + " tokens (" + names + "; ids " +
-                       std::to_string(v.first_id) + "-" + std::to_string(last) +
-                       ") through added_tokens.json + new_embeddings.safetensors: adapters with added tokens are not "
-                       "supported yet");
+namespace {
+
+void append_rows(AdapterVocab* v, bool input, int64_t id, const float* row, int64_t hidden) {
+  (input ? v->input_ids : v->output_ids).push_back(static_cast<int32_t>(id));
+  auto& rows = input ? v->input_rows : v->output_rows;
+  rows.insert(rows.end(), row, row + hidden);
+}
+
+// Sorts (id, row) pairs by id: the slot's lookups assume ascending ids.
+void sort_rows(std::vector<int32_t>* ids, std::vector<float>* rows, int64_t hidden) {
+  std::vector<size_t> order(ids->size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return (*ids)[a] < (*ids)[b]; });
+  std::vector<int32_t> sid;
+  std::vector<float> srows;
+  for (size_t i : order) {
+    sid.push_back((*ids)[i]);
+    srows.insert(srows.end(), rows->begin() + static_cast<ptrdiff_t>(i * hidden),
+                 rows->begin() + static_cast<ptrdiff_t>((i + 1) * hidden));
+  }
+  *ids = std::move(sid);
+  *rows = std::move(srows);
+}
+
+}  // namespace
+
+Result<AdapterVocab> resolve_adapter_vocab(std::optional<AddedVocab> added, std::optional<PeftVocab> peft,
+                                           const ModelConfig& base) {
+  AdapterVocab v;
+  const int64_t h = base.hidden_size, vocab = base.vocab_size;
+  if (peft) {
+    PeftVocab& p = *peft;
+    if (!p.replaced.empty() && (!p.embed_ids.empty() || !p.lm_head_ids.empty()))
+      return Status::error("modules_to_save and trainable_token_indices both change vocabulary rows; an adapter may "
+                           "use one of them");
+    if (!p.replaced.empty()) {
+      v.layout = "modules_to_save";
+      v.new_tokens = p.replaced_vocab - vocab;
+      for (bool input : {true, false}) {
+        const std::vector<float>& full = input ? p.embed_full : p.lm_head_full;
+        if (full.empty()) continue;
+        for (int64_t id = 0; id < p.replaced_vocab; ++id) append_rows(&v, input, id, full.data() + id * h, h);
+      }
+      if (v.new_tokens > 0 && (p.embed_full.empty() || p.lm_head_full.empty()))
+        return Status::error("modules_to_save resizes the vocabulary to " + std::to_string(p.replaced_vocab) +
+                             " but saves only " + (p.embed_full.empty() ? "lm_head" : "embed_tokens") +
+                             ": the new tokens' " + (p.embed_full.empty() ? "embed_tokens" : "lm_head") +
+                             " rows are not in the adapter (save both modules)");
+    } else {
+      v.layout = "trainable_token_indices";
+      for (size_t i = 0; i < p.embed_ids.size(); ++i) append_rows(&v, true, p.embed_ids[i], p.embed_rows.data() + i * h, h);
+      // A tied lm_head shares embed_tokens' rows (PEFT's tied token adapter).
+      const bool tied = base.tie_word_embeddings;
+      const std::vector<int64_t>& out_ids = tied ? p.embed_ids : p.lm_head_ids;
+      const std::vector<float>& out_rows = tied ? p.embed_rows : p.lm_head_rows;
+      for (size_t i = 0; i < out_ids.size(); ++i) append_rows(&v, false, out_ids[i], out_rows.data() + i * h, h);
+    }
+  }
+  if (added) {
+    AddedVocab& a = *added;
+    const int64_t n = static_cast<int64_t>(a.tokens.size());
+    if (a.input_rows.empty() && a.output_rows.empty()) {
+      // Names only: the PEFT rows above cover these ids (load_added_vocab checked).
+      v.new_token_names = a.tokens;
+    } else {
+      if (peft) return Status::error("new_embeddings.safetensors adds rows beside PEFT's vocabulary rows; an adapter "
+                                     "may use one of the two layouts");
+      v.layout = "added_tokens.json";
+      v.new_tokens = n;
+      v.new_token_names = a.tokens;
+      if (a.input_rows.empty())
+        return Status::error("new_embeddings.safetensors has no input_embeddings: the " + std::to_string(n) +
+                             " new tokens have no embed_tokens rows (a generated one could not be fed back)");
+      if (a.output_rows.empty() && !base.tie_word_embeddings)
+        return Status::error("new_embeddings.safetensors has no output_embeddings and the base model's lm_head is "
+                             "not tied to embed_tokens: the new tokens' logits are undefined");
+      const std::vector<float>& out = a.output_rows.empty() ? a.input_rows : a.output_rows;
+      for (int64_t i = 0; i < n; ++i) {
+        append_rows(&v, true, vocab + i, a.input_rows.data() + i * h, h);
+        append_rows(&v, false, vocab + i, out.data() + i * h, h);
+      }
+    }
+  }
+  sort_rows(&v.input_ids, &v.input_rows, h);
+  sort_rows(&v.output_ids, &v.output_rows, h);
+  return v;
 }
 
 }  // namespace quiver

@@ -2,8 +2,8 @@
 // ({"[user]": 32000, ...}) with new_embeddings.safetensors, whose `input_embeddings` rows are
 // the new tokens' embed_tokens rows and `output_embeddings` rows their lm_head rows, row i
 // for id vocab_size + i. PEFT's: modules_to_save and trainable_token_indices (PeftVocab).
-// Read and validated here; the engine does not apply them yet, so load_peft_adapter refuses
-// an adapter that has them (see refusal_for).
+// Read and validated here, then resolved into one AdapterVocab: the rows the engine puts in
+// the adapter's slot (lora/slot_pool.h) in place of the base model's.
 #pragma once
 
 #include <cstdint>
@@ -31,10 +31,11 @@ struct AddedVocab {
 // ids the base already has, as tokenizer.save_pretrained writes). Errors name the file and
 // say what is inconsistent: ids that are not vocab_size, vocab_size + 1, ... in order, rows
 // that do not match the tokens or the hidden size, unknown tensors, one file without the other.
-Result<std::optional<AddedVocab>> load_added_vocab(const std::string& dir, const ModelConfig& base);
-
-// The "not supported yet" error for an adapter that adds `v`'s tokens, naming them.
-Status refusal_for(const AddedVocab& v);
+// `rows_elsewhere`: new ids whose rows the PEFT weights already hold (modules_to_save over a
+// resized vocabulary); added_tokens.json then only names them (tokenizer.save_pretrained
+// writes it so), and the result has no rows.
+Result<std::optional<AddedVocab>> load_added_vocab(const std::string& dir, const ModelConfig& base,
+                                                   int64_t rows_elsewhere = 0);
 
 // PEFT's two ways of training vocabulary rows, from adapter_config.json and the adapter's
 // tensors: modules_to_save with embed_tokens / lm_head (whole replacement matrices, possibly
@@ -42,10 +43,13 @@ Status refusal_for(const AddedVocab& v);
 struct PeftVocab {
   int64_t replaced_vocab = 0;           // rows of the modules_to_save matrices; 0: none
   std::vector<std::string> replaced;    // "embed_tokens", "lm_head"
+  std::vector<float> embed_full;        // [replaced_vocab, hidden] when embed_tokens is replaced
+  std::vector<float> lm_head_full;      // [replaced_vocab, hidden] when lm_head is replaced
   std::vector<int64_t> embed_ids;       // trainable_token_indices for embed_tokens
   std::vector<float> embed_rows;        // [embed_ids.size(), hidden]
   std::vector<int64_t> lm_head_ids;     // for an untied lm_head
   std::vector<float> lm_head_rows;      // [lm_head_ids.size(), hidden]
+  std::vector<std::string> tensors;     // the adapter file's tensors these came from
 };
 
 // Gives nullopt when the config uses neither feature (or modules_to_save names modules other
@@ -57,7 +61,36 @@ Result<std::optional<PeftVocab>> load_peft_vocab(const nlohmann::ordered_json& c
                                                   const std::map<std::string, TensorInfo>& tensors,
                                                   const ModelConfig& base);
 
-// The "not supported yet" error for an adapter with `v`'s rows, saying what they cost.
-Status refusal_for(const PeftVocab& v, const ModelConfig& base);
+// What an adapter does to the vocabulary, in the one form the engine applies whatever the
+// layout: for the adapter's requests, token id t reads input_rows[i] where input_ids[i] == t
+// instead of embed_tokens row t, and the logit of output_ids[i] is output_rows[i] . h instead
+// of lm_head row . h. Ids from vocab_size up to vocab_size + new_tokens exist only for these
+// requests (every one has an input and an output row); other requests never see them.
+struct AdapterVocab {
+  int64_t new_tokens = 0;
+  std::vector<std::string> new_token_names;  // by id from vocab_size, when the folder names them
+  std::vector<int32_t> input_ids;            // ascending
+  std::vector<float> input_rows;             // [input_ids.size(), hidden]
+  std::vector<int32_t> output_ids;           // ascending
+  std::vector<float> output_rows;            // [output_ids.size(), hidden]
+  std::string layout;                        // for messages: "added_tokens.json", "modules_to_save", ...
+
+  bool empty() const { return new_tokens == 0 && input_ids.empty() && output_ids.empty(); }
+  // Slot rows the adapter needs in each of embed_tokens and lm_head.
+  int64_t rows() const {
+    return static_cast<int64_t>(input_ids.size() > output_ids.size() ? input_ids.size() : output_ids.size());
+  }
+  size_t host_bytes() const { return (input_rows.size() + output_rows.size()) * sizeof(float); }
+};
+
+// One AdapterVocab from what the folder holds (either may be absent). PEFT's semantics:
+// modules_to_save rows replace every row of the matrix they save; trainable_tokens_delta
+// rows replace the rows of their ids (values, not differences), on lm_head too when the base
+// ties it to embed_tokens. vLLM's: new rows for the new ids; on a tied base a file without
+// output_embeddings uses the input rows for lm_head. Refused, naming what is missing: new
+// ids without an input row (a generated token could not be fed back) or without an output
+// row (its logit would be undefined), and both PEFT layouts at once.
+Result<AdapterVocab> resolve_adapter_vocab(std::optional<AddedVocab> added, std::optional<PeftVocab> peft,
+                                           const ModelConfig& base);
 
 }  // namespace quiver

@@ -5,6 +5,7 @@
 // model before they are converted to float32 with the scale folded into B.
 #include "io/peft_adapter.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <limits>
@@ -51,7 +52,7 @@ size_t LoraAdapter::host_bytes() const {
   for (const auto& layer : layers)
     for (const auto& m : layer)
       if (m) n += (m->a.size() + m->b.size()) * sizeof(float);
-  return n;
+  return n + vocab.host_bytes();
 }
 
 namespace {
@@ -161,13 +162,15 @@ Result<T> field_or(const OJson& c, const char* key, T fallback) {
 }
 
 // Fields naming PEFT features whose forward quiver does not implement.
-Status refuse_unsupported(const OJson& c) {
+// vocab_read: modules_to_save (embed_tokens / lm_head) and trainable_token_indices were
+// read by load_peft_vocab, which the engine applies.
+Status refuse_unsupported(const OJson& c, bool vocab_read) {
   QV_ASSIGN_OR_RETURN(std::string bias, field_or<std::string>(c, "bias", "none"));
   if (bias != "none")
     return Status::error("bias=\"" + bias + "\" is not supported (LoRA bias terms change the base layers); only \"none\"");
   QV_ASSIGN_OR_RETURN(bool dora, field_or(c, "use_dora", false));
   if (dora) return Status::error("use_dora=true (DoRA) is not supported");
-  if (c.contains("modules_to_save") && !is_null_or_empty(c["modules_to_save"]))
+  if (!vocab_read && c.contains("modules_to_save") && !is_null_or_empty(c["modules_to_save"]))
     return Status::error("modules_to_save " + c["modules_to_save"].dump() +
                          " is not supported (the adapter replaces whole base modules)");
   for (const char* field : {"lora_bias", "use_qalora"}) {
@@ -176,6 +179,7 @@ Status refuse_unsupported(const OJson& c) {
   }
   for (const char* field : {"layer_replication", "target_parameters", "trainable_token_indices",
                             "alora_invocation_tokens"}) {
+    if (vocab_read && std::string(field) == "trainable_token_indices") continue;
     if (c.contains(field) && !is_null_or_empty(c[field]))
       return Status::error(std::string(field) + " is not supported");
   }
@@ -201,13 +205,13 @@ Result<std::vector<std::pair<std::string, BoundedRegex>>> pattern_keys(const OJs
   return keys;
 }
 
-Result<LoraSpec> parse_spec(const OJson& c) {
+Result<LoraSpec> parse_spec(const OJson& c, bool vocab_read) {
   LoraSpec s;
   if (!c.is_object()) return Status::error("top level is not a JSON object");
   if (!c.contains("peft_type")) return Status::error("peft_type is missing (expected \"LORA\")");
   QV_ASSIGN_OR_RETURN(std::string type, field_or<std::string>(c, "peft_type", ""));
   if (type != "LORA") return Status::error("peft_type is \"" + type + "\"; only \"LORA\" adapters are supported");
-  QV_RETURN_IF_ERROR(refuse_unsupported(c));
+  QV_RETURN_IF_ERROR(refuse_unsupported(c, vocab_read));
 
   // PEFT's defaults: r=8, lora_alpha=8.
   QV_ASSIGN_OR_RETURN(s.r, field_or(c, "r", 8));
@@ -445,8 +449,6 @@ Result<std::vector<float>> to_f32(const std::string& tname, const TensorInfo& in
 Result<LoraAdapter> load_impl(const std::string& dir, const std::string& name, const ModelConfig& base,
                               int max_lora_rank, const std::vector<std::string>& allowlist) {
   QV_ASSIGN_OR_RETURN(AdapterFiles files, open_adapter_files(dir, allowlist));
-  QV_ASSIGN_OR_RETURN(std::optional<AddedVocab> added, load_added_vocab(dir, base));
-  if (added) return refusal_for(*added);
   const AdapterWeights& file = files.weights;
   OJson config;
   try {
@@ -454,11 +456,14 @@ Result<LoraAdapter> load_impl(const std::string& dir, const std::string& name, c
   } catch (const nlohmann::json::parse_error& e) {
     return Status::error("adapter_config.json is not valid JSON: " + json_parse_error_text(e));
   }
-  QV_ASSIGN_OR_RETURN(std::optional<PeftVocab> vocab_rows, load_peft_vocab(config, file.tensors(), base));
-  if (vocab_rows) return refusal_for(*vocab_rows, base);
+  QV_ASSIGN_OR_RETURN(std::optional<PeftVocab> peft_vocab, load_peft_vocab(config, file.tensors(), base));
+  const std::vector<std::string> vocab_tensors = peft_vocab ? peft_vocab->tensors : std::vector<std::string>();
+  const int64_t resized = peft_vocab ? std::max<int64_t>(0, peft_vocab->replaced_vocab - base.vocab_size) : 0;
+  QV_ASSIGN_OR_RETURN(std::optional<AddedVocab> added, load_added_vocab(dir, base, resized));
+  QV_ASSIGN_OR_RETURN(AdapterVocab vocab, resolve_adapter_vocab(std::move(added), std::move(peft_vocab), base));
   Result<LoraSpec> parsed = Status::error("unparsed");
   try {
-    parsed = parse_spec(config);
+    parsed = parse_spec(config, !vocab_tensors.empty());
   } catch (const nlohmann::json::exception& e) {
     return Status::error("adapter_config.json: " + std::string(e.what()));
   }
@@ -484,6 +489,7 @@ Result<LoraAdapter> load_impl(const std::string& dir, const std::string& name, c
   const int64_t num_layers = base.num_layers;
   std::vector<std::array<Pair, kNumLoraTargets>> found(static_cast<size_t>(num_layers));
   for (const auto& [tname, info] : file.tensors()) {
+    if (std::find(vocab_tensors.begin(), vocab_tensors.end(), tname) != vocab_tensors.end()) continue;
     QV_ASSIGN_OR_RETURN(TensorKey k, parse_tensor_name(tname, num_layers));
     Pair& p = found[k.layer][static_cast<int>(k.target)];
     const TensorInfo*& slot = k.is_a ? p.a : p.b;
@@ -528,7 +534,8 @@ Result<LoraAdapter> load_impl(const std::string& dir, const std::string& name, c
       ++num_modules;
     }
   }
-  if (num_modules == 0)
+  adapter.vocab = std::move(vocab);
+  if (num_modules == 0 && adapter.vocab.empty())
     return Status::error("adapter_config.json targets no module of this base model (target_modules " +
                          (config.contains("target_modules") ? config["target_modules"].dump() : std::string("null")) + ")");
   return adapter;

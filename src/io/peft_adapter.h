@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "io/adapter_vocab.h"
 #include "io/model_config.h"
 
 namespace quiver {
@@ -33,13 +34,15 @@ struct LoraAdapter {
   int max_rank = 0;  // largest rank over its modules
   // layers[l][target]: empty when the adapter does not touch that module.
   std::vector<std::array<std::optional<LoraModule>, kNumLoraTargets>> layers;
+  AdapterVocab vocab;  // rows it changes or adds in embed_tokens / lm_head; empty for most
   size_t host_bytes() const;
 };
 
 // Loads DIR/adapter_config.json and DIR/adapter_model.safetensors (else adapter_model.bin,
 // see io/adapter_weights.h). Refuses, with a message naming the cause: non-LORA peft_type,
-// use_dora, modules_to_save, bias != "none", embedding/lm_head targets, unknown target names,
-// added tokens and trained vocabulary rows (io/adapter_vocab.h, after validating them), a rank
+// use_dora, modules_to_save of modules other than embed_tokens / lm_head, bias != "none",
+// LoRA on embedding/lm_head, unknown target names, vocabulary rows that do not fit the base
+// or each other (io/adapter_vocab.h: resolve_adapter_vocab), a rank
 // above max_lora_rank, tensors whose shapes do not fit `base`, missing tensors, NaN/Inf
 // weights, patterns that backtrack past BoundedRegex's limits. With a non-empty `allowlist`
 // the folder and its files must really lie inside it (io/adapter_files.h).

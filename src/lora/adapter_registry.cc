@@ -8,8 +8,13 @@
 
 namespace quiver {
 
-AdapterRegistry::AdapterRegistry(ModelConfig base, int max_lora_rank, int max_cpu_loras)
-    : base_(std::move(base)), max_lora_rank_(max_lora_rank), max_cpu_loras_(max_cpu_loras) {
+AdapterRegistry::AdapterRegistry(ModelConfig base, int max_lora_rank, int max_cpu_loras, VocabLimits vocab,
+                                 DType slot_dtype)
+    : base_(std::move(base)),
+      max_lora_rank_(max_lora_rank),
+      max_cpu_loras_(max_cpu_loras),
+      vocab_(vocab),
+      slot_dtype_(slot_dtype) {
   check(max_lora_rank >= 1, "AdapterRegistry: max_lora_rank must be at least 1");
   check(max_cpu_loras >= 1, "AdapterRegistry: max_cpu_loras must be at least 1");
 }
@@ -36,12 +41,14 @@ Result<AdapterInfo> AdapterRegistry::add(const std::string& name, const std::str
   // Validate fully before the name becomes visible.
   Result<LoraAdapter> loaded = load_peft_adapter(path, name, base_, max_lora_rank_, allowlist);
   if (!loaded) return loaded.status();
+  QV_RETURN_IF_ERROR(vocab_.check(loaded.value(), base_, slot_dtype_));
   auto adapter = std::make_shared<const LoraAdapter>(std::move(loaded).value());
 
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& r : registered_)  // another thread may have won the race for the name
     if (r.name == name) return Status::error("LoRA adapter name '" + name + "' is already registered (" + r.path + ")");
-  AdapterInfo info{name, path, next_uid_++, adapter->max_rank, allowlist};
+  AdapterInfo info{name, path, next_uid_++, adapter->max_rank, base_.vocab_size + adapter->vocab.new_tokens,
+                   allowlist};
   registered_.push_back(info);
   ++loads_;
   lru_.emplace_front(info.uid, std::move(adapter));
@@ -90,6 +97,10 @@ Result<std::shared_ptr<const LoraAdapter>> AdapterRegistry::get(uint64_t uid) {
   // Evicted from host memory: read it again (unlocked; the files may be large).
   Result<LoraAdapter> loaded = load_peft_adapter(info.path, info.name, base_, max_lora_rank_, info.allowlist);
   if (!loaded) return loaded.status().with_context("reloading evicted adapter");
+  // Requests were checked against the vocabulary it had when added.
+  if (base_.vocab_size + loaded.value().vocab.new_tokens != info.vocab_size)
+    return Status::error("LoRA adapter '" + info.name + "' (" + info.path +
+                         "): its vocabulary changed on disk since it was added (re-add it)");
   auto adapter = std::make_shared<const LoraAdapter>(std::move(loaded).value());
 
   std::lock_guard<std::mutex> lock(mu_);

@@ -16,6 +16,7 @@
 #include "core/status.h"
 #include "io/model_config.h"
 #include "io/peft_adapter.h"
+#include "lora/slot_pool.h"
 
 namespace quiver {
 
@@ -24,13 +25,17 @@ struct AdapterInfo {
   std::string path;
   uint64_t uid = 0;
   int max_rank = 0;
+  int64_t vocab_size = 0;  // the base vocabulary + the tokens the adapter adds
   // Folders the adapter's files must really lie in on every load from disk; empty = any.
   std::vector<std::string> allowlist;
 };
 
 class AdapterRegistry {
  public:
-  AdapterRegistry(ModelConfig base, int max_lora_rank, int max_cpu_loras);
+  // vocab / slot_dtype: what the device slots hold (lora/slot_pool.h); an adapter whose
+  // vocabulary rows do not fit is refused at add, not at its first request.
+  AdapterRegistry(ModelConfig base, int max_lora_rank, int max_cpu_loras, VocabLimits vocab = {},
+                  DType slot_dtype = DType::kF32);
 
   // Validates the adapter fully (loads it) before it becomes visible. Errors: name taken,
   // anything load_peft_adapter refuses. `allowlist` is checked again on every reload.
@@ -52,6 +57,8 @@ class AdapterRegistry {
   ModelConfig base_;
   int max_lora_rank_;
   int max_cpu_loras_;
+  VocabLimits vocab_;
+  DType slot_dtype_;
   mutable std::mutex mu_;
   uint64_t next_uid_ = 1;
   int64_t loads_ = 0;

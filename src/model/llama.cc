@@ -124,7 +124,7 @@ void LlamaModel::forward(const StepTensors& step, Workspace& ws, const KvCacheVi
   const Tensor normed16 = copy(ws.normed16, qkv.x_type, c.hidden_size);
   const Tensor gate16 = copy(ws.gate16, down.x_type, c.intermediate_size);
 
-  backend_->embedding(hidden, weights_.embed, step.token_ids);
+  backend_->embedding(hidden, weights_.embed, step.embed_extra, step.token_ids);
   backend_->rms_norm(normed, normed16, hidden, weights_.layers[0].attn_norm, eps);
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerWeights& w = weights_.layers[l];
@@ -159,9 +159,12 @@ void LlamaModel::forward(const StepTensors& step, Workspace& ws, const KvCacheVi
   }
 }
 
+Tensor LlamaModel::selected(const Workspace& ws, int row_begin, int rows) const {
+  return ws.selected.tensor(DType::kF32, {row_begin + rows, config_.hidden_size}).rows(row_begin, rows);
+}
+
 void LlamaModel::lm_head(Tensor logits, const Workspace& ws, int row_begin, int rows) const {
-  Tensor sel = ws.selected.tensor(DType::kF32, {row_begin + rows, config_.hidden_size}).rows(row_begin, rows);
-  backend_->matmul(logits, sel, weights_.lm_head, Tensor());
+  backend_->matmul(logits, selected(ws, row_begin, rows), weights_.lm_head, Tensor());
 }
 
 }  // namespace quiver

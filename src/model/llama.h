@@ -20,6 +20,10 @@ struct StepTensors {
   AttentionMeta attn;
   LoraMeta lora;
   Tensor logit_rows;   // [num_logit_rows] i32
+  Tensor logit_slot;   // [num_logit_rows] i32: each logits row's LoRA slot (-1: none)
+  // Rows the embedding reads for ids past the base vocabulary (VocabTables::embed_rows;
+  // token_ids then hold the slot rows the host mapped them to), or empty.
+  Tensor embed_extra;
   int num_tokens = 0;
   int num_logit_rows = 0;
   // Whether LoRA kernels run this step. Eager steps skip them when no token has an
@@ -69,6 +73,8 @@ class LlamaModel {
 
   // logits: [rows, vocab] f32 = selected rows @ lm_head^T, for rows [row_begin, row_begin + rows).
   void lm_head(Tensor logits, const Workspace& ws, int row_begin, int rows) const;
+  // The selected rows lm_head reads for rows [row_begin, row_begin + rows).
+  Tensor selected(const Workspace& ws, int row_begin, int rows) const;
 
  private:
   // The LoRA of projection group `g` of `layer` on outputs ys, when plan runs it (else

@@ -99,7 +99,7 @@ TEST_F(CudaOps, PdlChainMatchesPlainLaunches) {
     b->fill_zero(res.data(), n * d * 4);
     b->fill_zero(vb.data(), n * hd * 4);
     for (int rep = 0; rep < 50; ++rep) {
-      b->embedding(f32(x, {n, d}), t.t, gid.t);
+      b->embedding(f32(x, {n, d}), t.t, Tensor(), gid.t);
       b->add_rms_norm(f32(h, {n, d}), Tensor(), f32(res, {n, d}), f32(x, {n, d}), nw.t, 1e-5f, GroupPlan(),
                       GroupLora());
       b->matmul(f32(gu, {n, 2 * f}), f32(h, {n, d}), up.t, Tensor());
@@ -129,13 +129,80 @@ TEST_F(CudaOps, Embedding) {
         std::vector<int32_t> ids(static_cast<size_t>(n));
         for (auto& id : ids) id = static_cast<int32_t>(rng_() % vocab);
         HostTensor hid = host_i32({n}, ids), out = random_tensor(rng_, DType::kF32, {n, d});
-        ref_.embedding(out.view(), table.view(), hid.view());
+        ref_.embedding(out.view(), table.view(), Tensor(), hid.view());
         DeviceTensor gt = upload(gpu_.get(), table), gi = upload(gpu_.get(), hid), go = upload(gpu_.get(), out);
         poison(gpu_.get(), go.t);
-        gpu_->embedding(go.t, gt.t, gi.t);
+        gpu_->embedding(go.t, gt.t, Tensor(), gi.t);
         expect_close("embedding " + std::string(name_of(t)) + " d=" + std::to_string(d) + " n=" + std::to_string(n),
                      download(gpu_.get(), go.t), out.as_f32(), 0);
       }
+}
+
+// Ids past the table read a LoRA slot's rows, in the slot's dtype (f32 or bf16).
+TEST_F(CudaOps, EmbeddingExtraRows) {
+  const int64_t vocab = 61, rows = 12;
+  for (DType t : kFloatTypes)
+    for (DType e : {DType::kF32, DType::kBF16})
+      for (int64_t d : {17, 512}) {
+        HostTensor table = random_tensor(rng_, t, {vocab, d}), extra = random_tensor(rng_, e, {rows, d});
+        std::vector<int32_t> ids = {0, 60, 61, 72, 5, 66, 61};
+        const int64_t n = static_cast<int64_t>(ids.size());
+        HostTensor hid = host_i32({n}, ids), out = random_tensor(rng_, DType::kF32, {n, d});
+        ref_.embedding(out.view(), table.view(), extra.view(), hid.view());
+        DeviceTensor gt = upload(gpu_.get(), table), ge = upload(gpu_.get(), extra), gi = upload(gpu_.get(), hid);
+        DeviceTensor go = upload(gpu_.get(), out);
+        poison(gpu_.get(), go.t);
+        gpu_->embedding(go.t, gt.t, ge.t, gi.t);
+        expect_close("embedding extra " + std::string(name_of(t)) + "/" + name_of(e) + " d=" + std::to_string(d),
+                     download(gpu_.get(), go.t), out.as_f32(), 0);
+      }
+}
+
+// vocab_logits against the reference: the widened base logits, -inf past each row's
+// vocabulary, and the slots' rows (slot 2 with a whole replaced vocabulary).
+TEST_F(CudaOps, VocabLogits) {
+  for (DType rt : {DType::kF32, DType::kBF16})
+    for (int64_t h : {19, 4096}) {
+      const int64_t v = 300, extra = 8, w = v + extra, slots = 3, r = v + 4, n = 9;
+      HostTensor base = random_tensor(rng_, DType::kF32, {n, v}), x = random_tensor(rng_, DType::kF32, {n, h});
+      HostTensor rows = random_tensor(rng_, rt, {slots * r, h});
+      std::vector<int32_t> ids(static_cast<size_t>(slots * r), 0), counts = {3, 0, static_cast<int32_t>(r)};
+      ids[0] = 4, ids[1] = 300, ids[2] = 301;
+      for (int64_t j = 0; j < r; ++j) ids[static_cast<size_t>(2 * r + j)] = static_cast<int32_t>(j);
+      HostTensor hids = host_i32({slots * r}, ids), hcounts = host_i32({slots}, counts);
+      HostTensor hsizes = host_i32({slots}, {302, 300, 304});
+      HostTensor hslot = host_i32({n}, {-1, 0, 2, 1, 0, -1, 2, 2, 0});
+      HostTensor out = random_tensor(rng_, DType::kF32, {n, w});
+      VocabTables ht;
+      ht.lm_head_rows = rows.view();
+      ht.lm_head_ids = hids.view();
+      ht.row_counts = hcounts.view();
+      ht.vocab_sizes = hsizes.view();
+      ht.rows_per_slot = r;
+      ht.base_vocab = v;
+      ht.width = w;
+      ref_.vocab_logits(out.view(), base.view(), x.view(), hslot.view(), ht);
+      DeviceTensor gb = upload(gpu_.get(), base), gx = upload(gpu_.get(), x), grows = upload(gpu_.get(), rows);
+      DeviceTensor gids = upload(gpu_.get(), hids), gcounts = upload(gpu_.get(), hcounts);
+      DeviceTensor gsizes = upload(gpu_.get(), hsizes), gslot = upload(gpu_.get(), hslot), go = upload(gpu_.get(), out);
+      poison(gpu_.get(), go.t);
+      VocabTables dt = ht;
+      dt.lm_head_rows = grows.t;
+      dt.lm_head_ids = gids.t;
+      dt.row_counts = gcounts.t;
+      dt.vocab_sizes = gsizes.t;
+      gpu_->vocab_logits(go.t, gb.t, gx.t, gslot.t, dt);
+      std::vector<float> got = download(gpu_.get(), go.t), want = out.as_f32();
+      size_t inf_mismatch = 0;
+      for (size_t i = 0; i < want.size(); ++i) {
+        if (std::isinf(want[i]) || std::isinf(got[i])) {
+          inf_mismatch += !(std::isinf(want[i]) && std::isinf(got[i]) && want[i] < 0 && got[i] < 0);
+          got[i] = want[i] = 0.f;
+        }
+      }
+      EXPECT_EQ(inf_mismatch, 0u);
+      expect_close("vocab_logits " + std::string(name_of(rt)) + " h=" + std::to_string(h), got, want, 1e-5);
+    }
 }
 
 TEST_F(CudaOps, RmsNormAndAddRmsNorm) {

@@ -268,11 +268,86 @@ TEST_P(CpuOps, Embedding) {
       idv[1] = static_cast<int32_t>(vocab - 1);
       Buf ids = ints_buf(idv);
       Buf want(DType::kF32, {97, d}), got(DType::kF32, {97, d});
-      ref_.embedding(want.t, table.t, ids.t);
+      ref_.embedding(want.t, table.t, Tensor(), ids.t);
       poison(got);
-      cpu_->embedding(got.t, table.t, ids.t);
+      cpu_->embedding(got.t, table.t, Tensor(), ids.t);
       expect_close(got, want, 0, 0, "embedding " + std::string(dtype_name(tt)));
     }
+  }
+}
+
+// Ids past the table read a LoRA slot's rows (VocabTables::embed_rows), in their own dtype.
+TEST_P(CpuOps, EmbeddingExtraRows) {
+  for (DType tt : kFloatTypes) {
+    for (DType et : {DType::kF32, DType::kBF16}) {
+      const int64_t vocab = 40, rows = 9, d = 33;
+      Buf table = random_buf(rng_, tt, {vocab, d});
+      Buf extra = random_buf(rng_, et, {rows, d});
+      std::vector<int32_t> idv = {0, 39, 40, 48, 7, 44, 40};
+      Buf ids = ints_buf(idv);
+      const int64_t n = static_cast<int64_t>(idv.size());
+      Buf want(DType::kF32, {n, d}), got(DType::kF32, {n, d});
+      ref_.embedding(want.t, table.t, extra.t, ids.t);
+      poison(got);
+      cpu_->embedding(got.t, table.t, extra.t, ids.t);
+      expect_close(got, want, 0, 0, "embedding extra " + std::string(dtype_name(tt)) + "/" + std::string(dtype_name(et)));
+      for (int64_t j = 0; j < d; ++j) {
+        ASSERT_EQ(want.at(2 * d + j), extra.at(j));             // id 40: extra row 0
+        ASSERT_EQ(want.at(5 * d + j), extra.at(4 * d + j));     // id 44: extra row 4
+        ASSERT_EQ(want.at(1 * d + j), table.at(39 * d + j));
+      }
+    }
+  }
+}
+
+// The logits of each row's own vocabulary: base logits copied, columns past the row's
+// vocabulary -inf, the slot's lm_head rows' dot products at their ids.
+TEST_P(CpuOps, VocabLogits) {
+  for (DType rt : {DType::kF32, DType::kBF16}) {
+    const int64_t v = 37, extra = 5, w = v + extra, h = 19, slots = 3, r = 6, n = 7;
+    Buf base = random_buf(rng_, DType::kF32, {n, v});
+    Buf x = random_buf(rng_, DType::kF32, {n, h});
+    Buf rows = random_buf(rng_, rt, {slots * r, h});
+    // slot 0: two new tokens (37, 38) and a replaced base row (4); slot 1: none; slot 2:
+    // every row of its table: 36, 0, 37, 38, 39, 41 (five new tokens).
+    Buf ids = ints_buf({4, 37, 38, 0, 0, 0, 0, 0, 0, 0, 0, 0, 36, 0, 37, 38, 39, 41});
+    Buf counts = ints_buf({3, 0, 6});
+    Buf sizes = ints_buf({39, 37, 42});
+    Buf slot = ints_buf({-1, 0, 2, 1, 0, -1, 2});
+    VocabTables t;
+    t.embed_rows = rows.t;
+    t.lm_head_rows = rows.t;
+    t.lm_head_ids = ids.t;
+    t.row_counts = counts.t;
+    t.vocab_sizes = sizes.t;
+    t.rows_per_slot = r;
+    t.base_vocab = v;
+    t.width = w;
+    Buf want(DType::kF32, {n, w}), got(DType::kF32, {n, w});
+    ref_.vocab_logits(want.t, base.t, x.t, slot.t, t);
+    poison(got);
+    cpu_->vocab_logits(got.t, base.t, x.t, slot.t, t);
+    const double tol = 1e-5;
+    for (int64_t i = 0; i < n * w; ++i) {
+      if (std::isinf(want.at(i))) {
+        ASSERT_TRUE(std::isinf(got.at(i)) && got.at(i) < 0) << i;
+        continue;
+      }
+      ASSERT_NEAR(got.at(i), want.at(i), tol * (1 + std::fabs(want.at(i)))) << i;
+    }
+    auto dot = [&](int64_t i, int64_t row) {
+      double acc = 0;
+      for (int64_t k = 0; k < h; ++k) acc += double(x.at(i * h + k)) * rows.at(row * h + k);
+      return acc;
+    };
+    for (int64_t c = v; c < w; ++c) ASSERT_TRUE(std::isinf(want.at(0 * w + c)));   // base row
+    EXPECT_NEAR(want.at(1 * w + 4), dot(1, 0), 1e-5);                              // slot 0 replaced row
+    EXPECT_NEAR(want.at(1 * w + 38), dot(1, 2), 1e-5);
+    EXPECT_TRUE(std::isinf(want.at(1 * w + 39)));                                   // past slot 0's 39
+    EXPECT_EQ(want.at(1 * w + 5), base.at(1 * v + 5));
+    EXPECT_NEAR(want.at(2 * w + 41), dot(2, 2 * r + 5), 1e-5);
+    EXPECT_EQ(want.at(2 * w + 40), 0.f);  // a new id the adapter gives no row: its logit is 0
+    EXPECT_TRUE(std::isinf(want.at(3 * w + 37)));                                   // slot 1: base vocabulary
   }
 }
 

@@ -1,11 +1,12 @@
 // link: qv_io
-// vLLM's added-token layout (added_tokens.json + new_embeddings.safetensors): read and
-// validated by load_added_vocab, and refused by load_peft_adapter as not supported yet,
-// naming the tokens, instead of being ignored (the base model would then see ids it lacks).
+// Adapters that change vocabulary rows, in the three layouts (vLLM's added_tokens.json +
+// new_embeddings.safetensors, PEFT's modules_to_save and trainable_token_indices): read,
+// validated, and resolved by load_peft_adapter into one AdapterVocab (ids and rows).
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "io/adapter_vocab.h"
 #include "io/peft_adapter.h"
@@ -66,9 +67,32 @@ TEST_F(AdapterVocabTest, ReadsTheSeedLayout) {
   EXPECT_EQ(v.output_rows[1 * 8 + 2], 1.25f);
 
   auto a = load_peft_adapter(dir_, "sql", base_, 8);
-  ASSERT_FALSE(a.is_ok());
-  for (const char* p : {"adds 4 tokens", "[user], [/user], [assistant], [/assistant]", "ids 32-35", "not supported yet"})
-    EXPECT_NE(a.message().find(p), std::string::npos) << a.message();
+  ASSERT_TRUE(a.is_ok()) << a.message();
+  const AdapterVocab& av = a.value().vocab;
+  EXPECT_EQ(av.new_tokens, 4);
+  EXPECT_EQ(av.new_token_names, v.tokens);
+  EXPECT_EQ(av.input_ids, (std::vector<int32_t>{32, 33, 34, 35}));
+  EXPECT_EQ(av.output_ids, (std::vector<int32_t>{32, 33, 34, 35}));
+  EXPECT_EQ(av.input_rows, v.input_rows);
+  EXPECT_EQ(av.output_rows, v.output_rows);
+  EXPECT_EQ(av.rows(), 4);
+}
+
+TEST_F(AdapterVocabTest, TiedBasesTakeTheInputRowsForLmHead) {
+  write_tokens(R"({"[user]": 32, "[/user]": 33})");
+  write_rows({{"input_embeddings", rows(2, 8)}});
+  auto untied = load_peft_adapter(dir_, "ad", base_, 8);
+  ASSERT_FALSE(untied.is_ok());
+  EXPECT_NE(untied.message().find("no output_embeddings"), std::string::npos) << untied.message();
+  ModelConfig tied = base_;
+  tied.tie_word_embeddings = true;
+  auto a = load_peft_adapter(dir_, "ad", tied, 8);
+  ASSERT_TRUE(a.is_ok()) << a.message();
+  EXPECT_EQ(a.value().vocab.output_rows, a.value().vocab.input_rows);
+  write_rows({{"output_embeddings", rows(2, 8)}});
+  auto no_input = load_peft_adapter(dir_, "ad", tied, 8);
+  ASSERT_FALSE(no_input.is_ok());
+  EXPECT_NE(no_input.message().find("no input_embeddings"), std::string::npos) << no_input.message();
 }
 
 TEST_F(AdapterVocabTest, TokensTheBaseAlreadyHasAddNothing) {
@@ -105,7 +129,7 @@ TEST_F(AdapterVocabTest, RefusesInconsistentFiles) {
 }
 
 
-// PEFT's layouts, through load_peft_adapter: validated, then refused as not supported yet.
+// PEFT's layouts, through load_peft_adapter.
 class PeftVocabTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -113,17 +137,23 @@ class PeftVocabTest : public ::testing::Test {
     ASSERT_FALSE(dir_.empty());
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
-  Result<LoraAdapter> load(const nlohmann::ordered_json& extra, std::map<std::string, HostTensor> more) {
+  Result<LoraAdapter> load(const nlohmann::ordered_json& extra, std::map<std::string, HostTensor> more,
+                           const ModelConfig* base = nullptr) {
     auto config = lora_test::lora_config(2, 2, {"q_proj"});
     for (const auto& [k, v] : extra.items()) config[k] = v;
     auto tensors = lora_test::adapter_tensors(base_, {LoraTarget::kQ}, 2, 1);
     for (auto& [k, v] : more) tensors[k] = v;
     lora_test::write_adapter(dir_, config, tensors);
-    return load_peft_adapter(dir_, "ad", base_, 8);
+    return load_peft_adapter(dir_, "ad", base ? *base : base_, 8);
   }
   static void expect(const Result<LoraAdapter>& r, const std::vector<std::string>& parts) {
     ASSERT_FALSE(r.is_ok()) << parts[0];
     for (const auto& p : parts) EXPECT_NE(r.message().find(p), std::string::npos) << r.message();
+  }
+  static std::vector<int32_t> iota(int32_t n) {
+    std::vector<int32_t> v(static_cast<size_t>(n));
+    for (int32_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = i;
+    return v;
   }
   ModelConfig base_ = lora_test::tiny_config();  // vocab 32, hidden 8, untied
   std::string dir_;
@@ -131,19 +161,65 @@ class PeftVocabTest : public ::testing::Test {
 
 TEST_F(PeftVocabTest, ModulesToSaveOverAResizedVocabulary) {
   const HostTensor full = test_rows(36, 8);
-  expect(load({{"modules_to_save", {"embed_tokens", "lm_head"}}},
-              {{"base_model.model.model.embed_tokens.weight", full}, {"base_model.model.lm_head.weight", full}}),
-         {"modules_to_save replaces embed_tokens ([36, 8]", "lm_head", "not supported yet"});
+  auto a = load({{"modules_to_save", {"embed_tokens", "lm_head"}}},
+                {{"base_model.model.model.embed_tokens.weight", full}, {"base_model.model.lm_head.weight", full}});
+  ASSERT_TRUE(a.is_ok()) << a.message();
+  const AdapterVocab& v = a.value().vocab;
+  EXPECT_EQ(v.new_tokens, 4);
+  EXPECT_EQ(v.input_ids, iota(36));
+  EXPECT_EQ(v.output_ids, iota(36));
+  EXPECT_EQ(v.input_rows, full.values);
+  EXPECT_EQ(v.rows(), 36);
+  EXPECT_EQ(a.value().layers[0][0]->rank, 2);  // the LoRA part is still there
+
+  // The tokenizer's added_tokens.json beside it only names the new ids.
+  std::ofstream(dir_ + "/added_tokens.json") << R"({"<a>": 32, "<b>": 33, "<c>": 34, "<d>": 35})";
+  auto named = load_peft_adapter(dir_, "ad", base_, 8);
+  ASSERT_TRUE(named.is_ok()) << named.message();
+  EXPECT_EQ(named.value().vocab.new_token_names, (std::vector<std::string>{"<a>", "<b>", "<c>", "<d>"}));
+  std::ofstream(dir_ + "/added_tokens.json") << R"({"<a>": 32, "<b>": 33, "<c>": 34, "<d>": 35, "<e>": 36})";
+  expect(load_peft_adapter(dir_, "ad", base_, 8), {"names ids up to 36", "end at id 35"});
+  std::filesystem::remove(dir_ + "/added_tokens.json");
+
+  expect(load({{"modules_to_save", {"lm_head"}}}, {{"base_model.model.lm_head.weight", full}}),
+         {"resizes the vocabulary to 36 but saves only lm_head", "embed_tokens rows are not in the adapter"});
   expect(load({{"modules_to_save", {"lm_head"}}}, {}),
          {"modules_to_save needs tensor base_model.model.lm_head.weight, which is missing"});
   expect(load({{"modules_to_save", {"embed_tokens"}}}, {{"base_model.model.model.embed_tokens.weight", test_rows(30, 8)}}),
          {"must be [vocab, 8] with vocab >= the base's 32"});
+  // Without a resize, one replaced module is fine.
+  auto lm = load({{"modules_to_save", {"lm_head"}}}, {{"base_model.model.lm_head.weight", test_rows(32, 8)}});
+  ASSERT_TRUE(lm.is_ok()) << lm.message();
+  EXPECT_TRUE(lm.value().vocab.input_ids.empty());
+  EXPECT_EQ(lm.value().vocab.output_ids, iota(32));
+  EXPECT_EQ(lm.value().vocab.new_tokens, 0);
 }
 
 TEST_F(PeftVocabTest, TrainableTokenIndices) {
   const std::string delta = "base_model.model.model.embed_tokens.token_adapter.trainable_tokens_delta";
-  expect(load({{"trainable_token_indices", {3, 5}}}, {{delta, test_rows(2, 8)}}),
-         {"trainable_token_indices trains 2 embed_tokens rows", "not supported yet"});
+  auto a = load({{"trainable_token_indices", {5, 3}}}, {{delta, test_rows(2, 8)}});
+  ASSERT_TRUE(a.is_ok()) << a.message();
+  const AdapterVocab& v = a.value().vocab;
+  EXPECT_EQ(v.new_tokens, 0);
+  EXPECT_EQ(v.input_ids, (std::vector<int32_t>{3, 5}));  // sorted, rows with them
+  EXPECT_EQ(v.input_rows[0], 1.f);                        // id 3 was the second row
+  EXPECT_EQ(v.input_rows[8], 0.f);
+  EXPECT_TRUE(v.output_ids.empty());  // untied: lm_head keeps its rows
+
+  ModelConfig tied = base_;
+  tied.tie_word_embeddings = true;
+  auto t = load({{"trainable_token_indices", {5, 3}}}, {{delta, test_rows(2, 8)}}, &tied);
+  ASSERT_TRUE(t.is_ok()) << t.message();
+  EXPECT_EQ(t.value().vocab.output_ids, (std::vector<int32_t>{3, 5}));
+  EXPECT_EQ(t.value().vocab.output_rows, t.value().vocab.input_rows);
+
+  const std::string lm_delta = "base_model.model.lm_head.token_adapter.trainable_tokens_delta";
+  auto both = load({{"trainable_token_indices", {{"embed_tokens", {1}}, {"lm_head", {2, 9}}}}},
+                   {{delta, test_rows(1, 8)}, {lm_delta, test_rows(2, 8)}});
+  ASSERT_TRUE(both.is_ok()) << both.message();
+  EXPECT_EQ(both.value().vocab.input_ids, (std::vector<int32_t>{1}));
+  EXPECT_EQ(both.value().vocab.output_ids, (std::vector<int32_t>{2, 9}));
+
   expect(load({{"trainable_token_indices", {3, 5}}}, {{delta, test_rows(3, 8)}}),
          {"must be [2, 8] (one row per id of trainable_token_indices"});
   expect(load({{"trainable_token_indices", {3, 3}}}, {{delta, test_rows(2, 8)}}), {"id 3 appears twice"});
@@ -151,6 +227,21 @@ TEST_F(PeftVocabTest, TrainableTokenIndices) {
          {"40 is not a token id below the vocabulary size 32"});
   expect(load({{"trainable_token_indices", {{"lm_head", {1}}}}}, {}),
          {"trainable_token_indices needs tensor base_model.model.lm_head.token_adapter.trainable_tokens_delta"});
+  HostTensor bad = test_rows(1, 8);
+  bad.values[3] = std::numeric_limits<float>::infinity();
+  expect(load({{"trainable_token_indices", {3}}}, {{delta, bad}}), {"non-finite value at row 0"});
+}
+
+TEST_F(PeftVocabTest, OneLayoutAtATime) {
+  const std::string delta = "base_model.model.model.embed_tokens.token_adapter.trainable_tokens_delta";
+  expect(load({{"trainable_token_indices", {3}}, {"modules_to_save", {"lm_head"}}},
+              {{delta, test_rows(1, 8)}, {"base_model.model.lm_head.weight", test_rows(32, 8)}}),
+         {"modules_to_save and trainable_token_indices both"});
+  std::ofstream(dir_ + "/added_tokens.json") << R"({"<a>": 32})";
+  lora_test::write_safetensors(dir_ + "/new_embeddings.safetensors",
+                               {{"input_embeddings", test_rows(1, 8)}, {"output_embeddings", test_rows(1, 8)}});
+  expect(load({{"trainable_token_indices", {3}}}, {{delta, test_rows(1, 8)}}),
+         {"new_embeddings.safetensors adds rows beside PEFT's"});
 }
 
 }  // namespace

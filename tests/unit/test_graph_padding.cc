@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -139,7 +140,7 @@ class RecordingBackend : public RefBackend {
 
 #define QV_RECORD(call) \
   if (capturing_) recording_.push_back([=, this] { RefBackend::call; }); else RefBackend::call
-  void embedding(Tensor o, Tensor t, Tensor i) override { QV_RECORD(embedding(o, t, i)); }
+  void embedding(Tensor o, Tensor t, Tensor x, Tensor i) override { QV_RECORD(embedding(o, t, x, i)); }
   void rms_norm_f32(Tensor o, Tensor x, Tensor w, float e) override { QV_RECORD(rms_norm_f32(o, x, w, e)); }
   void add_rms_norm_f32(Tensor o, Tensor r, Tensor x, Tensor w, float e) override {
     QV_RECORD(add_rms_norm_f32(o, r, x, w, e));
@@ -152,6 +153,9 @@ class RecordingBackend : public RefBackend {
   }
   void silu_mul_f32(Tensor o, Tensor g, Tensor u) override { QV_RECORD(silu_mul_f32(o, g, u)); }
   void gather_rows(Tensor o, Tensor x, Tensor r) override { QV_RECORD(gather_rows(o, x, r)); }
+  void vocab_logits(Tensor o, Tensor b, Tensor x, Tensor s, const VocabTables& t) override {
+    QV_RECORD(vocab_logits(o, b, x, s, t));
+  }
   void lora_shrink(Tensor t, Tensor x, Tensor a, const LoraMeta& m) override { QV_RECORD(lora_shrink(t, x, a, m)); }
   void lora_expand(Tensor y, Tensor t, Tensor b, const LoraMeta& m) override { QV_RECORD(lora_expand(y, t, b, m)); }
 #undef QV_RECORD
@@ -170,7 +174,7 @@ constexpr int kBlockSize = 4, kMaxBlocks = 16, kMaxLoras = 2;
 
 // One model runner with its own backend, weights, KV cache and LoRA slots.
 struct Rig {
-  explicit Rig(bool graphs, bool graph_backend, bool defer = false) {
+  explicit Rig(bool graphs, bool graph_backend, bool defer = false, VocabLimits vocab = {}) {
     backend = graph_backend ? std::unique_ptr<Backend>(new RecordingBackend(defer)) : std::make_unique<RefBackend>();
     config = load_model_config(kModel.string()).value();
     auto ckpt = std::make_shared<Checkpoint>(Checkpoint::open(kModel.string()).value());
@@ -178,7 +182,7 @@ struct Rig {
                                          kBlockSize * kMaxBlocks);
     KvCacheShape shape{config.num_layers, config.num_kv_heads, config.head_dim, kBlockSize, DType::kF32};
     kv = std::make_unique<KvCache>(backend.get(), shape, 8 * 16);  // 8 blocks for each of 16 seqs
-    pool = std::make_unique<LoraSlotPool>(backend.get(), config, kMaxLoras, 64);
+    pool = std::make_unique<LoraSlotPool>(backend.get(), config, kMaxLoras, 64, DType::kF32, vocab);
     RunnerLimits limits;
     limits.max_num_batched_tokens = 128;
     limits.max_num_seqs = 16;
@@ -252,10 +256,10 @@ void drive(std::vector<Rig*> rigs, std::vector<bool> force_unpadded, std::vector
       }
       EXPECT_EQ(logits[r], logits[0]) << "rig " << r << " step " << step;
     }
-    const int64_t vocab = rigs[0]->config.vocab_size;
+    const int64_t width = rigs[0]->runner->logits_width();
     for (size_t s = 0; s < seqs.size(); ++s) {
-      const float* row = logits[0].data() + s * vocab;
-      seqs[s].tokens.push_back(static_cast<int32_t>(std::max_element(row, row + vocab) - row));
+      const float* row = logits[0].data() + s * width;
+      seqs[s].tokens.push_back(static_cast<int32_t>(std::max_element(row, row + width) - row));
     }
   }
 }
@@ -308,6 +312,57 @@ TEST(GraphReplay, BaseOnlyBatchReplaysTheLoraOffGraph) {
     drive({&g, &e}, {false, false}, mixed, adapters, 3, 100,
           {"graph bs=" + std::to_string(bucket), "eager bs=" + std::to_string(bucket) + " (padded)"});
   }
+}
+
+// Adapters with vocabulary rows (io/adapter_vocab.h) under graphs: the slots' rows and
+// the host's token remapping are read by the replayed embedding and vocab_logits, so a
+// graph must match eager runs while adapters that add tokens and replace rows are swapped.
+TEST(GraphReplay, VocabularyRowsMatchEagerWithAdaptersSwapped) {
+  const VocabLimits limits{4, 6};
+  Rig graph(true, true, false, limits), eager(false, true, false, limits), plain(false, false, false, limits);
+  ASSERT_EQ(graph.runner->logits_width(), graph.config.vocab_size + 4);
+  auto adapters = fixture_adapters(graph.config);
+  const int64_t v = graph.config.vocab_size, h = graph.config.hidden_size;
+  auto rows = [&](int n, float scale) {
+    std::vector<float> r(static_cast<size_t>(n * h));
+    for (size_t i = 0; i < r.size(); ++i) r[i] = scale * static_cast<float>((i * 7919) % 23) / 23.f - scale / 2;
+    return r;
+  };
+  // Adapter 5 adds three tokens; adapter 0 replaces two base rows in each matrix.
+  AdapterVocab& added = adapters[5].vocab;
+  added.new_tokens = 3;
+  added.input_ids = added.output_ids = {static_cast<int32_t>(v), static_cast<int32_t>(v + 1), static_cast<int32_t>(v + 2)};
+  added.input_rows = rows(3, 2.f);
+  added.output_rows = rows(3, 8.f);
+  AdapterVocab& replaced = adapters[0].vocab;
+  replaced.input_ids = {9, 100};
+  replaced.input_rows = rows(2, 1.f);
+  replaced.output_ids = {7, 300};
+  replaced.output_rows = rows(2, 6.f);
+  const int32_t n0 = static_cast<int32_t>(v);
+  std::vector<Seq> seqs = {{{5, 9, 100, 7}, 0, 0}, {{300}, 0, -1}, {{44, n0 + 1, 46, n0, 48, n0 + 2}, 0, 5}};
+  drive({&graph, &eager, &plain}, {false, false, true}, seqs, adapters, 8, 4,
+        {"graph bs=4", "eager bs=4 (padded)", "eager"});
+
+  // One step by hand: the base row never sees the new ids, the adding adapter's row does.
+  ForwardBatch b;
+  b.query_start = {0, 1, 2};
+  b.max_blocks_per_seq = 8;
+  const int slot = plain.pool->acquire(105, adapters[5]).value();
+  b.token_ids = {300, n0 + 1};
+  b.positions = {0, 0};
+  b.slot_mapping = {0, 8 * kBlockSize};
+  b.token_lora_slot = {-1, slot};
+  b.seq_lens = {1, 1};
+  b.logit_rows = {0, 1};
+  for (int s = 0; s < 2; ++s)
+    for (int k = 0; k < 8; ++k) b.block_tables.push_back(8 * s + k);
+  std::vector<float> logits;
+  plain.runner->execute(b, &logits);
+  const int64_t w = plain.runner->logits_width();
+  for (int64_t c = v; c < w; ++c) EXPECT_TRUE(std::isinf(logits[static_cast<size_t>(c)])) << c;
+  for (int64_t c = v; c < v + 3; ++c) EXPECT_TRUE(std::isfinite(logits[static_cast<size_t>(w + c)])) << c;
+  EXPECT_TRUE(std::isinf(logits[static_cast<size_t>(w + v + 3)]));
 }
 
 }  // namespace

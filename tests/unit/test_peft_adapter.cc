@@ -273,10 +273,13 @@ TEST_F(PeftAdapterTest, RefusesDora) {
   expect_error(write_and_load(c, adapter_tensors(base_, {LoraTarget::kQ}, 2, 1)), {"use_dora"});
 }
 
+// embed_tokens / lm_head replacements are vocabulary rows (test_adapter_vocab.cc); any other
+// saved module would replace a base module quiver does not swap per request.
 TEST_F(PeftAdapterTest, RefusesModulesToSave) {
   OJson c = lora_config(2, 2, {"q_proj"});
-  c["modules_to_save"] = {"lm_head"};
-  expect_error(write_and_load(c, adapter_tensors(base_, {LoraTarget::kQ}, 2, 1)), {"modules_to_save"});
+  c["modules_to_save"] = {"score"};
+  expect_error(write_and_load(c, adapter_tensors(base_, {LoraTarget::kQ}, 2, 1)),
+               {"modules_to_save", "replaces whole base modules"});
 }
 
 TEST_F(PeftAdapterTest, RefusesBias) {

@@ -33,6 +33,8 @@ class EngineArgs:
     max_loras: int = 1
     max_lora_rank: int = 16
     max_cpu_loras: Optional[int] = None
+    lora_extra_vocab_size: int = 256
+    max_lora_vocab_rows: int = 256
     lora_dtype: str = "auto"
     kv_cache_dtype: str = "auto"
     device: str = "auto"
@@ -58,6 +60,8 @@ class EngineArgs:
         check_bool(o, "enable_lora", self.enable_lora)
         check_int(o, "max_loras", self.max_loras, minimum=1)
         check_int(o, "max_lora_rank", self.max_lora_rank, minimum=1)
+        check_int(o, "lora_extra_vocab_size", self.lora_extra_vocab_size, minimum=0)
+        check_int(o, "max_lora_vocab_rows", self.max_lora_vocab_rows, minimum=0)
         check_str(o, "lora_dtype", self.lora_dtype)
         check_str(o, "kv_cache_dtype", self.kv_cache_dtype)
         check_str(o, "device", self.device, choices=_DEVICES)
@@ -93,6 +97,8 @@ class EngineArgs:
         a.max_loras = self.max_loras
         a.max_lora_rank = self.max_lora_rank
         a.max_cpu_loras = self.max_cpu_loras or 0
+        a.lora_extra_vocab_size = self.lora_extra_vocab_size
+        a.max_lora_vocab_rows = self.max_lora_vocab_rows
         a.lora_dtype = self.lora_dtype
         a.kv_cache_dtype = self.kv_cache_dtype
         a.num_kv_blocks = self.num_gpu_blocks_override or 0

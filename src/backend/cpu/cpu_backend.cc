@@ -133,17 +133,21 @@ void CpuBackend::round_to_16bit(Tensor out16, Tensor x) {
   parallel(x.numel(), 1, 4096, [&](int64_t b, int64_t e, int) { round(o + b, x.ptr<float>() + b, e - b); });
 }
 
-void CpuBackend::embedding(Tensor out, Tensor table, Tensor ids) {
-  const int64_t n = out.dim(0), d = out.dim(1);
+void CpuBackend::embedding(Tensor out, Tensor table, Tensor extra, Tensor ids) {
+  const int64_t n = out.dim(0), d = out.dim(1), vocab = table.dim(0);
   check_rows(out, n, d, "embedding: out must be [n, d] f32");
   check(table.ndim == 2 && table.dim(1) == d && ids.numel() == n, "embedding: shape mismatch");
-  const auto convert = k_->to_f32[cpu_elem_type(table.dtype)];
-  const size_t row_bytes = static_cast<size_t>(d) * dtype_size(table.dtype);
+  check(extra.empty() || (extra.ndim == 2 && extra.dim(1) == d), "embedding: extra rows of another width");
+  const int64_t rows = extra.empty() ? 0 : extra.dim(0);
   const int32_t* id = ids.ptr<int32_t>();
-  for (int64_t i = 0; i < n; ++i) check(id[i] >= 0 && id[i] < table.dim(0), "embedding: id out of range");
+  for (int64_t i = 0; i < n; ++i) check(id[i] >= 0 && id[i] < vocab + rows, "embedding: id out of range");
   parallel(n, d, 1, [&](int64_t b, int64_t e, int) {
-    for (int64_t i = b; i < e; ++i)
-      convert(out.ptr<float>() + i * d, static_cast<const char*>(table.data) + id[i] * row_bytes, d);
+    for (int64_t i = b; i < e; ++i) {
+      const Tensor& t = id[i] < vocab ? table : extra;
+      const int64_t row = id[i] < vocab ? id[i] : id[i] - vocab;
+      k_->to_f32[cpu_elem_type(t.dtype)](out.ptr<float>() + i * d,
+                                         static_cast<const char*>(t.data) + row * d * dtype_size(t.dtype), d);
+    }
   });
 }
 
@@ -231,6 +235,49 @@ void CpuBackend::silu_mul_f32(Tensor out, Tensor gate, Tensor up) {
     const int64_t lo = b * kChunk, hi = std::min(n, e * kChunk);
     k_->silu_mul(out.ptr<float>() + lo, gate.ptr<float>() + lo, up.ptr<float>() + lo, hi - lo);
   });
+}
+
+void CpuBackend::vocab_logits(Tensor out, Tensor base, Tensor x, Tensor row_slot, const VocabTables& t) {
+  const int64_t n = out.dim(0), h = x.dim(1), r = t.rows_per_slot, w = t.width, v = t.base_vocab;
+  check(out.dtype == DType::kF32 && out.dim(1) == w && base.dim(0) == n && base.dim(1) == v && x.dim(0) == n &&
+            row_slot.numel() == n, "vocab_logits: shape mismatch");
+  const int32_t* slot = row_slot.ptr<int32_t>();
+  parallel(n, w, 1, [&](int64_t b, int64_t e, int) {
+    for (int64_t i = b; i < e; ++i) {
+      const int64_t size = slot[i] < 0 || r == 0 ? v : t.vocab_sizes.ptr<int32_t>()[slot[i]];
+      float* o = out.ptr<float>() + i * w;
+      std::memcpy(o, base.ptr<float>() + i * v, static_cast<size_t>(v) * sizeof(float));
+      for (int64_t c = v; c < w; ++c) o[c] = c < size ? 0.f : -INFINITY;
+    }
+  });
+  if (r == 0) return;
+  // One matmul per slot in the step: its rows of x against the slot's lm_head rows (a full
+  // modules_to_save lm_head is a whole vocabulary of them).
+  std::vector<int32_t> done;
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t s = slot[i];
+    if (s < 0 || std::find(done.begin(), done.end(), s) != done.end()) continue;
+    done.push_back(s);
+    const int64_t count = t.row_counts.ptr<int32_t>()[s];
+    if (count == 0) continue;
+    std::vector<int64_t> mine;
+    for (int64_t j = i; j < n; ++j)
+      if (slot[j] == s) mine.push_back(j);
+    const int64_t m = static_cast<int64_t>(mine.size());
+    vocab_x_.resize(static_cast<size_t>(m * h));
+    vocab_y_.resize(static_cast<size_t>(m * count));
+    for (int64_t k = 0; k < m; ++k)
+      std::memcpy(vocab_x_.data() + k * h, x.ptr<float>() + mine[k] * h, static_cast<size_t>(h) * sizeof(float));
+    matmul(Tensor(vocab_y_.data(), DType::kF32, {m, count}), Tensor(vocab_x_.data(), DType::kF32, {m, h}),
+           t.lm_head_rows.rows(s * r, count), Tensor());
+    const int32_t* ids = t.lm_head_ids.ptr<int32_t>() + s * r;
+    const int64_t size = t.vocab_sizes.ptr<int32_t>()[s];
+    for (int64_t c = 0; c < count; ++c) check(ids[c] >= 0 && ids[c] < size, "vocab_logits: a slot's lm_head row is outside its vocabulary");
+    for (int64_t k = 0; k < m; ++k) {
+      float* o = out.ptr<float>() + mine[k] * w;
+      for (int64_t c = 0; c < count; ++c) o[ids[c]] = vocab_y_[static_cast<size_t>(k * count + c)];
+    }
+  }
 }
 
 void CpuBackend::gather_rows(Tensor out, Tensor x, Tensor rows) {

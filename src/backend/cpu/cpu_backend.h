@@ -43,7 +43,7 @@ class CpuBackend : public HostBackend {
   // the thread that reads it.
   double measure_read_gbs() override;
 
-  void embedding(Tensor out, Tensor table, Tensor ids) override;
+  void embedding(Tensor out, Tensor table, Tensor extra, Tensor ids) override;
   void rms_norm_f32(Tensor out, Tensor x, Tensor w, float eps) override;
   void add_rms_norm_f32(Tensor out, Tensor residual, Tensor x, Tensor w, float eps) override;
   void matmul(Tensor y, Tensor x, Tensor w, Tensor bias) override;
@@ -54,6 +54,7 @@ class CpuBackend : public HostBackend {
   void attention(Tensor out, Tensor q, const KvLayer& cache, const AttentionMeta& meta, float scale) override;
   void silu_mul_f32(Tensor out, Tensor gate, Tensor up) override;
   void gather_rows(Tensor out, Tensor x, Tensor rows) override;
+  void vocab_logits(Tensor out, Tensor base, Tensor x, Tensor row_slot, const VocabTables& t) override;
   void lora_shrink(Tensor t, Tensor x, Tensor a_stack, const LoraMeta& meta) override;
   void lora_expand(Tensor y, Tensor t, Tensor b_stack, const LoraMeta& meta) override;
   // ref_sampling.cc per row, rows split over the threads (cpu_sampling.cc)
@@ -91,6 +92,7 @@ class CpuBackend : public HostBackend {
   std::vector<float> weight_scratch_;
   std::vector<float> x_scratch_;  // matmul_x16's widened x without the dot-product kernel
   std::vector<float> attn_scratch_;
+  std::vector<float> vocab_x_, vocab_y_;  // vocab_logits: one slot's rows of x and their logits
   std::vector<LoraSegment> segments_;
 };
 

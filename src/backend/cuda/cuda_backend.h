@@ -58,7 +58,7 @@ class CudaBackend : public Backend {
   StepPlan plan(const StepShape& shape) const override {
     return plan_device_step(options_.dispatch, shape, options_.gemm_split_activations);
   }
-  void embedding(Tensor out, Tensor table, Tensor ids) override;
+  void embedding(Tensor out, Tensor table, Tensor extra, Tensor ids) override;
   void rms_norm(Tensor out, Tensor out16, Tensor x, Tensor w, float eps) override;  // norm.cu
   void add_rms_norm(Tensor out, Tensor out16, Tensor residual, Tensor x, Tensor w, float eps, const GroupPlan& plan,
                     const GroupLora& lora) override;
@@ -70,6 +70,7 @@ class CudaBackend : public Backend {
   void silu_mul(Tensor out, Tensor out16, Tensor gate, Tensor up, const GroupPlan& plan,
                 const GroupLora& lora) override;  // activation.cu
   void gather_rows(Tensor out, Tensor x, Tensor rows) override;
+  void vocab_logits(Tensor out, Tensor base, Tensor x, Tensor row_slot, const VocabTables& t) override;
   // sampling.cu: one block per row, sort-free thresholds (block_select.cuh)
   void sample(const SampleOutputs& out, Tensor logits, const SampleInputs& in) override;
 

@@ -24,13 +24,16 @@ void check_f32(const Tensor& t, const char* what) {
 
 }  // namespace
 
-void RefBackend::embedding(Tensor out, Tensor table, Tensor ids) {
+void RefBackend::embedding(Tensor out, Tensor table, Tensor extra, Tensor ids) {
   check_f32(out, "embedding: out must be f32");
-  const int64_t n = out.dim(0), d = out.dim(1);
+  const int64_t n = out.dim(0), d = out.dim(1), vocab = table.dim(0);
+  const int64_t rows = extra.empty() ? 0 : extra.dim(0);
   for (int64_t i = 0; i < n; ++i) {
-    int64_t row = ids.ptr<int32_t>()[i];
-    check(row >= 0 && row < table.dim(0), "embedding: id out of range");
-    for (int64_t j = 0; j < d; ++j) out.ptr<float>()[i * d + j] = load_as_f32(table.data, table.dtype, row * d + j);
+    const int64_t id = ids.ptr<int32_t>()[i];
+    check(id >= 0 && id < vocab + rows, "embedding: id out of range");
+    const Tensor& t = id < vocab ? table : extra;
+    const int64_t row = id < vocab ? id : id - vocab;
+    for (int64_t j = 0; j < d; ++j) out.ptr<float>()[i * d + j] = load_as_f32(t.data, t.dtype, row * d + j);
   }
 }
 
@@ -166,6 +169,30 @@ void RefBackend::silu_mul_f32(Tensor out, Tensor gate, Tensor up) {
   for (int64_t i = 0; i < out.numel(); ++i) {
     float g = gate.ptr<float>()[i];
     out.ptr<float>()[i] = g / (1.0f + std::exp(-g)) * up.ptr<float>()[i];
+  }
+}
+
+void RefBackend::vocab_logits(Tensor out, Tensor base, Tensor x, Tensor row_slot, const VocabTables& t) {
+  check_f32(out, "vocab_logits: out must be f32");
+  const int64_t n = out.dim(0), h = x.dim(1), r = t.rows_per_slot;
+  check(out.dim(1) == t.width && base.dim(0) == n && base.dim(1) == t.base_vocab && x.dim(0) == n &&
+            row_slot.numel() == n, "vocab_logits: shape mismatch");
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t s = row_slot.ptr<int32_t>()[i];
+    const int64_t size = s < 0 || r == 0 ? t.base_vocab : t.vocab_sizes.ptr<int32_t>()[s];
+    float* o = out.ptr<float>() + i * t.width;
+    for (int64_t c = 0; c < t.width; ++c)
+      o[c] = c >= size ? -INFINITY : c < t.base_vocab ? base.ptr<float>()[i * t.base_vocab + c] : 0.f;
+    if (s < 0 || r == 0) continue;
+    for (int64_t j = 0; j < t.row_counts.ptr<int32_t>()[s]; ++j) {
+      const int64_t row = s * r + j;
+      double acc = 0;
+      for (int64_t k = 0; k < h; ++k)
+        acc += static_cast<double>(x.ptr<float>()[i * h + k]) * load_as_f32(t.lm_head_rows.data, t.lm_head_rows.dtype, row * h + k);
+      const int32_t id = t.lm_head_ids.ptr<int32_t>()[row];
+      check(id >= 0 && id < size, "vocab_logits: a slot's lm_head row is outside its vocabulary");
+      o[id] = static_cast<float>(acc);
+    }
   }
 }
 

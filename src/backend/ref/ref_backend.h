@@ -11,7 +11,7 @@ class RefBackend : public HostBackend {
   explicit RefBackend(bool round_x16 = true) : HostBackend(round_x16) {}
   std::string name() const override { return "ref"; }
 
-  void embedding(Tensor out, Tensor table, Tensor ids) override;
+  void embedding(Tensor out, Tensor table, Tensor extra, Tensor ids) override;
   void rms_norm_f32(Tensor out, Tensor x, Tensor w, float eps) override;
   void add_rms_norm_f32(Tensor out, Tensor residual, Tensor x, Tensor w, float eps) override;
   void matmul(Tensor y, Tensor x, Tensor w, Tensor bias) override;
@@ -22,6 +22,7 @@ class RefBackend : public HostBackend {
   void attention(Tensor out, Tensor q, const KvLayer& cache, const AttentionMeta& meta, float scale) override;
   void silu_mul_f32(Tensor out, Tensor gate, Tensor up) override;
   void gather_rows(Tensor out, Tensor x, Tensor rows) override;
+  void vocab_logits(Tensor out, Tensor base, Tensor x, Tensor row_slot, const VocabTables& t) override;
   void lora_shrink(Tensor t, Tensor x, Tensor a_stack, const LoraMeta& meta) override;
   void lora_expand(Tensor y, Tensor t, Tensor b_stack, const LoraMeta& meta) override;
   // ref_sampling.cc
