@@ -40,7 +40,7 @@ import compare_fixtures as cf  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
-MODELS = ["llama_gqa", "llama3_bf16", "qwen2_tied", "mistral"]
+MODELS = ["llama_gqa", "llama3_bf16", "qwen2_tied", "mistral", "llama_vocab", "qwen2_vocab"]
 BOUND = 0.25  # docs/numerics.md: 16-bit numerics against HF float32
 FP8_BOUND = 3.0  # docs/numerics.md: the fp8 e4m3 KV cache against HF float32
 LONG_POSITIONS = 1024
@@ -107,7 +107,7 @@ class Runner:
             cmd += ["--max-loras", "8"]
         for a in sorted(os.listdir(os.path.join(model_dir, "adapters"))):
             cmd += ["--lora", f"{a}={os.path.join(model_dir, 'adapters', a)}"]
-        cmd += flags + ["--input", requests_path, "--output", out]
+        cmd += vocab_flags(model_dir) + flags + ["--input", requests_path, "--output", out]
         try:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout)
         except subprocess.TimeoutExpired:
@@ -115,6 +115,21 @@ class Runner:
         if r.returncode != 0:
             return None, f"exit {r.returncode}: {r.stderr.strip()[-400:]}"
         return read_jsonl(out), None
+
+
+def vocab_flags(model_dir):
+    """Slot rows for the vocabulary adapters of a fixture (tools/make_vocab_fixtures.py):
+    a modules_to_save adapter sets every row of its resized vocabulary."""
+    path = os.path.join(model_dir, "manifest.json")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        manifest = json.load(f)
+    if not any(a.get("layout") == "modules_to_save" for a in manifest["adapters"]):
+        return []
+    with open(os.path.join(model_dir, "config.json")) as f:
+        vocab = json.load(f)["vocab_size"]
+    return ["--max-lora-vocab-rows", str(vocab + max(a.get("new_tokens", 0) for a in manifest["adapters"]))]
 
 
 def check_hf(fixture, lines, bound):
@@ -243,7 +258,7 @@ def main():
         sixteen = storage_dtype(fx) != "float32" if a.device == "cuda" else storage_dtype(fx) == "bfloat16"
         fixtures[(model, "short")] = dict(read_fixture(fx), sixteen=sixteen)
         refs[(model, "short")] = (fx, os.path.join(fx, "requests.jsonl"))
-        if not a.no_long:
+        if not a.no_long and os.path.exists(os.path.join(fx, "long_requests.jsonl")):
             fixtures[(model, "long")] = dict(read_fixture(fx, "long_"), sixteen=sixteen)
             refs[(model, "long")] = (long_model(model, work)[0], os.path.join(fx, "long_requests.jsonl"))
     with concurrent.futures.ThreadPoolExecutor(max_workers=a.jobs) as pool:
@@ -266,7 +281,7 @@ def main():
                     write_jsonl(path, [dict(r, **rewrite) for r in requests])
                 for mode, mode_flags in modes_for(a.device):
                     runs_todo.append((model, "short", name, mode, fx, path, ["--device", a.device] + mode_flags + flags))
-            if a.no_long:
+            if (model, "long") not in refs:
                 continue
             long_dir, long_path = refs[(model, "long")]
             for name, flags, _ in schedules:

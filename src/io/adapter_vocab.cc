@@ -121,6 +121,23 @@ Result<std::optional<PeftVocab>> load_peft_vocab(const nlohmann::ordered_json& c
       // Full matrices: what they cost is stated where the slot takes them (slot_pool.h).
       QV_ASSIGN_OR_RETURN(std::vector<float> full, rows(*t, tname, static_cast<size_t>(t->shape[0]), base.hidden_size,
                                                         "modules_to_save"));
+      // save_pretrained over a resized vocabulary (save_embedding_layers="auto") also stores
+      // the module's state: the same trained copy as ".modules_to_save.weight" and the
+      // resized base as ".original_module.weight", which the adapter's forward never reads.
+      const std::string copy = module_path(last) + ".modules_to_save.weight";
+      if (auto c = tensors.find(copy); c != tensors.end()) {
+        QV_ASSIGN_OR_RETURN(std::vector<float> twin, rows(c->second, copy, static_cast<size_t>(t->shape[0]),
+                                                          base.hidden_size, "modules_to_save"));
+        if (twin != full)
+          return Status::error("modules_to_save: tensors " + tname + " and " + copy +
+                               " both hold the trained module but differ");
+        v.tensors.push_back(copy);
+      }
+      const std::string original = module_path(last) + ".original_module.weight";
+      if (auto o = tensors.find(original); o != tensors.end()) {
+        QV_RETURN_IF_ERROR(check_float(o->second, original).with_context("modules_to_save"));
+        v.tensors.push_back(original);
+      }
       (last == "lm_head" ? v.lm_head_full : v.embed_full) = std::move(full);
       v.tensors.push_back(tname);
     }

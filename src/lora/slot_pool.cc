@@ -4,6 +4,7 @@
 #include "lora/slot_pool.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <string>
 
 #include "core/check.h"
@@ -27,7 +28,9 @@ Status VocabLimits::check(const LoraAdapter& a, const ModelConfig& base, DType d
   if (v.empty()) return Status::ok();
   auto mib = [&](int64_t rows) {
     VocabLimits l{extra_vocab, rows};
-    return std::to_string((l.slot_bytes(base, dtype) + (1 << 20) - 1) >> 20);
+    char text[32];
+    std::snprintf(text, sizeof text, "%.1f", static_cast<double>(l.slot_bytes(base, dtype)) / (1 << 20));
+    return std::string(text);
   };
   if (v.new_tokens > extra_vocab)
     return Status::error("LoRA adapter '" + a.name + "' adds " + std::to_string(v.new_tokens) + " tokens (" + v.layout +

@@ -29,7 +29,10 @@ using nlohmann::json;
 using quiver::testing::read_jsonl;
 using quiver::testing::scratch;
 
-const std::vector<std::string> kModels = {"llama_gqa", "llama3_bf16", "qwen2_tied", "mistral"};
+// llama_vocab / qwen2_vocab: adapters that add and replace vocabulary rows
+// (tools/make_vocab_fixtures.py); their modules_to_save adapters set all 516 rows.
+const std::vector<std::string> kModels = {"llama_gqa", "llama3_bf16", "qwen2_tied", "mistral", "llama_vocab",
+                                          "qwen2_vocab"};
 
 fs::path fixture(const std::string& model) { return fs::path(QUIVER_SOURCE_DIR) / "tests/fixtures" / model; }
 
@@ -45,7 +48,7 @@ std::map<std::string, json> run_generate(const std::string& model, const fs::pat
   for (const auto& a : fs::directory_iterator(fixture(model) / "adapters"))
     cmd += " --lora " + a.path().filename().string() + "=" + a.path().string();
   const fs::path out = scratch("e2e_" + model + "_" + tag + ".jsonl");
-  cmd += " --max-lora-rank 64 --input " + input.string() + " --output " + out.string() + " " + extra;
+  cmd += " --max-lora-rank 64 --max-lora-vocab-rows 520 --input " + input.string() + " --output " + out.string() + " " + extra;
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
   std::map<std::string, json> by_id;
   for (auto& l : read_jsonl(out)) by_id[l["id"].get<std::string>()] = l;

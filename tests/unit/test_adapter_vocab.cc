@@ -195,6 +195,25 @@ TEST_F(PeftVocabTest, ModulesToSaveOverAResizedVocabulary) {
   EXPECT_EQ(lm.value().vocab.new_tokens, 0);
 }
 
+// save_pretrained over a resized vocabulary (PEFT's save_embedding_layers="auto") stores the
+// trained copy twice and the resized base beside it, as the vocab fixtures' adapters have it.
+TEST_F(PeftVocabTest, ModulesToSaveWithSavedEmbeddingLayers) {
+  const HostTensor full = test_rows(36, 8), base_rows = test_rows(36, 8, "BF16");
+  std::map<std::string, HostTensor> t;
+  for (const std::string m : {"base_model.model.model.embed_tokens", "base_model.model.lm_head"}) {
+    t[m + ".weight"] = full;
+    t[m + ".modules_to_save.weight"] = full;
+    t[m + ".original_module.weight"] = base_rows;
+  }
+  auto a = load({{"modules_to_save", {"embed_tokens", "lm_head"}}}, t);
+  ASSERT_TRUE(a.is_ok()) << a.message();
+  EXPECT_EQ(a.value().vocab.output_rows, full.values);
+  HostTensor other = full;
+  other.values[5] += 1.f;
+  t["base_model.model.lm_head.modules_to_save.weight"] = other;
+  expect(load({{"modules_to_save", {"embed_tokens", "lm_head"}}}, t), {"both hold the trained module but differ"});
+}
+
 TEST_F(PeftVocabTest, TrainableTokenIndices) {
   const std::string delta = "base_model.model.model.embed_tokens.token_adapter.trainable_tokens_delta";
   auto a = load({{"trainable_token_indices", {5, 3}}}, {{delta, test_rows(2, 8)}});
