@@ -255,16 +255,16 @@ Result<AdapterVocab> resolve_adapter_vocab(std::optional<AddedVocab> added, std:
     if (!p.replaced.empty()) {
       v.layout = "modules_to_save";
       v.new_tokens = p.replaced_vocab - vocab;
-      for (bool input : {true, false}) {
-        const std::vector<float>& full = input ? p.embed_full : p.lm_head_full;
-        if (full.empty()) continue;
-        for (int64_t id = 0; id < p.replaced_vocab; ++id) append_rows(&v, input, id, full.data() + id * h, h);
-      }
       if (v.new_tokens > 0 && (p.embed_full.empty() || p.lm_head_full.empty()))
         return Status::error("modules_to_save resizes the vocabulary to " + std::to_string(p.replaced_vocab) +
                              " but saves only " + (p.embed_full.empty() ? "lm_head" : "embed_tokens") +
                              ": the new tokens' " + (p.embed_full.empty() ? "embed_tokens" : "lm_head") +
                              " rows are not in the adapter (save both modules)");
+      for (bool input : {true, false}) {
+        const std::vector<float>& full = input ? p.embed_full : p.lm_head_full;
+        if (full.empty()) continue;
+        for (int64_t id = 0; id < p.replaced_vocab; ++id) append_rows(&v, input, id, full.data() + id * h, h);
+      }
     } else {
       v.layout = "trainable_token_indices";
       for (size_t i = 0; i < p.embed_ids.size(); ++i) append_rows(&v, true, p.embed_ids[i], p.embed_rows.data() + i * h, h);

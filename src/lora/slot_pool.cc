@@ -101,12 +101,6 @@ VocabTables LoraSlotPool::vocab_tables() const {
   return t;
 }
 
-int64_t LoraSlotPool::vocab_of(int slot) const {
-  if (slot < 0) return config_.vocab_size;
-  check(slot < max_loras_, "vocab_of: slot out of range");
-  return config_.vocab_size + slots_[static_cast<size_t>(slot)].new_tokens;
-}
-
 int32_t LoraSlotPool::embed_row(int slot, int32_t token) const {
   if (slot < 0) return token;
   const std::vector<int32_t>& ids = slots_[static_cast<size_t>(slot)].input_ids;
@@ -116,9 +110,7 @@ int32_t LoraSlotPool::embed_row(int slot, int32_t token) const {
 }
 
 void LoraSlotPool::load_vocab(int slot, const AdapterVocab& v) {
-  Slot& sl = slots_[static_cast<size_t>(slot)];
-  sl.input_ids = v.input_ids;
-  sl.new_tokens = v.new_tokens;
+  slots_[static_cast<size_t>(slot)].input_ids = v.input_ids;
   if (vocab_.rows == 0) return;
   const int64_t h = config_.hidden_size;
   const size_t es = dtype_size(dtype_);
@@ -128,15 +120,7 @@ void LoraSlotPool::load_vocab(int slot, const AdapterVocab& v) {
   auto upload_rows = [&](const Buffer& buf, const std::vector<float>& rows) {
     char* dst = static_cast<char*>(buf.data()) + first * row_bytes;
     backend_->fill_zero(dst, static_cast<size_t>(vocab_.rows) * row_bytes);
-    if (rows.empty()) return;
-    if (dtype_ == DType::kF32) {
-      backend_->copy_from_host(dst, rows.data(), rows.size() * sizeof(float));
-    } else {
-      narrow.resize(rows.size());
-      for (size_t i = 0; i < rows.size(); ++i) narrow[i] = f32_to_bf16(rows[i]);
-      backend_->copy_from_host(dst, narrow.data(), narrow.size() * sizeof(uint16_t));
-    }
-    backend_->synchronize();  // the staging is reused
+    if (!rows.empty()) upload(dst, rows.data(), rows.size(), &narrow);
   };
   upload_rows(embed_rows_, v.input_rows);
   upload_rows(lm_head_rows_, v.output_rows);
@@ -198,18 +182,6 @@ void LoraSlotPool::load_into(int slot, const LoraAdapter& adapter) {
   const size_t es = dtype_size(dtype_);
   std::vector<float> padded;      // host staging for one B, reused across modules
   std::vector<uint16_t> narrow;   // bf16 staging, reused across modules
-  // Copies n f32 values to the device, rounded to bf16 first when the stacks are bf16.
-  auto upload = [&](char* dst, const float* src, size_t n) {
-    if (dtype_ == DType::kF32) {
-      backend_->copy_from_host(dst, src, n * sizeof(float));
-    } else {
-      narrow.resize(n);
-      for (size_t i = 0; i < n; ++i) narrow[i] = f32_to_bf16(src[i]);
-      backend_->copy_from_host(dst, narrow.data(), n * sizeof(uint16_t));
-    }
-    // A device backend may still be reading the staging asynchronously; wait before reuse.
-    backend_->synchronize();
-  };
   for (int64_t l = 0; l < config_.num_layers; ++l) {
     for (int t = 0; t < kNumLoraTargets; ++t) {
       const auto target = static_cast<LoraTarget>(t);
@@ -228,15 +200,27 @@ void LoraSlotPool::load_into(int slot, const LoraAdapter& adapter) {
       const size_t r = static_cast<size_t>(m->rank);
       check(r <= rank && m->a.size() == r * in && m->b.size() == out * r, "load_into: module shape mismatch");
       // A [r, in] is the first r rows of the slot's [max_rank, in]: one contiguous copy.
-      upload(a_slot, m->a.data(), m->a.size());
+      upload(a_slot, m->a.data(), m->a.size(), &narrow);
       // B [out, r] goes to [out, max_rank]: pad each row on the host, copy once.
       padded.assign(out * rank, 0.f);
       for (size_t o = 0; o < out; ++o)
         for (size_t k = 0; k < r; ++k) padded[o * rank + k] = m->b[o * r + k];
-      upload(b_slot, padded.data(), padded.size());
+      upload(b_slot, padded.data(), padded.size(), &narrow);
     }
   }
   load_vocab(slot, adapter.vocab);
+  backend_->synchronize();
+}
+
+void LoraSlotPool::upload(char* dst, const float* src, size_t n, std::vector<uint16_t>* narrow) {
+  if (dtype_ == DType::kF32) {
+    backend_->copy_from_host(dst, src, n * sizeof(float));
+  } else {
+    narrow->resize(n);
+    for (size_t i = 0; i < n; ++i) (*narrow)[i] = f32_to_bf16(src[i]);
+    backend_->copy_from_host(dst, narrow->data(), n * sizeof(uint16_t));
+  }
+  // A device backend may still be reading the staging asynchronously; wait before reuse.
   backend_->synchronize();
 }
 

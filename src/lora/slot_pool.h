@@ -60,8 +60,6 @@ class LoraSlotPool {
   int64_t vocab_width() const { return config_.vocab_size + vocab_.extra_vocab; }
   bool has_vocab_rows() const { return vocab_.rows > 0; }
   VocabTables vocab_tables() const;
-  // Vocabulary size a request in `slot` has (-1: the base model's).
-  int64_t vocab_of(int slot) const;
   // The row embedding reads for `token` in `slot`: the token itself, or, where the slot's
   // adapter replaces it, base vocabulary + the slot's row (VocabTables::embed_rows).
   int32_t embed_row(int slot, int32_t token) const;
@@ -81,13 +79,15 @@ class LoraSlotPool {
 
   // Writes the adapter's vocabulary rows into `slot` (an empty vocabulary clears it).
   void load_vocab(int slot, const AdapterVocab& v);
+  // Copies n f32 values to the device at dst, rounded to bf16 first when the stacks are
+  // bf16 (narrow: the staging), and waits: the caller reuses its host buffers.
+  void upload(char* dst, const float* src, size_t n, std::vector<uint16_t>* narrow);
 
   struct Slot {
     uint64_t uid = 0;
     int pins = 0;
     uint64_t last_used = 0;
     std::vector<int32_t> input_ids;  // the adapter's embed_tokens ids (AdapterVocab::input_ids)
-    int64_t new_tokens = 0;
   };
   Backend* backend_;
   ModelConfig config_;
