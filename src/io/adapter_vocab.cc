@@ -99,6 +99,26 @@ Result<std::optional<PeftVocab>> load_peft_vocab(const nlohmann::ordered_json& c
     if (it == tensors.end()) return Status::error(std::string(field) + " needs tensor " + name + ", which is missing");
     return &it->second;
   };
+  // A whole matrix `tname` for module `last` ("embed_tokens" / "lm_head"), named in messages
+  // by `field`; the same row count for both modules.
+  const auto whole = [&](const std::string& tname, const std::string& last,
+                         const char* field) -> Result<std::vector<float>> {
+    QV_ASSIGN_OR_RETURN(const TensorInfo* t, tensor(tname, field));
+    QV_RETURN_IF_ERROR(check_float(*t, tname).with_context(field));
+    if (t->shape.size() != 2 || t->shape[1] != base.hidden_size || t->shape[0] < base.vocab_size ||
+        (v.replaced_vocab && t->shape[0] != v.replaced_vocab))
+      return Status::error(std::string(field) + ": tensor " + tname + " must be [vocab, " +
+                           std::to_string(base.hidden_size) + "] with vocab >= the base's " +
+                           std::to_string(base.vocab_size) + " (and the same for embed_tokens and lm_head)");
+    if (t->shape[0] - base.vocab_size > kMaxAddedTokens)
+      return Status::error(std::string(field) + ": tensor " + tname + " has " + std::to_string(t->shape[0]) +
+                           " rows, more than " + std::to_string(kMaxAddedTokens) + " past the base vocabulary");
+    v.replaced_vocab = t->shape[0];
+    v.replaced.push_back(last);
+    v.tensors.push_back(tname);
+    // Whole matrices: what they cost is stated where the slot takes them (slot_pool.h).
+    return rows(*t, tname, static_cast<size_t>(t->shape[0]), base.hidden_size, field);
+  };
   const auto mts = config.find("modules_to_save");
   if (mts != config.end() && mts->is_array() && !mts->empty()) {
     for (const auto& m : *mts) {
@@ -106,27 +126,13 @@ Result<std::optional<PeftVocab>> load_peft_vocab(const nlohmann::ordered_json& c
       const std::string last = name.substr(name.rfind('.') == std::string::npos ? 0 : name.rfind('.') + 1);
       if (last != "embed_tokens" && last != "lm_head") return std::optional<PeftVocab>();
       const std::string tname = module_path(last) + ".weight";
-      QV_ASSIGN_OR_RETURN(const TensorInfo* t, tensor(tname, "modules_to_save"));
-      QV_RETURN_IF_ERROR(check_float(*t, tname).with_context("modules_to_save"));
-      if (t->shape.size() != 2 || t->shape[1] != base.hidden_size || t->shape[0] < base.vocab_size ||
-          (v.replaced_vocab && t->shape[0] != v.replaced_vocab))
-        return Status::error("modules_to_save: tensor " + tname + " must be [vocab, " + std::to_string(base.hidden_size) +
-                             "] with vocab >= the base's " + std::to_string(base.vocab_size) +
-                             " (and the same for embed_tokens and lm_head)");
-      if (t->shape[0] - base.vocab_size > kMaxAddedTokens)
-        return Status::error("modules_to_save: tensor " + tname + " has " + std::to_string(t->shape[0]) +
-                             " rows, more than " + std::to_string(kMaxAddedTokens) + " past the base vocabulary");
-      v.replaced_vocab = t->shape[0];
-      v.replaced.push_back(last);
-      // Full matrices: what they cost is stated where the slot takes them (slot_pool.h).
-      QV_ASSIGN_OR_RETURN(std::vector<float> full, rows(*t, tname, static_cast<size_t>(t->shape[0]), base.hidden_size,
-                                                        "modules_to_save"));
+      QV_ASSIGN_OR_RETURN(std::vector<float> full, whole(tname, last, "modules_to_save"));
       // save_pretrained over a resized vocabulary (save_embedding_layers="auto") also stores
       // the module's state: the same trained copy as ".modules_to_save.weight" and the
       // resized base as ".original_module.weight", which the adapter's forward never reads.
       const std::string copy = module_path(last) + ".modules_to_save.weight";
       if (auto c = tensors.find(copy); c != tensors.end()) {
-        QV_ASSIGN_OR_RETURN(std::vector<float> twin, rows(c->second, copy, static_cast<size_t>(t->shape[0]),
+        QV_ASSIGN_OR_RETURN(std::vector<float> twin, rows(c->second, copy, static_cast<size_t>(v.replaced_vocab),
                                                           base.hidden_size, "modules_to_save"));
         if (twin != full)
           return Status::error("modules_to_save: tensors " + tname + " and " + copy +
@@ -139,8 +145,18 @@ Result<std::optional<PeftVocab>> load_peft_vocab(const nlohmann::ordered_json& c
         v.tensors.push_back(original);
       }
       (last == "lm_head" ? v.lm_head_full : v.embed_full) = std::move(full);
-      v.tensors.push_back(tname);
     }
+  }
+  // PEFT saves the layer under a LoRA on embed_tokens / lm_head whole (save_embedding_layers)
+  // and loads it over the base's: a whole matrix as modules_to_save's is.
+  for (const char* last : {"embed_tokens", "lm_head"}) {
+    const std::string tname = module_path(last) + ".base_layer.weight";
+    if (!tensors.count(tname)) continue;
+    if (std::find(v.replaced.begin(), v.replaced.end(), last) != v.replaced.end())
+      return Status::error("tensor " + tname + " saves the base of " + last + ", which modules_to_save replaces");
+    QV_ASSIGN_OR_RETURN(std::vector<float> full, whole(tname, last, "saved embedding layer"));
+    (std::string(last) == "lm_head" ? v.lm_head_full : v.embed_full) = std::move(full);
+    v.base_layers.push_back(last);
   }
   const auto tti = config.find("trainable_token_indices");
   if (tti != config.end() && !tti->is_null() && !(tti->is_array() && tti->empty())) {
@@ -225,6 +241,15 @@ void append_rows(AdapterVocab* v, bool input, int64_t id, const float* row, int6
   rows.insert(rows.end(), row, row + hidden);
 }
 
+// Whether row `id` of the base matrix m holds exactly `row` (compared as float32, the type
+// adapter rows are read into: a bf16 base saved by PEFT in bf16 or float32 compares equal).
+bool equals_row(const Tensor& m, int64_t id, const float* row, int64_t hidden) {
+  check(m.ndim == 2 && m.dim(1) == hidden && id < m.dim(0), "equals_row: base matrix of another shape");
+  for (int64_t k = 0; k < hidden; ++k)
+    if (load_as_f32(m.data, m.dtype, id * hidden + k) != row[k]) return false;
+  return true;
+}
+
 // Sorts (id, row) pairs by id: the slot's lookups assume ascending ids.
 void sort_rows(std::vector<int32_t>* ids, std::vector<float>* rows, int64_t hidden) {
   std::vector<size_t> order(ids->size());
@@ -244,7 +269,7 @@ void sort_rows(std::vector<int32_t>* ids, std::vector<float>* rows, int64_t hidd
 }  // namespace
 
 Result<AdapterVocab> resolve_adapter_vocab(std::optional<AddedVocab> added, std::optional<PeftVocab> peft,
-                                           const ModelConfig& base) {
+                                           const ModelConfig& base, const BaseVocab* base_rows) {
   AdapterVocab v;
   const int64_t h = base.hidden_size, vocab = base.vocab_size;
   if (peft) {
@@ -253,7 +278,7 @@ Result<AdapterVocab> resolve_adapter_vocab(std::optional<AddedVocab> added, std:
       return Status::error("modules_to_save and trainable_token_indices both change vocabulary rows; an adapter may "
                            "use one of them");
     if (!p.replaced.empty()) {
-      v.layout = "modules_to_save";
+      v.layout = p.base_layers.size() == p.replaced.size() ? "saved embedding layers" : "modules_to_save";
       v.new_tokens = p.replaced_vocab - vocab;
       if (v.new_tokens > 0 && (p.embed_full.empty() || p.lm_head_full.empty()))
         return Status::error("modules_to_save resizes the vocabulary to " + std::to_string(p.replaced_vocab) +
@@ -263,7 +288,12 @@ Result<AdapterVocab> resolve_adapter_vocab(std::optional<AddedVocab> added, std:
       for (bool input : {true, false}) {
         const std::vector<float>& full = input ? p.embed_full : p.lm_head_full;
         if (full.empty()) continue;
-        for (int64_t id = 0; id < p.replaced_vocab; ++id) append_rows(&v, input, id, full.data() + id * h, h);
+        const Tensor* same_as = base_rows == nullptr ? nullptr : input ? &base_rows->embed : &base_rows->lm_head;
+        for (int64_t id = 0; id < p.replaced_vocab; ++id) {
+          const float* row = full.data() + id * h;
+          if (id < vocab && same_as != nullptr && equals_row(*same_as, id, row, h)) continue;
+          append_rows(&v, input, id, row, h);
+        }
       }
     } else {
       v.layout = "trainable_token_indices";

@@ -8,12 +8,14 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
+#include "core/tensor.h"
 #include "io/model_config.h"
 #include "io/tensor_info.h"
 
@@ -37,12 +39,15 @@ struct AddedVocab {
 Result<std::optional<AddedVocab>> load_added_vocab(const std::string& dir, const ModelConfig& base,
                                                    int64_t rows_elsewhere = 0);
 
-// PEFT's two ways of training vocabulary rows, from adapter_config.json and the adapter's
+// PEFT's ways of changing vocabulary rows, from adapter_config.json and the adapter's
 // tensors: modules_to_save with embed_tokens / lm_head (whole replacement matrices, possibly
-// over a resized vocabulary) and trainable_token_indices (trainable_tokens_delta rows).
+// over a resized vocabulary), the base layer PEFT saves beside a LoRA on embed_tokens /
+// lm_head (`<module>.base_layer.weight`, save_embedding_layers: whole matrices it loads over
+// the base's, resized or not) and trainable_token_indices (trainable_tokens_delta rows).
 struct PeftVocab {
-  int64_t replaced_vocab = 0;           // rows of the modules_to_save matrices; 0: none
+  int64_t replaced_vocab = 0;           // rows of the whole matrices; 0: none
   std::vector<std::string> replaced;    // "embed_tokens", "lm_head"
+  std::vector<std::string> base_layers; // those of `replaced` saved as base layers of a LoRA
   std::vector<float> embed_full;        // [replaced_vocab, hidden] when embed_tokens is replaced
   std::vector<float> lm_head_full;      // [replaced_vocab, hidden] when lm_head is replaced
   std::vector<int64_t> embed_ids;       // trainable_token_indices for embed_tokens
@@ -90,7 +95,20 @@ struct AdapterVocab {
 // output_embeddings uses the input rows for lm_head. Refused, naming what is missing: new
 // ids without an input row (a generated token could not be fed back) or without an output
 // row (its logit would be undefined), and both PEFT layouts at once.
+// base_rows, when given, are the base model's own matrices: rows of a whole matrix equal to
+// the base's are left out (PEFT saves the whole base layer beside a LoRA on it, changed or
+// not), so only the rows an adapter really changes take slot rows. Without them every row of
+// a whole matrix is kept.
+struct BaseVocab;
 Result<AdapterVocab> resolve_adapter_vocab(std::optional<AddedVocab> added, std::optional<PeftVocab> peft,
-                                           const ModelConfig& base);
+                                           const ModelConfig& base, const BaseVocab* base_rows = nullptr);
+
+// The base model's embed_tokens and lm_head as host views (F32, F16 or BF16), for
+// resolve_adapter_vocab's comparison; `keep` holds what the views point into.
+struct BaseVocab {
+  Tensor embed;    // [vocab_size, hidden]
+  Tensor lm_head;  // [vocab_size, hidden]; the embed view on a tied base
+  std::shared_ptr<const void> keep;
+};
 
 }  // namespace quiver

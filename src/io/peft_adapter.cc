@@ -6,17 +6,13 @@
 #include "io/peft_adapter.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
-#include <limits>
-#include <map>
 #include <nlohmann/json.hpp>
-#include <set>
 
 #include "io/adapter_files.h"
 #include "io/adapter_vocab.h"
-#include "io/bounded_regex.h"
 #include "io/json_util.h"
+#include "io/peft_config.h"
 
 namespace quiver {
 
@@ -52,13 +48,16 @@ size_t LoraAdapter::host_bytes() const {
   for (const auto& layer : layers)
     for (const auto& m : layer)
       if (m) n += (m->a.size() + m->b.size()) * sizeof(float);
+  for (const auto* m : {&embed_lora, &lm_head_lora})
+    if (*m) n += ((*m)->a.size() + (*m)->b.size()) * sizeof(float);
   return n + vocab.host_bytes();
 }
 
 namespace {
 
-// Key order matters (rank_pattern / alpha_pattern: first matching key wins, as in Python).
-using OJson = nlohmann::ordered_json;
+using OJson = peft::OJson;
+using peft::LoraSpec;
+using peft::RankScale;
 
 std::string target_parent(LoraTarget t) { return t <= LoraTarget::kO ? "self_attn" : "mlp"; }
 
@@ -67,308 +66,17 @@ std::string module_name(int64_t layer, LoraTarget t) {
   return "model.layers." + std::to_string(layer) + "." + target_parent(t) + "." + lora_target_name(t);
 }
 
-std::optional<LoraTarget> target_from_name(const std::string& s) {
-  for (int i = 0; i < kNumLoraTargets; ++i)
-    if (s == lora_target_name(static_cast<LoraTarget>(i))) return static_cast<LoraTarget>(i);
-  return std::nullopt;
-}
-
-std::string supported_targets() {
-  std::string s;
-  for (int i = 0; i < kNumLoraTargets; ++i) s += (i ? ", " : "") + std::string(lora_target_name(static_cast<LoraTarget>(i)));
-  return s;
-}
-
-bool is_embedding_name(const std::string& s) {
-  return s.find("embed_tokens") != std::string::npos || s.find("lm_head") != std::string::npos;
-}
-
-// |lora_alpha| past this only ever multiplies B into overflow; PEFT configs use at most a
-// few thousand.
-constexpr double kMaxAbsAlpha = 1e6;
-
-Status check_alpha(double alpha, const std::string& field) {
-  if (!std::isfinite(alpha) || std::fabs(alpha) > kMaxAbsAlpha)
-    return Status::error(field + "=" + std::to_string(alpha) + " is out of range (|lora_alpha| <= 1e6)");
-  return Status::ok();
-}
-
-// A rank from the config; ranks are ints everywhere after this.
-Result<int> rank_value(const OJson& v, const std::string& field) {
-  if (!v.is_number_integer()) return Status::error(field + " must be an integer, not " + v.dump());
-  if (v.is_number_unsigned() ? v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int>::max())
-                             : (v.get<int64_t>() <= 0 || v.get<int64_t>() > std::numeric_limits<int>::max()))
-    return Status::error(field + "=" + v.dump() + " must be a positive rank");
-  return static_cast<int>(v.get<int64_t>());
-}
-
-// A decimal layer index taken from a tensor or module name; no wrap-around.
-Result<int64_t> parse_index(const std::string& digits, const std::string& where) {
-  int64_t v = 0;
-  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
-  if (ec != std::errc() || end != digits.data() + digits.size() || digits.empty())
-    return Status::error(where + ": layer index " + digits.substr(0, 24) + " is out of range");
-  return v;
-}
-
-// adapter_config.json, reduced to what decides which modules get which rank and scale.
-struct LoraSpec {
-  enum class Mode { kList, kRegex, kAllLinear };
-  int r = 8;
-  double alpha = 8;
-  bool rslora = false;
-  Mode mode = Mode::kList;
-  std::vector<std::string> targets;  // kList
-  std::optional<BoundedRegex> target_regex;  // kRegex
-  std::vector<std::pair<std::string, BoundedRegex>> rank_keys;
-  std::vector<int> rank_values;
-  std::vector<std::pair<std::string, BoundedRegex>> alpha_keys;
-  std::vector<double> alpha_values;
-  bool use_layer_indexes = false;
-  std::set<int64_t> layers;  // layers_to_transform
-  std::vector<BoundedRegex> layers_patterns;
-  std::optional<BoundedRegex> exclude_regex;
-  std::vector<std::string> exclude_list;
-};
-
-bool is_null_or_empty(const OJson& j) {
-  return j.is_null() || ((j.is_array() || j.is_object() || j.is_string()) && j.empty());
-}
-
-// An optional scalar field: absent or null gives `fallback`; a value of another type is an
-// error naming the field (PEFT writes every field, often as null).
-template <typename T>
-Result<T> field_or(const OJson& c, const char* key, T fallback) {
-  if (!c.contains(key) || c[key].is_null()) return fallback;
-  const OJson& v = c[key];
-  bool ok;
-  const char* want;
-  if constexpr (std::is_same_v<T, bool>) {
-    ok = v.is_boolean(), want = "true or false";
-  } else if constexpr (std::is_integral_v<T>) {
-    ok = v.is_number_integer(), want = "an integer";
-    // get<int>() would wrap 4294967312 to 16: range-check in 64 bits first.
-    if (ok && (v.is_number_unsigned() ? v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<T>::max())
-                                      : v.get<int64_t>() < std::numeric_limits<T>::min() ||
-                                            v.get<int64_t>() > std::numeric_limits<T>::max()))
-      return Status::error(std::string(key) + "=" + v.dump() + " is out of range");
-  } else if constexpr (std::is_floating_point_v<T>) {
-    ok = v.is_number(), want = "a number";
-  } else {
-    ok = v.is_string(), want = "a string";
-  }
-  if (!ok) return Status::error(std::string(key) + " must be " + want + ", not " + v.dump());
-  return v.get<T>();
-}
-
-// Fields naming PEFT features whose forward quiver does not implement.
-// vocab_read: modules_to_save (embed_tokens / lm_head) and trainable_token_indices were
-// read by load_peft_vocab, which the engine applies.
-Status refuse_unsupported(const OJson& c, bool vocab_read) {
-  QV_ASSIGN_OR_RETURN(std::string bias, field_or<std::string>(c, "bias", "none"));
-  if (bias != "none")
-    return Status::error("bias=\"" + bias + "\" is not supported (LoRA bias terms change the base layers); only \"none\"");
-  QV_ASSIGN_OR_RETURN(bool dora, field_or(c, "use_dora", false));
-  if (dora) return Status::error("use_dora=true (DoRA) is not supported");
-  if (!vocab_read && c.contains("modules_to_save") && !is_null_or_empty(c["modules_to_save"]))
-    return Status::error("modules_to_save " + c["modules_to_save"].dump() +
-                         " is not supported (the adapter replaces whole base modules)");
-  for (const char* field : {"lora_bias", "use_qalora"}) {
-    QV_ASSIGN_OR_RETURN(bool on, field_or(c, field, false));
-    if (on) return Status::error(std::string(field) + "=true is not supported");
-  }
-  for (const char* field : {"layer_replication", "target_parameters", "trainable_token_indices",
-                            "alora_invocation_tokens"}) {
-    if (vocab_read && std::string(field) == "trainable_token_indices") continue;
-    if (c.contains(field) && !is_null_or_empty(c[field]))
-      return Status::error(std::string(field) + " is not supported");
-  }
-  return Status::ok();
-}
-
-Status check_list_entry(const std::string& entry, const std::string& field) {
-  std::string last = entry.substr(entry.rfind('.') == std::string::npos ? 0 : entry.rfind('.') + 1);
-  if (target_from_name(last)) return Status::ok();
-  if (is_embedding_name(last))
-    return Status::error(field + " contains '" + entry +
-                         "': LoRA on embed_tokens / lm_head is not supported (supported: " + supported_targets() + ")");
-  return Status::error(field + " contains unknown module '" + entry + "' (supported: " + supported_targets() + ")");
-}
-
-Result<std::vector<std::pair<std::string, BoundedRegex>>> pattern_keys(const OJson& obj, const std::string& field) {
-  std::vector<std::pair<std::string, BoundedRegex>> keys;
-  // PEFT's get_pattern_key: key K matches module M when re.match(r"(.*\.)?(K)$", M).
-  for (const auto& [k, v] : obj.items()) {
-    QV_ASSIGN_OR_RETURN(BoundedRegex re, BoundedRegex::compile("(.*\\.)?(" + k + ")", field + "['" + k + "']"));
-    keys.emplace_back(k, std::move(re));
-  }
-  return keys;
-}
-
-Result<LoraSpec> parse_spec(const OJson& c, bool vocab_read) {
-  LoraSpec s;
-  if (!c.is_object()) return Status::error("top level is not a JSON object");
-  if (!c.contains("peft_type")) return Status::error("peft_type is missing (expected \"LORA\")");
-  QV_ASSIGN_OR_RETURN(std::string type, field_or<std::string>(c, "peft_type", ""));
-  if (type != "LORA") return Status::error("peft_type is \"" + type + "\"; only \"LORA\" adapters are supported");
-  QV_RETURN_IF_ERROR(refuse_unsupported(c, vocab_read));
-
-  // PEFT's defaults: r=8, lora_alpha=8.
-  QV_ASSIGN_OR_RETURN(s.r, field_or(c, "r", 8));
-  if (s.r <= 0) return Status::error("r=" + std::to_string(s.r) + " must be positive");
-  QV_ASSIGN_OR_RETURN(s.alpha, field_or(c, "lora_alpha", 8.0));
-  QV_RETURN_IF_ERROR(check_alpha(s.alpha, "lora_alpha"));
-  QV_ASSIGN_OR_RETURN(s.rslora, field_or(c, "use_rslora", false));
-  // fan_in_fan_out only applies to GPT-2 style Conv1D; PEFT resets it to false (with a
-  // warning) for nn.Linear, which every target here is, so the stored A/B are normal.
-
-  const OJson tm = c.contains("target_modules") ? c["target_modules"] : OJson();
-  if (tm.is_null()) {
-    // PEFT's default for llama / mistral / qwen2 when target_modules is left out.
-    s.targets = {"q_proj", "v_proj"};
-  } else if (tm.is_string()) {
-    std::string t = tm.get<std::string>();
-    std::string lower = t;
-    for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    if (lower == "all-linear") {
-      s.mode = LoraSpec::Mode::kAllLinear;
-    } else {
-      s.mode = LoraSpec::Mode::kRegex;
-      QV_ASSIGN_OR_RETURN(BoundedRegex re, BoundedRegex::compile(t, "target_modules"));
-      s.target_regex = std::move(re);
-      for (const char* emb : {"model.embed_tokens", "lm_head"}) {
-        QV_ASSIGN_OR_RETURN(bool hit, s.target_regex->full_match(emb));
-        if (hit)
-          return Status::error("target_modules regex '" + t + "' matches " + emb +
-                               ": LoRA on embed_tokens / lm_head is not supported");
-      }
-    }
-  } else {
-    for (const auto& e : tm) {
-      s.targets.push_back(e.get<std::string>());
-      QV_RETURN_IF_ERROR(check_list_entry(s.targets.back(), "target_modules"));
-    }
-  }
-
-  if (c.contains("rank_pattern") && c["rank_pattern"].is_object()) {
-    QV_ASSIGN_OR_RETURN(s.rank_keys, pattern_keys(c["rank_pattern"], "rank_pattern"));
-    for (const auto& [k, v] : c["rank_pattern"].items()) {
-      QV_ASSIGN_OR_RETURN(int rank, rank_value(v, "rank_pattern['" + k + "']"));
-      s.rank_values.push_back(rank);
-    }
-  }
-  if (c.contains("alpha_pattern") && c["alpha_pattern"].is_object()) {
-    QV_ASSIGN_OR_RETURN(s.alpha_keys, pattern_keys(c["alpha_pattern"], "alpha_pattern"));
-    for (const auto& [k, v] : c["alpha_pattern"].items()) {
-      s.alpha_values.push_back(v.get<double>());
-      QV_RETURN_IF_ERROR(check_alpha(s.alpha_values.back(), "alpha_pattern['" + k + "']"));
-    }
-  }
-
-  const OJson lt = c.contains("layers_to_transform") ? c["layers_to_transform"] : OJson();
-  if (lt.is_number_integer()) {
-    s.use_layer_indexes = true;
-    s.layers.insert(lt.get<int64_t>());
-  } else if (lt.is_array() && !lt.empty()) {
-    s.use_layer_indexes = true;
-    for (const auto& l : lt) s.layers.insert(l.get<int64_t>());
-  }
-  const OJson lp = c.contains("layers_pattern") ? c["layers_pattern"] : OJson();
-  std::vector<std::string> patterns;
-  if (lp.is_string() && !lp.get<std::string>().empty()) patterns.push_back(lp.get<std::string>());
-  if (lp.is_array())
-    for (const auto& p : lp) patterns.push_back(p.get<std::string>());
-
-  // LoraConfig.__post_init__ rejects these combinations, so PEFT itself cannot load them.
-  if (tm.is_string()) {
-    for (const char* field : {"layers_to_transform", "layers_pattern"})
-      if (c.contains(field) && !c[field].is_null())
-        return Status::error(std::string(field) + " cannot be used when target_modules is a string (" + tm.dump() +
-                             "); PEFT refuses this config too");
-  }
-  if (!patterns.empty() && !s.use_layer_indexes)
-    return Status::error("layers_pattern is set but layers_to_transform is not; PEFT refuses this config too");
-  // PEFT takes the first numbered segment after the pattern (lazy prefix) as the layer index.
-  if (patterns.empty()) patterns.push_back("[^.]*");
-  for (const auto& p : patterns) {
-    QV_ASSIGN_OR_RETURN(BoundedRegex re, BoundedRegex::compile(".*?\\." + p + "\\.(\\d+)\\.", "layers_pattern"));
-    s.layers_patterns.push_back(std::move(re));
-  }
-
-  const OJson ex = c.contains("exclude_modules") ? c["exclude_modules"] : OJson();
-  if (ex.is_string() && !ex.get<std::string>().empty()) {
-    QV_ASSIGN_OR_RETURN(BoundedRegex re, BoundedRegex::compile(ex.get<std::string>(), "exclude_modules"));
-    s.exclude_regex = std::move(re);
-  } else if (ex.is_array()) {
-    for (const auto& e : ex) s.exclude_list.push_back(e.get<std::string>());
-  }
-  return s;
-}
-
-Result<bool> layer_selected(const LoraSpec& s, const std::string& key) {
-  for (const auto& re : s.layers_patterns) {
-    QV_ASSIGN_OR_RETURN(std::optional<std::string> digits, re.prefix_match(key, 1));
-    if (!digits) continue;
-    QV_ASSIGN_OR_RETURN(int64_t layer, parse_index(*digits, key));
-    return s.layers.count(layer) > 0;
-  }
-  return false;
-}
-
-// PEFT's check_target_module_exists for one module name.
-Result<bool> is_targeted(const LoraSpec& s, const std::string& key) {
-  if (s.exclude_regex) {
-    QV_ASSIGN_OR_RETURN(bool excluded, s.exclude_regex->full_match(key));
-    if (excluded) return false;
-  }
-  for (const auto& e : s.exclude_list)
-    if (key == e || key.ends_with("." + e)) return false;
-  switch (s.mode) {
-    case LoraSpec::Mode::kRegex: return s.target_regex->full_match(key);  // no layer filter, as PEFT
-    case LoraSpec::Mode::kAllLinear: return true;  // every projection, never lm_head
-    case LoraSpec::Mode::kList: break;
-  }
-  bool found = false;
-  for (const auto& t : s.targets) {
-    if (key == t) return true;  // named exactly: PEFT skips the layer filter
-    found = found || key.ends_with("." + t);
-  }
-  if (found && s.use_layer_indexes) return layer_selected(s, key);
-  return found;
-}
-
-struct RankScale {
-  int rank;
-  double alpha;
-  std::string rank_from;  // for messages: "r" or "rank_pattern['k']"
-};
-
-Result<RankScale> rank_and_alpha(const LoraSpec& s, const std::string& key) {
-  RankScale rs{s.r, s.alpha, "r"};
-  for (size_t i = 0; i < s.rank_keys.size(); ++i) {
-    QV_ASSIGN_OR_RETURN(bool hit, s.rank_keys[i].second.full_match(key));
-    if (hit) {
-      rs.rank = s.rank_values[i];
-      rs.rank_from = "rank_pattern['" + s.rank_keys[i].first + "']";
-      break;
-    }
-  }
-  for (size_t i = 0; i < s.alpha_keys.size(); ++i) {
-    QV_ASSIGN_OR_RETURN(bool hit, s.alpha_keys[i].second.full_match(key));
-    if (hit) {
-      rs.alpha = s.alpha_values[i];
-      break;
-    }
-  }
-  return rs;
-}
-
-// A tensor name "base_model.model.<module>.lora_<A|B>[.default].weight", resolved to its module.
+// A tensor name "base_model.model.<module>.lora_<A|B>[.default].weight", resolved to its module;
+// for embed_tokens "base_model.model.model.embed_tokens.lora_embedding_<A|B>[.default]".
 struct TensorKey {
   int64_t layer = 0;
   LoraTarget target = LoraTarget::kQ;
+  int vocab_module = -1;  // 0: embed_tokens, 1: lm_head (layer and target unused)
   bool is_a = true;
 };
+
+constexpr int kEmbed = 0, kLmHead = 1;
+const char* const kVocabModuleNames[2] = {peft::kEmbedModule, peft::kLmHeadModule};
 
 std::vector<std::string> split_dots(const std::string& s) {
   std::vector<std::string> parts(1);
@@ -391,11 +99,13 @@ Result<TensorKey> parse_tensor_name(const std::string& tname, int64_t num_layers
                       (p[5] == "self_attn" || p[5] == "mlp") && all_of_chars(p[6], "abcdefghijklmnopqrstuvwxyz_") &&
                       (p[7] == "lora_A" || p[7] == "lora_B") && p.back() == "weight";
   if (shaped) {
-    std::optional<LoraTarget> t = target_from_name(p[6]);
-    if (!t) return Status::error("tensor " + tname + " is for unknown module '" + p[6] + "' (supported: " + supported_targets() + ")");
+    std::optional<LoraTarget> t = peft::target_from_name(p[6]);
+    if (!t)
+      return Status::error("tensor " + tname + " is for unknown module '" + p[6] + "' (supported: " +
+                           peft::supported_targets() + ")");
     if (target_parent(*t) != p[5]) return Status::error("tensor " + tname + " has " + p[6] + " under " + p[5]);
     TensorKey k;
-    QV_ASSIGN_OR_RETURN(k.layer, parse_index(p[4], "tensor " + tname));
+    QV_ASSIGN_OR_RETURN(k.layer, peft::parse_index(p[4], "tensor " + tname));
     k.target = *t;
     k.is_a = p[7] == "lora_A";
     if (k.layer >= num_layers)
@@ -403,9 +113,16 @@ Result<TensorKey> parse_tensor_name(const std::string& tname, int64_t num_layers
                            std::to_string(num_layers) + " layers (adapter made for another model?)");
     return k;
   }
-  if (is_embedding_name(tname))
-    return Status::error("tensor " + tname + ": LoRA on embed_tokens / lm_head is not supported");
-  return Status::error("unexpected tensor " + tname + " (expected base_model.model.model.layers.N.<self_attn|mlp>.<proj>.lora_A.weight / lora_B.weight)");
+  // PEFT drops the adapter's name from saved keys; older files may keep ".default".
+  const size_t n = p.size() - (p.back() == "default" ? 1 : 0);
+  if (n == 5 && p[0] == "base_model" && p[1] == "model" && p[2] == "model" && p[3] == "embed_tokens" &&
+      (p[4] == "lora_embedding_A" || p[4] == "lora_embedding_B"))
+    return TensorKey{.vocab_module = kEmbed, .is_a = p[4] == "lora_embedding_A"};
+  const size_t m = p.size() - (p.size() == 6 && p[4] == "default" ? 1 : 0);
+  if (m == 5 && p[0] == "base_model" && p[1] == "model" && p[2] == "lm_head" && (p[3] == "lora_A" || p[3] == "lora_B") &&
+      p.back() == "weight")
+    return TensorKey{.vocab_module = kLmHead, .is_a = p[3] == "lora_A"};
+  return Status::error("unexpected tensor " + tname + " (expected base_model.model.model.layers.N.<self_attn|mlp>.<proj>.lora_A.weight / lora_B.weight, or the embed_tokens / lm_head LoRA)");
 }
 
 std::string shape_str(const std::vector<int64_t>& s) {
@@ -446,8 +163,52 @@ Result<std::vector<float>> to_f32(const std::string& tname, const TensorInfo& in
   return out;
 }
 
+struct Pair {
+  const TensorInfo* a = nullptr;
+  const TensorInfo* b = nullptr;
+  std::string a_name, b_name;
+};
+
+// The LoRA of embed_tokens (vocab_module 0) or lm_head (1) from its tensors, over `rows` ids:
+//   embed_tokens: lora_embedding_A [r, rows] is kept transposed, [rows, r] (a token's r values
+//                 together: the embedding gathers them), lora_embedding_B [hidden, r] scaled;
+//   lm_head:      lora_A [r, hidden], lora_B [rows, r] scaled.
+// `rows` is the base vocabulary or the adapter's (base + its new tokens), whichever the
+// tensors have; other counts are refused.
+Result<LoraModule> vocab_lora(int vocab_module, const Pair& p, const RankScale& rs, bool rslora, const ModelConfig& base,
+                              int64_t adapter_vocab) {
+  const bool embed = vocab_module == kEmbed;
+  const TensorInfo& rows_of = embed ? *p.a : *p.b;  // the tensor with the vocabulary dimension
+  const std::string& rows_name = embed ? p.a_name : p.b_name;
+  const int64_t rows = rows_of.shape.size() == 2 ? rows_of.shape[embed ? 1 : 0] : -1;
+  if (rows != base.vocab_size && rows != adapter_vocab)
+    return Status::error("tensor " + rows_name + " has shape " + shape_str(rows_of.shape) + ": its vocabulary dimension " +
+                         "must be the base's " + std::to_string(base.vocab_size) +
+                         (adapter_vocab != base.vocab_size ? " or the adapter's " + std::to_string(adapter_vocab) : "") +
+                         " (adapter made for another model?)");
+  const int64_t h = base.hidden_size;
+  if (embed) {
+    QV_RETURN_IF_ERROR(check_shape(p.a_name, *p.a, {rs.rank, rows}, 0, rs));
+    QV_RETURN_IF_ERROR(check_shape(p.b_name, *p.b, {h, rs.rank}, 1, rs));
+  } else {
+    QV_RETURN_IF_ERROR(check_shape(p.a_name, *p.a, {rs.rank, h}, 0, rs));
+    QV_RETURN_IF_ERROR(check_shape(p.b_name, *p.b, {rows, rs.rank}, 1, rs));
+  }
+  LoraModule m;
+  m.rank = rs.rank;
+  QV_ASSIGN_OR_RETURN(m.a, to_f32(p.a_name, *p.a, 1.0));
+  QV_ASSIGN_OR_RETURN(m.b, to_f32(p.b_name, *p.b, rs.scale(rslora)));
+  if (embed) {
+    std::vector<float> t(m.a.size());
+    for (int64_t r = 0; r < rs.rank; ++r)
+      for (int64_t id = 0; id < rows; ++id) t[static_cast<size_t>(id * rs.rank + r)] = m.a[static_cast<size_t>(r * rows + id)];
+    m.a = std::move(t);
+  }
+  return m;
+}
+
 Result<LoraAdapter> load_impl(const std::string& dir, const std::string& name, const ModelConfig& base,
-                              int max_lora_rank, const std::vector<std::string>& allowlist) {
+                              int max_lora_rank, const std::vector<std::string>& allowlist, const BaseVocab* base_rows) {
   QV_ASSIGN_OR_RETURN(AdapterFiles files, open_adapter_files(dir, allowlist));
   const AdapterWeights& file = files.weights;
   OJson config;
@@ -458,12 +219,15 @@ Result<LoraAdapter> load_impl(const std::string& dir, const std::string& name, c
   }
   QV_ASSIGN_OR_RETURN(std::optional<PeftVocab> peft_vocab, load_peft_vocab(config, file.tensors(), base));
   const std::vector<std::string> vocab_tensors = peft_vocab ? peft_vocab->tensors : std::vector<std::string>();
+  const std::vector<std::string> base_layers = peft_vocab ? peft_vocab->base_layers : std::vector<std::string>();
+  const bool peft_rows = peft_vocab && peft_vocab->base_layers.size() < vocab_tensors.size();
   const int64_t resized = peft_vocab ? std::max<int64_t>(0, peft_vocab->replaced_vocab - base.vocab_size) : 0;
   QV_ASSIGN_OR_RETURN(std::optional<AddedVocab> added, load_added_vocab(dir, base, resized));
-  QV_ASSIGN_OR_RETURN(AdapterVocab vocab, resolve_adapter_vocab(std::move(added), std::move(peft_vocab), base));
+  QV_ASSIGN_OR_RETURN(AdapterVocab vocab,
+                      resolve_adapter_vocab(std::move(added), std::move(peft_vocab), base, base_rows));
   Result<LoraSpec> parsed = Status::error("unparsed");
   try {
-    parsed = parse_spec(config, !vocab_tensors.empty());
+    parsed = peft::parse_spec(config, peft_rows);
   } catch (const nlohmann::json::exception& e) {
     return Status::error("adapter_config.json: " + std::string(e.what()));
   }
@@ -481,17 +245,13 @@ Result<LoraAdapter> load_impl(const std::string& dir, const std::string& name, c
     if (spec.rank_values[i] > max_lora_rank)
       return too_big(spec.rank_values[i], "rank_pattern['" + spec.rank_keys[i].first + "']");
 
-  struct Pair {
-    const TensorInfo* a = nullptr;
-    const TensorInfo* b = nullptr;
-    std::string a_name, b_name;
-  };
   const int64_t num_layers = base.num_layers;
   std::vector<std::array<Pair, kNumLoraTargets>> found(static_cast<size_t>(num_layers));
+  Pair vocab_found[2];
   for (const auto& [tname, info] : file.tensors()) {
     if (std::find(vocab_tensors.begin(), vocab_tensors.end(), tname) != vocab_tensors.end()) continue;
     QV_ASSIGN_OR_RETURN(TensorKey k, parse_tensor_name(tname, num_layers));
-    Pair& p = found[k.layer][static_cast<int>(k.target)];
+    Pair& p = k.vocab_module >= 0 ? vocab_found[k.vocab_module] : found[k.layer][static_cast<int>(k.target)];
     const TensorInfo*& slot = k.is_a ? p.a : p.b;
     std::string& slot_name = k.is_a ? p.a_name : p.b_name;
     if (slot) return Status::error("tensors " + slot_name + " and " + tname + " are the same weight");
@@ -509,7 +269,7 @@ Result<LoraAdapter> load_impl(const std::string& dir, const std::string& name, c
       const auto target = static_cast<LoraTarget>(t);
       const std::string key = module_name(l, target);
       const Pair& p = found[l][t];
-      QV_ASSIGN_OR_RETURN(bool targeted, is_targeted(spec, key));
+      QV_ASSIGN_OR_RETURN(bool targeted, peft::is_targeted(spec, key));
       if (!targeted) {
         if (p.a || p.b)
           return Status::error("tensor " + (p.a ? p.a_name : p.b_name) + " is for " + key +
@@ -520,19 +280,43 @@ Result<LoraAdapter> load_impl(const std::string& dir, const std::string& name, c
         if (!(ab[0] == 'A' ? p.a : p.b))
           return Status::error("missing tensor base_model.model." + key + ".lora_" + ab +
                                ".weight (adapter_config.json targets " + key + ")");
-      QV_ASSIGN_OR_RETURN(const RankScale rs, rank_and_alpha(spec, key));
+      QV_ASSIGN_OR_RETURN(const RankScale rs, peft::rank_and_alpha(spec, key));
       const int64_t in = lora_target_in(base, target), out = lora_target_out(base, target);
       QV_RETURN_IF_ERROR(check_shape(p.a_name, *p.a, {rs.rank, in}, 0, rs));
       QV_RETURN_IF_ERROR(check_shape(p.b_name, *p.b, {out, rs.rank}, 1, rs));
-      const double scale = spec.rslora ? rs.alpha / std::sqrt(static_cast<double>(rs.rank)) : rs.alpha / rs.rank;
       LoraModule m;
       m.rank = rs.rank;
-      QV_ASSIGN_OR_RETURN(m.a, to_f32(p.a_name, *p.a, 1.0));    // [rank, in]
-      QV_ASSIGN_OR_RETURN(m.b, to_f32(p.b_name, *p.b, scale));  // [out, rank]
+      QV_ASSIGN_OR_RETURN(m.a, to_f32(p.a_name, *p.a, 1.0));                   // [rank, in]
+      QV_ASSIGN_OR_RETURN(m.b, to_f32(p.b_name, *p.b, rs.scale(spec.rslora)));  // [out, rank]
       adapter.max_rank = std::max(adapter.max_rank, m.rank);
       adapter.layers[l][t] = std::move(m);
       ++num_modules;
     }
+  }
+  const int64_t adapter_vocab = base.vocab_size + vocab.new_tokens;
+  for (int vm : {kEmbed, kLmHead}) {
+    const std::string key = kVocabModuleNames[vm];
+    const std::string last = vm == kEmbed ? "embed_tokens" : "lm_head";
+    const Pair& p = vocab_found[vm];
+    QV_ASSIGN_OR_RETURN(bool targeted, peft::is_targeted(spec, key));
+    if (vm == kLmHead && spec.ensure_weight_tying && base.tie_word_embeddings) targeted = targeted || adapter.embed_lora;
+    const bool base_saved = std::find(base_layers.begin(), base_layers.end(), last) != base_layers.end();
+    if (!targeted) {
+      if (p.a || p.b || base_saved)
+        return Status::error("tensor " + (p.a ? p.a_name : p.b ? p.b_name : "base_model.model." + key + ".base_layer.weight") +
+                             " is for " + key + ", which adapter_config.json does not target");
+      continue;
+    }
+    const std::string prefix = "base_model.model." + key + (vm == kEmbed ? ".lora_embedding_" : ".lora_");
+    for (const char* ab : {"A", "B"})
+      if (!(ab[0] == 'A' ? p.a : p.b))
+        return Status::error("missing tensor " + prefix + ab + (vm == kEmbed ? "" : ".weight") +
+                             " (adapter_config.json targets " + key + ")");
+    QV_ASSIGN_OR_RETURN(const RankScale rs, peft::rank_and_alpha(spec, key));
+    QV_ASSIGN_OR_RETURN(LoraModule m, vocab_lora(vm, p, rs, spec.rslora, base, adapter_vocab));
+    adapter.max_rank = std::max(adapter.max_rank, m.rank);
+    (vm == kEmbed ? adapter.embed_lora : adapter.lm_head_lora) = std::move(m);
+    ++num_modules;
   }
   adapter.vocab = std::move(vocab);
   if (num_modules == 0 && adapter.vocab.empty())
@@ -544,10 +328,11 @@ Result<LoraAdapter> load_impl(const std::string& dir, const std::string& name, c
 }  // namespace
 
 Result<LoraAdapter> load_peft_adapter(const std::string& dir, const std::string& name, const ModelConfig& base,
-                                      int max_lora_rank, const std::vector<std::string>& allowlist) {
+                                      int max_lora_rank, const std::vector<std::string>& allowlist,
+                                      const BaseVocab* base_rows) {
   Result<LoraAdapter> r = Status::error("not loaded");
   try {
-    r = load_impl(dir, name, base, max_lora_rank, allowlist);
+    r = load_impl(dir, name, base, max_lora_rank, allowlist, base_rows);
   } catch (const std::exception& e) {
     // A file is outside input: whatever a bad one trips (a JSON type error, an allocation
     // sized from it) is this load's error, never the caller's crash.

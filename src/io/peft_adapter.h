@@ -35,18 +35,27 @@ struct LoraAdapter {
   // layers[l][target]: empty when the adapter does not touch that module.
   std::vector<std::array<std::optional<LoraModule>, kNumLoraTargets>> layers;
   AdapterVocab vocab;  // rows it changes or adds in embed_tokens / lm_head; empty for most
+  // LoRA on embed_tokens and lm_head (PEFT's lora_embedding_A/B and lm_head's lora_A/B),
+  // over the base vocabulary or the adapter's (base + vocab.new_tokens):
+  //   embed_lora.a [rows, rank] (lora_embedding_A transposed), embed_lora.b [hidden, rank]
+  //   lm_head_lora.a [rank, hidden], lm_head_lora.b [rows, rank]
+  // with the scale folded into b, as for the projections.
+  std::optional<LoraModule> embed_lora, lm_head_lora;
   size_t host_bytes() const;
 };
 
 // Loads DIR/adapter_config.json and DIR/adapter_model.safetensors (else adapter_model.bin,
 // see io/adapter_weights.h). Refuses, with a message naming the cause: non-LORA peft_type,
 // use_dora, modules_to_save of modules other than embed_tokens / lm_head, bias != "none",
-// LoRA on embedding/lm_head, unknown target names, vocabulary rows that do not fit the base
+// unknown target names, vocabulary rows that do not fit the base
 // or each other (io/adapter_vocab.h: resolve_adapter_vocab), a rank
 // above max_lora_rank, tensors whose shapes do not fit `base`, missing tensors, NaN/Inf
 // weights, patterns that backtrack past BoundedRegex's limits. With a non-empty `allowlist`
 // the folder and its files must really lie inside it (io/adapter_files.h).
+// `base_rows`: the base's embed_tokens / lm_head, so that of a whole matrix the adapter saves
+// only the rows it changes are kept (resolve_adapter_vocab); null keeps every row.
 Result<LoraAdapter> load_peft_adapter(const std::string& dir, const std::string& name, const ModelConfig& base,
-                                      int max_lora_rank, const std::vector<std::string>& allowlist = {});
+                                      int max_lora_rank, const std::vector<std::string>& allowlist = {},
+                                      const BaseVocab* base_rows = nullptr);
 
 }  // namespace quiver

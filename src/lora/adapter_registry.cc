@@ -9,12 +9,13 @@
 namespace quiver {
 
 AdapterRegistry::AdapterRegistry(ModelConfig base, int max_lora_rank, int max_cpu_loras, VocabLimits vocab,
-                                 DType slot_dtype)
+                                 DType slot_dtype, std::shared_ptr<const BaseVocab> base_rows)
     : base_(std::move(base)),
       max_lora_rank_(max_lora_rank),
       max_cpu_loras_(max_cpu_loras),
       vocab_(vocab),
-      slot_dtype_(slot_dtype) {
+      slot_dtype_(slot_dtype),
+      base_rows_(std::move(base_rows)) {
   check(max_lora_rank >= 1, "AdapterRegistry: max_lora_rank must be at least 1");
   check(max_cpu_loras >= 1, "AdapterRegistry: max_cpu_loras must be at least 1");
 }
@@ -39,7 +40,7 @@ Result<AdapterInfo> AdapterRegistry::add(const std::string& name, const std::str
       if (r.name == name) return Status::error("LoRA adapter name '" + name + "' is already registered (" + r.path + ")");
   }
   // Validate fully before the name becomes visible.
-  Result<LoraAdapter> loaded = load_peft_adapter(path, name, base_, max_lora_rank_, allowlist);
+  Result<LoraAdapter> loaded = load_peft_adapter(path, name, base_, max_lora_rank_, allowlist, base_rows_.get());
   if (!loaded) return loaded.status();
   QV_RETURN_IF_ERROR(vocab_.check(loaded.value(), base_, slot_dtype_));
   auto adapter = std::make_shared<const LoraAdapter>(std::move(loaded).value());
@@ -95,7 +96,7 @@ Result<std::shared_ptr<const LoraAdapter>> AdapterRegistry::get(uint64_t uid) {
   }
 
   // Evicted from host memory: read it again (unlocked; the files may be large).
-  Result<LoraAdapter> loaded = load_peft_adapter(info.path, info.name, base_, max_lora_rank_, info.allowlist);
+  Result<LoraAdapter> loaded = load_peft_adapter(info.path, info.name, base_, max_lora_rank_, info.allowlist, base_rows_.get());
   if (!loaded) return loaded.status().with_context("reloading evicted adapter");
   // Requests were checked against the vocabulary it had when added.
   if (base_.vocab_size + loaded.value().vocab.new_tokens != info.vocab_size)

@@ -33,9 +33,11 @@ struct AdapterInfo {
 class AdapterRegistry {
  public:
   // vocab / slot_dtype: what the device slots hold (lora/slot_pool.h); an adapter whose
-  // vocabulary rows do not fit is refused at add, not at its first request.
+  // vocabulary rows do not fit is refused at add, not at its first request. base_rows: the
+  // base's embed_tokens / lm_head, so that whole matrices an adapter saves take slot rows only
+  // where they differ (load_peft_adapter); null: every row.
   AdapterRegistry(ModelConfig base, int max_lora_rank, int max_cpu_loras, VocabLimits vocab = {},
-                  DType slot_dtype = DType::kF32);
+                  DType slot_dtype = DType::kF32, std::shared_ptr<const BaseVocab> base_rows = nullptr);
 
   // Validates the adapter fully (loads it) before it becomes visible. Errors: name taken,
   // anything load_peft_adapter refuses. `allowlist` is checked again on every reload.
@@ -59,6 +61,7 @@ class AdapterRegistry {
   int max_cpu_loras_;
   VocabLimits vocab_;
   DType slot_dtype_;
+  std::shared_ptr<const BaseVocab> base_rows_;
   mutable std::mutex mu_;
   uint64_t next_uid_ = 1;
   int64_t loads_ = 0;

@@ -288,22 +288,22 @@ TEST_F(PeftAdapterTest, RefusesBias) {
   expect_error(write_and_load(c, adapter_tensors(base_, {LoraTarget::kQ}, 2, 1)), {"bias", "lora_only"});
 }
 
-TEST_F(PeftAdapterTest, RefusesEmbeddingTarget) {
-  expect_error(write_and_load(lora_config(2, 2, {"q_proj", "embed_tokens"}), {}), {"embed_tokens", "not supported"});
+// embed_tokens and lm_head are targets like the projections (tests/unit/test_vocab_lora.cc
+// reads PEFT's own files): a target needs its tensors, a tensor needs its target.
+TEST_F(PeftAdapterTest, EmbeddingAndLmHeadTargetsNeedTheirTensors) {
+  const auto q = adapter_tensors(base_, {LoraTarget::kQ}, 2, 1);
+  expect_error(write_and_load(lora_config(2, 2, {"q_proj", "embed_tokens"}), q),
+               {"missing tensor base_model.model.model.embed_tokens.lora_embedding_A", "targets model.embed_tokens"});
+  expect_error(write_and_load(lora_config(2, 2, {"q_proj", "lm_head"}), q),
+               {"missing tensor base_model.model.lm_head.lora_A.weight"});
+  expect_error(write_and_load(lora_config(2, 2, ".*(q_proj|lm_head)"), q), {"missing tensor base_model.model.lm_head"});
 }
 
-TEST_F(PeftAdapterTest, RefusesLmHeadTarget) {
-  expect_error(write_and_load(lora_config(2, 2, {"lm_head"}), {}), {"lm_head", "not supported"});
-}
-
-TEST_F(PeftAdapterTest, RefusesRegexMatchingLmHead) {
-  expect_error(write_and_load(lora_config(2, 2, ".*(q_proj|lm_head)"), {}), {"lm_head", "not supported"});
-}
-
-TEST_F(PeftAdapterTest, RefusesLmHeadTensor) {
+TEST_F(PeftAdapterTest, RefusesLmHeadTensorOfAnUntargetedModule) {
   auto tensors = adapter_tensors(base_, {LoraTarget::kQ}, 2, 1);
   tensors["base_model.model.lm_head.lora_A.weight"] = lora_test::HostTensor{"F32", {2, 8}, std::vector<float>(16)};
-  expect_error(write_and_load(lora_config(2, 2, {"q_proj"}), tensors), {"lm_head", "not supported"});
+  expect_error(write_and_load(lora_config(2, 2, {"q_proj"}), tensors),
+               {"lm_head.lora_A.weight is for lm_head", "does not target"});
 }
 
 TEST_F(PeftAdapterTest, RefusesUnknownTargetName) {
