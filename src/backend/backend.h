@@ -94,17 +94,34 @@ struct GroupLora {
   Tensor t_of(int g) const;
 };
 
-// The LoRA slots' vocabulary rows (lora/slot_pool.h, io/adapter_vocab.h), persistent
+// The LoRA of embed_tokens and lm_head per slot (lora/slot_vocab.h), persistent device
+// tensors in the slot dtype (f32 or bf16), ranks padded to max_rank with zeros:
+//   embed_a: [num_slots, width, max_rank]   row t: lora_embedding_A's column t
+//   embed_b: [num_slots, hidden, max_rank]  scale folded in
+//   head_a:  [num_slots, max_rank, hidden]
+//   head_b:  [num_slots, width, max_rank]   scale folded in
+//   ranks:   [num_slots, 2] i32: the slot's embed_tokens and lm_head rank (0: none; skipped)
+// so that for a token t of slot s the embedding adds embed_b[s] @ embed_a[s][t], and a logits
+// row x of slot s adds head_b[s] @ (head_a[s] @ x). Empty tensors: no slot pool.
+struct VocabLora {
+  Tensor embed_a, embed_b, head_a, head_b, ranks;
+  bool empty() const { return ranks.empty(); }
+  int64_t max_rank() const { return embed_a.empty() ? 0 : embed_a.dim(2); }
+};
+
+// The LoRA slots' vocabulary rows (lora/slot_vocab.h, io/adapter_vocab.h), persistent
 // device tensors:
 //   embed_rows, lm_head_rows: [num_slots * rows_per_slot, hidden] (slot s: rows s * rows_per_slot ...)
 //   lm_head_ids: [num_slots * rows_per_slot] i32, the vocabulary id each lm_head row gives the logit of
 //   row_counts:  [num_slots] i32, lm_head rows in use per slot
 //   vocab_sizes: [num_slots] i32, base vocabulary + the slot's new tokens
+// and the slots' embed_tokens / lm_head LoRA.
 struct VocabTables {
   Tensor embed_rows, lm_head_rows, lm_head_ids, row_counts, vocab_sizes;
   int64_t rows_per_slot = 0;
   int64_t base_vocab = 0;
   int64_t width = 0;  // logits row width: base_vocab + the ids an adapter may add
+  VocabLora lora;
 };
 
 // Per-row inputs of Backend::sample (device tensors, one entry per logits row).
@@ -200,6 +217,12 @@ class Backend {
   // out: [n, d] f32; table: [vocab, d]; extra: [rows, d] or empty; ids: [n] i32
   virtual void embedding(Tensor out, Tensor table, Tensor extra, Tensor ids) = 0;
 
+  // The embed_tokens LoRA of each token's slot: out[i, :] += embed_b[s] @ embed_a[s][ids[i], :]
+  // for s = token_slot[i] >= 0 whose embed rank is not 0 (VocabLora). ids are the tokens' own
+  // ids (not the slot rows embedding reads). Capturable: the grid comes from n.
+  // out: [n, hidden] f32; ids, token_slot: [n] i32
+  virtual void embedding_lora(Tensor out, Tensor ids, Tensor token_slot, const VocabLora& lora) = 0;
+
   // out = x / sqrt(mean(x^2) + eps) * w        out, x: [n, d] f32; w: [d]
   // out16: empty, or [n, d] in a 16-bit type: out rounded to it as well (the next group's
   // MatmulGroup::x16, when its plan's x_type is 16-bit).
@@ -249,8 +272,10 @@ class Backend {
   // input rows; row_slot: [n] i32, each row's LoRA slot (-1: the base model).
   //   out[i, c] = base[i, c] for c < base_vocab, -inf from the row's vocab_sizes[slot]
   //   (base_vocab for -1) on; then for j < row_counts[s]: out[i, lm_head_ids[s * R + j]] =
-  //   x[i] . lm_head_rows[s * R + j] (R = rows_per_slot). Capturable: the grid comes from n
-  //   and the tables' shapes, the counts are read on the device.
+  //   x[i] . lm_head_rows[s * R + j] (R = rows_per_slot); then, where the slot's lm_head rank
+  //   is not 0, out[i, :] += head_b[s] @ (head_a[s] @ x[i]) (t.lora, when not empty).
+  //   Capturable: the grid comes from n and the tables' shapes, the counts and ranks are read
+  //   on the device.
   virtual void vocab_logits(Tensor out, Tensor base, Tensor x, Tensor row_slot, const VocabTables& t) = 0;
 
   // ---- sampling on the device (GPU sampling inside decode graphs) ----------------------

@@ -66,4 +66,47 @@ void HostBackend::silu_mul(Tensor out, Tensor out16, Tensor gate, Tensor up, con
   write_copy(out16, out);
 }
 
+bool HostBackend::vocab_lora_slots(Tensor token_slot, const VocabLora& lora, int which) {
+  const int64_t n = token_slot.numel(), slots = lora.ranks.dim(0);
+  const int32_t* in = token_slot.ptr<int32_t>();
+  const int32_t* ranks = lora.ranks.ptr<int32_t>();
+  vocab_slots_.assign(static_cast<size_t>(n), -1);
+  bool any = false;
+  for (int64_t i = 0; i < n; ++i) {
+    check(in[i] < slots, "vocab LoRA: slot out of range");
+    if (in[i] >= 0 && ranks[2 * in[i] + which] > 0) vocab_slots_[static_cast<size_t>(i)] = in[i], any = true;
+  }
+  return any;
+}
+
+void HostBackend::embedding_lora(Tensor out, Tensor ids, Tensor token_slot, const VocabLora& lora) {
+  const int64_t n = out.dim(0), r = lora.max_rank(), w = lora.embed_a.empty() ? 0 : lora.embed_a.dim(1);
+  check(out.dtype == DType::kF32 && ids.numel() == n && token_slot.numel() == n, "embedding_lora: shape mismatch");
+  if (lora.empty() || n == 0 || !vocab_lora_slots(token_slot, lora, 0)) return;
+  vocab_t_.assign(static_cast<size_t>(n * r), 0.f);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t s = vocab_slots_[static_cast<size_t>(i)], id = ids.ptr<int32_t>()[i];
+    if (s < 0) continue;
+    check(id >= 0 && id < w, "embedding_lora: id outside the LoRA's vocabulary");
+    for (int64_t k = 0; k < r; ++k)
+      vocab_t_[static_cast<size_t>(i * r + k)] = load_as_f32(lora.embed_a.data, lora.embed_a.dtype, (s * w + id) * r + k);
+  }
+  LoraMeta meta;
+  meta.token_slot = Tensor(vocab_slots_.data(), DType::kI32, {n});
+  lora_expand(out, Tensor(vocab_t_.data(), DType::kF32, {n, r}), lora.embed_b, meta);
+}
+
+void HostBackend::vocab_logits(Tensor out, Tensor base, Tensor x, Tensor row_slot, const VocabTables& t) {
+  vocab_rows(out, base, x, row_slot, t);
+  const VocabLora& lora = t.lora;
+  const int64_t n = out.dim(0), r = lora.max_rank();
+  if (lora.empty() || n == 0 || !vocab_lora_slots(row_slot, lora, 1)) return;
+  vocab_t_.assign(static_cast<size_t>(n * r), 0.f);
+  LoraMeta meta;
+  meta.token_slot = Tensor(vocab_slots_.data(), DType::kI32, {n});
+  const Tensor tt(vocab_t_.data(), DType::kF32, {n, r});
+  lora_shrink(tt, x, lora.head_a, meta);
+  lora_expand(out, tt, lora.head_b, meta);
+}
+
 }  // namespace quiver

@@ -43,6 +43,11 @@ class HostBackend : public Backend {
                      Tensor slot_mapping, const GroupPlan& plan, const GroupLora& lora) override;
   void silu_mul(Tensor out, Tensor out16, Tensor gate, Tensor up, const GroupPlan& plan,
                 const GroupLora& lora) override;
+  // The embed_tokens LoRA: each token's row of embed_a gathered into a [n, max_rank] t, then
+  // lora_expand with embed_b.
+  void embedding_lora(Tensor out, Tensor ids, Tensor token_slot, const VocabLora& lora) override;
+  // vocab_rows, then the lm_head LoRA as lora_shrink with head_a and lora_expand with head_b.
+  void vocab_logits(Tensor out, Tensor base, Tensor x, Tensor row_slot, const VocabTables& t) override;
 
   // ---- primitives (f32 outputs, no LoRA terms) ----
   // y = x16 @ w^T (+ bias): x16 [n, in] bf16, x rounded (GroupPlan::x_type); w bf16.
@@ -64,6 +69,9 @@ class HostBackend : public Backend {
   // LoRA expand: y[i, :] += b_stack[slot_i] @ t[i, :]; rows with slot -1 are untouched.
   // y: [n, out] f32; t: [n, max_rank] f32; b_stack: [num_slots, out, max_rank]
   virtual void lora_expand(Tensor y, Tensor t, Tensor b_stack, const LoraMeta& meta) = 0;
+  // Backend::vocab_logits without the lm_head LoRA: the widened base logits and the slots'
+  // lm_head rows.
+  virtual void vocab_rows(Tensor out, Tensor base, Tensor x, Tensor row_slot, const VocabTables& t) = 0;
 
  private:
   // Allocations are 64-byte aligned inside a block kPad bytes larger, the block's own
@@ -81,8 +89,14 @@ class HostBackend : public Backend {
   // The op's 16-bit copy of out, when it was given one.
   void write_copy(Tensor out16, Tensor out);
 
+  // token_slot with -1 where the slot's rank `which` (0: embed_tokens, 1: lm_head) is 0,
+  // into vocab_slots_; false when no row is left.
+  bool vocab_lora_slots(Tensor token_slot, const VocabLora& lora, int which);
+
   bool round_x16_;
   std::vector<uint16_t> x16_;  // project()'s copy of x where the group came without one (o)
+  std::vector<int32_t> vocab_slots_;  // vocab_lora_slots' result
+  std::vector<float> vocab_t_;        // the embed_tokens / lm_head LoRA's [n, max_rank] t
 };
 
 }  // namespace quiver

@@ -28,6 +28,11 @@ struct BenchOptions {
   int lora_rank = 16;
   std::string lora_targets = "all";  // "all" or a comma list of q_proj, ..., down_proj
   std::string lora_dtype = "bfloat16";
+  // What the synthesized adapters do to the vocabulary (io/adapter_vocab.h): "none";
+  // "added=N", N new tokens as vLLM's added_tokens.json + new_embeddings.safetensors;
+  // "lm_head", a whole lm_head replacement (PEFT modules_to_save); "lora", LoRA on
+  // embed_tokens and lm_head beside the projections.
+  std::string lora_vocab = "none";
   double lora_fraction = 1.0;  // share of requests that carry an adapter (round-robin over them)
   bool sequential_adapters = false;  // offline: one group per adapter, run one after another
   // offline: after (or, every other iteration, before) each measured pass, run the same
@@ -65,6 +70,9 @@ std::vector<BenchRequest> make_requests(int n, int input_len, const std::vector<
 
 // Writes `count` random PEFT adapters (adapter_config.json + adapter_model.safetensors)
 // under dir/bench-<i> and returns (name, path) pairs.
+// The slot rows each synthesized adapter sets for BenchOptions::lora_vocab (0: none), or an
+// error naming the spelling.
+Result<int64_t> vocab_rows_of(const std::string& spec, const ModelConfig& base);
 Result<std::vector<std::pair<std::string, std::string>>> synthesize_adapters(const ModelConfig& base,
                                                                             const BenchOptions& o,
                                                                             const std::string& dir);

@@ -48,7 +48,57 @@ Result<DType> parse_lora_dtype(const std::string& s) {
   return Status::error("--lora-file-dtype must be bfloat16, float16 or float32, not '" + s + "'");
 }
 
+// "added=N" -> N.
+Result<int64_t> added_tokens_of(const std::string& spec) {
+  const std::string n = spec.substr(6);
+  if (n.empty() || n.size() > 5 || n.find_first_not_of("0123456789") != std::string::npos || std::stoll(n) < 1)
+    return Status::error("--lora-vocab added=N needs N between 1 and 65536, not '" + n + "'");
+  const int64_t v = std::stoll(n);
+  if (v > 65536) return Status::error("--lora-vocab added=N needs N between 1 and 65536");
+  return v;
+}
+
+// The vocabulary files of one adapter (BenchOptions::lora_vocab) into `path`, appending the
+// adapter-file tensors to `tensors` and the targets to config["target_modules"].
+Status write_vocab(const ModelConfig& base, const BenchOptions& o, DType dtype, const std::filesystem::path& path,
+                   nlohmann::json* config, std::vector<SafetensorsEntry>* tensors, uint64_t& state) {
+  const int64_t h = base.hidden_size, v = base.vocab_size, r = o.lora_rank;
+  const float row_scale = 1.0f / std::sqrt(static_cast<float>(h));  // the dummy weights' scale
+  if (o.lora_vocab == "lm_head") {
+    (*config)["modules_to_save"] = {"lm_head"};
+    tensors->push_back(make_safetensors_entry("base_model.model.lm_head.weight", dtype, {v, h},
+                                              uniform(static_cast<size_t>(v * h), row_scale, state)));
+  } else if (o.lora_vocab == "lora") {
+    (*config)["target_modules"].push_back("embed_tokens");
+    (*config)["target_modules"].push_back("lm_head");
+    const std::string emb = "base_model.model.model.embed_tokens.", head = "base_model.model.lm_head.";
+    const float rs = 1.0f / std::sqrt(static_cast<float>(r));
+    tensors->push_back(make_safetensors_entry(emb + "lora_embedding_A", dtype, {r, v}, uniform(size_t(r * v), 1.f, state)));
+    tensors->push_back(make_safetensors_entry(emb + "lora_embedding_B", dtype, {h, r}, uniform(size_t(h * r), rs, state)));
+    tensors->push_back(make_safetensors_entry(head + "lora_A.weight", dtype, {r, h}, uniform(size_t(r * h), row_scale, state)));
+    tensors->push_back(make_safetensors_entry(head + "lora_B.weight", dtype, {v, r}, uniform(size_t(v * r), rs, state)));
+  } else if (o.lora_vocab.starts_with("added=")) {
+    QV_ASSIGN_OR_RETURN(const int64_t n, added_tokens_of(o.lora_vocab));
+    nlohmann::json names = nlohmann::json::object();
+    for (int64_t i = 0; i < n; ++i) names["<bench_" + std::to_string(i) + ">"] = v + i;
+    std::ofstream(path / "added_tokens.json") << names.dump() << "\n";
+    QV_RETURN_IF_ERROR(write_safetensors(
+        (path / "new_embeddings.safetensors").string(),
+        {make_safetensors_entry("input_embeddings", dtype, {n, h}, uniform(size_t(n * h), row_scale, state)),
+         make_safetensors_entry("output_embeddings", dtype, {n, h}, uniform(size_t(n * h), row_scale, state))},
+        {{"format", "pt"}}));
+  }
+  return Status::ok();
+}
+
 }  // namespace
+
+Result<int64_t> vocab_rows_of(const std::string& spec, const ModelConfig& base) {
+  if (spec == "none" || spec == "lora") return int64_t{0};
+  if (spec == "lm_head") return base.vocab_size;
+  if (spec.starts_with("added=")) return added_tokens_of(spec);
+  return Status::error("--lora-vocab must be none, added=N, lm_head or lora, not '" + spec + "'");
+}
 
 // Scales: A ~ U(±1/sqrt(in)), B ~ U(±1/sqrt(r)) and lora_alpha = r (scale 1) make B·A·x
 // about half the size of W·x for the dummy base weights (W ~ U(±1/sqrt(in))), so an
@@ -75,13 +125,14 @@ Result<std::vector<std::pair<std::string, std::string>>> synthesize_adapters(con
                              {"use_rslora", false},          {"use_dora", false},
                              {"base_model_name_or_path", ""}, {"target_modules", nlohmann::json::array()}};
     for (LoraTarget t : targets) config["target_modules"].push_back(lora_target_name(t));
+    uint64_t state = o.engine.args.seed * 1000003ull + 77 + static_cast<uint64_t>(i);
+    std::vector<SafetensorsEntry> tensors;
+    QV_RETURN_IF_ERROR(write_vocab(base, o, dtype, path, &config, &tensors, state));
     std::ofstream cfg(path / "adapter_config.json");
     cfg << config.dump(2) << "\n";
     cfg.close();
     if (!cfg) return Status::error("cannot write " + (path / "adapter_config.json").string());
 
-    uint64_t state = o.engine.args.seed * 1000003ull + 77 + static_cast<uint64_t>(i);
-    std::vector<SafetensorsEntry> tensors;
     for (int64_t l = 0; l < base.num_layers; ++l) {
       for (LoraTarget t : targets) {
         const int64_t in = lora_target_in(base, t), out_f = lora_target_out(base, t);

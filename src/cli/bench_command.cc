@@ -95,6 +95,7 @@ nlohmann::json options_json(const BenchOptions& o, const LLMEngine& engine) {
           {"lora_rank", o.lora_rank},
           {"lora_targets", o.lora_targets},
           {"lora_file_dtype", o.lora_dtype},
+          {"lora_vocab", o.lora_vocab},
           {"lora_dtype", a.lora_dtype},
           {"lora_fraction", o.lora_fraction},
           {"sequential_adapters", o.sequential_adapters},
@@ -274,6 +275,14 @@ int run_bench(BenchOptions& o, const CLI::App* cmd) {
 
   auto config = load_model_config(args.model);
   if (!config.is_ok()) return fail(config.message(), 1);
+  auto vocab_rows = vocab_rows_of(o.lora_vocab, config.value());
+  if (!vocab_rows.is_ok()) return fail(vocab_rows.message(), 2);
+  if (o.num_adapters > 0 && vocab_rows.value() > 0) {
+    // Slot rows (and new ids) enough for the synthesized adapters, unless the user says otherwise.
+    const int64_t added = vocab_rows.value() - (o.lora_vocab == "lm_head" ? config->vocab_size : 0);
+    if (cmd->count("--max-lora-vocab-rows") == 0) args.max_lora_vocab_rows = vocab_rows.value();
+    if (cmd->count("--lora-extra-vocab-size") == 0) args.lora_extra_vocab_size = std::max<int64_t>(256, added);
+  }
   TempDir temp_dir;
   const std::string adapter_dir = o.adapter_dir.empty() ? temp_dir.path() : o.adapter_dir;
   std::vector<std::string> adapters;
@@ -367,6 +376,9 @@ void register_bench(CLI::App& app, int* exit_code) {
   cmd->add_option("--lora-targets", o->lora_targets, "all, or a comma list of q_proj,...,down_proj");
   // --lora-dtype is the engine's (resident stacks); this one is the synthesized files' dtype.
   cmd->add_option("--lora-file-dtype", o->lora_dtype, "dtype of the adapter files: bfloat16 | float16 | float32");
+  cmd->add_option("--lora-vocab", o->lora_vocab,
+                  "what the adapters do to the vocabulary: none | added=N (new tokens) | lm_head (a whole "
+                  "replacement) | lora (LoRA on embed_tokens and lm_head)");
   cmd->add_option("--lora-fraction", o->lora_fraction, "share of requests with an adapter (0 = all base)");
   cmd->add_flag("--sequential-adapters", o->sequential_adapters,
                 "offline: run one adapter's requests at a time, groups one after another");

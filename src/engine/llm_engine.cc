@@ -83,7 +83,7 @@ Status LLMEngine::add_request(const std::string& id, const PromptInput& prompt, 
   if (lora.has_value() && !lora->name.empty()) {
     if (!adapters_) return Status::error("request asks for adapter '" + lora->name + "' but LoRA is not enabled (--enable-lora)");
     auto found = adapters_->find(lora->name);
-    if (!found.is_ok() && !lora->path.empty()) found = adapters_->add(lora->name, lora->path);
+    if (!found.is_ok() && !lora->path.empty()) found = add_lora(lora->name, lora->path);
     if (!found.is_ok()) return found.status();
     auto weights = adapters_->get(found->uid);
     if (!weights.is_ok()) return weights.status();
@@ -149,7 +149,13 @@ DType LLMEngine::kv_cache_dtype() const { return kv_->shape().dtype; }
 Result<AdapterInfo> LLMEngine::add_lora(const std::string& name, const std::string& path,
                                         const std::vector<std::string>& allowlist) {
   if (!adapters_) return Status::error("LoRA is not enabled (--enable-lora)");
-  return adapters_->add(name, path, allowlist);
+  auto info = adapters_->add(name, path, allowlist);
+  if (!info.is_ok()) return info;
+  // What the adapter takes of a slot, whole vocabulary replacements included, at its load.
+  if (auto w = adapters_->get(info->uid); w.is_ok())
+    std::fprintf(stderr, "quiver: %s\n",
+                 describe_adapter(*w.value(), slots_->vocab_limits(), config_, slots_->dtype()).c_str());
+  return info;
 }
 
 Status LLMEngine::remove_lora(const std::string& name) {

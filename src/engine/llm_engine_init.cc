@@ -26,6 +26,24 @@ namespace {
 
 // An fp8 checkpoint's per-layer KV scales, by vLLM's names (model.layers.N.self_attn.k_scale
 // and .v_scale, scalars); a layer without them keeps 1.
+// The checkpoint's embed_tokens and lm_head, against which the whole matrices adapters save
+// are compared (only rows that differ take slot rows, io/adapter_vocab.h); null for dummy
+// weights, whose adapters then keep every row.
+std::shared_ptr<const BaseVocab> base_vocab_rows(const std::shared_ptr<Checkpoint>& ckpt, const ModelConfig& c) {
+  if (!ckpt) return nullptr;
+  auto v = std::make_shared<BaseVocab>();
+  auto embed = ckpt->get("model.embed_tokens.weight", {c.vocab_size, c.hidden_size});
+  if (!embed.is_ok()) return nullptr;
+  v->embed = v->lm_head = embed.value();
+  if (!c.tie_word_embeddings) {
+    auto head = ckpt->get("lm_head.weight", {c.vocab_size, c.hidden_size});
+    if (!head.is_ok()) return nullptr;
+    v->lm_head = head.value();
+  }
+  v->keep = ckpt;
+  return v;
+}
+
 Status load_kv_scales(const Checkpoint& ckpt, KvCache* kv) {
   for (int l = 0; l < static_cast<int>(kv->shape().num_layers); ++l) {
     const std::string base = "model.layers." + std::to_string(l) + ".self_attn.";
@@ -138,7 +156,8 @@ Status LLMEngine::init(const EngineArgs& args) {
   if (args.enable_lora) {
     const int cpu_loras = args.max_cpu_loras > 0 ? args.max_cpu_loras : args.max_loras;
     const VocabLimits vocab{args.lora_extra_vocab_size, args.max_lora_vocab_rows};
-    adapters_ = std::make_unique<AdapterRegistry>(config_, args.max_lora_rank, cpu_loras, vocab, lora_dtype);
+    adapters_ = std::make_unique<AdapterRegistry>(config_, args.max_lora_rank, cpu_loras, vocab, lora_dtype,
+                                                  base_vocab_rows(checkpoint, config_));
     slots_ = std::make_unique<LoraSlotPool>(backend_.get(), config_, args.max_loras, args.max_lora_rank, lora_dtype,
                                             vocab);
     memory_.lora_slots = gpu ? took() : static_cast<int64_t>(slots_->bytes());
@@ -198,7 +217,7 @@ Status LLMEngine::init(const EngineArgs& args) {
 
   if (args.enable_lora) {
     for (const auto& [name, path] : args.lora_modules) {
-      auto added = adapters_->add(name, path);
+      auto added = add_lora(name, path);
       if (!added.is_ok()) return added.status().with_context("adapter '" + name + "'");
     }
   }

@@ -11,7 +11,7 @@ namespace {
 // region starts 64-byte aligned. The layout depends only on the counts, so every replay
 // of a bucket's graph finds its inputs where the capture saw them.
 struct InputLayout {
-  int64_t token_ids, positions, slot_mapping, token_slot, sorted_tokens;  // [tokens]
+  int64_t token_ids, lora_ids, positions, slot_mapping, token_slot, sorted_tokens;  // [tokens]
   int64_t seg_start, seg_slot;                              // [segments + 1], [segments]
   int64_t query_start, seq_lens;                            // [seqs + 1], [seqs]
   int64_t logit_rows, logit_slot;                           // [logit rows]
@@ -29,6 +29,7 @@ InputLayout input_layout(int64_t tokens, int64_t seqs, int64_t segments, int64_t
   };
   InputLayout l;
   l.token_ids = take(tokens);
+  l.lora_ids = take(tokens);
   l.positions = take(tokens);
   l.slot_mapping = take(tokens);
   l.token_slot = take(tokens);
@@ -73,7 +74,9 @@ ModelRunner::ModelRunner(const LlamaModel* model, const LoraSlotPool* lora, Runn
   inputs_ = Buffer(backend_, sizeof(int32_t) * static_cast<size_t>(cap.end));
   const int64_t logit_rows = std::max<int64_t>(limits_.max_logit_chunk, max_bucket);
   const int64_t vocab = model->config().vocab_size;
-  vocab_ = lora_ != nullptr && (lora_->vocab_width() > vocab || lora_->has_vocab_rows());
+  // Any slot may hold vocabulary rows or an lm_head LoRA: with a pool every logits row goes
+  // through vocab_logits.
+  vocab_ = lora_ != nullptr;
   width_ = vocab_ ? lora_->vocab_width() : vocab;
   logits_ = Buffer(backend_, sizeof(float) * logit_rows * width_);
   if (vocab_) {
@@ -176,6 +179,7 @@ StepTensors ModelRunner::prepare(const ForwardBatch& b, bool padded, const Devic
   staging_.assign(static_cast<size_t>(l.end), 0);
   auto put = [this](int64_t at, const std::vector<int32_t>& v) { std::copy(v.begin(), v.end(), staging_.begin() + at); };
   put(l.token_ids, b.token_ids);
+  put(l.lora_ids, b.token_ids);
   if (vocab_) {
     // A token whose embed_tokens row the request's adapter replaces (or adds) reads the
     // slot's row: embedding finds it past the base vocabulary (LoraSlotPool::embed_row).
@@ -211,6 +215,7 @@ StepTensors ModelRunner::prepare(const ForwardBatch& b, bool padded, const Devic
   StepTensors st;
   st.num_tokens = n;
   st.token_ids = i32(l.token_ids, n);
+  st.lora_ids = i32(l.lora_ids, n);
   st.positions = i32(l.positions, n);
   st.slot_mapping = i32(l.slot_mapping, n);
   st.attn.query_start = i32(l.query_start, num_seqs + 1);

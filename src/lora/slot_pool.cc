@@ -23,34 +23,14 @@ size_t buffer_index(int layer, LoraTarget target, bool is_b) {
 
 }  // namespace
 
-Status VocabLimits::check(const LoraAdapter& a, const ModelConfig& base, DType dtype) const {
-  const AdapterVocab& v = a.vocab;
-  if (v.empty()) return Status::ok();
-  auto mib = [&](int64_t rows) {
-    VocabLimits l{extra_vocab, rows};
-    char text[32];
-    std::snprintf(text, sizeof text, "%.1f", static_cast<double>(l.slot_bytes(base, dtype)) / (1 << 20));
-    return std::string(text);
-  };
-  if (v.new_tokens > extra_vocab)
-    return Status::error("LoRA adapter '" + a.name + "' adds " + std::to_string(v.new_tokens) + " tokens (" + v.layout +
-                         "), above --lora-extra-vocab-size " + std::to_string(extra_vocab) +
-                         "; restart with --lora-extra-vocab-size " + std::to_string(v.new_tokens) + " or more");
-  if (v.rows() > rows)
-    return Status::error("LoRA adapter '" + a.name + "' sets " + std::to_string(v.rows()) +
-                         " rows of embed_tokens / lm_head (" + v.layout + "), above --max-lora-vocab-rows " +
-                         std::to_string(rows) + "; restart with --max-lora-vocab-rows " + std::to_string(v.rows()) +
-                         " or more (" + mib(v.rows()) + " MiB per LoRA slot)");
-  return Status::ok();
-}
-
-int64_t VocabLimits::slot_bytes(const ModelConfig& base, DType dtype) const {
-  return rows * (2 * base.hidden_size * static_cast<int64_t>(dtype_size(dtype)) + int64_t{4});
-}
-
 LoraSlotPool::LoraSlotPool(Backend* backend, const ModelConfig& config, int max_loras, int max_rank, DType dtype,
                            VocabLimits vocab)
-    : backend_(backend), config_(config), max_loras_(max_loras), max_rank_(max_rank), dtype_(dtype), vocab_(vocab) {
+    : backend_(backend),
+      config_(config),
+      max_loras_(max_loras),
+      max_rank_(max_rank),
+      dtype_(dtype),
+      vocab_(backend, config, max_loras, max_rank, dtype, vocab) {
   check(backend != nullptr, "LoraSlotPool: null backend");
   check(dtype == DType::kF32 || dtype == DType::kBF16, "LoraSlotPool: stacks must be f32 or bf16");
   check(max_loras >= 1, "LoraSlotPool: max_loras must be at least 1");
@@ -70,68 +50,6 @@ LoraSlotPool::LoraSlotPool(Backend* backend, const ModelConfig& config, int max_
       }
     }
   }
-  check(vocab.extra_vocab >= 0 && vocab.rows >= 0, "LoraSlotPool: negative vocabulary limits");
-  if (vocab.rows > 0) {
-    const size_t rows = static_cast<size_t>(max_loras) * static_cast<size_t>(vocab.rows);
-    const size_t row_bytes = static_cast<size_t>(config.hidden_size) * dtype_size(dtype);
-    embed_rows_ = Buffer(backend, rows * row_bytes);
-    lm_head_rows_ = Buffer(backend, rows * row_bytes);
-    lm_head_ids_ = Buffer(backend, rows * sizeof(int32_t));
-    row_counts_ = Buffer(backend, static_cast<size_t>(max_loras) * sizeof(int32_t));
-    vocab_sizes_ = Buffer(backend, static_cast<size_t>(max_loras) * sizeof(int32_t));
-    for (Buffer* b : {&embed_rows_, &lm_head_rows_, &lm_head_ids_, &row_counts_}) backend->fill_zero(b->data(), b->bytes());
-    const std::vector<int32_t> base_sizes(static_cast<size_t>(max_loras), static_cast<int32_t>(config.vocab_size));
-    backend->copy_from_host(vocab_sizes_.data(), base_sizes.data(), vocab_sizes_.bytes());
-    backend->synchronize();
-  }
-}
-
-VocabTables LoraSlotPool::vocab_tables() const {
-  VocabTables t;
-  t.base_vocab = config_.vocab_size;
-  t.width = vocab_width();
-  t.rows_per_slot = vocab_.rows;
-  if (vocab_.rows == 0) return t;
-  const int64_t rows = max_loras_ * vocab_.rows;
-  t.embed_rows = embed_rows_.tensor(dtype_, {rows, config_.hidden_size});
-  t.lm_head_rows = lm_head_rows_.tensor(dtype_, {rows, config_.hidden_size});
-  t.lm_head_ids = lm_head_ids_.tensor(DType::kI32, {rows});
-  t.row_counts = row_counts_.tensor(DType::kI32, {max_loras_});
-  t.vocab_sizes = vocab_sizes_.tensor(DType::kI32, {max_loras_});
-  return t;
-}
-
-int32_t LoraSlotPool::embed_row(int slot, int32_t token) const {
-  if (slot < 0) return token;
-  const std::vector<int32_t>& ids = slots_[static_cast<size_t>(slot)].input_ids;
-  auto it = std::lower_bound(ids.begin(), ids.end(), token);
-  if (it == ids.end() || *it != token) return token;
-  return static_cast<int32_t>(config_.vocab_size + static_cast<int64_t>(slot) * vocab_.rows + (it - ids.begin()));
-}
-
-void LoraSlotPool::load_vocab(int slot, const AdapterVocab& v) {
-  slots_[static_cast<size_t>(slot)].input_ids = v.input_ids;
-  if (vocab_.rows == 0) return;
-  const int64_t h = config_.hidden_size;
-  const size_t es = dtype_size(dtype_);
-  const size_t row_bytes = static_cast<size_t>(h) * es;
-  const size_t first = static_cast<size_t>(slot) * static_cast<size_t>(vocab_.rows);
-  std::vector<uint16_t> narrow;
-  auto upload_rows = [&](const Buffer& buf, const std::vector<float>& rows) {
-    char* dst = static_cast<char*>(buf.data()) + first * row_bytes;
-    backend_->fill_zero(dst, static_cast<size_t>(vocab_.rows) * row_bytes);
-    if (!rows.empty()) upload(dst, rows.data(), rows.size(), &narrow);
-  };
-  upload_rows(embed_rows_, v.input_rows);
-  upload_rows(lm_head_rows_, v.output_rows);
-  std::vector<int32_t> ids(static_cast<size_t>(vocab_.rows), 0);
-  std::copy(v.output_ids.begin(), v.output_ids.end(), ids.begin());
-  backend_->copy_from_host(static_cast<int32_t*>(lm_head_ids_.data()) + first, ids.data(), ids.size() * sizeof(int32_t));
-  const int32_t count = static_cast<int32_t>(v.output_ids.size());
-  const int32_t size = static_cast<int32_t>(config_.vocab_size + v.new_tokens);
-  backend_->copy_from_host(static_cast<int32_t*>(row_counts_.data()) + slot, &count, sizeof(int32_t));
-  backend_->copy_from_host(static_cast<int32_t*>(vocab_sizes_.data()) + slot, &size, sizeof(int32_t));
-  backend_->synchronize();
 }
 
 Tensor LoraSlotPool::a_stack(int layer, LoraTarget target) const {
@@ -155,7 +73,7 @@ Result<int> LoraSlotPool::acquire(uint64_t uid, const LoraAdapter& adapter) {
                            ", above --max-lora-rank " + std::to_string(max_rank_));
     check(static_cast<int64_t>(adapter.layers.size()) == config_.num_layers,
           "acquire: adapter was loaded for a model with another layer count");
-    QV_RETURN_IF_ERROR(vocab_.check(adapter, config_, dtype_));
+    QV_RETURN_IF_ERROR(vocab_.limits().check(adapter, config_, dtype_));
     // A free slot first; otherwise the least recently used unpinned one.
     for (int s = 0; s < max_loras_ && slot < 0; ++s)
       if (slots_[s].uid == 0) slot = s;
@@ -200,27 +118,15 @@ void LoraSlotPool::load_into(int slot, const LoraAdapter& adapter) {
       const size_t r = static_cast<size_t>(m->rank);
       check(r <= rank && m->a.size() == r * in && m->b.size() == out * r, "load_into: module shape mismatch");
       // A [r, in] is the first r rows of the slot's [max_rank, in]: one contiguous copy.
-      upload(a_slot, m->a.data(), m->a.size(), &narrow);
+      upload_stack(backend_, dtype_, a_slot, m->a.data(), m->a.size(), &narrow);
       // B [out, r] goes to [out, max_rank]: pad each row on the host, copy once.
       padded.assign(out * rank, 0.f);
       for (size_t o = 0; o < out; ++o)
         for (size_t k = 0; k < r; ++k) padded[o * rank + k] = m->b[o * r + k];
-      upload(b_slot, padded.data(), padded.size(), &narrow);
+      upload_stack(backend_, dtype_, b_slot, padded.data(), padded.size(), &narrow);
     }
   }
-  load_vocab(slot, adapter.vocab);
-  backend_->synchronize();
-}
-
-void LoraSlotPool::upload(char* dst, const float* src, size_t n, std::vector<uint16_t>* narrow) {
-  if (dtype_ == DType::kF32) {
-    backend_->copy_from_host(dst, src, n * sizeof(float));
-  } else {
-    narrow->resize(n);
-    for (size_t i = 0; i < n; ++i) (*narrow)[i] = f32_to_bf16(src[i]);
-    backend_->copy_from_host(dst, narrow->data(), n * sizeof(uint16_t));
-  }
-  // A device backend may still be reading the staging asynchronously; wait before reuse.
+  vocab_.load(slot, adapter);
   backend_->synchronize();
 }
 

@@ -17,18 +17,9 @@
 #include "core/status.h"
 #include "io/model_config.h"
 #include "io/peft_adapter.h"
+#include "lora/slot_vocab.h"
 
 namespace quiver {
-
-// Vocabulary rows a slot holds (io/adapter_vocab.h), fixed at start-up like the stacks.
-struct VocabLimits {
-  int64_t extra_vocab = 0;  // ids an adapter may add past the base vocabulary (vLLM's lora_extra_vocab_size)
-  int64_t rows = 0;         // rows an adapter may set in each of embed_tokens and lm_head
-  // Error, naming the flag to raise and what a slot then costs, when `a` does not fit.
-  Status check(const LoraAdapter& a, const ModelConfig& base, DType dtype) const;
-  // Bytes the rows take per slot: [rows, hidden] for each of embed_tokens and lm_head.
-  int64_t slot_bytes(const ModelConfig& base, DType dtype) const;
-};
 
 class LoraSlotPool {
  public:
@@ -55,21 +46,18 @@ class LoraSlotPool {
   int64_t loads() const { return loads_; }  // adapters copied into slots so far
 
   // Vocabulary: logits rows are vocab_width() wide (the base vocabulary when extra_vocab is
-  // 0); an adapter's new ids and replaced rows live in its slot (vocab_tables()).
-  const VocabLimits& vocab_limits() const { return vocab_; }
-  int64_t vocab_width() const { return config_.vocab_size + vocab_.extra_vocab; }
-  bool has_vocab_rows() const { return vocab_.rows > 0; }
-  VocabTables vocab_tables() const;
-  // The row embedding reads for `token` in `slot`: the token itself, or, where the slot's
-  // adapter replaces it, base vocabulary + the slot's row (VocabTables::embed_rows).
-  int32_t embed_row(int slot, int32_t token) const;
+  // 0); an adapter's new ids, replaced rows and embed_tokens / lm_head LoRA live in its slot
+  // (vocab_tables(), lora/slot_vocab.h).
+  const VocabLimits& vocab_limits() const { return vocab_.limits(); }
+  int64_t vocab_width() const { return vocab_.width(); }
+  VocabTables vocab_tables() const { return vocab_.tables(); }
+  int32_t embed_row(int slot, int32_t token) const { return vocab_.embed_row(slot, token); }
 
   // Bytes of the slot stacks (every layer's A and B of every target, max_loras slots) and
-  // of the vocabulary rows.
+  // of what the slots hold for the vocabulary.
   size_t bytes() const {
-    size_t n = 0;
+    size_t n = vocab_.bytes();
     for (const Buffer& b : buffers_) n += b.bytes();
-    for (const Buffer* b : {&embed_rows_, &lm_head_rows_, &lm_head_ids_, &row_counts_, &vocab_sizes_}) n += b->bytes();
     return n;
   }
 
@@ -77,27 +65,19 @@ class LoraSlotPool {
   // Zeroes every stack's region of `slot`, then copies the adapter's modules rank-padded.
   void load_into(int slot, const LoraAdapter& adapter);
 
-  // Writes the adapter's vocabulary rows into `slot` (an empty vocabulary clears it).
-  void load_vocab(int slot, const AdapterVocab& v);
-  // Copies n f32 values to the device at dst, rounded to bf16 first when the stacks are
-  // bf16 (narrow: the staging), and waits: the caller reuses its host buffers.
-  void upload(char* dst, const float* src, size_t n, std::vector<uint16_t>* narrow);
-
   struct Slot {
     uint64_t uid = 0;
     int pins = 0;
     uint64_t last_used = 0;
-    std::vector<int32_t> input_ids;  // the adapter's embed_tokens ids (AdapterVocab::input_ids)
   };
+
   Backend* backend_;
   ModelConfig config_;
   int max_loras_;
   int max_rank_;
   DType dtype_;
-  VocabLimits vocab_;
   std::vector<Buffer> buffers_;  // [layer * 7 + target] * 2 (a, b)
-  // Vocabulary rows (VocabTables), allocated when vocab_.rows > 0.
-  Buffer embed_rows_, lm_head_rows_, lm_head_ids_, row_counts_, vocab_sizes_;
+  SlotVocab vocab_;
   std::vector<Slot> slots_;
   uint64_t clock_ = 0;
   int64_t loads_ = 0;

@@ -125,6 +125,10 @@ void LlamaModel::forward(const StepTensors& step, Workspace& ws, const KvCacheVi
   const Tensor gate16 = copy(ws.gate16, down.x_type, c.intermediate_size);
 
   backend_->embedding(hidden, weights_.embed, step.embed_extra, step.token_ids);
+  // Inside every LoRA graph, like the projections' LoRA: slots without an embed_tokens LoRA
+  // are skipped on the device (rank 0), not by a host decision frozen at capture.
+  if (step.lora_active && lora != nullptr)
+    backend_->embedding_lora(hidden, step.lora_ids, step.lora.token_slot, lora->vocab_tables().lora);
   backend_->rms_norm(normed, normed16, hidden, weights_.layers[0].attn_norm, eps);
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerWeights& w = weights_.layers[l];

@@ -14,7 +14,8 @@ namespace quiver {
 
 // One step's inputs, already on the device (the runner owns the buffers).
 struct StepTensors {
-  Tensor token_ids;    // [num_tokens] i32
+  Tensor token_ids;    // [num_tokens] i32: the rows embedding reads (slot rows where an adapter replaces a token)
+  Tensor lora_ids;     // [num_tokens] i32: the tokens' own ids, which the embed_tokens LoRA reads
   Tensor positions;    // [num_tokens] i32
   Tensor slot_mapping; // [num_tokens] i32
   AttentionMeta attn;

@@ -15,6 +15,19 @@ namespace {
 
 const DType kFloatTypes[] = {DType::kF32, DType::kF16, DType::kBF16};
 
+// The logits columns both runs mask (-inf) set to 0 for expect_close; returns the columns
+// only one of them masks.
+size_t clear_masked(std::vector<float>& got, std::vector<float>& want) {
+  size_t mismatch = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (std::isinf(want[i]) || std::isinf(got[i])) {
+      mismatch += !(std::isinf(want[i]) && std::isinf(got[i]) && want[i] < 0 && got[i] < 0);
+      got[i] = want[i] = 0.f;
+    }
+  }
+  return mismatch;
+}
+
 class CudaOps : public CudaTest {
  protected:
   // n distinct cache slots out of num_slots, shuffled, with every pad_step-th token from
@@ -193,15 +206,71 @@ TEST_F(CudaOps, VocabLogits) {
       dt.vocab_sizes = gsizes.t;
       gpu_->vocab_logits(go.t, gb.t, gx.t, gslot.t, dt);
       std::vector<float> got = download(gpu_.get(), go.t), want = out.as_f32();
-      size_t inf_mismatch = 0;
-      for (size_t i = 0; i < want.size(); ++i) {
-        if (std::isinf(want[i]) || std::isinf(got[i])) {
-          inf_mismatch += !(std::isinf(want[i]) && std::isinf(got[i]) && want[i] < 0 && got[i] < 0);
-          got[i] = want[i] = 0.f;
-        }
-      }
-      EXPECT_EQ(inf_mismatch, 0u);
+      EXPECT_EQ(clear_masked(got, want), 0u);
       expect_close("vocab_logits " + std::string(name_of(rt)) + " h=" + std::to_string(h), got, want, 1e-5);
+    }
+}
+
+// The slots' embed_tokens / lm_head LoRA against the reference, stacks padded with zeros past
+// each slot's rank as the slot pool writes them: slot 1 has none (rank 0), slot 2 the whole
+// max rank, and slot 0 also adds tokens (its vocabulary is 302 of the 308-wide rows).
+TEST_F(CudaOps, VocabLora) {
+  for (DType st : {DType::kF32, DType::kBF16})
+    for (int64_t h : {19, 4096}) {
+      const int64_t v = 300, w = 308, slots = 3, R = 16, n = 9, r = 4;
+      const std::vector<int32_t> ranks_v = {2, 3, 0, 0, 16, 16};
+      auto padded = [&](const std::vector<int64_t>& d, int rank_dim, int which) {
+        HostTensor t = random_tensor(rng_, st, d);
+        std::vector<float> f = t.as_f32();
+        for (int64_t i = 0; i < t.numel(); ++i) {
+          const int64_t k = rank_dim == 2 ? i % d[2] : (i / d[2]) % d[1], s = i / (d[1] * d[2]);
+          if (k >= ranks_v[static_cast<size_t>(2 * s + which)]) f[static_cast<size_t>(i)] = 0.f;
+        }
+        return host_f32(d, f, st);
+      };
+      HostTensor ea = padded({slots, w, R}, 2, 0), eb = padded({slots, h, R}, 2, 0);
+      HostTensor ha = padded({slots, R, h}, 1, 1), hb = padded({slots, w, R}, 2, 1);
+      HostTensor ranks = host_i32({slots, 2}, ranks_v);
+      HostTensor hslot = host_i32({n}, {-1, 0, 2, 1, 0, -1, 2, 2, 0});
+      HostTensor hids = host_i32({n}, {3, 301, 0, 5, 299, 40, 307, 100, 7});
+      VocabLora hl;
+      hl.embed_a = ea.view(), hl.embed_b = eb.view(), hl.head_a = ha.view(), hl.head_b = hb.view();
+      hl.ranks = ranks.view();
+      DeviceTensor gea = upload(gpu_.get(), ea), geb = upload(gpu_.get(), eb), gha = upload(gpu_.get(), ha);
+      DeviceTensor ghb = upload(gpu_.get(), hb), granks = upload(gpu_.get(), ranks);
+      DeviceTensor gslot = upload(gpu_.get(), hslot), gids = upload(gpu_.get(), hids);
+      VocabLora dl{gea.t, geb.t, gha.t, ghb.t, granks.t};
+      const std::string tag = std::string(name_of(st)) + " h=" + std::to_string(h);
+
+      HostTensor emb = random_tensor(rng_, DType::kF32, {n, h});
+      DeviceTensor gemb = upload(gpu_.get(), emb);
+      ref_.embedding_lora(emb.view(), hids.view(), hslot.view(), hl);
+      gpu_->embedding_lora(gemb.t, gids.t, gslot.t, dl);
+      expect_close("embedding_lora " + tag, download(gpu_.get(), gemb.t), emb.as_f32(), 1e-5);
+
+      // Slot 0 adds two tokens (its rows: 300, 301) and replaces row 4.
+      HostTensor base = random_tensor(rng_, DType::kF32, {n, v}), x = random_tensor(rng_, DType::kF32, {n, h});
+      HostTensor rows = random_tensor(rng_, st, {slots * r, h});
+      std::vector<int32_t> row_ids(static_cast<size_t>(slots * r), 0);
+      row_ids[0] = 4, row_ids[1] = 300, row_ids[2] = 301;
+      HostTensor hrow_ids = host_i32({slots * r}, row_ids), hcounts = host_i32({slots}, {3, 0, 0});
+      HostTensor hsizes = host_i32({slots}, {302, 300, 300});
+      HostTensor out = random_tensor(rng_, DType::kF32, {n, w});
+      VocabTables ht;
+      ht.lm_head_rows = rows.view(), ht.lm_head_ids = hrow_ids.view(), ht.row_counts = hcounts.view();
+      ht.vocab_sizes = hsizes.view(), ht.rows_per_slot = r, ht.base_vocab = v, ht.width = w, ht.lora = hl;
+      ref_.vocab_logits(out.view(), base.view(), x.view(), hslot.view(), ht);
+      DeviceTensor gb = upload(gpu_.get(), base), gx = upload(gpu_.get(), x), grows = upload(gpu_.get(), rows);
+      DeviceTensor grow_ids = upload(gpu_.get(), hrow_ids), gcounts = upload(gpu_.get(), hcounts);
+      DeviceTensor gsizes = upload(gpu_.get(), hsizes), go = upload(gpu_.get(), out);
+      poison(gpu_.get(), go.t);
+      VocabTables dt = ht;
+      dt.lm_head_rows = grows.t, dt.lm_head_ids = grow_ids.t, dt.row_counts = gcounts.t, dt.vocab_sizes = gsizes.t;
+      dt.lora = dl;
+      gpu_->vocab_logits(go.t, gb.t, gx.t, gslot.t, dt);
+      std::vector<float> got = download(gpu_.get(), go.t), want = out.as_f32();
+      EXPECT_EQ(clear_masked(got, want), 0u);
+      expect_close("vocab_logits with lm_head LoRA " + tag, got, want, 1e-5);
     }
 }
 

@@ -351,6 +351,87 @@ TEST_P(CpuOps, VocabLogits) {
   }
 }
 
+// The slots' embed_tokens / lm_head LoRA (VocabLora), padded past each slot's rank with
+// zeros as the slot pool writes it: the oracle against the formula, the cpu backend against
+// the oracle. Slot 1 has no vocabulary LoRA (rank 0), slot 0 embed rank 2 / lm_head 3.
+TEST_P(CpuOps, VocabLora) {
+  for (DType st : {DType::kF32, DType::kBF16}) {
+    const int64_t v = 37, w = 42, h = 19, slots = 3, R = 4, n = 7;
+    const int32_t ranks_v[] = {2, 3, 0, 0, 4, 4};
+    Buf ranks = ints_buf({2, 3, 0, 0, 4, 4});
+    auto padded = [&](std::initializer_list<int64_t> dims, int rank_dim, int which) {
+      Buf b = random_buf(rng_, st, dims);
+      const std::vector<int64_t> d(dims);
+      for (int64_t i = 0; i < b.t.numel(); ++i) {
+        int64_t idx = i, k = 0;
+        for (int a = 2; a >= 0; --a) {
+          if (a == rank_dim) k = idx % d[a];
+          idx /= d[a];
+        }
+        const int64_t s = i / (d[1] * d[2]);
+        if (k >= ranks_v[2 * s + which]) b.set(i, 0.f);
+      }
+      return b;
+    };
+    VocabLora l;
+    Buf ea = padded({slots, w, R}, 2, 0), eb = padded({slots, h, R}, 2, 0);
+    Buf ha = padded({slots, R, h}, 1, 1), hb = padded({slots, w, R}, 2, 1);
+    l.embed_a = ea.t, l.embed_b = eb.t, l.head_a = ha.t, l.head_b = hb.t, l.ranks = ranks.t;
+    Buf slot = ints_buf({-1, 0, 2, 1, 0, -1, 2});
+    Buf ids = ints_buf({3, 41, 0, 5, 36, 40, 38});
+
+    Buf start = random_buf(rng_, DType::kF32, {n, h});
+    Buf want = start, got = start;
+    ref_.embedding_lora(want.t, ids.t, slot.t, l);
+    cpu_->embedding_lora(got.t, ids.t, slot.t, l);
+    for (int64_t i = 0; i < n; ++i) {
+      const int32_t s = slot.ints()[i];
+      for (int64_t d = 0; d < h; ++d) {
+        double f = start.at(i * h + d);
+        if (s >= 0)
+          for (int64_t k = 0; k < ranks_v[2 * s]; ++k)
+            f += double(eb.at((s * h + d) * R + k)) * ea.at((s * w + ids.ints()[i]) * R + k);
+        ASSERT_NEAR(want.at(i * h + d), f, 1e-5) << "embedding_lora oracle, token " << i;
+      }
+    }
+    expect_close(got, want, 1e-5, 1e-5, "embedding_lora " + std::string(dtype_name(st)));
+
+    Buf base = random_buf(rng_, DType::kF32, {n, v});
+    Buf x = random_buf(rng_, DType::kF32, {n, h});
+    Buf sizes = ints_buf({37, 37, 37});
+    Buf counts = ints_buf({0, 0, 0});
+    VocabTables t;
+    t.row_counts = counts.t;
+    t.vocab_sizes = sizes.t;
+    t.base_vocab = v;
+    t.width = w;
+    t.lora = l;
+    Buf lw(DType::kF32, {n, w}), lg(DType::kF32, {n, w});
+    ref_.vocab_logits(lw.t, base.t, x.t, slot.t, t);
+    poison(lg);
+    cpu_->vocab_logits(lg.t, base.t, x.t, slot.t, t);
+    for (int64_t i = 0; i < n; ++i) {
+      const int32_t s = slot.ints()[i];
+      for (int64_t c = 0; c < w; ++c) {
+        double f = c < v ? base.at(i * v + c) : 0.0;
+        if (s >= 0)
+          for (int64_t k = 0; k < ranks_v[2 * s + 1]; ++k) {
+            double tk = 0;
+            for (int64_t j = 0; j < h; ++j) tk += double(ha.at((s * R + k) * h + j)) * x.at(i * h + j);
+            f += double(hb.at((s * w + c) * R + k)) * tk;
+          }
+        const float want_c = lw.at(i * w + c), got_c = lg.at(i * w + c);
+        if (c >= v) {  // no slot rows (rows_per_slot 0): every row's vocabulary is the base's
+          ASSERT_TRUE(std::isinf(want_c) && want_c < 0 && std::isinf(got_c) && got_c < 0) << i << " " << c;
+          continue;
+        }
+        ASSERT_NEAR(want_c, f, 1e-4 * (1 + std::fabs(f))) << "vocab_logits oracle, row " << i << " col " << c;
+        ASSERT_NEAR(got_c, want_c, 1e-5 * (1 + std::fabs(want_c))) << "row " << i << " col " << c;
+      }
+    }
+  }
+}
+
 TEST_P(CpuOps, Rope) {
   for (int64_t hd : {2, 18, 64, 128}) {
     for (int64_t n : {1, 3, 17, 97}) {

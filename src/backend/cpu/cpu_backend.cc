@@ -237,10 +237,10 @@ void CpuBackend::silu_mul_f32(Tensor out, Tensor gate, Tensor up) {
   });
 }
 
-void CpuBackend::vocab_logits(Tensor out, Tensor base, Tensor x, Tensor row_slot, const VocabTables& t) {
+void CpuBackend::vocab_rows(Tensor out, Tensor base, Tensor x, Tensor row_slot, const VocabTables& t) {
   const int64_t n = out.dim(0), h = x.dim(1), r = t.rows_per_slot, w = t.width, v = t.base_vocab;
   check(out.dtype == DType::kF32 && out.dim(1) == w && base.dim(0) == n && base.dim(1) == v && x.dim(0) == n &&
-            row_slot.numel() == n, "vocab_logits: shape mismatch");
+            row_slot.numel() == n, "vocab_rows: shape mismatch");
   const int32_t* slot = row_slot.ptr<int32_t>();
   parallel(n, w, 1, [&](int64_t b, int64_t e, int) {
     for (int64_t i = b; i < e; ++i) {
@@ -272,7 +272,7 @@ void CpuBackend::vocab_logits(Tensor out, Tensor base, Tensor x, Tensor row_slot
            t.lm_head_rows.rows(s * r, count), Tensor());
     const int32_t* ids = t.lm_head_ids.ptr<int32_t>() + s * r;
     const int64_t size = t.vocab_sizes.ptr<int32_t>()[s];
-    for (int64_t c = 0; c < count; ++c) check(ids[c] >= 0 && ids[c] < size, "vocab_logits: a slot's lm_head row is outside its vocabulary");
+    for (int64_t c = 0; c < count; ++c) check(ids[c] >= 0 && ids[c] < size, "vocab_rows: a slot's lm_head row is outside its vocabulary");
     for (int64_t k = 0; k < m; ++k) {
       float* o = out.ptr<float>() + mine[k] * w;
       for (int64_t c = 0; c < count; ++c) o[ids[c]] = vocab_y_[static_cast<size_t>(k * count + c)];

@@ -53,6 +53,7 @@ CudaBackend::~CudaBackend() {
   cudaFree(attention_scratch_.ptr);
   cudaFree(attention_counts_.ptr);
   cudaFree(lora_scratch_.ptr);
+  cudaFree(vocab_lora_scratch_.ptr);
   cublasDestroy(cublas_);
   cublasDestroy(cublas_small_);
   cudaFree(cublas_workspace_);

@@ -59,6 +59,7 @@ class CudaBackend : public Backend {
     return plan_device_step(options_.dispatch, shape, options_.gemm_split_activations);
   }
   void embedding(Tensor out, Tensor table, Tensor extra, Tensor ids) override;
+  void embedding_lora(Tensor out, Tensor ids, Tensor token_slot, const VocabLora& lora) override;
   void rms_norm(Tensor out, Tensor out16, Tensor x, Tensor w, float eps) override;  // norm.cu
   void add_rms_norm(Tensor out, Tensor out16, Tensor residual, Tensor x, Tensor w, float eps, const GroupPlan& plan,
                     const GroupLora& lora) override;
@@ -99,6 +100,8 @@ class CudaBackend : public Backend {
   void* scratch(Scratch& s, size_t bytes, const char* what);
   bool capturing() const;
 
+  // vocab_logits' slot rows: the slots' own lm_head rows' logits (vocab.cu).
+  void slot_rows(Tensor out, Tensor x, Tensor row_slot, const VocabTables& t);
   // cuBLAS path of matmul (gemm.cu); the GEMV path is gemv.cu.
   void matmul_cublas(const MatmulGroup& g, Tensor x, cublasHandle_t handle);
   // x rounded to the 16-bit weight type wt in matmul_scratch_, as matmul_cublas multiplies
@@ -155,6 +158,7 @@ class CudaBackend : public Backend {
   // launches: the last partition's block merges them and resets its count (attention.cu).
   Scratch attention_counts_;
   Scratch lora_scratch_;       // LoRA shrink partials: [G, chunks, n, max_rank] f32
+  Scratch vocab_lora_scratch_;  // lm_head LoRA shrink: [logits rows, max_rank] f32
   std::vector<void*> weights_;  // import_weight uploads, freed at destruction
   // Instantiated graphs (id = index). Scratch that grows once graphs exist is not freed
   // but retired until destruction: captured kernels keep reading the old addresses.

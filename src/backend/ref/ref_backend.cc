@@ -172,11 +172,11 @@ void RefBackend::silu_mul_f32(Tensor out, Tensor gate, Tensor up) {
   }
 }
 
-void RefBackend::vocab_logits(Tensor out, Tensor base, Tensor x, Tensor row_slot, const VocabTables& t) {
-  check_f32(out, "vocab_logits: out must be f32");
+void RefBackend::vocab_rows(Tensor out, Tensor base, Tensor x, Tensor row_slot, const VocabTables& t) {
+  check_f32(out, "vocab_rows: out must be f32");
   const int64_t n = out.dim(0), h = x.dim(1), r = t.rows_per_slot;
   check(out.dim(1) == t.width && base.dim(0) == n && base.dim(1) == t.base_vocab && x.dim(0) == n &&
-            row_slot.numel() == n, "vocab_logits: shape mismatch");
+            row_slot.numel() == n, "vocab_rows: shape mismatch");
   for (int64_t i = 0; i < n; ++i) {
     const int32_t s = row_slot.ptr<int32_t>()[i];
     const int64_t size = s < 0 || r == 0 ? t.base_vocab : t.vocab_sizes.ptr<int32_t>()[s];
@@ -190,7 +190,7 @@ void RefBackend::vocab_logits(Tensor out, Tensor base, Tensor x, Tensor row_slot
       for (int64_t k = 0; k < h; ++k)
         acc += static_cast<double>(x.ptr<float>()[i * h + k]) * load_as_f32(t.lm_head_rows.data, t.lm_head_rows.dtype, row * h + k);
       const int32_t id = t.lm_head_ids.ptr<int32_t>()[row];
-      check(id >= 0 && id < size, "vocab_logits: a slot's lm_head row is outside its vocabulary");
+      check(id >= 0 && id < size, "vocab_rows: a slot's lm_head row is outside its vocabulary");
       o[id] = static_cast<float>(acc);
     }
   }
