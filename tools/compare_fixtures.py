@@ -75,9 +75,21 @@ def compare_to_hf(req, exp, out, token_margin, lp_tol, bound_mode, margin_diffs)
             hf = exp["top_logprobs"][i]
             if len(mine) >= 2 and mine[1][1] == hf[1][0]:  # same runner-up: the margins are comparable
                 margin_diffs.append(abs(mine[0][0] - mine[1][0] - exp["margins"][i]))
-    prompt = req["prompt_token_ids"]
+    # The streamed text of an output HF produced token for token (detokenized by the
+    # request's tokenizer: an adapter's, for its new tokens).
+    if "text" in exp and out["token_ids"] == exp["token_ids"] and out.get("text") != exp["text"]:
+        problems.append(f"{rid}: text {out.get('text')!r}, HF's {exp['text']!r}")
+    # A text prompt: HF's encoding is in the expected line; the prompt logprobs quiver reports
+    # are keyed by its own encoding's ids, so a different encoding shows as a missing id.
+    prompt = req.get("prompt_token_ids") or exp["prompt_token_ids"]
+    if len(out["prompt_logprobs"]) != len(prompt):
+        return problems + [f"{rid}: {len(out['prompt_logprobs'])} prompt positions, HF encoded {len(prompt)}"], diffs, flips
     for p in range(1, len(prompt)):
-        check(abs(logprob_of(out["prompt_logprobs"][p], prompt[p]) - exp["prompt_logprobs"][p]), f"prompt {p}")
+        mine = logprob_of(out["prompt_logprobs"][p], prompt[p])
+        if mine is None:
+            problems.append(f"{rid}: prompt {p}: HF's token {prompt[p]} is not this run's prompt token")
+            continue
+        check(abs(mine - exp["prompt_logprobs"][p]), f"prompt {p}")
         if bound_mode:
             check_top(out["prompt_logprobs"][p], exp["prompt_top_logprobs"][p],
                       lambda d, k: check(d, f"prompt {p}, top-k id {k}"))

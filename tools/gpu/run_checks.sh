@@ -19,6 +19,9 @@
 #   BENCHC    256 requests over 64 adapters with --trace (BENCHC_OUT output tokens)
 #   BENCHAB   LoRA vs base at batch 1/8/32/64 (BENCHAB_BS, BENCHAB_OUT, BENCHAB_FLAGS);
 #             BENCHAB_EAGER adds batch 1 with --enforce-eager
+#   VOCAB     what vocabulary adapters cost in decode (--lora-vocab none, added=4, lm_head, lora) at
+#             batch 1 and 32 (VOCAB_BS), each request on its own r=16 adapter (whole lm_head
+#             replacements: 4 adapters at most, 262 MB of bf16 rows each), LoRA vs base
 #   SERVE     serving at GPU scale with the default memory plan (no memory flags): 256
 #             requests over 64 adapters (prompt 256, output 128) with the bf16 and the fp8 KV
 #             cache, 1,024 over 128 adapters (prompt 512, output 256, fp8), and the online mode
@@ -134,6 +137,17 @@ if [ -n "${BENCHAB:-}" ]; then  # the decode benchmark: LoRA vs base at batch 1/
       --json-output "$OUT/bench_b1_eager.json" >"$OUT/bench_b1_eager.log" 2>&1
     echo "bench bs=1 eager rc=$?"; grep -E "decode " "$OUT/bench_b1_eager.log" | head -4
   fi
+fi
+if [ -n "${VOCAB:-}" ]; then  # vocabulary adapters' decode cost, each against the base in the same process
+  for bs in ${VOCAB_BS:-1 32}; do
+    for v in none added=4 lm_head lora; do
+      na=$bs; [ $v = lm_head ] && [ $bs -gt 4 ] && na=4
+      timeout 150 "${B[@]}" --batch-size $bs --input-len 128 --output-len 64 --num-adapters $na --lora-vocab $v \
+        --lora-dtype bfloat16 --compare base --num-iters 2 --max-num-seqs $bs --kv-cache-memory 16GiB \
+        --json-output "$OUT/vocab_b${bs}_${v/=/}.json" >"$OUT/vocab_b${bs}_${v/=/}.log" 2>&1
+      echo "vocab bs=$bs $v rc=$?"; grep -E "LoRA adapter 'bench-0'|quiver: memory|decode |lora/base" "$OUT/vocab_b${bs}_${v/=/}.log" | head -5 | cut -c1-300
+    done
+  done
 fi
 if [ -n "${SERVE:-}" ]; then
   S=("${B[@]}" --lora-dtype bfloat16 --num-iters 1 --warmup-steps 2)
