@@ -13,15 +13,21 @@ namespace {
 
 }  // namespace
 
-void PyEngine::add_request(const std::string& request_id, const std::optional<std::string>& text,
-                           const std::vector<int32_t>& token_ids, const SamplingParams& params,
-                           const std::optional<LoRARequest>& lora) {
+std::optional<PyTokenizer> PyEngine::add_request(const std::string& request_id, const std::optional<std::string>& text,
+                                                 const std::vector<int32_t>& token_ids, const SamplingParams& params,
+                                                 const std::optional<LoRARequest>& lora) {
   PromptInput prompt;
   prompt.text = text;
   prompt.token_ids = token_ids;
   // The GIL stays released for the whole call: an adapter's first use reads its files.
-  Status s = locked([&] { return engine_->add_request(request_id, prompt, params, lora); });
-  if (!s.is_ok()) raise_value_error(s.message());
+  auto added = locked([&]() -> Result<std::shared_ptr<const Tokenizer>> {
+    QV_RETURN_IF_ERROR(engine_->add_request(request_id, prompt, params, lora));
+    // The request registered its adapter if it had to: this only looks the tokenizer up.
+    return engine_->tokenizer_for(lora);
+  });
+  if (!added.is_ok()) raise_value_error(added.message());
+  if (added.value() == nullptr) return std::nullopt;
+  return PyTokenizer(std::move(added).value());
 }
 
 std::vector<RequestOutput> PyEngine::step() {

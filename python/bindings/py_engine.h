@@ -20,10 +20,11 @@ class PyEngine {
  public:
   explicit PyEngine(std::unique_ptr<LLMEngine> engine) : engine_(std::move(engine)) {}
 
-  // Raises ValueError with the engine's message.
-  void add_request(const std::string& request_id, const std::optional<std::string>& text,
-                   const std::vector<int32_t>& token_ids, const SamplingParams& params,
-                   const std::optional<LoRARequest>& lora);
+  // Raises ValueError with the engine's message. Gives the tokenizer the request's text goes
+  // through (nullopt: none), for its logprob token text.
+  std::optional<PyTokenizer> add_request(const std::string& request_id, const std::optional<std::string>& text,
+                                         const std::vector<int32_t>& token_ids, const SamplingParams& params,
+                                         const std::optional<LoRARequest>& lora);
   std::vector<RequestOutput> step();
   // step() keeping only the requests that finished: LLM.generate's loop, which then builds
   // no Python object for a request that merely progressed.

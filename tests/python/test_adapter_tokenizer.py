@@ -88,3 +88,17 @@ def test_chat_renders_with_the_adapters_template(setup):
     assert own.prompt == "[user] list users [/user] [assistant]"
     assert own.prompt_token_ids[0] == 512 and own.prompt_token_ids[-1] == 514
     assert base.prompt.startswith("<s>[INST] list users") and base.prompt_token_ids[0] == 1
+
+
+def test_a_refused_request_does_not_register_its_adapter(setup):
+    from quiver import SamplingParams
+    from quiver.lora.request import LoRARequest
+    llm, root = setup
+    fresh = LoRARequest("fresh", 99, os.path.join(root, "own"))
+    with pytest.raises(ValueError, match="maximum context length"):
+        llm.llm_engine.add_request("too-long", {"prompt_token_ids": [5] * 250}, SamplingParams(max_tokens=10),
+                                   lora_request=fresh)
+    assert 99 not in llm.llm_engine.list_loras()
+    assert not llm.llm_engine.has_unfinished_requests()
+    out = llm.generate(TEXT, SamplingParams(max_tokens=1), lora_request=fresh, use_tqdm=False)[0]
+    assert out.prompt_token_ids[1] == 512 and 99 in llm.llm_engine.list_loras()

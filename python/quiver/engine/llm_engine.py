@@ -67,18 +67,17 @@ class LLMEngine:
             raise TypeError(f"add_request: lora_request must be a LoRARequest or None, got {type(lora_request).__name__}")
         if request_id in self._requests:
             raise ValueError(f"add_request: request id '{request_id}' is already in use")
-        # The adapter's tokenizer where it has one (this registers an adapter named by path).
-        tokenizer = self.get_tokenizer(lora_request)
         max_tokens = params.max_tokens
         if max_tokens is None:
             # vLLM's max_tokens=None: as many as the context leaves after the prompt.
             if text is not None:
-                token_ids, text = tokenizer.encode(text), None
+                token_ids, text = self.get_tokenizer(lora_request).encode(text), None
             max_tokens = max(1, self._native.max_model_len - len(token_ids))
         lora = None
         if lora_request is not None:
             lora = _native_lora(lora_request)
-        self._native.add_request(request_id, text, token_ids, params._to_native(max_tokens), lora)
+        native_tokenizer = self._native.add_request(request_id, text, token_ids, params._to_native(max_tokens), lora)
+        tokenizer = self._cached_tokenizer(None if lora_request is None else lora_request.lora_name, native_tokenizer)
         self._requests[request_id] = RequestInfo(params, lora_request, prompt_text, tokenizer)
         if lora_request is not None:
             self._lora_ids.setdefault(lora_request.lora_name, lora_request.lora_int_id)
@@ -175,12 +174,16 @@ class LLMEngine:
         if lora_request is not None and not isinstance(lora_request, LoRARequest):
             raise TypeError(f"get_tokenizer: lora_request must be a LoRARequest or None, got {type(lora_request).__name__}")
         native = self._native.tokenizer(None if lora_request is None else _native_lora(lora_request))
-        key = None if lora_request is None else lora_request.lora_name
-        cached = self._tokenizers.get(key)
+        return self._cached_tokenizer(None if lora_request is None else lora_request.lora_name, native)
+
+    def _cached_tokenizer(self, name: Optional[str], native: Any) -> Tokenizer:
+        """The Tokenizer of adapter `name` (None: the model) around the native handle, the same
+        object while the engine hands out the same tokenizer for that name."""
+        cached = self._tokenizers.get(name)
         if cached is not None and cached.identity == (None if native is None else native.identity):
             return cached
         tokenizer = Tokenizer(native, f"the model folder '{self.engine_args.model}' has no tokenizer.json")
-        self._tokenizers[key] = tokenizer
+        self._tokenizers[name] = tokenizer
         return tokenizer
 
 
