@@ -131,10 +131,7 @@ std::vector<AdapterInfo> EngineLoop::adapters() const {
   return listed_;
 }
 
-bool EngineLoop::has_adapter(const std::string& name) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return std::any_of(listed_.begin(), listed_.end(), [&](const AdapterInfo& a) { return a.name == name; });
-}
+bool EngineLoop::has_adapter(const std::string& name) const { return find_adapter(name).has_value(); }
 
 std::optional<AdapterInfo> EngineLoop::find_adapter(const std::string& name) const {
   std::lock_guard<std::mutex> lock(mu_);
