@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 
 #include "e2e/scratch.h"
 #include "io/model_config.h"
@@ -236,27 +237,26 @@ TEST_F(AdapterTokenizerTest, TokenizerJsonThatDisagreesWithAddedTokensJsonIsRefu
 
 TEST_F(AdapterTokenizerTest, HfFilesThatDisagreeAreRefused) {
   auto reg = registry();
-  // added_tokens_decoder with a gap: ids must continue the base tokenizer's.
-  auto gap = tf::make_adapter(root_, "gap");
-  tf::add_hf_files(gap, true);
-  json config = tf::read_json(gap / "tokenizer_config.json");
-  config["added_tokens_decoder"]["517"] = config["added_tokens_decoder"]["515"];
-  config["added_tokens_decoder"].erase("515");
-  tf::write_text(gap / "tokenizer_config.json", config.dump());
+  // An HF-layout folder whose tokenizer_config.json's added_tokens_decoder `edit` changes.
+  const auto hf_folder = [&](const std::string& name, const std::function<void(json&)>& edit) {
+    auto dir = tf::make_adapter(root_, name);
+    tf::add_hf_files(dir, true);
+    json config = tf::read_json(dir / "tokenizer_config.json");
+    edit(config["added_tokens_decoder"]);
+    tf::write_text(dir / "tokenizer_config.json", config.dump());
+    return dir;
+  };
+  // A gap: ids must continue the base tokenizer's.
+  auto gap = hf_folder("gap", [](json& d) {
+    d["517"] = d["515"];
+    d.erase("515");
+  });
   expect_refused(reg, "gap", gap, {"tokenizer_config.json", "'[/assistant]' has id 517", "next id", "515"});
   // Names other than added_tokens.json's.
-  auto renamed = tf::make_adapter(root_, "renamed");
-  tf::add_hf_files(renamed, true);
-  config = tf::read_json(renamed / "tokenizer_config.json");
-  config["added_tokens_decoder"]["512"]["content"] = "[usr]";
-  tf::write_text(renamed / "tokenizer_config.json", config.dump());
+  auto renamed = hf_folder("renamed", [](json& d) { d["512"]["content"] = "[usr]"; });
   expect_refused(reg, "renamed", renamed, {"tokenizer_config.json", "'[user]' id 512", "does not have it"});
   // A base id under another name.
-  auto base_id = tf::make_adapter(root_, "base_id");
-  tf::add_hf_files(base_id, true);
-  config = tf::read_json(base_id / "tokenizer_config.json");
-  config["added_tokens_decoder"]["1"]["content"] = "<bos>";
-  tf::write_text(base_id / "tokenizer_config.json", config.dump());
+  auto base_id = hf_folder("base_id", [](json& d) { d["1"]["content"] = "<bos>"; });
   expect_refused(reg, "base_id", base_id, {"tokenizer_config.json", "'<bos>' has id 1", "'<s>'"});
   // added_tokens.json is the vocabulary's too: a name it gives an id the weights lack.
   auto wrong = tf::make_adapter(root_, "wrong");
