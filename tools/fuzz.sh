@@ -49,7 +49,8 @@ case "$TARGET" in
     RUN=(-max_len=16384 -dict="$ROOT/tests/fuzz/torch_bin.dict")
     ;;
   tokenizer)
-    SOURCES=("$ROOT"/tests/fuzz/fuzz_tokenizer.cc "$ROOT"/src/core/*.cc "$ROOT"/src/tokenizer/*.cc "$ROOT"/src/io/json_util.cc)
+    SOURCES=("$ROOT"/tests/fuzz/fuzz_tokenizer.cc "$ROOT"/src/core/*.cc "$ROOT"/src/tokenizer/*.cc "$ROOT"/src/io/json_util.cc
+             "$ROOT"/src/io/path_allowlist.cc)
     SEEDS=$ROOT/tests/fuzz/tokenizer_seeds
     LIBS=($(pkg-config --cflags --libs libpcre2-8) -lpthread)
     RUN=(-max_len=16384)

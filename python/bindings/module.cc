@@ -26,6 +26,16 @@ std::unique_ptr<PyEngine> create_engine(const EngineArgs& args) {
   return std::make_unique<PyEngine>(std::move(created).value());
 }
 
+void bind_tokenizer(py::module_& m) {
+  py::class_<PyTokenizer>(m, "Tokenizer")
+      .def("encode", &PyTokenizer::encode, py::arg("text"), py::arg("add_special_tokens"))
+      .def("decode", &PyTokenizer::decode, py::arg("ids"), py::arg("skip_special_tokens"))
+      .def("apply_chat_template", &PyTokenizer::apply_chat_template, py::arg("messages_json"),
+           py::arg("add_generation_prompt"), py::arg("template_source"))
+      .def_property_readonly("vocab_size", &PyTokenizer::vocab_size)
+      .def_property_readonly("identity", &PyTokenizer::identity);
+}
+
 void bind_engine(py::module_& m) {
   py::class_<PyEngine>(m, "Engine")
       .def(py::init(&create_engine), py::arg("args"))
@@ -42,10 +52,7 @@ void bind_engine(py::module_& m) {
       .def("add_lora", &PyEngine::add_lora, py::arg("name"), py::arg("path"))
       .def("remove_lora", &PyEngine::remove_lora, py::arg("name"))
       .def("lora_cache_stats", &PyEngine::lora_cache_stats)
-      .def("encode", &PyEngine::encode, py::arg("text"), py::arg("add_special_tokens"))
-      .def("decode", &PyEngine::decode, py::arg("ids"), py::arg("skip_special_tokens"))
-      .def("apply_chat_template", &PyEngine::apply_chat_template, py::arg("messages_json"),
-           py::arg("add_generation_prompt"), py::arg("template_source"))
+      .def("tokenizer", &PyEngine::tokenizer, py::arg("lora"))
       .def_property_readonly("max_model_len", &PyEngine::max_model_len)
       .def_property_readonly("vocab_size", &PyEngine::vocab_size)
       .def_property_readonly("device", &PyEngine::device)
@@ -65,5 +72,6 @@ PYBIND11_MODULE(_quiver, m) {
 #endif
   quiver::python::bind_params(m);
   quiver::python::bind_outputs(m);
+  quiver::python::bind_tokenizer(m);
   quiver::python::bind_engine(m);
 }

@@ -2,10 +2,6 @@
 
 #include <pybind11/pybind11.h>
 
-#include <nlohmann/json.hpp>
-
-#include "tokenizer/chat_template.h"
-#include "tokenizer/tokenizer.h"
 
 namespace py = pybind11;
 
@@ -17,15 +13,21 @@ namespace {
 
 }  // namespace
 
-void PyEngine::add_request(const std::string& request_id, const std::optional<std::string>& text,
-                           const std::vector<int32_t>& token_ids, const SamplingParams& params,
-                           const std::optional<LoRARequest>& lora) {
+std::optional<PyTokenizer> PyEngine::add_request(const std::string& request_id, const std::optional<std::string>& text,
+                                                 const std::vector<int32_t>& token_ids, const SamplingParams& params,
+                                                 const std::optional<LoRARequest>& lora) {
   PromptInput prompt;
   prompt.text = text;
   prompt.token_ids = token_ids;
   // The GIL stays released for the whole call: an adapter's first use reads its files.
-  Status s = locked([&] { return engine_->add_request(request_id, prompt, params, lora); });
-  if (!s.is_ok()) raise_value_error(s.message());
+  auto added = locked([&]() -> Result<std::shared_ptr<const Tokenizer>> {
+    QV_RETURN_IF_ERROR(engine_->add_request(request_id, prompt, params, lora));
+    // The request registered its adapter if it had to: this only looks the tokenizer up.
+    return engine_->tokenizer_for(lora);
+  });
+  if (!added.is_ok()) raise_value_error(added.message());
+  if (added.value() == nullptr) return std::nullopt;
+  return PyTokenizer(std::move(added).value());
 }
 
 std::vector<RequestOutput> PyEngine::step() {
@@ -70,42 +72,12 @@ AdapterCacheStats PyEngine::lora_cache_stats() {
   return locked([&] { return engine_->lora_cache_stats(); });
 }
 
-const Tokenizer& PyEngine::tokenizer() const {
-  if (engine_->tokenizer() == nullptr)
-    raise_value_error("the model folder '" + engine_->args().model + "' has no tokenizer.json");
-  return *engine_->tokenizer();
-}
-
-// The tokenizer is immutable after start-up, so these need no engine lock.
-std::vector<int32_t> PyEngine::encode(const std::string& text, bool add_special_tokens) {
-  auto ids = tokenizer().encode(text, add_special_tokens);
-  if (!ids.is_ok()) raise_value_error(ids.message());
-  return std::move(ids).value();
-}
-
-std::string PyEngine::decode(const std::vector<int32_t>& ids, bool skip_special_tokens) {
-  auto text = tokenizer().decode(ids, skip_special_tokens);
-  if (!text.is_ok()) raise_value_error(text.message());
-  return std::move(text).value();
-}
-
-std::string PyEngine::apply_chat_template(const std::string& messages_json, bool add_generation_prompt,
-                                          const std::string& template_source) {
-  const Tokenizer& tok = tokenizer();
-  const auto messages = nlohmann::json::parse(messages_json, nullptr, /*allow_exceptions=*/false);
-  if (messages.is_discarded() || !messages.is_array()) raise_value_error("messages must be a list of dicts");
-  Result<std::string> text = Status::error("no template");
-  if (template_source.empty()) {
-    // The same path as the server's /v1/chat/completions.
-    text = tok.apply_chat_template(messages, add_generation_prompt);
-  } else {
-    auto parsed = ChatTemplate::parse(template_source);
-    if (!parsed.is_ok()) raise_value_error("chat_template: " + parsed.message());
-    const nlohmann::json vars = {{"bos_token", tok.bos_token()}, {"eos_token", tok.eos_token()}};
-    text = parsed->render(messages, add_generation_prompt, vars);
-  }
-  if (!text.is_ok()) raise_value_error(text.message());
-  return std::move(text).value();
+std::optional<PyTokenizer> PyEngine::tokenizer(const std::optional<LoRARequest>& lora) {
+  // Locked: naming an adapter by path registers it.
+  auto found = locked([&] { return engine_->tokenizer_for(lora); });
+  if (!found.is_ok()) raise_value_error(found.message());
+  if (found.value() == nullptr) return std::nullopt;
+  return PyTokenizer(std::move(found).value());
 }
 
 }  // namespace quiver::python

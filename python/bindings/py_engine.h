@@ -12,6 +12,7 @@
 #include <pybind11/pybind11.h>
 
 #include "engine/llm_engine.h"
+#include "py_tokenizer.h"
 
 namespace quiver::python {
 
@@ -19,10 +20,11 @@ class PyEngine {
  public:
   explicit PyEngine(std::unique_ptr<LLMEngine> engine) : engine_(std::move(engine)) {}
 
-  // Raises ValueError with the engine's message.
-  void add_request(const std::string& request_id, const std::optional<std::string>& text,
-                   const std::vector<int32_t>& token_ids, const SamplingParams& params,
-                   const std::optional<LoRARequest>& lora);
+  // Raises ValueError with the engine's message. Gives the tokenizer the request's text goes
+  // through (nullopt: none), for its logprob token text.
+  std::optional<PyTokenizer> add_request(const std::string& request_id, const std::optional<std::string>& text,
+                                         const std::vector<int32_t>& token_ids, const SamplingParams& params,
+                                         const std::optional<LoRARequest>& lora);
   std::vector<RequestOutput> step();
   // step() keeping only the requests that finished: LLM.generate's loop, which then builds
   // no Python object for a request that merely progressed.
@@ -39,13 +41,10 @@ class PyEngine {
   void remove_lora(const std::string& name);  // ValueError for an unknown name
   AdapterCacheStats lora_cache_stats();
 
-  // Tokenizer access; ValueError when the model folder has no tokenizer.json.
-  std::vector<int32_t> encode(const std::string& text, bool add_special_tokens);
-  std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens);
-  // messages_json: the conversation as JSON text (Python's json.dumps keeps key order).
-  // template_source: "" = the model's own chat template.
-  std::string apply_chat_template(const std::string& messages_json, bool add_generation_prompt,
-                                  const std::string& template_source);
+  // The tokenizer of requests with `lora` (the base model's without): the adapter's own or
+  // the base's; nullopt when there is none. A LoRARequest with a path registers its adapter
+  // first, as add_request does; ValueError when that fails or the adapter is unknown.
+  std::optional<PyTokenizer> tokenizer(const std::optional<LoRARequest>& lora);
 
   int max_model_len() const { return engine_->max_model_len(); }
   int64_t vocab_size() const { return engine_->model_config().vocab_size; }
@@ -61,7 +60,6 @@ class PyEngine {
     std::lock_guard<std::mutex> lock(mu_);
     return f();
   }
-  const Tokenizer& tokenizer() const;
   std::mutex mu_;
   std::unique_ptr<LLMEngine> engine_;
 };

@@ -1,28 +1,52 @@
-"""Tokenizer: the engine's tokenizer (the model folder's tokenizer.json and chat template)
-with the Hugging Face method names vLLM's get_tokenizer() users call."""
+"""Tokenizer: a tokenizer the engine uses — the model folder's tokenizer.json and chat
+template, or a LoRA adapter's own — with the Hugging Face method names vLLM's
+get_tokenizer() users call."""
 
 import json
 from typing import Any, Dict, List, Optional, Union
 
 
 class Tokenizer:
-    """encode / decode / apply_chat_template, computed by the C++ tokenizer the engine uses,
-    so ids and text are exactly those of the requests."""
+    """encode / decode / apply_chat_template, computed by the C++ tokenizer the engine uses
+    for the same requests, so ids and text are exactly those of the requests.
 
-    def __init__(self, native_engine: Any) -> None:
-        self._native = native_engine
+    `native` is the engine's tokenizer handle, or None when the model has no tokenizer.json
+    (every method then raises ValueError with `missing`)."""
+
+    def __init__(self, native: Any, missing: str = "the model has no tokenizer") -> None:
+        self._native = native
+        self._missing = missing
+        self.identity = None if native is None else native.identity  # the same for the same tokenizer
+        self._token_text: Dict[int, str] = {}
+
+    def _tok(self) -> Any:
+        if self._native is None:
+            raise ValueError(self._missing)
+        return self._native
 
     @property
     def vocab_size(self) -> int:
-        return self._native.vocab_size
+        """Token ids it knows, added tokens included."""
+        return self._tok().vocab_size
+
+    def __len__(self) -> int:
+        return self.vocab_size
 
     def encode(self, text: str, add_special_tokens: bool = True) -> List[int]:
         if not isinstance(text, str):
             raise TypeError(f"encode: text must be a str, got {type(text).__name__}")
-        return self._native.encode(text, add_special_tokens)
+        return self._tok().encode(text, add_special_tokens)
 
     def decode(self, token_ids: List[int], skip_special_tokens: bool = False) -> str:
-        return self._native.decode(list(token_ids), skip_special_tokens)
+        return self._tok().decode(list(token_ids), skip_special_tokens)
+
+    def token_text(self, token_id: int) -> str:
+        """One token decoded alone (logprob entries), cached: the vocabulary never changes."""
+        text = self._token_text.get(token_id)
+        if text is None:
+            text = self.decode([token_id])
+            self._token_text[token_id] = text
+        return text
 
     def apply_chat_template(self, conversation: List[Dict[str, Any]], *, tokenize: bool = True,
                             add_generation_prompt: bool = False,
@@ -31,6 +55,6 @@ class Tokenizer:
         them: the template writes the special tokens, so none are added again."""
         if not isinstance(conversation, (list, tuple)) or not all(isinstance(m, dict) for m in conversation):
             raise TypeError("apply_chat_template: conversation must be a list of dicts")
-        text = self._native.apply_chat_template(json.dumps(list(conversation)), add_generation_prompt,
-                                                chat_template or "")
-        return self._native.encode(text, False) if tokenize else text
+        text = self._tok().apply_chat_template(json.dumps(list(conversation)), add_generation_prompt,
+                                               chat_template or "")
+        return self._tok().encode(text, False) if tokenize else text

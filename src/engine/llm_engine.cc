@@ -44,6 +44,24 @@ Result<std::unique_ptr<LLMEngine>> LLMEngine::create(const EngineArgs& args) {
   return engine;
 }
 
+Result<AdapterRegistry::Loaded> LLMEngine::find_adapter(const LoRARequest& lora) const {
+  if (!adapters_) return Status::error("request asks for adapter '" + lora.name + "' but LoRA is not enabled (--enable-lora)");
+  auto found = adapters_->find(lora.name);
+  if (found.is_ok()) return AdapterRegistry::Loaded{std::move(found).value(), nullptr};
+  if (lora.path.empty()) return found.status();
+  return adapters_->load(lora.name, lora.path);
+}
+
+Result<std::shared_ptr<const Tokenizer>> LLMEngine::tokenizer_for(const std::optional<LoRARequest>& lora) {
+  if (!lora.has_value() || lora->name.empty()) return tokenizer_;
+  QV_ASSIGN_OR_RETURN(AdapterRegistry::Loaded a, find_adapter(*lora));
+  if (a.weights == nullptr) return a.info.tokenizer;
+  const std::shared_ptr<const LoraAdapter> read = a.weights;
+  QV_ASSIGN_OR_RETURN(AdapterInfo registered, adapters_->register_loaded(std::move(a)));
+  report_adapter(*read);
+  return registered.tokenizer;
+}
+
 Status LLMEngine::add_request(const std::string& id, const PromptInput& prompt, const SamplingParams& params,
                               const std::optional<LoRARequest>& lora) {
   if (requests_.count(id)) return Status::error("request id '" + id + "' is already in use");
@@ -55,51 +73,66 @@ Status LLMEngine::add_request(const std::string& id, const PromptInput& prompt, 
   req->id = id;
   req->params = params;
   req->arrival = std::chrono::steady_clock::now();
+  req->vocab_size = config_.vocab_size;
+  req->tokenizer = tokenizer_;
+
+  // The adapter before the prompt: its tokenizer reads the text, its vocabulary bounds the
+  // ids. One named by a path it is not registered under is read now and registered only
+  // once the request passes every check: a refused request leaves nothing behind.
+  std::optional<AdapterInfo> adapter;
+  AdapterRegistry::Loaded unregistered;
+  if (adapter_request) {
+    QV_ASSIGN_OR_RETURN(unregistered, find_adapter(*lora));
+    adapter = unregistered.info;
+    // Only its files say which ids it adds.
+    if (adapter->vocab_size < most_vocab)
+      QV_RETURN_IF_ERROR(params.validate(adapter->vocab_size).with_context("adapter '" + lora->name + "'"));
+    req->vocab_size = adapter->vocab_size;
+    req->tokenizer = adapter->tokenizer;
+  }
+  const Tokenizer* tokenizer = req->tokenizer.get();
   if (params.structured_outputs.active()) {
-    auto g = grammar_for(params.structured_outputs);
+    auto g = grammar_for(params.structured_outputs, req->tokenizer);
     if (!g.is_ok()) return g.status();
     req->grammar = std::move(g).value();
   }
 
   std::vector<int32_t> ids = prompt.token_ids;
   if (prompt.text.has_value()) {
-    if (!tokenizer_) return Status::error("text prompt, but the model folder has no tokenizer.json (send prompt_token_ids)");
-    auto enc = tokenizer_->encode(*prompt.text, true);
+    if (!tokenizer)
+      return Status::error(std::string("text prompt, but the model folder has no tokenizer.json") +
+                           (adapter ? ", nor does adapter '" + lora->name + "'" : "") + " (send prompt_token_ids)");
+    auto enc = tokenizer->encode(*prompt.text, true);
     if (!enc.is_ok()) return enc.status().with_context("prompt");
     ids = std::move(enc).value();
     req->prompt_text = *prompt.text;
   }
   if (ids.empty()) return Status::error("the prompt is empty");
   QV_RETURN_IF_ERROR(check_prompt_ids(ids, most_vocab));
+  if (adapter && adapter->vocab_size < most_vocab)
+    QV_RETURN_IF_ERROR(check_prompt_ids(ids, adapter->vocab_size).with_context("adapter '" + lora->name + "'"));
   if (static_cast<int64_t>(ids.size()) + params.max_tokens > max_model_len_)
     return Status::error("prompt (" + std::to_string(ids.size()) + " tokens) + max_tokens (" +
                          std::to_string(params.max_tokens) + ") exceeds the maximum context length " +
                          std::to_string(max_model_len_));
 
-  if (!params.stop.empty() && !tokenizer_) return Status::error("stop strings need a tokenizer; use stop_token_ids");
+  if (!params.stop.empty() && !tokenizer) return Status::error("stop strings need a tokenizer; use stop_token_ids");
 
-  // The adapter last: registering a new one (lora->path) and pinning it are the first
-  // side effects, so no check after them can still refuse the request.
-  if (lora.has_value() && !lora->name.empty()) {
-    if (!adapters_) return Status::error("request asks for adapter '" + lora->name + "' but LoRA is not enabled (--enable-lora)");
-    auto found = adapters_->find(lora->name);
-    if (!found.is_ok() && !lora->path.empty()) found = add_lora(lora->name, lora->path);
-    if (!found.is_ok()) return found.status();
-    auto weights = adapters_->get(found->uid);
-    if (!weights.is_ok()) return weights.status();
-    // The one check after a side effect (an adapter newly added by path stays registered):
-    // only its files say which ids it adds.
-    if (found->vocab_size < most_vocab) {
-      QV_RETURN_IF_ERROR(check_prompt_ids(ids, found->vocab_size).with_context("adapter '" + lora->name + "'"));
-      QV_RETURN_IF_ERROR(params.validate(found->vocab_size).with_context("adapter '" + lora->name + "'"));
+  // The adapter last: registering it, loading its weights into the host cache and pinning
+  // them (below) are the side effects, and no check follows them.
+  if (adapter) {
+    if (unregistered.weights != nullptr) {
+      const std::shared_ptr<const LoraAdapter> read = unregistered.weights;
+      QV_ASSIGN_OR_RETURN(adapter, adapters_->register_loaded(std::move(unregistered)));
+      report_adapter(*read);
     }
-    req->vocab_size = found->vocab_size;
+    auto weights = adapters_->get(adapter->uid);
+    if (!weights.is_ok()) return weights.status();
     req->lora_name = lora->name;
-    req->lora_uid = found->uid;
+    req->lora_uid = adapter->uid;
     req->adapter = weights.value();
   }
 
-  if (req->vocab_size == 0) req->vocab_size = config_.vocab_size;
   for (int i = 0; i < params.n; ++i) {
     auto st = std::make_unique<SeqState>();
     st->req = req.get();
@@ -114,7 +147,7 @@ Status LLMEngine::add_request(const std::string& id, const PromptInput& prompt, 
     st->rng.seed(seed);
     st->seed = seed;
     st->out.index = i;
-    if (tokenizer_) st->detok = std::make_unique<IncrementalDetokenizer>(tokenizer_.get(), ids, params.skip_special_tokens);
+    if (tokenizer) st->detok = std::make_unique<IncrementalDetokenizer>(tokenizer, ids, params.skip_special_tokens);
     st->stops = std::make_unique<StopChecker>(params.stop, params.include_stop_str_in_output);
     req->seqs.push_back(std::move(st));
   }
@@ -151,11 +184,13 @@ Result<AdapterInfo> LLMEngine::add_lora(const std::string& name, const std::stri
   if (!adapters_) return Status::error("LoRA is not enabled (--enable-lora)");
   auto info = adapters_->add(name, path, allowlist);
   if (!info.is_ok()) return info;
-  // What the adapter takes of a slot, whole vocabulary replacements included, at its load.
-  if (auto w = adapters_->get(info->uid); w.is_ok())
-    std::fprintf(stderr, "quiver: %s\n",
-                 describe_adapter(*w.value(), slots_->vocab_limits(), config_, slots_->dtype()).c_str());
+  if (auto w = adapters_->get(info->uid); w.is_ok()) report_adapter(*w.value());
   return info;
+}
+
+void LLMEngine::report_adapter(const LoraAdapter& a) const {
+  // What the adapter takes of a slot, whole vocabulary replacements included, at its load.
+  std::fprintf(stderr, "quiver: %s\n", describe_adapter(a, slots_->vocab_limits(), config_, slots_->dtype()).c_str());
 }
 
 Status LLMEngine::remove_lora(const std::string& name) {

@@ -88,7 +88,13 @@ class LLMEngine {
   AdapterCacheStats lora_cache_stats() const;  // zeros when LoRA is not enabled
 
   const ModelConfig& model_config() const { return config_; }
+  // The base model's tokenizer; null when its folder has none.
   const Tokenizer* tokenizer() const { return tokenizer_.get(); }
+  const std::shared_ptr<const Tokenizer>& shared_tokenizer() const { return tokenizer_; }
+  // The tokenizer requests with `lora` use: the adapter's own or the base model's (null:
+  // none). A LoRARequest with a path registers its adapter first, as add_request does.
+  // Error: LoRA not enabled, unknown adapter, an adapter that does not load.
+  Result<std::shared_ptr<const Tokenizer>> tokenizer_for(const std::optional<LoRARequest>& lora);
   const EngineArgs& args() const { return args_; }
   int max_model_len() const { return max_model_len_; }
   const StepStats& last_step() const { return last_step_; }
@@ -113,6 +119,8 @@ class LLMEngine {
   // Ends every sequence of `req` after this step's commit, reporting `error`.
   void fail_request(Request& req, const std::string& error);
   static std::string non_finite_logits_error(const Request& req, const std::string& seen);
+  // Logs a newly registered adapter's load line (lora/slot_vocab.h: describe_adapter).
+  void report_adapter(const LoraAdapter& a) const;
   // Marks the rows of this step that the device samples (device_sampling.h).
   void plan_device_sampling(const ScheduledBatch& sb, DeviceSampling* ds);
   // step(), in order: the model on the batch; each scheduled sequence's logits (prompt
@@ -131,8 +139,13 @@ class LLMEngine {
   void finish_seq(Request& req, int seq_index, const std::string& reason, std::optional<std::string> stop_reason,
                   bool by_stop_string = false);
   RequestOutput make_output(Request& req);
-  // The grammar a structured-output request is held to (compiled or cached).
-  Result<std::shared_ptr<structured::Grammar>> grammar_for(const StructuredOutputSpec& spec);
+  // The registered adapter `lora` names (weights null), or, when it is not registered and
+  // has a path, the adapter read from there and not registered yet.
+  Result<AdapterRegistry::Loaded> find_adapter(const LoRARequest& lora) const;
+  // The grammar a structured-output request is held to (compiled or cached), over the
+  // vocabulary of the tokenizer its text goes through.
+  Result<std::shared_ptr<structured::Grammar>> grammar_for(const StructuredOutputSpec& spec,
+                                                           const std::shared_ptr<const Tokenizer>& tokenizer);
   // Host-samples row `logits` of sequence i, under its grammar's mask if it has one.
   // nullopt: the sequence was finished instead (nothing left the grammar allows).
   std::optional<int32_t> sample_host(Request& req, int i, std::span<const float> logits);
@@ -141,7 +154,7 @@ class LLMEngine {
   ModelConfig config_;
   int max_model_len_ = 0;
   std::unique_ptr<Backend> backend_;
-  std::unique_ptr<Tokenizer> tokenizer_;
+  std::shared_ptr<const Tokenizer> tokenizer_;
   std::unique_ptr<LlamaModel> model_;
   std::unique_ptr<KvCache> kv_;
   std::unique_ptr<BlockPool> blocks_;
@@ -150,7 +163,14 @@ class LLMEngine {
   std::unique_ptr<EngineLoraSlots> slot_provider_;
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<ModelRunner> runner_;
-  std::unique_ptr<structured::GrammarCache> grammars_;  // made on the first structured request
+  // Compiled grammars per tokenizer (adapters may bring their own vocabulary), each made on
+  // the first structured request through that tokenizer. The weak_ptr tells a live entry from
+  // one whose tokenizer is gone (its address may then be reused).
+  struct TokenizerGrammars {
+    std::weak_ptr<const Tokenizer> tokenizer;
+    std::unique_ptr<structured::GrammarCache> cache;
+  };
+  std::map<const Tokenizer*, TokenizerGrammars> grammars_;
 
   std::map<std::string, std::unique_ptr<Request>> requests_;
   std::unordered_map<const Sequence*, SeqState*> states_;  // every live sequence's state

@@ -156,7 +156,7 @@ Status LLMEngine::init(const EngineArgs& args) {
   if (args.enable_lora) {
     const int cpu_loras = args.max_cpu_loras > 0 ? args.max_cpu_loras : args.max_loras;
     const VocabLimits vocab{args.lora_extra_vocab_size, args.max_lora_vocab_rows};
-    adapters_ = std::make_unique<AdapterRegistry>(config_, args.max_lora_rank, cpu_loras, vocab, lora_dtype,
+    adapters_ = std::make_unique<AdapterRegistry>(config_, args.max_lora_rank, cpu_loras, vocab, lora_dtype, tokenizer_,
                                                   base_vocab_rows(checkpoint, config_));
     slots_ = std::make_unique<LoraSlotPool>(backend_.get(), config_, args.max_loras, args.max_lora_rank, lora_dtype,
                                             vocab);

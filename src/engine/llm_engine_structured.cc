@@ -1,7 +1,8 @@
-// LLMEngine's structured outputs: compiling a request's constraint against the model's
-// vocabulary (once per distinct constraint, cached), and each row's token mask: written for
-// the device sampler while the step's forward pass runs (write_device_mask, called by the
-// ModelRunner), or applied by the host sampler to host logits.
+// LLMEngine's structured outputs: compiling a request's constraint against the vocabulary of
+// the tokenizer its text goes through (once per distinct constraint and tokenizer, cached),
+// and each row's token mask: written for the device sampler while the step's forward pass
+// runs (write_device_mask, called by the ModelRunner), or applied by the host sampler to
+// host logits.
 #include <cstring>
 
 #include "engine/llm_engine.h"
@@ -12,14 +13,19 @@
 
 namespace quiver {
 
-Result<std::shared_ptr<structured::Grammar>> LLMEngine::grammar_for(const StructuredOutputSpec& spec) {
-  if (!tokenizer_) return Status::error("structured_outputs need the model's tokenizer (the model folder has no tokenizer.json)");
-  if (!grammars_) {
+Result<std::shared_ptr<structured::Grammar>> LLMEngine::grammar_for(const StructuredOutputSpec& spec,
+                                                                     const std::shared_ptr<const Tokenizer>& tokenizer) {
+  if (!tokenizer) return Status::error("structured_outputs need the model's tokenizer (the model folder has no tokenizer.json)");
+  TokenizerGrammars& entry = grammars_[tokenizer.get()];
+  if (!entry.cache || entry.tokenizer.lock() != tokenizer) {
+    // Entries of tokenizers that are gone (adapters removed or re-registered) go too.
+    std::erase_if(grammars_, [&](const auto& e) { return e.first != tokenizer.get() && e.second.tokenizer.expired(); });
     auto vocab = std::make_shared<structured::TokenVocab>(
-        structured::TokenVocab::from_tokenizer(*tokenizer_, runner_->logits_width(), config_.eos_token_ids));
-    grammars_ = std::make_unique<structured::GrammarCache>(std::move(vocab));
+        structured::TokenVocab::from_tokenizer(*tokenizer, runner_->logits_width(), config_.eos_token_ids));
+    entry.tokenizer = tokenizer;
+    entry.cache = std::make_unique<structured::GrammarCache>(std::move(vocab));
   }
-  auto g = grammars_->get(spec);
+  auto g = entry.cache->get(spec);
   if (!g.is_ok()) return g.status().with_context("structured_outputs");
   return g;
 }

@@ -41,6 +41,9 @@ struct Request {
   std::string lora_name;
   uint64_t lora_uid = 0;
   std::shared_ptr<const LoraAdapter> adapter;  // keeps host weights while running
+  // What its text goes through (its adapter's or the base model's; null: none). Declared
+  // before seqs, whose detokenizers point to it.
+  std::shared_ptr<const Tokenizer> tokenizer;
   // Token ids this request may see: the base vocabulary plus its adapter's new tokens
   // (its logits rows are wider; the columns past this are -inf).
   int64_t vocab_size = 0;

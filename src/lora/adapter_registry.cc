@@ -5,16 +5,19 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "tokenizer/adapter_tokenizer.h"
 
 namespace quiver {
 
 AdapterRegistry::AdapterRegistry(ModelConfig base, int max_lora_rank, int max_cpu_loras, VocabLimits vocab,
-                                 DType slot_dtype, std::shared_ptr<const BaseVocab> base_rows)
+                                 DType slot_dtype, std::shared_ptr<const Tokenizer> base_tokenizer,
+                                 std::shared_ptr<const BaseVocab> base_rows)
     : base_(std::move(base)),
       max_lora_rank_(max_lora_rank),
       max_cpu_loras_(max_cpu_loras),
       vocab_(vocab),
       slot_dtype_(slot_dtype),
+      base_tokenizer_(std::move(base_tokenizer)),
       base_rows_(std::move(base_rows)) {
   check(max_lora_rank >= 1, "AdapterRegistry: max_lora_rank must be at least 1");
   check(max_cpu_loras >= 1, "AdapterRegistry: max_cpu_loras must be at least 1");
@@ -33,26 +36,41 @@ std::string known_names(const std::vector<AdapterInfo>& registered) {
 
 Result<AdapterInfo> AdapterRegistry::add(const std::string& name, const std::string& path,
                                          const std::vector<std::string>& allowlist) {
+  QV_ASSIGN_OR_RETURN(Loaded loaded, load(name, path, allowlist));
+  return register_loaded(std::move(loaded));
+}
+
+Result<AdapterRegistry::Loaded> AdapterRegistry::load(const std::string& name, const std::string& path,
+                                                      const std::vector<std::string>& allowlist) const {
   if (name.empty()) return Status::error("LoRA adapter name must not be empty");
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& r : registered_)
       if (r.name == name) return Status::error("LoRA adapter name '" + name + "' is already registered (" + r.path + ")");
   }
-  // Validate fully before the name becomes visible.
-  Result<LoraAdapter> loaded = load_peft_adapter(path, name, base_, max_lora_rank_, allowlist, base_rows_.get());
-  if (!loaded) return loaded.status();
-  QV_RETURN_IF_ERROR(vocab_.check(loaded.value(), base_, slot_dtype_));
-  auto adapter = std::make_shared<const LoraAdapter>(std::move(loaded).value());
+  Result<LoraAdapter> read = load_peft_adapter(path, name, base_, max_lora_rank_, allowlist, base_rows_.get());
+  if (!read) return read.status();
+  QV_RETURN_IF_ERROR(vocab_.check(read.value(), base_, slot_dtype_));
+  auto adapter = std::make_shared<const LoraAdapter>(std::move(read).value());
+  const int64_t vocab_size = base_.vocab_size + adapter->vocab.new_tokens;
+  auto tokenizer = load_adapter_tokenizer(
+      {path, allowlist, base_tokenizer_, base_.vocab_size, vocab_size, adapter->vocab.new_token_names});
+  if (!tokenizer) return tokenizer.status().with_context("LoRA adapter '" + name + "' (" + path + ")");
+  AdapterInfo info{name, path, 0, adapter->max_rank, vocab_size, std::move(tokenizer).value(), allowlist};
+  return Loaded{std::move(info), std::move(adapter)};
+}
 
+Result<AdapterInfo> AdapterRegistry::register_loaded(Loaded loaded) {
+  check(loaded.weights != nullptr && loaded.info.uid == 0, "AdapterRegistry::register_loaded: not from load()");
   std::lock_guard<std::mutex> lock(mu_);
+  AdapterInfo& info = loaded.info;
   for (const auto& r : registered_)  // another thread may have won the race for the name
-    if (r.name == name) return Status::error("LoRA adapter name '" + name + "' is already registered (" + r.path + ")");
-  AdapterInfo info{name, path, next_uid_++, adapter->max_rank, base_.vocab_size + adapter->vocab.new_tokens,
-                   allowlist};
+    if (r.name == info.name)
+      return Status::error("LoRA adapter name '" + info.name + "' is already registered (" + r.path + ")");
+  info.uid = next_uid_++;
   registered_.push_back(info);
   ++loads_;
-  lru_.emplace_front(info.uid, std::move(adapter));
+  lru_.emplace_front(info.uid, std::move(loaded.weights));
   while (static_cast<int>(lru_.size()) > max_cpu_loras_) lru_.pop_back();
   return info;
 }

@@ -35,7 +35,7 @@ EngineLoop::EngineLoop(std::unique_ptr<LLMEngine> engine, ServerMetrics* metrics
       max_pending_(max_pending_requests),
       log_(log),
       model_name_(std::move(model_name)) {
-  tokenizer_ = engine_->tokenizer();
+  tokenizer_ = engine_->shared_tokenizer();
   max_model_len_ = engine_->max_model_len();
   vocab_size_ = engine_->model_config().vocab_size;
   max_loras_ = engine_->args().enable_lora ? engine_->args().max_loras : 0;
@@ -131,9 +131,13 @@ std::vector<AdapterInfo> EngineLoop::adapters() const {
   return listed_;
 }
 
-bool EngineLoop::has_adapter(const std::string& name) const {
+bool EngineLoop::has_adapter(const std::string& name) const { return find_adapter(name).has_value(); }
+
+std::optional<AdapterInfo> EngineLoop::find_adapter(const std::string& name) const {
   std::lock_guard<std::mutex> lock(mu_);
-  return std::any_of(listed_.begin(), listed_.end(), [&](const AdapterInfo& a) { return a.name == name; });
+  for (const AdapterInfo& a : listed_)
+    if (a.name == name) return a;
+  return std::nullopt;
 }
 
 int EngineLoop::num_in_flight() const {
@@ -239,8 +243,15 @@ void EngineLoop::admit(Submission& s) {
     EngineJob& j = s.jobs[job];
     std::optional<LoRARequest> lora;
     if (!j.lora.empty()) {
-      if (!has_adapter(j.lora)) {  // unloaded since the HTTP thread looked the name up
+      const std::optional<AdapterInfo> listed = find_adapter(j.lora);
+      if (!listed) {  // unloaded since the HTTP thread looked the name up
         error = ApiError::not_found("The model `" + j.lora + "` does not exist.", "model");
+        break;
+      }
+      // Reloaded meanwhile: the prompt went through the previous registration's tokenizer.
+      if (j.lora_uid != 0 && listed->uid != j.lora_uid) {
+        error = ApiError::bad_request("The model `" + j.lora + "` was reloaded while the request was being prepared; "
+                                      "send it again", "model");
         break;
       }
       lora = LoRARequest{j.lora, 0, ""};

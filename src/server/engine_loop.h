@@ -31,6 +31,7 @@ struct EngineJob {
   std::vector<int32_t> prompt_token_ids;
   SamplingParams params;
   std::string lora;  // empty = the base model
+  uint64_t lora_uid = 0;  // the registration the prompt was tokenized for (0: any)
   std::string log_id;  // the response id, for the request log line
 };
 
@@ -65,11 +66,12 @@ class EngineLoop {
 
   std::vector<AdapterInfo> adapters() const;  // listed adapters, in load order
   bool has_adapter(const std::string& name) const;
+  std::optional<AdapterInfo> find_adapter(const std::string& name) const;  // a listed adapter
   bool failed() const { return failed_.load(); }
   int num_in_flight() const;  // engine requests queued or running
 
   // Fixed at construction; safe from any thread.
-  const Tokenizer* tokenizer() const { return tokenizer_; }
+  const std::shared_ptr<const Tokenizer>& tokenizer() const { return tokenizer_; }  // the base model's
   int max_model_len() const { return max_model_len_; }
   int64_t vocab_size() const { return vocab_size_; }
   int max_loras() const { return max_loras_; }
@@ -113,7 +115,7 @@ class EngineLoop {
   const int max_pending_;
   ServingLog* log_;
   const std::string model_name_;
-  const Tokenizer* tokenizer_ = nullptr;
+  std::shared_ptr<const Tokenizer> tokenizer_;
   int max_model_len_ = 0;
   int64_t vocab_size_ = 0;
   int max_loras_ = 0;

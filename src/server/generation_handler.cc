@@ -166,7 +166,7 @@ void run_generation(ServerContext& ctx, const httplib::Request& req, httplib::Re
   for (EngineJob& job : g->prep.jobs) job.log_id = g->prep.meta.id;
   g->channel = std::make_shared<ResponseChannel>(static_cast<int>(g->prep.jobs.size()));
   g->assembler = std::make_unique<OutputAssembler>(g->prep.assembler);
-  g->token_text = make_token_text(g->prep.tokens_as_ids ? nullptr : ctx.loop->tokenizer());
+  g->token_text = make_token_text(g->prep.tokens_as_ids ? nullptr : g->prep.tokenizer);
   g->text_offsets.assign(g->prep.jobs.size() * static_cast<size_t>(g->prep.assembler.n), 0);
   g->tool_text.assign(g->text_offsets.size(), "");
   g->watch = ClientWatch(find_connection_socket(req.local_addr, req.local_port, req.remote_addr, req.remote_port));

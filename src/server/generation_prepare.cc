@@ -49,16 +49,21 @@ PreparedGeneration common_part(const ModelView& view, const CommonRequest& r) {
 
 }  // namespace
 
-ApiResult<std::string> resolve_model(const ModelView& view, const std::string& model) {
-  if (model.empty() || model == view.base_name) return std::string();
-  if (view.loop != nullptr && view.loop->has_adapter(model)) return model;
+ApiResult<ResolvedModel> resolve_model(const ModelView& view, const std::string& model) {
+  if (model.empty() || model == view.base_name) return ResolvedModel{"", 0, view.tokenizer};
+  if (view.loop != nullptr) {
+    if (std::optional<AdapterInfo> a = view.loop->find_adapter(model)) return ResolvedModel{model, a->uid, a->tokenizer};
+  }
   return ApiError::not_found("The model `" + model + "` does not exist.", "model");
 }
 
 ApiResult<PreparedGeneration> prepare_completion(const ModelView& view, CompletionRequest r) {
-  auto lora = resolve_model(view, r.model);
-  if (!lora.is_ok()) return lora.error();
+  auto resolved = resolve_model(view, r.model);
+  if (!resolved.is_ok()) return resolved.error();
+  const ResolvedModel& m = resolved.value();
+  const Tokenizer* tokenizer = m.tokenizer.get();
   PreparedGeneration g = common_part(view, r);
+  g.tokenizer = m.tokenizer;
   g.logprobs = r.params.logprobs >= 0;
   g.assembler.echo = r.echo;
   // Echo with logprobs shows the prompt's logprobs too (vLLM does the same).
@@ -66,20 +71,21 @@ ApiResult<PreparedGeneration> prepare_completion(const ModelView& view, Completi
   g.assembler.prompt_logprobs = r.params.prompt_logprobs >= 0;
   for (const PromptSpec& p : r.prompts) {
     EngineJob job;
-    job.lora = lora.value();
+    job.lora = m.lora;
+    job.lora_uid = m.lora_uid;
     job.params = r.params;
     std::string echo_text;
     if (p.text.has_value()) {
-      if (view.tokenizer == nullptr)
+      if (tokenizer == nullptr)
         return ApiError::bad_request("this model has no tokenizer: send the prompt as token ids", "prompt");
-      auto ids = view.tokenizer->encode(*p.text, r.add_special_tokens.value_or(true));
+      auto ids = tokenizer->encode(*p.text, r.add_special_tokens.value_or(true));
       if (!ids.is_ok()) return ApiError::bad_request("prompt: " + ids.message(), "prompt");
       job.prompt_token_ids = std::move(ids.value());
       echo_text = *p.text;
     } else {
       job.prompt_token_ids = p.token_ids;
-      if (r.echo && view.tokenizer != nullptr) {
-        auto text = view.tokenizer->decode(p.token_ids, r.params.skip_special_tokens);
+      if (r.echo && tokenizer != nullptr) {
+        auto text = tokenizer->decode(p.token_ids, r.params.skip_special_tokens);
         if (text.is_ok()) echo_text = text.value();
       }
     }
@@ -94,24 +100,26 @@ ApiResult<PreparedGeneration> prepare_completion(const ModelView& view, Completi
 }
 
 ApiResult<PreparedGeneration> prepare_chat(const ModelView& view, ChatRequest r) {
-  auto lora = resolve_model(view, r.model);
-  if (!lora.is_ok()) return lora.error();
-  if (view.tokenizer == nullptr)
+  auto resolved = resolve_model(view, r.model);
+  if (!resolved.is_ok()) return resolved.error();
+  const ResolvedModel& m = resolved.value();
+  if (m.tokenizer == nullptr)
     return ApiError::bad_request("this model has no tokenizer, so it cannot render chat messages; "
                                  "use /v1/completions with token ids",
                                  "messages");
   PreparedGeneration g = common_part(view, r);
   g.chat = true;
   g.logprobs = r.logprobs;
+  g.tokenizer = m.tokenizer;
   auto rendered =
-      view.tokenizer->apply_chat_template(r.messages, r.add_generation_prompt, r.template_variables,
-                                          view.chat_template);
+      m.tokenizer->apply_chat_template(r.messages, r.add_generation_prompt, r.template_variables, view.chat_template);
   if (!rendered.is_ok()) return ApiError::bad_request("chat template: " + rendered.message(), "messages");
   // The template writes the special tokens itself (bos included), so by default none are added.
-  auto ids = view.tokenizer->encode(rendered.value(), r.add_special_tokens.value_or(false));
+  auto ids = m.tokenizer->encode(rendered.value(), r.add_special_tokens.value_or(false));
   if (!ids.is_ok()) return ApiError::bad_request("messages: " + ids.message(), "messages");
   EngineJob job;
-  job.lora = lora.value();
+  job.lora = m.lora;
+  job.lora_uid = m.lora_uid;
   job.params = r.params;
   job.prompt_token_ids = std::move(ids.value());
   if (job.prompt_token_ids.empty()) return ApiError::bad_request("the rendered chat prompt is empty", "messages");
@@ -132,9 +140,9 @@ ApiResult<PreparedGeneration> prepare_chat(const ModelView& view, ChatRequest r)
   return g;
 }
 
-TokenText make_token_text(const Tokenizer* tokenizer) {
+TokenText make_token_text(std::shared_ptr<const Tokenizer> tokenizer) {
   if (tokenizer == nullptr) return [](int32_t id) { return "token_id:" + std::to_string(id); };
-  return [tokenizer](int32_t id) {
+  return [tokenizer = std::move(tokenizer)](int32_t id) {
     const int32_t one[1] = {id};
     auto text = tokenizer->decode(one, /*skip_special_tokens=*/false);
     return text.is_ok() ? text.value() : "token_id:" + std::to_string(id);

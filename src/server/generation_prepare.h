@@ -3,6 +3,7 @@
 // the context-length check (400), and fix how the response will be assembled.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -29,25 +30,34 @@ struct PreparedGeneration {
   std::string request_id;  // the caller's (request_id), empty = a fresh one
   bool tokens_as_ids = false;  // logprob blocks name tokens "token_id:N"
   ToolPlan tools;         // chat: how the output becomes tool_calls
+  std::shared_ptr<const Tokenizer> tokenizer;  // the model's (adapter's or base's); null: none
 };
 
 // What preparation needs to know about the running server.
 struct ModelView {
   std::string base_name;
   int max_model_len = 0;
-  const Tokenizer* tokenizer = nullptr;  // null: token-id prompts only
-  const EngineLoop* loop = nullptr;      // for adapter names
+  std::shared_ptr<const Tokenizer> tokenizer;  // the base model's; null: token-id prompts only
+  const EngineLoop* loop = nullptr;            // for adapter names and their tokenizers
   const ChatTemplate* chat_template = nullptr;  // --chat-template; null = the tokenizer's
   ToolOptions tools;
 };
 
-// The adapter a "model" field names: "" for the base model (or an empty field), 404 if unknown.
-ApiResult<std::string> resolve_model(const ModelView& view, const std::string& model);
+// What a "model" field names: the adapter ("" for the base model, also for an empty field)
+// and the tokenizer its text goes through (an adapter's own, else the base model's).
+struct ResolvedModel {
+  std::string lora;
+  uint64_t lora_uid = 0;
+  std::shared_ptr<const Tokenizer> tokenizer;  // null: token-id prompts only
+};
+// 404 for a name that is neither the base model nor a listed adapter.
+ApiResult<ResolvedModel> resolve_model(const ModelView& view, const std::string& model);
 
 ApiResult<PreparedGeneration> prepare_completion(const ModelView& view, CompletionRequest request);
 ApiResult<PreparedGeneration> prepare_chat(const ModelView& view, ChatRequest request);
 
-// Token text for logprob blocks: the token decoded alone, or "token_id:N" without a tokenizer.
-TokenText make_token_text(const Tokenizer* tokenizer);
+// Token text for logprob blocks: the token decoded alone by the request's tokenizer (kept
+// alive by the result), or "token_id:N" without one.
+TokenText make_token_text(std::shared_ptr<const Tokenizer> tokenizer);
 
 }  // namespace quiver

@@ -16,16 +16,18 @@ ApiResult<bool> read_bool(const json& j, const char* key, bool fallback) {
   return j[key].get<bool>();
 }
 
-// The model field, when given, must name the base model or an adapter (they share the
-// tokenizer); the tokenizer must exist.
-std::optional<ApiError> check_model(const ModelView& view, const json& j, const char* param) {
+// The tokenizer of the model field (the base model when absent), which must name the base
+// model or an adapter; the tokenizer must exist.
+ApiResult<std::shared_ptr<const Tokenizer>> model_tokenizer(const ModelView& view, const json& j, const char* param) {
+  std::string model;
   if (j.contains("model") && !j["model"].is_null()) {
     if (!j["model"].is_string()) return ApiError::bad_request("model must be a string", "model");
-    auto found = resolve_model(view, j["model"].get<std::string>());
-    if (!found.is_ok()) return found.error();
+    model = j["model"].get<std::string>();
   }
-  if (view.tokenizer == nullptr) return ApiError::bad_request("this model has no tokenizer", param);
-  return std::nullopt;
+  auto found = resolve_model(view, model);
+  if (!found.is_ok()) return found.error();
+  if (found.value().tokenizer == nullptr) return ApiError::bad_request("this model has no tokenizer", param);
+  return found.value().tokenizer;
 }
 
 }  // namespace
@@ -37,7 +39,9 @@ ApiResult<json> tokenize_response(const ModelView& view, std::string_view body) 
   const bool chat = j.contains("messages");
   if (chat == j.contains("prompt"))
     return ApiError::bad_request("give exactly one of 'prompt' (a string) or 'messages'", "prompt");
-  if (auto e = check_model(view, j, chat ? "messages" : "prompt")) return *e;
+  auto tokenizer = model_tokenizer(view, j, chat ? "messages" : "prompt");
+  if (!tokenizer.is_ok()) return tokenizer.error();
+  const Tokenizer& tok = *tokenizer.value();
   auto add_special = read_bool(j, "add_special_tokens", /*fallback=*/!chat);
   if (!add_special.is_ok()) return add_special.error();
   std::string text;
@@ -47,16 +51,14 @@ ApiResult<json> tokenize_response(const ModelView& view, std::string_view body) 
     auto request = chat_request_from_json(j);
     if (!request.is_ok()) return request.error();
     const ChatRequest& r = request.value();
-    auto rendered =
-        view.tokenizer->apply_chat_template(r.messages, r.add_generation_prompt, r.template_variables,
-                                            view.chat_template);
+    auto rendered = tok.apply_chat_template(r.messages, r.add_generation_prompt, r.template_variables, view.chat_template);
     if (!rendered.is_ok()) return ApiError::bad_request("chat template: " + rendered.message(), "messages");
     text = std::move(rendered).value();
   } else {
     if (!j["prompt"].is_string()) return ApiError::bad_request("prompt must be a string", "prompt");
     text = j["prompt"].get<std::string>();
   }
-  auto ids = view.tokenizer->encode(text, add_special.value());
+  auto ids = tok.encode(text, add_special.value());
   if (!ids.is_ok()) return ApiError::bad_request(ids.message(), chat ? "messages" : "prompt");
   return json{{"count", ids.value().size()}, {"max_model_len", view.max_model_len}, {"tokens", ids.value()}};
 }
@@ -65,18 +67,20 @@ ApiResult<json> detokenize_response(const ModelView& view, std::string_view body
   auto parsed = parse_json_object(body);
   if (!parsed.is_ok()) return parsed.error();
   const json& j = parsed.value();
-  if (auto e = check_model(view, j, "tokens")) return *e;
+  auto tokenizer = model_tokenizer(view, j, "tokens");
+  if (!tokenizer.is_ok()) return tokenizer.error();
+  const Tokenizer& tok = *tokenizer.value();
   if (!j.contains("tokens") || !j["tokens"].is_array())
     return ApiError::bad_request("tokens must be a list of token ids", "tokens");
   std::vector<int32_t> ids;
   for (const auto& t : j["tokens"]) {
-    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= view.tokenizer->vocab_size())
-      return ApiError::bad_request("tokens must be token ids in [0, " + std::to_string(view.tokenizer->vocab_size()) +
-                                       "), got " + t.dump(),
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= tok.vocab_size())
+      return ApiError::bad_request("tokens must be token ids in [0, " + std::to_string(tok.vocab_size()) + "), got " +
+                                       t.dump(),
                                    "tokens");
     ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
   }
-  auto text = view.tokenizer->decode(ids, /*skip_special_tokens=*/false);
+  auto text = tok.decode(ids, /*skip_special_tokens=*/false);
   if (!text.is_ok()) return ApiError::bad_request(text.message(), "tokens");
   return json{{"prompt", text.value()}};
 }

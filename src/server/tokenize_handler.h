@@ -14,7 +14,8 @@ namespace quiver {
 
 // {"prompt": text, "add_special_tokens": true} or {"messages": [...], "add_generation_prompt":
 // true, "add_special_tokens": false, chat_template_kwargs / tools}, optional "model" ->
-// {"count", "max_model_len", "tokens"}; errors as API errors naming the field.
+// {"count", "max_model_len", "tokens"}; errors as API errors naming the field. "model" picks
+// the tokenizer (and chat template): an adapter's own where it has one, else the base's.
 ApiResult<nlohmann::json> tokenize_response(const ModelView& view, std::string_view body);
 // {"tokens": [ids], optional "model"} -> {"prompt": text}.
 ApiResult<nlohmann::json> detokenize_response(const ModelView& view, std::string_view body);

@@ -48,19 +48,54 @@ Result<std::unique_ptr<HfTokenizer>> HfTokenizer::create(const json& j, const To
       added.push_back(std::move(token));
     }
   }
-  t->vocab_size_ = t->model_->max_id() + 1;
-  for (const AddedToken& a : added) t->vocab_size_ = std::max<int64_t>(t->vocab_size_, a.id + 1);
-  t->added_index_.assign(t->vocab_size_, -1);
-  for (size_t i = 0; i < added.size(); ++i) {
-    t->added_index_[added[i].id] = static_cast<int32_t>(i);
-    t->added_by_content_[added[i].content] = added[i].id;
-  }
-  t->added_ = std::make_unique<AddedVocabulary>(std::move(added), t->normalizer_.get());
-  QV_RETURN_IF_ERROR(t->apply_config(config));
+  QV_RETURN_IF_ERROR(t->finish(std::move(added), config));
   return t;
 }
 
+Result<std::unique_ptr<HfTokenizer>> HfTokenizer::with_added_tokens(std::vector<AddedToken> tokens,
+                                                                    const TokenizerConfig& config) const {
+  auto t = std::unique_ptr<HfTokenizer>(new HfTokenizer());
+  t->normalizer_ = normalizer_;
+  t->pre_tokenizer_ = pre_tokenizer_;
+  t->model_ = model_;
+  t->post_processor_ = post_processor_;
+  t->decoder_ = decoder_;
+  std::vector<AddedToken> added = added_->tokens();
+  const size_t num_own = added.size();
+  for (AddedToken& token : tokens) {
+    const std::string id = std::to_string(token.id);
+    if (token.id < 0 || token.id > json_path::kMaxTokenId)
+      return Status::error("added token '" + token.content + "': id " + id + " is out of range");
+    if (auto have = id_to_token(token.id))
+      return Status::error("added token '" + token.content + "': id " + id + " is already '" + *have + "'");
+    if (auto have = token_to_id(token.content))
+      return Status::error("added token '" + token.content + "' (id " + id + ") is already in the vocabulary as id " +
+                           std::to_string(*have));
+    for (size_t i = num_own; i < added.size(); ++i)
+      if (added[i].id == token.id || added[i].content == token.content)
+        return Status::error("added tokens '" + added[i].content + "' and '" + token.content + "' clash (ids " +
+                             std::to_string(added[i].id) + " and " + id + ")");
+    added.push_back(std::move(token));
+  }
+  QV_RETURN_IF_ERROR(t->finish(std::move(added), config));
+  return t;
+}
+
+Status HfTokenizer::finish(std::vector<AddedToken> added, const TokenizerConfig& config) {
+  vocab_size_ = model_->max_id() + 1;
+  for (const AddedToken& a : added) vocab_size_ = std::max<int64_t>(vocab_size_, a.id + 1);
+  added_index_.assign(vocab_size_, -1);
+  added_by_content_.clear();
+  for (size_t i = 0; i < added.size(); ++i) {
+    added_index_[added[i].id] = static_cast<int32_t>(i);
+    added_by_content_[added[i].content] = added[i].id;
+  }
+  added_ = std::make_unique<AddedVocabulary>(std::move(added), normalizer_.get());
+  return apply_config(config);
+}
+
 Status HfTokenizer::apply_config(const TokenizerConfig& config) {
+  config_ = config;
   bos_token_ = config.bos_token;
   eos_token_ = config.eos_token;
   if (!bos_token_.empty()) {

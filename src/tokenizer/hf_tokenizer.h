@@ -1,5 +1,7 @@
 // HfTokenizer: the Tokenizer built from tokenizer.json (+ tokenizer_config.json). Encoding
 // runs HF's pipeline: added tokens -> normalizer -> pre-tokenizer -> BPE -> post-processor.
+// The pipeline's parts are immutable and shared, so a tokenizer extended with an adapter's
+// added tokens (with_added_tokens) costs its added tokens, not a second copy of the model.
 #pragma once
 
 #include <memory>
@@ -16,21 +18,21 @@
 #include "tokenizer/post_processor.h"
 #include "tokenizer/pre_tokenizers.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer_config.h"
 
 namespace quiver {
-
-// What tokenizer_config.json (and chat_template.jinja) contribute.
-struct TokenizerConfig {
-  std::string bos_token, eos_token;  // "" when unset
-  std::optional<bool> add_bos_token, add_eos_token;
-  std::optional<std::string> chat_template;
-};
 
 class HfTokenizer final : public Tokenizer {
  public:
   // `tokenizer_json` is the parsed tokenizer.json.
   static Result<std::unique_ptr<HfTokenizer>> create(const nlohmann::json& tokenizer_json,
                                                      const TokenizerConfig& config);
+  // This tokenizer with `tokens` added after its own added tokens (HF's add_tokens), read
+  // with `config` instead of its own. Each token's id must be unused here and its content
+  // new (error otherwise).
+  Result<std::unique_ptr<HfTokenizer>> with_added_tokens(std::vector<AddedToken> tokens,
+                                                         const TokenizerConfig& config) const;
+  const TokenizerConfig& config() const { return config_; }
 
   Result<std::vector<int32_t>> encode(std::string_view text, bool add_special_tokens) const override;
   Result<std::string> decode(std::span<const int32_t> ids, bool skip_special_tokens) const override;
@@ -50,15 +52,18 @@ class HfTokenizer final : public Tokenizer {
 
  private:
   HfTokenizer() = default;
+  // Indexes `added` (ids checked by the callers) and applies `config`.
+  Status finish(std::vector<AddedToken> added, const TokenizerConfig& config);
   Status apply_config(const TokenizerConfig& config);
   const AddedToken* added_token(int32_t id) const;
 
-  std::unique_ptr<Normalizer> normalizer_;
-  std::unique_ptr<PreTokenizer> pre_tokenizer_;
-  std::unique_ptr<BpeModel> model_;
+  std::shared_ptr<const Normalizer> normalizer_;
+  std::shared_ptr<const PreTokenizer> pre_tokenizer_;
+  std::shared_ptr<const BpeModel> model_;
   std::unique_ptr<AddedVocabulary> added_;
-  std::unique_ptr<PostProcessor> post_processor_;
-  std::unique_ptr<Decoder> decoder_;
+  std::shared_ptr<const PostProcessor> post_processor_;
+  std::shared_ptr<const Decoder> decoder_;
+  TokenizerConfig config_;
   std::vector<int32_t> added_index_;  // id -> index into added_->tokens(), or -1
   TokenMap added_by_content_;
   int64_t vocab_size_ = 0;

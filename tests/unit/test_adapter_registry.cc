@@ -89,6 +89,29 @@ TEST_F(AdapterRegistryTest, DuplicateNameAndInvalidAdapterAreRefused) {
   EXPECT_EQ(reg.list().size(), 1u);
 }
 
+// load() reads and validates without registering; register_loaded() then makes the name
+// visible, unless another registration took it meanwhile.
+TEST_F(AdapterRegistryTest, LoadThenRegister) {
+  AdapterRegistry reg(base_, kMaxRank, 4);
+  auto loaded = reg.load("sql", write("sql", 2, 1));
+  ASSERT_TRUE(loaded.is_ok()) << loaded.message();
+  EXPECT_EQ(loaded->info.uid, 0u);
+  EXPECT_EQ(loaded->info.max_rank, 2);
+  EXPECT_FALSE(reg.find("sql").is_ok());
+  EXPECT_EQ(reg.loads(), 0);
+  auto twin = reg.load("sql", write("sql2", 2, 2));
+  ASSERT_TRUE(twin.is_ok());
+  auto info = reg.register_loaded(std::move(loaded).value());
+  ASSERT_TRUE(info.is_ok()) << info.message();
+  EXPECT_NE(info->uid, 0u);
+  EXPECT_EQ(reg.find("sql")->uid, info->uid);
+  EXPECT_EQ(reg.num_cached(), 1);
+  auto late = reg.register_loaded(std::move(twin).value());
+  ASSERT_FALSE(late.is_ok());
+  EXPECT_NE(late.message().find("already registered"), std::string::npos) << late.message();
+  EXPECT_FALSE(reg.load("sql", write("sql3", 2, 3)).is_ok());
+}
+
 TEST_F(AdapterRegistryTest, ReAddAfterRemoveGetsNewUid) {
   AdapterRegistry reg(base_, kMaxRank, 4);
   std::string dir = write("sql", 2, 1);

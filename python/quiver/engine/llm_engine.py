@@ -32,8 +32,10 @@ class LLMEngine:
         # vLLM names adapters by lora_int_id in add_lora/remove_lora/list_loras; the C++
         # engine by name. The id each loaded name came with:
         self._lora_ids: Dict[str, int] = {}
-        self._tokenizer = Tokenizer(self._native)
-        self._builder = OutputBuilder(self._tokenizer.decode)
+        # get_tokenizer's results by adapter name (None: the base model), kept while the
+        # engine still hands out the same tokenizer for that name.
+        self._tokenizers: Dict[Optional[str], Tokenizer] = {}
+        self._builder = OutputBuilder()
 
     @classmethod
     def from_engine_args(cls, engine_args: EngineArgs, usage_context: Any = None) -> "LLMEngine":
@@ -69,13 +71,14 @@ class LLMEngine:
         if max_tokens is None:
             # vLLM's max_tokens=None: as many as the context leaves after the prompt.
             if text is not None:
-                token_ids, text = self._tokenizer.encode(text), None
+                token_ids, text = self.get_tokenizer(lora_request).encode(text), None
             max_tokens = max(1, self._native.max_model_len - len(token_ids))
         lora = None
         if lora_request is not None:
             lora = _native_lora(lora_request)
-        self._native.add_request(request_id, text, token_ids, params._to_native(max_tokens), lora)
-        self._requests[request_id] = RequestInfo(params, lora_request, prompt_text)
+        native_tokenizer = self._native.add_request(request_id, text, token_ids, params._to_native(max_tokens), lora)
+        tokenizer = self._cached_tokenizer(None if lora_request is None else lora_request.lora_name, native_tokenizer)
+        self._requests[request_id] = RequestInfo(params, lora_request, prompt_text, tokenizer)
         if lora_request is not None:
             self._lora_ids.setdefault(lora_request.lora_name, lora_request.lora_int_id)
 
@@ -152,6 +155,7 @@ class LLMEngine:
             if self._lora_ids.get(name) == lora_id:
                 self._native.remove_lora(name)
                 del self._lora_ids[name]
+                self._tokenizers.pop(name, None)
                 return True
         return False
 
@@ -162,9 +166,25 @@ class LLMEngine:
     def _loaded_names(self) -> List[str]:
         return [a.name for a in self._native.list_loras()]
 
-    def get_tokenizer(self) -> Tokenizer:
-        """The model's tokenizer: encode, decode, apply_chat_template."""
-        return self._tokenizer
+    def get_tokenizer(self, lora_request: Optional[LoRARequest] = None) -> Tokenizer:
+        """The tokenizer of requests with lora_request (the model's without one): encode,
+        decode, apply_chat_template. An adapter whose folder has tokenizer files has its own
+        (its added tokens, its chat template); others use the model's. An adapter named by
+        path is registered here if it is not yet, as add_request would."""
+        if lora_request is not None and not isinstance(lora_request, LoRARequest):
+            raise TypeError(f"get_tokenizer: lora_request must be a LoRARequest or None, got {type(lora_request).__name__}")
+        native = self._native.tokenizer(None if lora_request is None else _native_lora(lora_request))
+        return self._cached_tokenizer(None if lora_request is None else lora_request.lora_name, native)
+
+    def _cached_tokenizer(self, name: Optional[str], native: Any) -> Tokenizer:
+        """The Tokenizer of adapter `name` (None: the model) around the native handle, the same
+        object while the engine hands out the same tokenizer for that name."""
+        cached = self._tokenizers.get(name)
+        if cached is not None and cached.identity == (None if native is None else native.identity):
+            return cached
+        tokenizer = Tokenizer(native, f"the model folder '{self.engine_args.model}' has no tokenizer.json")
+        self._tokenizers[name] = tokenizer
+        return tokenizer
 
 
 def _native_lora(r: LoRARequest) -> Any:

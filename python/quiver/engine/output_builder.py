@@ -1,13 +1,15 @@
 """OutputBuilder: turns the native engine's RequestOutput into vLLM's classes, decoding
-each logprob entry's token text (cached: the vocabulary never changes)."""
+each logprob entry's token text with the request's tokenizer (its adapter's own or the
+model's)."""
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Dict, Optional
 
 from ..logprobs import Logprob
 from ..lora.request import LoRARequest
 from ..outputs import CompletionOutput, RequestOutput
 from ..sampling_params import SamplingParams
+from ..tokenizer import Tokenizer
 
 
 @dataclass
@@ -17,26 +19,17 @@ class RequestInfo:
     params: SamplingParams
     lora_request: Optional[LoRARequest]
     prompt: Optional[str]  # the text the caller gave (also for chat prompts sent as ids)
+    tokenizer: Tokenizer  # what its text went through
 
 
 class OutputBuilder:
-    def __init__(self, decode: Callable[[List[int]], str]) -> None:
-        self._decode = decode
-        self._token_text: Dict[int, str] = {}
-
-    def token_text(self, token_id: int) -> str:
-        text = self._token_text.get(token_id)
-        if text is None:
-            text = self._decode([token_id])
-            self._token_text[token_id] = text
-        return text
-
-    def logprob_dict(self, entry: Any) -> Dict[int, Logprob]:
+    @staticmethod
+    def logprob_dict(entry: Any, tokenizer: Tokenizer) -> Dict[int, Logprob]:
         """The chosen (or actual) token first, then the top-K by rank, as vLLM orders them."""
-        d = {entry.token: Logprob(entry.logprob, entry.rank, self.token_text(entry.token))}
+        d = {entry.token: Logprob(entry.logprob, entry.rank, tokenizer.token_text(entry.token))}
         for rank, (token, logprob) in enumerate(entry.top, start=1):
             if token not in d:
-                d[token] = Logprob(logprob, rank, self.token_text(token))
+                d[token] = Logprob(logprob, rank, tokenizer.token_text(token))
         return d
 
     def build(self, raw: Any, info: RequestInfo) -> RequestOutput:
@@ -47,7 +40,7 @@ class OutputBuilder:
             cumulative = None
             if params.logprobs is not None:
                 entries = c.logprobs
-                logprobs = [self.logprob_dict(e) for e in entries]
+                logprobs = [self.logprob_dict(e, info.tokenizer) for e in entries]
                 cumulative = sum(e.logprob for e in entries)
             completions.append(CompletionOutput(
                 index=c.index,
@@ -61,7 +54,7 @@ class OutputBuilder:
             ))
         prompt_logprobs = None
         if params.prompt_logprobs is not None:
-            prompt_logprobs = [None if e is None else self.logprob_dict(e) for e in raw.prompt_logprobs]
+            prompt_logprobs = [None if e is None else self.logprob_dict(e, info.tokenizer) for e in raw.prompt_logprobs]
         return RequestOutput(
             request_id=raw.request_id,
             prompt=info.prompt,

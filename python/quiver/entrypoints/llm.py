@@ -27,9 +27,10 @@ class LLM:
         self.llm_engine = LLMEngine.from_engine_args(EngineArgs(model=model, **kwargs))
         self._ids = itertools.count()
 
-    def get_tokenizer(self) -> Tokenizer:
-        """The model's tokenizer: encode, decode, apply_chat_template."""
-        return self.llm_engine.get_tokenizer()
+    def get_tokenizer(self, lora_request: Optional[LoRARequest] = None) -> Tokenizer:
+        """The tokenizer of requests with lora_request (the model's without one): encode,
+        decode, apply_chat_template (LLMEngine.get_tokenizer)."""
+        return self.llm_engine.get_tokenizer(lora_request)
 
     def generate(self, prompts: Union[PromptType, Sequence[PromptType]],
                  sampling_params: Optional[Union[SamplingParams, Sequence[SamplingParams]]] = None,
@@ -54,20 +55,22 @@ class LLM:
              chat_template: Optional[str] = None, add_generation_prompt: bool = True,
              continue_final_message: bool = False) -> List[RequestOutput]:
         """generate() for conversations ([{"role": ..., "content": ...}, ...], or a list of
-        them), rendered with the model's chat template (or chat_template) and tokenized
-        without adding special tokens again, as vLLM does."""
+        them), rendered with the chat template of each one's tokenizer (its adapter's own or
+        the model's; chat_template replaces it) and tokenized without adding special tokens
+        again, as vLLM does."""
         if continue_final_message:
             raise ValueError("chat: continue_final_message=True is not supported by quiver")
         if not isinstance(messages, (list, tuple)) or not messages:
             raise TypeError("chat: messages must be a conversation (a list of dicts) or a list of them")
         conversations = [messages] if isinstance(messages[0], dict) else list(messages)
-        tokenizer = self.get_tokenizer()
+        loras = _per_prompt("lora_request", lora_request, len(conversations), LoRARequest)
         items = []
-        for conv in conversations:
+        for conv, lora in zip(conversations, loras):
+            tokenizer = self.get_tokenizer(lora)
             text = tokenizer.apply_chat_template(list(conv), tokenize=False, add_generation_prompt=add_generation_prompt,
                                                  chat_template=chat_template)
             items.append((None, tokenizer.encode(text, add_special_tokens=False), text))
-        return self._run(items, sampling_params, lora_request, use_tqdm)
+        return self._run(items, sampling_params, loras, use_tqdm)
 
     def _run(self, items: List[Any], sampling_params: Any, lora_request: Any, use_tqdm: Any) -> List[RequestOutput]:
         n = len(items)

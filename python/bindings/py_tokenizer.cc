@@ -1,0 +1,42 @@
+#include "py_tokenizer.h"
+
+#include <pybind11/pybind11.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tokenizer/chat_template.h"
+
+namespace py = pybind11;
+
+namespace quiver::python {
+
+std::vector<int32_t> PyTokenizer::encode(const std::string& text, bool add_special_tokens) const {
+  auto ids = tokenizer_->encode(text, add_special_tokens);
+  if (!ids.is_ok()) throw py::value_error(ids.message());
+  return std::move(ids).value();
+}
+
+std::string PyTokenizer::decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {
+  auto text = tokenizer_->decode(ids, skip_special_tokens);
+  if (!text.is_ok()) throw py::value_error(text.message());
+  return std::move(text).value();
+}
+
+std::string PyTokenizer::apply_chat_template(const std::string& messages_json, bool add_generation_prompt,
+                                             const std::string& template_source) const {
+  const auto messages = nlohmann::json::parse(messages_json, nullptr, /*allow_exceptions=*/false);
+  if (messages.is_discarded() || !messages.is_array()) throw py::value_error("messages must be a list of dicts");
+  Result<std::string> text = Status::error("no template");
+  if (template_source.empty()) {
+    // The same path as the server's /v1/chat/completions.
+    text = tokenizer_->apply_chat_template(messages, add_generation_prompt);
+  } else {
+    auto parsed = ChatTemplate::parse(template_source);
+    if (!parsed.is_ok()) throw py::value_error("chat_template: " + parsed.message());
+    text = tokenizer_->apply_chat_template(messages, add_generation_prompt, nlohmann::json::object(), &parsed.value());
+  }
+  if (!text.is_ok()) throw py::value_error(text.message());
+  return std::move(text).value();
+}
+
+}  // namespace quiver::python
