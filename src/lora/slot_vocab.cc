@@ -33,7 +33,11 @@ Status VocabLimits::check(const LoraAdapter& a, const ModelConfig& base, DType d
 }
 
 int64_t VocabLimits::slot_bytes(const ModelConfig& base, DType dtype) const {
-  return rows * (2 * base.hidden_size * static_cast<int64_t>(dtype_size(dtype)) + int64_t{4});
+  return rows * (2 * base.hidden_size * static_cast<int64_t>(dtype_size(vocab_rows_dtype(dtype, base))) + int64_t{4});
+}
+
+DType vocab_rows_dtype(DType slot_dtype, const ModelConfig& base) {
+  return slot_dtype == DType::kBF16 && is_16bit_float(base.dtype) ? DType::kBF16 : DType::kF32;
 }
 
 std::string describe_adapter(const LoraAdapter& a, const VocabLimits& limits, const ModelConfig& base, DType dtype) {
@@ -74,10 +78,17 @@ void upload_stack(Backend* backend, DType dtype, void* dst, const float* src, si
 
 SlotVocab::SlotVocab(Backend* backend, const ModelConfig& config, int max_loras, int max_rank, DType dtype,
                      VocabLimits limits)
-    : backend_(backend), config_(config), max_loras_(max_loras), max_rank_(max_rank), dtype_(dtype), limits_(limits) {
+    : backend_(backend),
+      config_(config),
+      max_loras_(max_loras),
+      max_rank_(max_rank),
+      dtype_(dtype),
+      rows_dtype_(vocab_rows_dtype(dtype, config)),
+      limits_(limits) {
   check(limits.extra_vocab >= 0 && limits.rows >= 0, "SlotVocab: negative vocabulary limits");
   input_ids_.resize(static_cast<size_t>(max_loras));
   const size_t slots = static_cast<size_t>(max_loras), es = dtype_size(dtype);
+  const size_t row_es = dtype_size(rows_dtype_);
   const size_t h = static_cast<size_t>(config.hidden_size), r = static_cast<size_t>(max_rank);
   const size_t w = static_cast<size_t>(width());
   auto zeroed = [&](size_t bytes) {
@@ -87,8 +98,8 @@ SlotVocab::SlotVocab(Backend* backend, const ModelConfig& config, int max_loras,
   };
   if (limits.rows > 0) {
     const size_t rows = slots * static_cast<size_t>(limits.rows);
-    embed_rows_ = zeroed(rows * h * es);
-    lm_head_rows_ = zeroed(rows * h * es);
+    embed_rows_ = zeroed(rows * h * row_es);
+    lm_head_rows_ = zeroed(rows * h * row_es);
     lm_head_ids_ = zeroed(rows * sizeof(int32_t));
   }
   row_counts_ = zeroed(slots * sizeof(int32_t));
@@ -120,8 +131,8 @@ VocabTables SlotVocab::tables() const {
   t.vocab_sizes = vocab_sizes_.tensor(DType::kI32, {max_loras_});
   if (limits_.rows > 0) {
     const int64_t rows = max_loras_ * limits_.rows;
-    t.embed_rows = embed_rows_.tensor(dtype_, {rows, config_.hidden_size});
-    t.lm_head_rows = lm_head_rows_.tensor(dtype_, {rows, config_.hidden_size});
+    t.embed_rows = embed_rows_.tensor(rows_dtype_, {rows, config_.hidden_size});
+    t.lm_head_rows = lm_head_rows_.tensor(rows_dtype_, {rows, config_.hidden_size});
     t.lm_head_ids = lm_head_ids_.tensor(DType::kI32, {rows});
   }
   const int64_t h = config_.hidden_size, r = max_rank_, w = width();
@@ -153,12 +164,12 @@ void SlotVocab::load_rows(int slot, const AdapterVocab& v) {
   const int32_t size = static_cast<int32_t>(config_.vocab_size + v.new_tokens);
   backend_->copy_from_host(static_cast<int32_t*>(vocab_sizes_.data()) + slot, &size, sizeof(int32_t));
   if (limits_.rows == 0) return;
-  const size_t row_bytes = static_cast<size_t>(config_.hidden_size) * dtype_size(dtype_);
+  const size_t row_bytes = static_cast<size_t>(config_.hidden_size) * dtype_size(rows_dtype_);
   const size_t first = static_cast<size_t>(slot) * static_cast<size_t>(limits_.rows);
   auto upload_rows = [&](const Buffer& buf, const std::vector<float>& rows) {
     char* dst = static_cast<char*>(buf.data()) + first * row_bytes;
     backend_->fill_zero(dst, static_cast<size_t>(limits_.rows) * row_bytes);
-    if (!rows.empty()) upload_stack(backend_, dtype_, dst, rows.data(), rows.size(), &narrow_);
+    if (!rows.empty()) upload_stack(backend_, rows_dtype_, dst, rows.data(), rows.size(), &narrow_);
   };
   upload_rows(embed_rows_, v.input_rows);
   upload_rows(lm_head_rows_, v.output_rows);

@@ -24,9 +24,17 @@ struct VocabLimits {
   int64_t rows = 0;         // rows an adapter may set in each of embed_tokens and lm_head
   // Error, naming the flag to raise and what a slot then costs, when `a` does not fit.
   Status check(const LoraAdapter& a, const ModelConfig& base, DType dtype) const;
-  // Bytes the rows take per slot: [rows, hidden] for each of embed_tokens and lm_head.
+  // Bytes the rows take per slot: [rows, hidden] for each of embed_tokens and lm_head, in
+  // vocab_rows_dtype(dtype, base).
   int64_t slot_bytes(const ModelConfig& base, DType dtype) const;
 };
+
+// The type the slots keep vocabulary rows in, for stacks of `slot_dtype`: bfloat16 only when
+// the stacks are and the base model is 16-bit too. The rows replace the base's own rows
+// whole, so rounding them below the base's precision moves every logit they give: float32
+// rows of a float32 model in bf16 stacks measured 0.26 logprob off HF on llama_vocab's
+// emb_resized (0.16 kept in float32), past the 0.25 bound of bf16 stacks (docs/numerics.md).
+DType vocab_rows_dtype(DType slot_dtype, const ModelConfig& base);
 
 // One line on what an adapter is and what of a slot it takes, for the log when it is
 // registered: "LoRA adapter 'sql': rank 16 on 224 modules, embed_tokens LoRA rank 8; vocabulary
@@ -62,7 +70,8 @@ class SlotVocab {
   ModelConfig config_;
   int max_loras_;
   int max_rank_;
-  DType dtype_;
+  DType dtype_;       // the LoRA stacks'
+  DType rows_dtype_;  // the rows' (vocab_rows_dtype)
   VocabLimits limits_;
   // Rows (VocabTables), allocated when limits_.rows > 0; row counts and vocabulary sizes always.
   Buffer embed_rows_, lm_head_rows_, lm_head_ids_, row_counts_, vocab_sizes_;
