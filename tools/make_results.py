@@ -258,6 +258,16 @@ def structured(rec, machines, lines):
     close(rec, lines)
 
 
+def vocab(rec, machines, lines):
+    header(rec, machines, lines)
+    table_head(lines, "workload", "vocabulary", "with adapters ms", "base ms", "median ratio",
+               "bytes the vocabulary adds / step", "their floor ms")
+    for r in rec["rows"]:
+        lines.append(f"| {r['what']} | `{r['vocab']}` | {n(r['lora_ms'])} | {n(r['base_ms'])} | **×{r['ratio']:.3f}** | "
+                     f"{r['added_bytes']} | {r['added_floor_ms']:g} |")
+    close(rec, lines)
+
+
 def table_head(lines, *columns):
     lines.append("|" + "|".join(f" {c} " if c else " " for c in columns) + "|")
     lines.append("|" + "---|" * len(columns))
@@ -280,7 +290,8 @@ def notes(rec, lines):
 KINDS = {"decode": decode, "throughput": throughput, "prefill": prefill, "checks": checks,
          "cpu-decode": cpu_decode, "cpu-lora": cpu_lora, "cpu-online": cpu_online, "cpu-precision": cpu_precision,
          "tokenizer": tokenizer, "cpu-python": cpu_python, "python-h200": cpu_python,
-         "before-after": before_after, "structured-h200": structured, "structured-cpu": structured, "serving-h200": serving}
+         "before-after": before_after, "structured-h200": structured, "structured-cpu": structured, "serving-h200": serving,
+         "vocab-h200": vocab}
 
 INTRO = """\
 # quiver benchmark results
@@ -350,7 +361,7 @@ def render(machines, records):
     return "\n".join(lines).rstrip() + "\n"
 
 
-ORDER = ["decode", "throughput", "serving-h200", "prefill", "structured-h200", "before-after", "checks", "python-h200", "cpu-decode",
+ORDER = ["decode", "throughput", "serving-h200", "prefill", "structured-h200", "vocab-h200", "before-after", "checks", "python-h200", "cpu-decode",
          "cpu-precision", "cpu-lora", "cpu-online", "cpu-python", "structured-cpu", "tokenizer"]
 
 
