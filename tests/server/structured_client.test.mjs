@@ -101,19 +101,28 @@ test('an unsupported schema keyword is a 400 naming it', async () => {
   );
 });
 
+// A sampled list of calls may still be open at max_tokens (the demo model's draws differ
+// between AVX2 and AVX-512 hosts): such a seed ends with 'length'; every seed that ends
+// must end with valid calls, and most do.
 test('tool_choice required: tool_calls in OpenAI shape, arguments valid for the tool, non-streaming', async () => {
-  const r = await client.chat.completions.create({ model, messages, tools, tool_choice: 'required', temperature: 1, seed: 3, max_tokens: 200 });
-  const c = r.choices[0];
-  assert.equal(c.finish_reason, 'tool_calls');
-  assert.ok(c.message.tool_calls.length >= 1);
-  for (const call of c.message.tool_calls) {
-    assert.equal(call.type, 'function');
-    assert.match(call.id, /^chatcmpl-tool-/);
-    const tool = tools.find((t) => t.function.name === call.function.name);
-    assert.ok(tool, call.function.name);
-    assert.equal(typeof call.function.arguments, 'string');
-    validate(JSON.parse(call.function.arguments), tool.function.parameters);
+  let finished = 0;
+  for (const seed of [3, 5, 7, 9]) {
+    const r = await client.chat.completions.create({ model, messages, tools, tool_choice: 'required', temperature: 1, seed, max_tokens: 200 });
+    const c = r.choices[0];
+    if (c.finish_reason === 'length') continue;
+    ++finished;
+    assert.equal(c.finish_reason, 'tool_calls');
+    assert.ok(c.message.tool_calls.length >= 1);
+    for (const call of c.message.tool_calls) {
+      assert.equal(call.type, 'function');
+      assert.match(call.id, /^chatcmpl-tool-/);
+      const tool = tools.find((t) => t.function.name === call.function.name);
+      assert.ok(tool, call.function.name);
+      assert.equal(typeof call.function.arguments, 'string');
+      validate(JSON.parse(call.function.arguments), tool.function.parameters);
+    }
   }
+  assert.ok(finished >= 2, `only ${finished} of 4 seeds ended within max_tokens`);
 });
 
 test('named tool_choice, streaming: deltas assemble into one valid call', async () => {
