@@ -102,3 +102,26 @@ def test_a_refused_request_does_not_register_its_adapter(setup):
     assert not llm.llm_engine.has_unfinished_requests()
     out = llm.generate(TEXT, SamplingParams(max_tokens=1), lora_request=fresh, use_tqdm=False)[0]
     assert out.prompt_token_ids[1] == 512 and 99 in llm.llm_engine.list_loras()
+
+
+def test_the_sql_lora_layout_as_committed_gives_hfs_text(device_available):
+    """The committed llama_vocab fixture as it is, vocab_added laid out as vLLM's sql-lora adapter
+    (adapter_model.bin, added_tokens.json, new_embeddings.safetensors, tokenizer_config.json
+    without tokenizer.json): LLM.generate of its text requests, batched with the other
+    vocabulary adapters and the base model, gives HF's greedy output text."""
+    import json
+    from quiver import LLM, SamplingParams
+    from quiver.lora.request import LoRARequest
+    model = os.path.join(ROOT, "tests/fixtures/llama_vocab")
+    read = lambda name: [json.loads(line) for line in open(os.path.join(model, name)) if line.strip()]
+    expected = {e["id"]: e for e in read("expected.jsonl")}
+    texts = [r for r in read("requests.jsonl") if "prompt" in r]
+    names = sorted({r["lora"] for r in texts if r["lora"]})
+    llm = LLM(model, enable_lora=True, max_loras=len(names), max_lora_rank=8, device=DEVICE)
+    loras = {n: LoRARequest(n, i + 1, os.path.join(model, "adapters", n)) for i, n in enumerate(names)}
+    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True)
+    outs = llm.generate([r["prompt"] for r in texts], params, lora_request=[loras.get(r["lora"]) for r in texts])
+    assert "vocab_added" in names and len(texts) >= 8
+    for r, out in zip(texts, outs):
+        assert out.outputs[0].text == expected[r["id"]]["text"], r["id"]
+        assert list(out.prompt_token_ids) == expected[r["id"]]["prompt_token_ids"], r["id"]

@@ -9,7 +9,11 @@ added_tokens_decoder, special_tokens_map.json, tokenizer.model), plus "tt" (no t
 files: the base's). Both tokenizer adapters have a chat template of their own. Then checks
 /tokenize and /detokenize by model name, a completion with text holding the new tokens,
 stop strings and logprob token text of generated new ids, chat with the adapter's template,
-and that --chat-template overrides it.
+and that --chat-template overrides it. Last, the committed llama_vocab fixture as it is (its
+own tokenizer, vocab_added laid out as vLLM's sql-lora adapter: adapter_model.bin,
+added_tokens.json, new_embeddings.safetensors, tokenizer_config.json without tokenizer.json):
+every text request of its requests.jsonl through /v1/completions by model name gives HF's
+output text (expected.jsonl).
 
   python3 tests/server/adapter_tokenizer.py QUIVER_BINARY
 
@@ -110,13 +114,14 @@ def free_port():
         return s.getsockname()[1]
 
 
-def start(quiver, base, root, extra, log_name):
+def start(quiver, base, root, extra, log_name, adapters=None):
     port = free_port()
     log = open(os.path.join(root, log_name), "w")
+    adapters = adapters or {n: os.path.join(root, n) for n in ("own", "hf", "tt")}
     cmd = [quiver, "serve", "--port", str(port), "--model", base, "--served-model-name", "base", "--device", "cpu",
-           "--max-lora-rank", "8", "--max-loras", "3"]
-    for name in ("own", "hf", "tt"):
-        cmd += ["--lora-modules", f"{name}={os.path.join(root, name)}"]
+           "--max-lora-rank", "8", "--max-loras", str(len(adapters))]
+    for name, path in adapters.items():
+        cmd += ["--lora-modules", f"{name}={path}"]
     proc = subprocess.Popen(cmd + extra, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 60
@@ -220,6 +225,29 @@ def run(url, override_url):
     check(isinstance(over_base, list) and 514 not in over_base, "--chat-template on base, base tokenizer", over_base)
 
 
+def seed_layout(url):
+    """The fixture's text requests by model name against HF's output text."""
+    expected = {}
+    with open(os.path.join(VOCAB_MODEL, "expected.jsonl")) as f:
+        for line in f:
+            e = json.loads(line)
+            expected[e["id"]] = e
+    checked = 0
+    with open(os.path.join(VOCAB_MODEL, "requests.jsonl")) as f:
+        for line in f:
+            req = json.loads(line)
+            if "prompt" not in req:
+                continue
+            body = {"model": req["lora"] or "base", "prompt": req["prompt"], "max_tokens": req["max_tokens"],
+                    "temperature": 0, "ignore_eos": True}
+            status, r = post(url, "/v1/completions", body)
+            text = r["choices"][0]["text"] if status == 200 else f"HTTP {status}: {r}"
+            check(text == expected[req["id"]]["text"], f"seed layout: {req['id']} on {body['model']} gives HF's text",
+                  f"{text!r} vs {expected[req['id']]['text']!r}")
+            checked += 1
+    check(checked >= 8, "seed layout: the fixture's text requests", checked)
+
+
 def main():
     quiver = os.path.realpath(sys.argv[1])
     root = tempfile.mkdtemp(prefix="quiver_adapter_tokenizer_")
@@ -232,6 +260,11 @@ def main():
                                    ["--chat-template", "{{ messages[0]['content'] }} [assistant]"], "b.log")
         procs.append(proc)
         run(url, override_url)
+        adapters = {n: os.path.join(VOCAB_MODEL, "adapters", n)
+                    for n in ("vocab_added", "vocab_mts", "vocab_mts_bin", "vocab_tt", "lora_emb", "lora_emb_bin", "emb_resized")}
+        proc, seed_url = start(quiver, VOCAB_MODEL, root, [], "c.log", adapters)
+        procs.append(proc)
+        seed_layout(seed_url)
     finally:
         for p in procs:
             p.terminate()
