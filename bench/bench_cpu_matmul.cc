@@ -2,7 +2,8 @@
 // CpuBackend matmul on TinyLlama-1.1B shapes with bf16 weights: GEMV (n=1) and batched
 // decode (n=8, 16) report weight GB/s, prefill (n=128) reports GFLOP/s; each with f32
 // activations (--matmul-precision highest) and with activations rounded to bf16
-// (matmul_x16: the AVX512-BF16 dot-product kernel where the CPU has it, label "bf16-dot").
+// (matmul_x16: the AVX512-BF16 dot-product kernel where the CPU has it, label "bf16-dot",
+// and the same on weights packed for it as the engine packs projections, "bf16-packed").
 // Also LoRA shrink+expand at decode (rank 16) next to the base GEMV it rides on.
 //
 // Each benchmark cycles through enough copies of the weight that they cannot sit in the
@@ -26,22 +27,33 @@ constexpr size_t kMinWorkingSetBytes = size_t{512} << 20;  // well past any L3
 struct Weights {
   std::vector<std::vector<uint16_t>> copies;
   int64_t out, in;
-  Tensor get(size_t i) { return Tensor(copies[i % copies.size()].data(), DType::kBF16, {out, in}); }
+  bool packed;
+  Tensor get(size_t i) {
+    Tensor t(copies[i % copies.size()].data(), DType::kBF16, {out, in});
+    if (packed) t.layout = WeightLayout::kBf16Block16;
+    return t;
+  }
   size_t bytes() const { return static_cast<size_t>(out * in) * 2; }
 };
 
 // The last shape's weights are kept: google-benchmark calls a benchmark several times
 // (iteration-count probes, repetitions) and building 512 MiB of copies is slow.
-Weights& make_weights(int64_t out, int64_t in) {
-  static Weights w{{}, 0, 0};
-  if (w.out == out && w.in == in) return w;
-  w = Weights{{}, out, in};
+Weights& make_weights(int64_t out, int64_t in, CpuBackend* packer) {
+  static Weights w{{}, 0, 0, false};
+  if (w.out == out && w.in == in && w.packed == (packer != nullptr)) return w;
+  w = Weights{{}, out, in, false};
   const size_t one = static_cast<size_t>(out * in);
   const size_t n = std::max<size_t>(2, kMinWorkingSetBytes / (one * 2) + 1);
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(-0.05f, 0.05f);
   std::vector<uint16_t> base(one);
   for (auto& v : base) v = f32_to_bf16(u(rng));
+  if (packer != nullptr) {
+    std::vector<uint16_t> packed(one);
+    packer->pack_projection(packed.data(), Tensor(base.data(), DType::kBF16, {out, in}));
+    base = std::move(packed);
+    w.packed = true;
+  }
   for (size_t i = 0; i < n; ++i) w.copies.push_back(base);
   return w;
 }
@@ -64,12 +76,17 @@ CpuBackend& backend(int threads) {
   return *b;
 }
 
-// Args: out, in, n (tokens), threads, x16 (1: activations in bf16)
+// Args: out, in, n (tokens), threads, x16 (1: activations in bf16; 2: and packed weights)
 void BM_MatmulBf16(benchmark::State& state) {
   const int64_t out = state.range(0), in = state.range(1), n = state.range(2);
-  const bool x16 = state.range(4) == 1;
+  const bool x16 = state.range(4) >= 1;
   CpuBackend& cpu = backend(static_cast<int>(state.range(3)));
-  Weights& w = make_weights(out, in);
+  const bool pack = state.range(4) == 2;
+  if (pack && cpu.projection_layout(Tensor(nullptr, DType::kBF16, {out, in})) != WeightLayout::kBf16Block16) {
+    state.SkipWithError("no packed layout on this CPU");
+    return;
+  }
+  Weights& w = make_weights(out, in, pack ? &cpu : nullptr);
   std::vector<float> x = random_vec(static_cast<size_t>(n * in)), y(static_cast<size_t>(n * out));
   std::vector<uint16_t> xh(x.size());
   for (size_t j = 0; j < x.size(); ++j) xh[j] = f32_to_bf16(x[j]);
@@ -85,14 +102,14 @@ void BM_MatmulBf16(benchmark::State& state) {
   state.counters["GB/s"] = benchmark::Counter(static_cast<double>(w.bytes()) * iters / 1e9, benchmark::Counter::kIsRate);
   state.counters["GFLOP/s"] =
       benchmark::Counter(2.0 * static_cast<double>(n * in * out) * iters / 1e9, benchmark::Counter::kIsRate);
-  const char* kernel = !x16 ? "" : cpu.has_bf16_dot() ? " bf16-dot" : " bf16 x";
+  const char* kernel = !x16 ? "" : pack ? " bf16-packed" : cpu.has_bf16_dot() ? " bf16-dot" : " bf16 x";
   state.SetLabel(std::string(cpu_isa_name(cpu.isa())) + kernel);
 }
 
 const int64_t kShapes[][2] = {{2048, 2048}, {256, 2048}, {5632, 2048}, {2048, 5632}, {32000, 2048}};
 
 void matmul_args(benchmark::internal::Benchmark* b) {
-  for (int64_t x16 : {0, 1}) {
+  for (int64_t x16 : {0, 1, 2}) {
     for (int64_t n : {1, 8, 16, 128})
       for (const auto& s : kShapes) b->Args({s[0], s[1], n, 0, x16});
     for (const auto& s : kShapes) b->Args({s[0], s[1], 1, 1, x16});  // single-thread GEMV

@@ -200,6 +200,20 @@ class Backend {
   // Makes a host tensor (e.g. an mmap'd weight) usable by ops. Host backends return it
   // unchanged (no copy); device backends upload into memory they own until destruction.
   virtual Tensor import_weight(const Tensor& host) = 0;
+  // The layout this backend multiplies a projection weight (q/k/v/o, gate/up/down) fastest
+  // in, for an imported weight w. kRows: w is used as it is.
+  virtual WeightLayout projection_layout(const Tensor& w) const {
+    (void)w;
+    return WeightLayout::kRows;
+  }
+  // Writes w, an imported weight, in projection_layout(w) order into dst (memory of this
+  // backend holding w.bytes()) and returns dst's tensor. Only projection weights are packed:
+  // the embedding table and lm_head are read by other ops.
+  virtual Tensor pack_projection(void* dst, const Tensor& w) {
+    (void)dst;
+    check(false, name() + " backend: pack_projection without a packed layout");
+    return w;
+  }
 
   // ---- the step's plan -----------------------------------------------------
   // Which kernel runs each projection group of a step of this shape (step_plan.h). A pure

@@ -33,6 +33,8 @@ class HostBackend : public Backend {
   Tensor import_weight(const Tensor& host) override { return host; }
 
   StepPlan plan(const StepShape& shape) const override { return plan_host_step(shape, round_x16_); }
+  // Whether the plan rounds x to bf16 for bf16 weights (then projections call matmul_x16).
+  bool rounds_x16() const { return round_x16_; }
 
   // The contract ops, from the primitives below (host_backend.cc).
   void rms_norm(Tensor out, Tensor out16, Tensor x, Tensor w, float eps) override;

@@ -1,5 +1,6 @@
-// Tensor: a non-owning view of a contiguous, row-major array on some device.
-// Ownership lives elsewhere (mmap'd files, backend buffers); views are cheap to copy.
+// Tensor: a non-owning view of a contiguous array on some device, row-major unless a
+// backend packed it (WeightLayout). Ownership lives elsewhere (mmap'd files, backend
+// buffers); views are cheap to copy.
 #pragma once
 
 #include <array>
@@ -14,6 +15,11 @@ namespace quiver {
 
 enum class Device : uint8_t { kCpu, kCuda };
 
+// The element order of a 2-D weight. kRows: row-major. kBf16Block16: the CPU backend's
+// AVX512-BF16 order (backend/cpu/packed_weights.h); only that backend reads it, and only
+// through its matmul.
+enum class WeightLayout : uint8_t { kRows, kBf16Block16 };
+
 struct Tensor {
   static constexpr int kMaxDims = 4;
 
@@ -22,6 +28,7 @@ struct Tensor {
   Device device = Device::kCpu;
   int ndim = 0;
   std::array<int64_t, kMaxDims> shape{};
+  WeightLayout layout = WeightLayout::kRows;
 
   Tensor() = default;
   Tensor(void* d, DType t, std::initializer_list<int64_t> dims, Device dev = Device::kCpu)
@@ -45,6 +52,7 @@ struct Tensor {
 
   // Rows [begin, begin + count) along the first dimension.
   Tensor rows(int64_t begin, int64_t count) const {
+    check(layout == WeightLayout::kRows, "rows() of a packed weight");
     Tensor t = *this;
     t.shape[0] = count;
     t.data = static_cast<char*>(data) + static_cast<size_t>(begin) * row_bytes();
@@ -52,6 +60,7 @@ struct Tensor {
   }
   // Same bytes, new shape (numel must match).
   Tensor view(std::initializer_list<int64_t> dims) const {
+    check(layout == WeightLayout::kRows, "view() of a packed weight");
     Tensor t(data, dtype, dims, device);
     check(t.numel() == numel(), "view changes the element count");
     return t;

@@ -25,6 +25,28 @@ class Loader {
   Backend* backend_;
 };
 
+// Re-lays each projection weight out in the order the backend multiplies it fastest in
+// (Backend::projection_layout), into memory the weights own. A weight that had a buffer of
+// its own (dummy weights) has it freed once packed, so the peak is one matrix more, not the
+// model twice; a loaded weight's file pages are left to the page cache.
+void pack_projections(LlamaWeights& w, Backend* backend) {
+  auto pack = [&](Tensor& t) {
+    if (t.empty() || backend->projection_layout(t) == WeightLayout::kRows) return;
+    Buffer packed(backend, t.bytes());
+    const Tensor p = backend->pack_projection(packed.data(), t);
+    for (auto it = w.owned.begin(); it != w.owned.end(); ++it) {
+      if (it->data() == t.data) {
+        w.owned.erase(it);
+        break;
+      }
+    }
+    t = p;
+    w.owned.push_back(std::move(packed));
+  };
+  for (auto& l : w.layers)
+    for (Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) pack(*t);
+}
+
 }  // namespace
 
 size_t LlamaWeights::weight_bytes() const {
@@ -71,6 +93,7 @@ Result<LlamaWeights> load_llama_weights(const ModelConfig& c, std::shared_ptr<Ch
     if (progress) progress(l + 1, c.num_layers);
   }
   w.checkpoint = std::move(checkpoint);
+  pack_projections(w, backend);
   return w;
 }
 
@@ -110,6 +133,7 @@ LlamaWeights dummy_llama_weights(const ModelConfig& c, DType dtype, Backend* bac
     lw.w_down = make({h, f}, 0.f, s_f);
     w.layers.push_back(lw);
   }
+  pack_projections(w, backend);
   return w;
 }
 

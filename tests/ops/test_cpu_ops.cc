@@ -178,6 +178,42 @@ TEST_P(CpuOps, MatmulX16) {
   }
 }
 
+// Projection weights packed for the AVX512-BF16 kernel (packed_weights.h), where this
+// kernel set packs them: against the oracle on the row-major weight, over every tile
+// shape (3 and fewer blocks, 1-8 tokens, the GEMV's 8/4/2/1 blocks) and several token
+// blocks; and each token's outputs bitwise equal to that token multiplied alone, so a
+// request's logits do not depend on what shares its step.
+TEST_P(CpuOps, MatmulX16Packed) {
+  const std::pair<int64_t, int64_t> shapes[] = {{2, 16}, {34, 48}, {64, 64}, {130, 112}, {258, 240}, {2048, 32},
+                                                {4096, 16}};
+  for (int64_t n : {1, 2, 7, 8, 9, 17, 97, 140}) {
+    for (auto [in, out] : shapes) {
+      Buf w = random_buf(rng_, DType::kBF16, {out, in});
+      if (cpu_->projection_layout(w.t) != WeightLayout::kBf16Block16) GTEST_SKIP() << "no packed layout here";
+      Buf packed(DType::kBF16, {out, in});
+      const Tensor pw = cpu_->pack_projection(packed.t.data, w.t);
+      ASSERT_EQ(pw.layout, WeightLayout::kBf16Block16);
+      for (bool bias_on : {false, true}) {
+        Buf x = random_buf(rng_, DType::kBF16, {n, in});
+        Buf bias = bias_on ? random_buf(rng_, DType::kF32, {out}) : Buf();
+        Buf want(DType::kF32, {n, out}), got(DType::kF32, {n, out});
+        ref_.matmul_x16(want.t, x.t, w.t, bias.t);
+        poison(got);
+        cpu_->matmul_x16(got.t, x.t, pw, bias.t);
+        const std::string what = "packed n=" + std::to_string(n) + " in=" + std::to_string(in) +
+                                 " out=" + std::to_string(out) + (bias_on ? " bias" : "");
+        expect_within(got, want, dot_tolerance(x, w, n, in, out), what);
+        for (int64_t t : {int64_t{0}, n / 2, n - 1}) {
+          Buf one(DType::kF32, {1, out});
+          cpu_->matmul_x16(one.t, x.t.rows(t, 1), pw, bias.t);
+          ASSERT_EQ(0, std::memcmp(one.t.data, got.f() + t * out, static_cast<size_t>(out) * 4))
+              << what << ": token " << t << " alone differs from the batch";
+        }
+      }
+    }
+  }
+}
+
 // Rounding to the 16-bit copies is bitwise the oracle's (nearest even), and the norms and
 // silu_mul write a given out16 as out rounded.
 TEST_P(CpuOps, RoundTo16BitAndCopies) {

@@ -2,6 +2,8 @@
 // writes, activations). Matmul/LoRA live in cpu_matmul.cc, attention in cpu_attention.cc.
 #include "backend/cpu/cpu_backend.h"
 
+#include "backend/cpu/packed_weights.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -88,7 +90,27 @@ CpuBackend::CpuBackend(int num_threads, CpuIsa isa, bool round_x16)
   if (isa == CpuIsa::kAuto || static_cast<int>(isa) > static_cast<int>(best)) isa = best;
   isa_ = isa;
   k_ = &kernels_for(isa_);
-  if (isa_ == CpuIsa::kAvx512 && cpu_has_bf16_dot()) bf16_dot_ = cpu::avx512bf16_matmul_bf16_dot();
+  if (isa_ == CpuIsa::kAvx512 && cpu_has_bf16_dot()) {
+    bf16_dot_ = cpu::avx512bf16_matmul_bf16_dot();
+    bf16_packed_ = cpu::avx512bf16_matmul_bf16_packed();
+  }
+}
+
+WeightLayout CpuBackend::projection_layout(const Tensor& w) const {
+  const bool packable = w.ndim == 2 && w.dtype == DType::kBF16 && w.layout == WeightLayout::kRows &&
+                        cpu::packable_bf16(w.dim(0), w.dim(1));
+  return packable && bf16_packed_ != nullptr && rounds_x16() ? WeightLayout::kBf16Block16 : WeightLayout::kRows;
+}
+
+Tensor CpuBackend::pack_projection(void* dst, const Tensor& w) {
+  check(projection_layout(w) == WeightLayout::kBf16Block16, "cpu backend: this weight is not packed");
+  const int64_t k = w.dim(1);
+  parallel(w.dim(0) / cpu::kPackRows, cpu::kPackRows * k, 1, [&](int64_t b, int64_t e, int) {
+    cpu::pack_bf16_block16(static_cast<uint16_t*>(dst), w.ptr<uint16_t>(), k, b, e);
+  });
+  Tensor t(dst, DType::kBF16, {w.dim(0), k});
+  t.layout = WeightLayout::kBf16Block16;
+  return t;
 }
 
 const float* CpuBackend::as_f32(const Tensor& t, int64_t n, std::vector<float>* scratch) {

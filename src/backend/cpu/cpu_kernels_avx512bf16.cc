@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/tiling.h"
 
 namespace quiver::cpu {
 namespace {
@@ -24,7 +25,6 @@ constexpr int kR = 4, kT = 6;
 constexpr int kGemvR = 8;  // rows of a one-token step (enough sequential streams in flight)
 
 inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 inline __m512bh load_bf16(const uint16_t* p) { return reinterpret_cast<__m512bh>(_mm512_loadu_si512(p)); }
 inline __m512bh load_bf16_n(const uint16_t* p, int n) {
@@ -75,17 +75,6 @@ inline void dot_tile(const MatmulArgs& a, int64_t r0, int64_t t0) {
   }
 }
 
-// n tokens (1 <= n <= TT) with a tile of exactly n tokens.
-template <int R, int TT, bool kPrefetchNext = false>
-inline void dot_tokens(const MatmulArgs& a, int64_t r0, int64_t t0, int64_t n) {
-  if constexpr (TT == 1) {
-    dot_tile<R, 1, kPrefetchNext>(a, r0, t0);
-  } else {
-    if (n == TT) dot_tile<R, TT, kPrefetchNext>(a, r0, t0);
-    else dot_tokens<R, TT - 1, kPrefetchNext>(a, r0, t0, n);
-  }
-}
-
 void matmul_bf16_dot(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
   if (t1 - t0 == 1) {  // GEMV: bandwidth-bound; 8 rows streamed at once, as the f32 GEMV
     int64_t r = r0;
@@ -93,20 +82,18 @@ void matmul_bf16_dot(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, in
     for (; r < r1; ++r) dot_tile<1, 1, false>(a, r, t0);
     return;
   }
-  // Token blocks whose activations stay in L2 while this thread's weight rows stream past.
-  int64_t block = (256 * 1024) / (a.k * 2 + 1);
-  block = max64(kT, block / kT * kT);
-  for (int64_t tb = t0; tb < t1; tb += block) {
-    const int64_t te = min64(t1, tb + block);
+  l2_token_blocks<kT>(t0, t1, a.k * 2, [&](int64_t tb, int64_t te) {
     int64_t r = r0;
     for (; r + kR <= r1; r += kR) {
       // The first token tile streams the rows from memory; later tiles find them in cache.
-      dot_tokens<kR, kT, true>(a, r, tb, min64(kT, te - tb));
-      for (int64_t t = tb + kT; t < te; t += kT) dot_tokens<kR, kT>(a, r, t, min64(kT, te - t));
+      exact_tile<kT>(min64(kT, te - tb), [&]<int T>() { dot_tile<kR, T, true>(a, r, tb); });
+      for (int64_t t = tb + kT; t < te; t += kT)
+        exact_tile<kT>(min64(kT, te - t), [&]<int T>() { dot_tile<kR, T, false>(a, r, t); });
     }
     for (; r < r1; ++r)
-      for (int64_t t = tb; t < te; t += kT) dot_tokens<1, kT>(a, r, t, min64(kT, te - t));
-  }
+      for (int64_t t = tb; t < te; t += kT)
+        exact_tile<kT>(min64(kT, te - t), [&]<int T>() { dot_tile<1, T, false>(a, r, t); });
+   });
 }
 
 }  // namespace

@@ -38,6 +38,7 @@ void CpuBackend::matmul(Tensor y, Tensor x, Tensor w, Tensor bias) {
   check(y.dtype == DType::kF32 && x.dtype == DType::kF32, "matmul: x and y must be f32");
   const int64_t n = x.dim(0), in = x.dim(1), out = w.dim(0);
   check(x.ndim == 2 && w.ndim == 2 && w.dim(1) == in && y.dim(0) == n && y.dim(1) == out, "matmul: shape mismatch");
+  check(w.layout == WeightLayout::kRows, "matmul: a packed weight takes bf16 x (matmul_x16)");
   if (n == 0 || out == 0) return;
   const cpu::MatmulArgs a{
       .y = y.ptr<float>(), .ldy = out, .x = x.ptr<float>(), .ldx = in, .w = w.data, .ldw = in,
@@ -52,6 +53,13 @@ void CpuBackend::matmul_x16(Tensor y, Tensor x16, Tensor w, Tensor bias) {
   check(x16.ndim == 2 && w.ndim == 2 && w.dim(1) == in && y.dim(0) == n && y.dim(1) == out,
         "matmul_x16: shape mismatch");
   if (n == 0 || out == 0) return;
+  if (w.layout == WeightLayout::kBf16Block16) {
+    const cpu::MatmulArgs a{.y = y.ptr<float>(), .ldy = out, .x = nullptr, .ldx = in, .w = w.data, .ldw = in,
+                            .bias = bias.empty() ? nullptr : as_f32(bias, out, &weight_scratch_), .k = in,
+                            .accumulate = false, .x16 = x16.ptr<uint16_t>()};
+    run_matmul(bf16_packed_, a, out, n);
+    return;
+  }
   if (bf16_dot_ == nullptr) {  // the same values, widened for the f32 kernels
     x_scratch_.resize(static_cast<size_t>(n * in));
     k_->to_f32[cpu::kElemBF16](x_scratch_.data(), x16.data, n * in);

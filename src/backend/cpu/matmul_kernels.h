@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/tiling.h"
 
 namespace quiver::cpu {
 namespace {
@@ -20,7 +21,6 @@ template <int E>
 using WElem = std::conditional_t<E == kElemF32, float, uint16_t>;
 
 inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 // Computes R rows x T tokens starting at (r0, t0); U vectors per row in flight per step.
 // kPrefetchNext: while streaming these rows, prefetch the next R rows into L2, so their
@@ -113,17 +113,6 @@ inline void mm_tile(const MatmulArgs& a, int64_t r0, int64_t t0) {
   }
 }
 
-// n tokens (1 <= n <= TT) with a tile of exactly n tokens, so no work is wasted on tails.
-template <class S, int E, int R, int TT, bool kPrefetchNext = false>
-inline void mm_tokens(const MatmulArgs& a, int64_t r0, int64_t t0, int64_t n) {
-  if constexpr (TT == 1) {
-    mm_tile<S, E, R, 1, 1, kPrefetchNext>(a, r0, t0);
-  } else {
-    if (n == TT) mm_tile<S, E, R, TT, 1, kPrefetchNext>(a, r0, t0);
-    else mm_tokens<S, E, R, TT - 1, kPrefetchNext>(a, r0, t0, n);
-  }
-}
-
 template <class S, int E>
 void matmul_kernel(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
   if (t1 - t0 == 1) {  // GEMV: bandwidth bound, several rows streamed at once
@@ -138,26 +127,26 @@ void matmul_kernel(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int6
     return;
   }
   constexpr int R = S::kTileR, T = S::kTileT;
-  // Token blocks whose activations stay in L2 while this thread's weight rows stream past.
-  int64_t block = (256 * 1024) / (a.k * 4 + 1);
-  block = max64(T, block / T * T);
-  for (int64_t tb = t0; tb < t1; tb += block) {
-    const int64_t te = min64(t1, tb + block);
+  l2_token_blocks<T>(t0, t1, a.k * 4, [&](int64_t tb, int64_t te) {
     int64_t r = r0;
     for (; r + R <= r1; r += R) {
       // The first token tile streams the rows from memory; later tiles find them in cache.
-      mm_tokens<S, E, R, T, true>(a, r, tb, min64(T, te - tb));
-      for (int64_t t = tb + T; t < te; t += T) mm_tokens<S, E, R, T>(a, r, t, min64(T, te - t));
+      exact_tile<T>(min64(T, te - tb), [&]<int N>() { mm_tile<S, E, R, N, 1, true>(a, r, tb); });
+      for (int64_t t = tb + T; t < te; t += T)
+        exact_tile<T>(min64(T, te - t), [&]<int N>() { mm_tile<S, E, R, N, 1>(a, r, t); });
     }
     if constexpr (R > 4)
       for (; r + 4 <= r1; r += 4)
-        for (int64_t t = tb; t < te; t += T) mm_tokens<S, E, 4, T>(a, r, t, min64(T, te - t));
+        for (int64_t t = tb; t < te; t += T)
+          exact_tile<T>(min64(T, te - t), [&]<int N>() { mm_tile<S, E, 4, N, 1>(a, r, t); });
     if constexpr (R > 2)
       for (; r + 2 <= r1; r += 2)
-        for (int64_t t = tb; t < te; t += T) mm_tokens<S, E, 2, T>(a, r, t, min64(T, te - t));
+        for (int64_t t = tb; t < te; t += T)
+          exact_tile<T>(min64(T, te - t), [&]<int N>() { mm_tile<S, E, 2, N, 1>(a, r, t); });
     for (; r < r1; ++r)
-      for (int64_t t = tb; t < te; t += T) mm_tokens<S, E, 1, T>(a, r, t, min64(T, te - t));
-  }
+      for (int64_t t = tb; t < te; t += T)
+        exact_tile<T>(min64(T, te - t), [&]<int N>() { mm_tile<S, E, 1, N, 1>(a, r, t); });
+   });
 }
 
 }  // namespace

@@ -1,0 +1,100 @@
+// The bf16 matmul on packed weights (packed_weights.h): y[t, r] = x16[t, :] . w[r, :] with
+// vdpbf16ps, weights in WeightLayout::kBf16Block16 order, activations rounded to bf16
+// (MatmulArgs::x16). Compiled with -mavx512bf16 by CMake and called only when the CPU has
+// it (CpuBackend).
+//
+// Every output is one f32 lane that adds its pairs in order from zero, in the GEMV and in
+// every tile shape, so a token's outputs do not depend on how many tokens share the step.
+//
+// GCC 12's AVX-512 intrinsics trip -Wuninitialized (see cpu_kernels_avx512.cc).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/tiling.h"
+#include "backend/cpu/packed_weights.h"
+
+namespace quiver::cpu {
+namespace {
+
+typedef int32_t __attribute__((may_alias)) PairBits;  // two bf16 of x read as one lane
+
+// Tile: kNB blocks (48 rows) x kT tokens = 24 of 32 zmm accumulators; per pair step 3
+// weight loads and 8 broadcasts feed 24 vdpbf16ps.
+constexpr int kNB = 3, kT = 8;
+constexpr int kGemvNB = 8;  // blocks of a one-token step: 8 sequential streams in flight
+// Prefetch distances within a block's stream, in pair groups (64 B each).
+constexpr int kGemvAhead = 16, kTileAhead = 64;
+
+inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+inline __m512bh load_group(const uint16_t* p) { return reinterpret_cast<__m512bh>(_mm512_loadu_si512(p)); }
+inline __m512bh broadcast_pair(const uint16_t* x, int64_t p) {
+  return reinterpret_cast<__m512bh>(_mm512_set1_epi32(reinterpret_cast<const PairBits*>(x)[p]));
+}
+
+inline void store_block(const MatmulArgs& a, __m512 v, int64_t t, int64_t r) {
+  float* y = a.y + t * a.ldy + r;
+  if (a.bias) v = _mm512_add_ps(v, _mm512_loadu_ps(a.bias + r));
+  if (a.accumulate) v = _mm512_add_ps(v, _mm512_loadu_ps(y));
+  _mm512_storeu_ps(y, v);
+}
+
+// NB blocks from row r0 x T tokens from t0. kAhead > 0: this tile is the first to read the
+// blocks, which then come from memory, kAhead groups ahead; later tiles find them in L2.
+template <int NB, int T, int kAhead>
+inline void packed_tile(const MatmulArgs& a, int64_t r0, int64_t t0) {
+  const int64_t pairs = a.k / 2;
+  const uint16_t* w[NB];
+  const uint16_t* x[T];
+  for (int b = 0; b < NB; ++b) w[b] = static_cast<const uint16_t*>(a.w) + (r0 + b * kPackRows) * a.k;
+  for (int t = 0; t < T; ++t) x[t] = a.x16 + (t0 + t) * a.ldx;
+  __m512 acc[NB][T];
+  for (int b = 0; b < NB; ++b)
+    for (int t = 0; t < T; ++t) acc[b][t] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < pairs; ++p) {
+    __m512bh wv[NB];
+    for (int b = 0; b < NB; ++b) {
+      if constexpr (kAhead > 0) _mm_prefetch(reinterpret_cast<const char*>(w[b] + (p + kAhead) * 32), _MM_HINT_T0);
+      wv[b] = load_group(w[b] + p * 32);
+    }
+    for (int t = 0; t < T; ++t) {
+      const __m512bh xv = broadcast_pair(x[t], p);
+      for (int b = 0; b < NB; ++b) acc[b][t] = _mm512_dpbf16_ps(acc[b][t], wv[b], xv);
+    }
+  }
+  for (int t = 0; t < T; ++t)
+    for (int b = 0; b < NB; ++b) store_block(a, acc[b][t], t0 + t, r0 + b * kPackRows);
+}
+
+// Rows [r0, r1) of tokens [t0, t1): r0 and r1 are multiples of kPackRows.
+void matmul_bf16_packed(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+  if (t1 - t0 == 1) {  // GEMV: bandwidth-bound, kGemvNB sequential streams at once
+    int64_t r = r0;
+    for (; r + kGemvNB * kPackRows <= r1; r += kGemvNB * kPackRows) packed_tile<kGemvNB, 1, kGemvAhead>(a, r, t0);
+    for (; r + 4 * kPackRows <= r1; r += 4 * kPackRows) packed_tile<4, 1, kGemvAhead>(a, r, t0);
+    for (; r + 2 * kPackRows <= r1; r += 2 * kPackRows) packed_tile<2, 1, kGemvAhead>(a, r, t0);
+    for (; r < r1; r += kPackRows) packed_tile<1, 1, kGemvAhead>(a, r, t0);
+    return;
+  }
+  l2_token_blocks<kT>(t0, t1, a.k * 2, [&](int64_t tb, int64_t te) {
+    int64_t r = r0;
+    for (; r + kNB * kPackRows <= r1; r += kNB * kPackRows) {
+      exact_tile<kT>(min64(kT, te - tb), [&]<int T>() { packed_tile<kNB, T, kTileAhead>(a, r, tb); });
+      for (int64_t t = tb + kT; t < te; t += kT)
+        exact_tile<kT>(min64(kT, te - t), [&]<int T>() { packed_tile<kNB, T, 0>(a, r, t); });
+    }
+    for (; r < r1; r += kPackRows)
+      for (int64_t t = tb; t < te; t += kT)
+        exact_tile<kT>(min64(kT, te - t), [&]<int T>() { packed_tile<1, T, 0>(a, r, t); });
+   });
+}
+
+}  // namespace
+
+MatmulFn avx512bf16_matmul_bf16_packed() { return &matmul_bf16_packed; }
+
+}  // namespace quiver::cpu

@@ -1,0 +1,25 @@
+// The AVX512-BF16 weight layout (WeightLayout::kBf16Block16) and the packing into it.
+//
+// A bf16 weight [rows, k] (rows a multiple of 16, k even) is cut into blocks of 16 rows.
+// Block b is one contiguous run of k/2 groups of 64 bytes; group p holds elements 2p and
+// 2p+1 of the block's 16 rows, row r's pair at bf16 offsets 2r and 2r+1. One vdpbf16ps
+// of group p against token x's pair (x[2p], x[2p+1]), broadcast to all 16 lanes, adds
+// that pair's products to the 16 rows' outputs at once: the outputs of a tile are whole
+// vectors (no horizontal sums), a tile of NB blocks x T tokens loads NB weight vectors and
+// T 4-byte broadcasts per NB*T instructions (the row-major dot-product kernel loads NB+T
+// full vectors), and one token streams each thread's rows as a single sequential run.
+#pragma once
+
+#include <cstdint>
+
+namespace quiver::cpu {
+
+inline constexpr int64_t kPackRows = 16;  // rows per block: one zmm of f32 outputs
+
+// Whether a [rows, k] bf16 weight can be packed.
+inline bool packable_bf16(int64_t rows, int64_t k) { return rows > 0 && k > 0 && rows % kPackRows == 0 && k % 2 == 0; }
+
+// Packs blocks [block_begin, block_end) of src ([rows, k] row-major bf16) into dst.
+void pack_bf16_block16(uint16_t* dst, const uint16_t* src, int64_t k, int64_t block_begin, int64_t block_end);
+
+}  // namespace quiver::cpu
