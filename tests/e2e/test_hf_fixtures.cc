@@ -171,7 +171,10 @@ TEST_P(HfFixture, EachRequestAloneEqualsTheBatch) {
     auto one = run_generate(model, in, "--max-loras 1 --no-prefix-caching", "alone");
     alone.insert(one.begin(), one.end());
   }
-  expect_same_runs(batch, alone, 1e-5, "alone");
+  // Not bitwise: the f32 GEMV of a lone decode token sums each dot product over
+  // S::kGemvU accumulators, the tiles of a batch in one; measured up to 1.1e-5 apart
+  // (llama_vocab, AVX-512: kGemvU 2).
+  expect_same_runs(batch, alone, 3e-5, "alone");
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, HfFixture, ::testing::ValuesIn(kModels));
