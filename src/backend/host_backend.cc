@@ -28,10 +28,9 @@ void HostBackend::project(const GroupPlan& plan, const MatmulGroup& g, const Gro
   check(g.count >= 1 && g.count <= kMaxGroup, "project: 1..3 members");
   check(plan.matmul == MatmulKernel::kHost && (plan.x_type == DType::kF32 || plan.x_type == DType::kBF16),
         name() + " backend: the plan names a device kernel");
-  if (plan.x_type == DType::kF32) {
-    for (int i = 0; i < g.count; ++i) matmul(g.y[i], x, g.w[i], g.bias[i]);
-  } else {
-    Tensor x16 = g.x16;
+  Tensor x16;
+  if (plan.x_type == DType::kBF16) {
+    x16 = g.x16;
     if (x16.empty()) {  // o: the attention output, rounded here
       x16_.resize(static_cast<size_t>(x.numel()));
       x16 = Tensor(x16_.data(), DType::kBF16, {x.dim(0), x.dim(1)});
@@ -39,13 +38,22 @@ void HostBackend::project(const GroupPlan& plan, const MatmulGroup& g, const Gro
     }
     check(x16.dtype == DType::kBF16 && x16.ndim == 2 && x16.dim(0) == x.dim(0) && x16.dim(1) == x.dim(1),
           "project: the plan multiplies bf16 x, and x16 must be x's bf16 copy");
-    for (int i = 0; i < g.count; ++i) matmul_x16(g.y[i], x16, g.w[i], g.bias[i]);
+  }
+  if (plan.lora()) {
+    check(lora.count == g.count, "project: the plan runs LoRA, but the group's LoRA has another member count");
+    check(plan.shrink == ShrinkKernel::kHost &&
+              (plan.expand == ExpandKernel::kHost || plan.expand == ExpandKernel::kNextOp),
+          name() + " backend: the plan names a device LoRA kernel");
+  }
+  run_group(plan, g, lora, x, x16);
+}
+
+void HostBackend::run_group(const GroupPlan& plan, const MatmulGroup& g, const GroupLora& lora, Tensor x, Tensor x16) {
+  for (int i = 0; i < g.count; ++i) {
+    if (x16.empty()) matmul(g.y[i], x, g.w[i], g.bias[i]);
+    else matmul_x16(g.y[i], x16, g.w[i], g.bias[i]);
   }
   if (!plan.lora()) return;
-  check(lora.count == g.count, "project: the plan runs LoRA, but the group's LoRA has another member count");
-  check(plan.shrink == ShrinkKernel::kHost &&
-            (plan.expand == ExpandKernel::kHost || plan.expand == ExpandKernel::kNextOp),
-        name() + " backend: the plan names a device LoRA kernel");
   for (int i = 0; i < lora.count; ++i) {
     lora_shrink(lora.t_of(i), x, lora.a_stack[i], lora.meta);
     if (plan.expand == ExpandKernel::kHost) lora_expand(lora.y[i], lora.t_of(i), lora.b_stack[i], lora.meta);

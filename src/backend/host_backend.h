@@ -51,6 +51,12 @@ class HostBackend : public Backend {
   // vocab_rows, then the lm_head LoRA as lora_shrink with head_a and lora_expand with head_b.
   void vocab_logits(Tensor out, Tensor base, Tensor x, Tensor row_slot, const VocabTables& t) override;
 
+  // A projection group once project has checked the plan: each member's product (matmul,
+  // or matmul_x16 of x16 when it is not empty), then where the plan runs LoRA each
+  // member's shrink, and its expand where the plan adds it here. This runs the primitives
+  // one by one; a threaded backend may run them in fewer parallel regions.
+  virtual void run_group(const GroupPlan& plan, const MatmulGroup& g, const GroupLora& lora, Tensor x, Tensor x16);
+
   // ---- primitives (f32 outputs, no LoRA terms) ----
   // y = x16 @ w^T (+ bias): x16 [n, in] bf16, x rounded (GroupPlan::x_type); w bf16.
   virtual void matmul_x16(Tensor y, Tensor x16, Tensor w, Tensor bias) = 0;

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -64,6 +65,8 @@ class CpuBackend : public HostBackend {
   void vocab_rows(Tensor out, Tensor base, Tensor x, Tensor row_slot, const VocabTables& t) override;
   void lora_shrink(Tensor t, Tensor x, Tensor a_stack, const LoraMeta& meta) override;
   void lora_expand(Tensor y, Tensor t, Tensor b_stack, const LoraMeta& meta) override;
+  // The members' products and LoRA shrinks as one parallel region, the expands as another.
+  void run_group(const GroupPlan& plan, const MatmulGroup& g, const GroupLora& lora, Tensor x, Tensor x16) override;
   // ref_sampling.cc per row, rows split over the threads (cpu_sampling.cc)
   void sample(const SampleOutputs& out, Tensor logits, const SampleInputs& in) override;
 
@@ -83,11 +86,33 @@ class CpuBackend : public HostBackend {
   // units instead of holding up the whole op, as a static split would.
   template <class F>
   void run_units(int64_t units, const F& fn);
-  // Splits a matmul over threads (rows, or tokens when there are too few rows).
-  void run_matmul(cpu::MatmulFn fn, const cpu::MatmulArgs& a, int64_t rows, int64_t tokens);
-  // Runs fn for every LoRA segment with a weight slice per slot, split over threads.
-  void run_lora(cpu::MatmulFn fn, const cpu::MatmulArgs& base, size_t slot_bytes, int64_t rows,
-                int64_t num_slots, const LoraMeta& meta, int64_t num_tokens);
+  // One product split into independent units: output rows (or tokens when there are too
+  // few rows), or for LoRA (segment of segments_, block of rows), the weight slice at the
+  // segment's slot.
+  struct MatmulJob {
+    cpu::MatmulFn fn = nullptr;
+    cpu::MatmulArgs a{};
+    int64_t rows = 0, tokens = 0;
+    int64_t unit = 0, units = 0;  // rows or tokens per unit; how many units
+    bool split_tokens = false;
+    size_t slot_bytes = 0;        // LoRA: one slot's slice of the stack
+    int64_t units_per_seg = 0;    // > 0: a LoRA job over segments_
+  };
+  MatmulJob plan_matmul(cpu::MatmulFn fn, const cpu::MatmulArgs& a, int64_t rows, int64_t tokens) const;
+  MatmulJob plan_lora(cpu::MatmulFn fn, const cpu::MatmulArgs& a, size_t slot_bytes, int64_t rows) const;
+  void run_unit(const MatmulJob& j, int64_t u) const;
+  // Every unit of every job in one parallel region (inline when the work is too small).
+  void run_jobs(std::span<const MatmulJob> jobs);
+  // lora_shrink / lora_expand: make()'s job over the segments of meta, if any.
+  template <class MakeJob>
+  void run_lora(const LoraMeta& meta, int64_t num_tokens, const Tensor& stack, const MakeJob& make);
+  // segments_ of a LoRA step's tokens, checking the slots.
+  void find_segments(const LoraMeta& meta, int64_t num_tokens, int64_t num_slots);
+  // The jobs of the primitives (checked shapes; bias widened into `scratch`).
+  MatmulJob matmul_job(Tensor y, Tensor x, Tensor w, Tensor bias, std::vector<float>* scratch);
+  MatmulJob matmul_x16_job(Tensor y, Tensor x16, Tensor w, Tensor bias, std::vector<float>* scratch);
+  MatmulJob shrink_job(Tensor t, Tensor x, Tensor a_stack) const;
+  MatmulJob expand_job(Tensor y, Tensor t, Tensor b_stack) const;
   // f32 view of a small per-feature vector (norm weight, bias): converted into scratch
   // unless it already is f32.
   const float* as_f32(const Tensor& t, int64_t n, std::vector<float>* scratch);
@@ -98,7 +123,9 @@ class CpuBackend : public HostBackend {
   cpu::MatmulFn bf16_packed_ = nullptr;  // the same on packed weights
   std::unique_ptr<ThreadPool> pool_;
   std::vector<float> weight_scratch_;
+  std::vector<float> bias_scratch_[kMaxGroup];  // a group's biases widened to f32
   std::vector<float> x_scratch_;  // matmul_x16's widened x without the dot-product kernel
+  const void* x_widened_ = nullptr;  // the x16 that x_scratch_ holds, within one group
   std::vector<float> attn_scratch_;
   std::vector<float> vocab_x_, vocab_y_;  // vocab_logits: one slot's rows of x and their logits
   std::vector<LoraSegment> segments_;
