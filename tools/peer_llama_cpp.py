@@ -11,23 +11,35 @@
       tensors) in place of adapter_model.safetensors.
   convert SCRIPT ARGS...
       runs one of llama.cpp's converters with Debian 12's Python packages (see run_converter).
-  check LLAMA_CPP_SRC MODEL_DIR MODEL_GGUF [ADAPTER_DIR ADAPTER_GGUF]
+  check LLAMA_CPP_SRC MODEL_DIR MODEL_GGUF [ADAPTER_DIR ADAPTER_GGUF]...
       every GGUF tensor holds the values of its safetensors source.
+  serve LLAMA_SERVER MODEL_DIR MODEL_GGUF THREADS REQUESTS INPUT_LEN OUTPUT_LEN SEED RESULT LOG ADAPTER_GGUF...
+      starts llama-server on 127.0.0.1 with every adapter loaded at scale 0 and REQUESTS
+      slots, checks that each adapter changes a greedy completion, then sends REQUESTS
+      completions at once (request i on adapter i mod the adapter count; INPUT_LEN random
+      prompt ids, OUTPUT_LEN tokens, greedy, ignore_eos) and writes their wall time to RESULT.
   table RUN_DIR
       the medians and ranges of the raw outputs in RUN_DIR.
 
 Runs with Debian's /usr/bin/python3 and its python3-numpy, python3-torch (bin-adapter,
-convert), python3-sentencepiece and python3-protobuf (model).
+convert), python3-sentencepiece and python3-protobuf (model); serve uses the standard library.
 """
 import json
 import math
+import random
 import re
 import runpy
 import shutil
+import socket
 import statistics
 import struct
+import subprocess
 import sys
+import threading
+import time
 import types
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -275,7 +287,7 @@ def cmd_check(args):
 
     compare("model", read_safetensors(model_dir / "model.safetensors"), model_gguf,
             lambda n: names.get_name(n, try_suffixes=(".weight", ".bias")))
-    if len(args) == 5:
+    if len(args) > 3:
         def lora_name(n):
             base = n.replace("base_model.model.", "")
             for part, tag in ((".lora_A.weight", "lora_a"), (".lora_B.weight", "lora_b")):
@@ -283,7 +295,152 @@ def cmd_check(args):
                     return names.get_name(base.replace(part, ".weight"), try_suffixes=(".weight",)) + "." + tag
             sys.exit(f"adapter: unexpected tensor {n}")
 
-        compare("adapter", read_safetensors(Path(args[3]) / "adapter_model.safetensors"), args[4], lora_name)
+        for adapter_dir, adapter_gguf in zip(args[3::2], args[4::2]):
+            compare(f"adapter {Path(adapter_dir).name}", read_safetensors(Path(adapter_dir) / "adapter_model.safetensors"),
+                    adapter_gguf, lora_name)
+
+
+# ---- llama-server ---------------------------------------------------------------------------
+
+def http_json(port, path, body=None, timeout=900):
+    """GET (body None) or POST a JSON body to the server on 127.0.0.1:port; the decoded reply."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data,
+                                 headers={"Content-Type": "application/json"} if data is not None else {})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return json.loads(r.read())
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_ready(proc, port, log, limit_s=600):
+    """Polls /health until the model is loaded (200; 503 while loading)."""
+    end = time.monotonic() + limit_s
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            sys.exit(f"llama-server exited with {proc.returncode} before it was ready (see {log})")
+        try:
+            http_json(port, "/health", timeout=5)
+            return
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            time.sleep(0.25)
+    sys.exit(f"llama-server was not ready after {limit_s} s (see {log})")
+
+
+def complete(port, prompt, n_predict, adapter, banned, **extra):
+    """One greedy /completion of the token ids `prompt` with the per-request `lora` field:
+    adapter `adapter` at scale 1 and every other at 0, or all at 0 for adapter None.
+    `banned`: token ids kept out of the output through logit_bias (see cmd_serve)."""
+    body = {"prompt": prompt, "n_predict": n_predict, "ignore_eos": True, "temperature": 0.0,
+            "return_tokens": True, "lora": [{"id": 0 if adapter is None else adapter,
+                                             "scale": 0.0 if adapter is None else 1.0}],
+            "logit_bias": [[t, False] for t in banned], **extra}
+    return http_json(port, "/completion", body)
+
+
+def check_adapters(port, n_adapters, vocab, banned, n_predict=8):
+    """Sets every adapter's default scale to 0 (at this llama.cpp, --lora-init-without-apply
+    only keeps them off the context at start-up: /lora-adapters still lists scale 1, which a
+    request without a `lora` field would get), then checks that each adapter, requested
+    through the per-request `lora` field, changes the greedy tokens or their probabilities of
+    one short prompt, and that no two adapters give the same."""
+    http_json(port, "/lora-adapters", [{"id": a, "scale": 0.0} for a in range(n_adapters)])
+    loaded = http_json(port, "/lora-adapters")
+    if len(loaded) != n_adapters or any(float(a.get("scale", 1)) != 0.0 for a in loaded):
+        sys.exit(f"llama-server lists {loaded}, expected {n_adapters} adapters at scale 0")
+    probe = [random.Random(7).randrange(3, vocab) for _ in range(16)]
+
+    def signature(r):
+        return tuple(r["tokens"]), json.dumps(r.get("completion_probabilities"), sort_keys=True)
+
+    base = complete(port, probe, n_predict, None, banned, n_probs=1, cache_prompt=False)
+    seen = {}
+    for a in range(n_adapters):
+        r = complete(port, probe, n_predict, a, banned, n_probs=1, cache_prompt=False)
+        if signature(r) == signature(base):
+            sys.exit(f"adapter {a} left the completion unchanged: the per-request lora field did not apply it")
+        if signature(r) in seen:
+            sys.exit(f"adapters {seen[signature(r)]} and {a} give the same completion")
+        seen[signature(r)] = a
+        print(f"adapter {a}: tokens {r['tokens']} (without: {base['tokens']})")
+    return {"probe_without": base["tokens"], "adapters_differ": True}
+
+
+def cmd_serve(args):
+    server, model_dir, model_gguf, threads = args[0], Path(args[1]), args[2], args[3]
+    n_req, n_in, n_out, seed = (int(x) for x in args[4:8])
+    result, log, loras = Path(args[8]), Path(args[9]), args[10:]
+    vocab = json.loads((model_dir / "config.json").read_text())["vocab_size"]
+    # The byte tokens <0x80>..<0xFF> are banned: random weights emit them in orders that are
+    # not UTF-8, and this llama-server answers such a completion with an error 500 (its
+    # final parse of the text as a chat message fails). The ban is a logit bias on 128 of the
+    # 32,000 ids; the engine's own ignore_eos already adds one.
+    pieces = json.loads((model_dir / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"]
+    banned = [pieces[f"<0x{b:02X}>"] for b in range(0x80, 0x100)]
+    port = free_port()
+    # One slot a request, each with room for its prompt and output (the context is split
+    # evenly over the slots); every adapter loaded at scale 0, chosen per request.
+    cmd = [server, "-m", model_gguf, "-t", threads, "-np", str(n_req), "-c", str(n_req * (n_in + n_out + 64)),
+           "--host", "127.0.0.1", "--port", str(port), "--no-webui", "--lora-init-without-apply",
+           "--lora", ",".join(loras)]
+    with open(log, "w") as out:
+        out.write(" ".join(cmd) + "\n")
+        out.flush()
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_ready(proc, port, log)
+        check = check_adapters(port, len(loras), vocab, banned)
+        rng = random.Random(seed)
+        prompts = [[rng.randrange(3, vocab) for _ in range(n_in)] for _ in range(n_req)]
+        replies, ends, errors = [None] * n_req, [0.0] * n_req, []
+        go = threading.Event()
+
+        def one(i):
+            go.wait()
+            try:
+                replies[i] = complete(port, prompts[i], n_out, i % len(loras), banned)
+            except Exception as e:  # noqa: BLE001  (reported below)
+                errors.append(f"request {i}: {e}")
+            ends[i] = time.perf_counter()
+
+        workers = [threading.Thread(target=one, args=(i,)) for i in range(n_req)]
+        for w in workers:
+            w.start()
+        t0 = time.perf_counter()
+        go.set()
+        for w in workers:
+            w.join()
+        wall = max(ends) - t0
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    if errors:
+        sys.exit("; ".join(errors))
+    per_request = []
+    for i, r in enumerate(replies):
+        want = [{"id": i % len(loras), "scale": 1.0}]
+        got = r.get("generation_settings", {}).get("lora")
+        if r["tokens_predicted"] != n_out or len(r["tokens"]) != n_out or r["tokens_evaluated"] != n_in:
+            sys.exit(f"request {i}: {r['tokens_evaluated']} prompt tokens and {r['tokens_predicted']} generated "
+                     f"({len(r['tokens'])} returned), expected {n_in} and {n_out}")
+        if got != want:
+            sys.exit(f"request {i}: the server ran it with lora {got}, expected {want}")
+        per_request.append({"adapter": i % len(loras), "slot": r.get("id_slot"), "end_s": ends[i] - t0,
+                            "timings": r.get("timings")})
+    out = {"wall_s": wall, "requests": n_req, "adapters": len(loras), "input_len": n_in, "output_len": n_out,
+           "output_tokens": n_req * n_out, "output_tokens_per_s": n_req * n_out / wall, "slots": n_req,
+           "threads": int(threads), "command": cmd, "banned_token_ids": banned, "check": check,
+           "per_request": per_request}
+    result.write_text(json.dumps(out, indent=1) + "\n")
+    print(f"{n_req} requests over {len(loras)} adapters: {wall:.2f} s, {n_req * n_out / wall:.2f} output tok/s")
 
 
 # ---- results --------------------------------------------------------------------------------
@@ -295,6 +452,25 @@ WORKLOADS = [
     ("decode_depth", "decode batch 1, {tg} tokens at KV depth {depth}, tok/s"),
     ("lora", "decode batch 1, {tg} tokens, 1 adapter r=16, tok/s"),
 ]
+# Requests sent at once, request i on adapter i mod the adapter count (r=16, all 7
+# projections): (key, requests, adapters). The raw files are KEY.rN.llama.json (cmd_serve)
+# and KEY.rN.quiver.json.
+MIXED = [
+    ("mixed4x4", 4, 4),
+    ("mixed16x8", 16, 8),
+]
+
+
+def read_mixed(path, meta, requests):
+    """(wall seconds, output tok/s) of one mixed-adapter run: the pass's end_to_end in
+    quiver's --json-output, or cmd_serve's result."""
+    d = json.loads(path.read_text())
+    if path.name.endswith(".quiver.json"):
+        e = d["best"]["end_to_end"]
+        if e["output_tokens"] != requests * meta["mixed_out"]:
+            raise SystemExit(f"{path}: {e['output_tokens']} output tokens, expected {requests * meta['mixed_out']}")
+        return e["seconds"], e["output_tokens_per_s"]
+    return d["wall_s"], d["output_tokens_per_s"]
 
 
 def read_value(path, meta):
@@ -327,6 +503,12 @@ def cmd_table(args):
         for engine in ("llama", "quiver"):
             files = sorted(p for p in run.glob(f"{key}.r*.{engine}.*") if p.suffix in (".json", ".jsonl", ".txt"))
             vals[key, engine] = [read_value(p, meta) for p in files]
+    for key, requests, _ in MIXED:
+        for engine in ("llama", "quiver"):
+            files = sorted(run.glob(f"{key}.r*.{engine}.json"))
+            pairs = [read_mixed(p, meta, requests) for p in files]
+            vals[key, engine] = [w for w, _ in pairs]
+            vals[key + ".tok", engine] = [t for _, t in pairs]
     quiver_commit = "?"
     for p in run.glob("*.quiver.json"):
         quiver_commit = json.loads(p.read_text())["machine"].get("git_commit", "?")
@@ -336,7 +518,7 @@ def cmd_table(args):
           f"{meta['threads']} threads, {n} round{'s' if n != 1 else ''}, the engines alternating; {meta['cpu']}")
     print(f"model {meta['model']}: random bfloat16 weights, the same values in both engines")
     print()
-    head = f"{'':<58} {'llama.cpp median (range)':>26} {'quiver median (range)':>26} {'quiver/llama.cpp':>17}"
+    head = f"{'':<62} {'llama.cpp median (range)':>26} {'quiver median (range)':>26} {'lead':>7}"
     print(head)
     print("-" * len(head))
 
@@ -349,13 +531,21 @@ def cmd_table(args):
     for key, label in WORKLOADS:
         l, q = vals[key, "llama"], vals[key, "quiver"]
         if l or q:
-            print(f"{label.format(**meta):<58} {cell(l):>26} {cell(q):>26} {ratio(q, l):>17}")
+            print(f"{label.format(**meta):<62} {cell(l):>26} {cell(q):>26} {ratio(q, l):>7}")
     if vals["lora_base", "llama"]:
         label = f"decode batch 1, {meta['tg']} tokens, no adapter (llama-completion)"
-        print(f"{label:<58} {cell(vals['lora_base', 'llama']):>26} {'-':>26}")
+        print(f"{label:<62} {cell(vals['lora_base', 'llama']):>26} {'-':>26}")
     l_cost, q_cost = ratio(vals["lora", "llama"], vals["lora_base", "llama"]), ratio(vals["lora", "quiver"], vals["decode", "quiver"])
     if l_cost != "-" or q_cost != "-":
-        print(f"{'decode with the adapter / without (same tool)':<58} {l_cost:>26} {q_cost:>26}")
+        print(f"{'decode with the adapter / without (same tool)':<62} {l_cost:>26} {q_cost:>26}")
+    for key, requests, adapters in MIXED:
+        l, q = vals[key, "llama"], vals[key, "quiver"]
+        if l or q:
+            what = f"{requests} requests on {adapters} adapters r=16, {meta['mixed_in']}+{meta['mixed_out']} tokens"
+            print(f"{what + ', wall s':<62} {cell(l):>26} {cell(q):>26} {ratio(l, q):>7}")
+            l, q = vals[key + ".tok", "llama"], vals[key + ".tok", "quiver"]
+            print(f"{what + ', output tok/s':<62} {cell(l):>26} {cell(q):>26} {ratio(q, l):>7}")
+    print("\nlead: quiver's tok/s / llama.cpp's, or llama.cpp's wall time / quiver's (above 1: quiver ahead)")
     loads = [float(x.split()[0]) for x in (run / "load.txt").read_text().splitlines() if x.strip()]
     if loads:
         print(f"\n1-minute load before the runs: {min(loads):.2f}-{max(loads):.2f}; raw outputs in {run}")
@@ -371,8 +561,10 @@ def main():
         cmd_bin_adapter(args)
     elif cmd == "convert" and args:
         run_converter(args[0], args[1:])
-    elif cmd == "check" and len(args) in (3, 5):
+    elif cmd == "check" and len(args) >= 3 and len(args) % 2 == 1:
         cmd_check(args)
+    elif cmd == "serve" and len(args) >= 11:
+        cmd_serve(args)
     elif cmd == "table" and len(args) == 1:
         cmd_table(args)
     else:
