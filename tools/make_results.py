@@ -268,6 +268,45 @@ def vocab(rec, machines, lines):
     close(rec, lines)
 
 
+def cpu_peer(rec, machines, lines):
+    """Rows of (workload, peer median and range, quiver median and range, unit): both engines
+    alternating in one run, with each quiver run's own read-rate probe beside it."""
+    header(rec, machines, lines)
+    table_head(lines, "workload", f"{rec['peer']['name']} median (range)", "quiver median (range)",
+               f"quiver / {rec['peer']['name']}", "quiver's bound")
+    for r in rec["rows"]:
+        def cell(v):
+            return f"{n(v[0], r.get('digits', 1))} ({n(v[1], r.get('digits', 1))}-{n(v[2], r.get('digits', 1))})"
+        ratio = r["quiver"][0] / r["peer"][0]
+        if r.get("lower_is_better"):
+            ratio = 1 / ratio
+        lines.append(f"| {r['what']} | {cell(r['peer'])} | {cell(r['quiver'])} | **×{ratio:.2f}** | {r['bound']} |")
+    close(rec, lines, f"Peer: {rec['peer']['name']} {rec['peer']['how']}.")
+
+
+def cpu_kernels(rec, machines, lines):
+    """bench_cpu_matmul: one shape and token count a row, each kernel's time and rate."""
+    header(rec, machines, lines)
+    table_head(lines, "weight (out x in), tokens", "f32 activations", "bf16 dot products, row-major weights",
+               "bf16, packed weights", "packed: of the bound", "bound")
+    peak = ceiling(rec, machines, "bf16_tflops") * 1e3
+    bw = ceiling(rec, machines, "bandwidth_gbs")
+    for r in rec["rows"]:
+        flop = 2 * r["out"] * r["in"] * r["tokens"]
+        gb = r["out"] * r["in"] * 2 / 1e9
+        def cell(us):
+            return f"{n(us, 0)} us, {n(gb / us * 1e6, 1)} GB/s" if r["tokens"] == 1 else \
+                f"{n(us, 0)} us, {n(flop / us / 1e3, 0)} GFLOP/s"
+        if r["tokens"] == 1:
+            share, bound = f"{pct(gb / r['packed_us'] * 1e6 / bw)} of {bw} GB/s", "memory: the weight's bytes"
+        else:
+            share, bound = f"{pct(flop / r['packed_us'] / 1e3 / peak)} of {n(peak, 0)} GFLOP/s", \
+                "the cores' vdpbf16ps peak" + (" and the weight's bytes" if r["tokens"] < 64 else "")
+        lines.append(f"| {r['out']} x {r['in']}, {r['tokens']} | {cell(r['f32_us'])} | {cell(r['dot_us'])} "
+                     f"| **{cell(r['packed_us'])}** | {share} | {bound} |")
+    close(rec, lines)
+
+
 def table_head(lines, *columns):
     lines.append("|" + "|".join(f" {c} " if c else " " for c in columns) + "|")
     lines.append("|" + "---|" * len(columns))
@@ -291,7 +330,7 @@ KINDS = {"decode": decode, "throughput": throughput, "prefill": prefill, "checks
          "cpu-decode": cpu_decode, "cpu-lora": cpu_lora, "cpu-online": cpu_online, "cpu-precision": cpu_precision,
          "tokenizer": tokenizer, "cpu-python": cpu_python, "python-h200": cpu_python,
          "before-after": before_after, "structured-h200": structured, "structured-cpu": structured, "serving-h200": serving,
-         "vocab-h200": vocab}
+         "vocab-h200": vocab, "cpu-peer": cpu_peer, "cpu-kernels": cpu_kernels}
 
 INTRO = """\
 # quiver benchmark results
@@ -347,7 +386,7 @@ def render(machines, records):
         c = m["ceilings"]
         ceil = f"{c['bandwidth_gbs']:,} GB/s: {c['bandwidth_how']}"
         if "bf16_tflops" in c:
-            ceil += f"; {c['bf16_tflops']} TFLOP/s bf16: {c['bf16_how']}"
+            ceil += f"; {c['bf16_tflops']:g} TFLOP/s bf16: {c['bf16_how']}"
         lines.append(f"| {m['name']} | {m['hardware']} | {ceil} |")
     lines.append("")
     for machine in machines:
@@ -361,8 +400,8 @@ def render(machines, records):
     return "\n".join(lines).rstrip() + "\n"
 
 
-ORDER = ["decode", "throughput", "serving-h200", "prefill", "structured-h200", "vocab-h200", "before-after", "checks", "python-h200", "cpu-decode",
-         "cpu-precision", "cpu-lora", "cpu-online", "cpu-python", "structured-cpu", "tokenizer"]
+ORDER = ["decode", "throughput", "serving-h200", "prefill", "structured-h200", "vocab-h200", "before-after", "checks", "python-h200", "cpu-peer", "cpu-decode",
+         "cpu-kernels", "cpu-precision", "cpu-lora", "cpu-online", "cpu-python", "structured-cpu", "tokenizer"]
 
 
 def main():
