@@ -2,6 +2,8 @@
 // writes, activations). Matmul/LoRA live in cpu_matmul.cc, attention in cpu_attention.cc.
 #include "backend/cpu/cpu_backend.h"
 
+#include <sys/mman.h>
+
 #include "backend/cpu/packed_weights.h"
 
 #include <algorithm>
@@ -94,6 +96,15 @@ CpuBackend::CpuBackend(int num_threads, CpuIsa isa, bool round_x16)
     bf16_dot_ = cpu::avx512bf16_matmul_bf16_dot();
     bf16_packed_ = cpu::avx512bf16_matmul_bf16_packed();
   }
+}
+
+void* CpuBackend::huge_pages(void* p, size_t bytes) {
+  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
+  if (bytes < 2 * kHuge || p == nullptr) return p;
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + kHuge - 1) & ~(kHuge - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(kHuge - 1);
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+  return p;
 }
 
 WeightLayout CpuBackend::projection_layout(const Tensor& w) const {
