@@ -770,6 +770,89 @@ TEST_P(CpuOps, LoraShrinkExpandBf16Stacks) {
   run_lora_sweep(*cpu_, ref_, rng_, dims, {1, 17, 97}, DType::kBF16);
 }
 
+// A projection group through project (its products and shrinks in one parallel region, its
+// expands in another; without the bf16 dot-product kernel x16 widened once for every
+// member) gives bitwise what the primitives give one by one: f32 and bf16 x, packed
+// weights where this kernel set packs them, a bias, LoRA on some tokens or on none.
+TEST_P(CpuOps, ProjectGroupEqualsItsPrimitives) {
+  const int64_t in = 96, outs[3] = {64, 32, 48}, rank = 8, num_slots = 3;
+  for (int64_t n : {1, 5, 40}) {
+    for (DType x_type : {DType::kF32, DType::kBF16}) {
+      for (bool lora_on : {false, true}) {
+        for (bool all_base : {false, true}) {
+          if (!lora_on && all_base) continue;
+          const std::string what = "project n=" + std::to_string(n) + " x=" + std::string(dtype_name(x_type)) +
+                                   (lora_on ? (all_base ? " lora, no adapter" : " lora") : "");
+          Buf x = random_buf(rng_, DType::kF32, {n, in});
+          Buf x16(DType::kBF16, {n, in});
+          cpu_->round_to_16bit(x16.t, x.t);
+          Buf bias = random_buf(rng_, DType::kF32, {outs[0]});
+          std::vector<Buf> w, packed, a, b;
+          MatmulGroup g;
+          g.count = 3;
+          for (int i = 0; i < 3; ++i) {
+            w.push_back(random_buf(rng_, DType::kBF16, {outs[i], in}));
+            a.push_back(random_buf(rng_, DType::kF32, {num_slots, rank, in}));
+            b.push_back(random_buf(rng_, DType::kF32, {num_slots, outs[i], rank}));
+          }
+          for (int i = 0; i < 3; ++i) {
+            g.w[i] = w[static_cast<size_t>(i)].t;
+            if (x_type == DType::kBF16 && cpu_->projection_layout(g.w[i]) != WeightLayout::kRows) {
+              packed.emplace_back(DType::kBF16, std::initializer_list<int64_t>{outs[i], in});
+              g.w[i] = cpu_->pack_projection(packed.back().t.data, g.w[i]);
+            }
+          }
+          g.bias[0] = bias.t;
+          std::vector<int32_t> slots;
+          for (int64_t i = 0; i < n; ++i) slots.push_back(all_base ? -1 : static_cast<int32_t>(i % 4) - 1);
+          Buf ts, ss, sl;
+          GroupPlan plan;
+          plan.x_type = x_type;
+          GroupLora lora;
+          if (lora_on) {
+            plan.shrink = ShrinkKernel::kHost;
+            plan.expand = ExpandKernel::kHost;
+            lora.count = 3;
+            lora.meta = lora_meta(slots, true, &ts, &ss, &sl);
+          }
+          auto run = [&](bool group) {
+            std::vector<Buf> y;
+            for (int i = 0; i < 3; ++i) y.emplace_back(DType::kF32, std::initializer_list<int64_t>{n, outs[i]});
+            Buf t(DType::kF32, {3, n, rank});
+            for (int i = 0; i < 3; ++i) {
+              poison(y[static_cast<size_t>(i)]);
+              g.y[i] = y[static_cast<size_t>(i)].t;
+              lora.y[i] = g.y[i];
+              lora.a_stack[i] = a[static_cast<size_t>(i)].t;
+              lora.b_stack[i] = b[static_cast<size_t>(i)].t;
+            }
+            lora.t = t.t;
+            g.x16 = x_type == DType::kBF16 ? x16.t : Tensor();
+            if (group) {
+              cpu_->project(plan, g, lora, x.t);
+            } else {
+              for (int i = 0; i < 3; ++i) {
+                if (x_type == DType::kBF16) cpu_->matmul_x16(g.y[i], x16.t, g.w[i], g.bias[i]);
+                else cpu_->matmul(g.y[i], x.t, g.w[i], g.bias[i]);
+              }
+              for (int i = 0; lora_on && i < 3; ++i) {
+                cpu_->lora_shrink(lora.t_of(i), x.t, lora.a_stack[i], lora.meta);
+                cpu_->lora_expand(lora.y[i], lora.t_of(i), lora.b_stack[i], lora.meta);
+              }
+            }
+            return y;
+          };
+          const auto got = run(true), want = run(false);
+          for (int i = 0; i < 3; ++i)
+            EXPECT_EQ(0, std::memcmp(got[static_cast<size_t>(i)].t.data, want[static_cast<size_t>(i)].t.data,
+                                     static_cast<size_t>(n * outs[i]) * 4))
+                << what << ": member " << i;
+        }
+      }
+    }
+  }
+}
+
 // The SIMD paths agree with the portable path on the same inputs (so the AVX2 path is
 // exercised even on an AVX-512 machine).
 TEST(CpuIsaDispatch, ForcedPathsAgree) {

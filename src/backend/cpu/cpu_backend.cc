@@ -4,14 +4,14 @@
 
 #include <sys/mman.h>
 
-#include "backend/cpu/packed_weights.h"
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <numeric>
 #include <vector>
+
+#include "backend/cpu/packed_weights.h"
 
 namespace quiver {
 

@@ -46,10 +46,10 @@ class CpuBackend : public HostBackend {
   void* alloc_zeroed(size_t bytes) override { return huge_pages(HostBackend::alloc_zeroed(bytes), bytes); }
   void fill_uniform(Tensor t, float center, float scale, uint64_t seed) override;  // over the pool
   // bf16 projections whose x the plan rounds to bf16 are packed for the AVX512-BF16 kernel
-  // where the CPU has it (packed_weights.h): on the 2-core Zen 5, 128 tokens run at ~880
-  // GFLOP/s against ~610 for the row-major dot-product kernel (84% of the cores'
-  // measured vdpbf16ps peak), 16 tokens 1.4x faster, one token 10% nearer the read
-  // ceiling (bench_cpu_matmul; bench/RESULTS.md).
+  // where the CPU has it (packed_weights.h): on the 2-core Zen 5, 128 tokens run at
+  // 904-925 GFLOP/s against 578-597 for the row-major dot-product kernel (88-90% of the
+  // cores' measured vdpbf16ps peak), 16 tokens 1.4-1.7x faster, one token at 67-70
+  // against 51-59 GB/s (bench_cpu_matmul; bench/RESULTS.md).
   WeightLayout projection_layout(const Tensor& w) const override;
   Tensor pack_projection(void* dst, const Tensor& w) override;  // over the pool
   // The best of 5 passes of stream_sum over 1 GiB (32x the L3 of the 2-core Zen 4 machine
@@ -116,7 +116,10 @@ class CpuBackend : public HostBackend {
   void find_segments(const LoraMeta& meta, int64_t num_tokens, int64_t num_slots);
   // The jobs of the primitives (checked shapes; bias widened into `scratch`).
   MatmulJob matmul_job(Tensor y, Tensor x, Tensor w, Tensor bias, std::vector<float>* scratch);
+  // Needs the bf16 dot-product kernel; without it x16 is widened() for matmul_job.
   MatmulJob matmul_x16_job(Tensor y, Tensor x16, Tensor w, Tensor bias, std::vector<float>* scratch);
+  // x16's values as f32 in x_scratch_, for the f32 kernels.
+  Tensor widened(Tensor x16);
   MatmulJob shrink_job(Tensor t, Tensor x, Tensor a_stack) const;
   MatmulJob expand_job(Tensor y, Tensor t, Tensor b_stack) const;
   static void* huge_pages(void* p, size_t bytes);
@@ -132,7 +135,6 @@ class CpuBackend : public HostBackend {
   std::vector<float> weight_scratch_;
   std::vector<float> bias_scratch_[kMaxGroup];  // a group's biases widened to f32
   std::vector<float> x_scratch_;  // matmul_x16's widened x without the dot-product kernel
-  const void* x_widened_ = nullptr;  // the x16 that x_scratch_ holds, within one group
   std::vector<float> attn_scratch_;
   std::vector<float> vocab_x_, vocab_y_;  // vocab_logits: one slot's rows of x and their logits
   std::vector<LoraSegment> segments_;

@@ -93,7 +93,7 @@ void matmul_bf16_dot(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, in
     for (; r < r1; ++r)
       for (int64_t t = tb; t < te; t += kT)
         exact_tile<kT>(min64(kT, te - t), [&]<int T>() { dot_tile<1, T, false>(a, r, t); });
-   });
+  });
 }
 
 }  // namespace

@@ -31,11 +31,9 @@ CpuBackend::MatmulJob CpuBackend::plan_matmul(cpu::MatmulFn fn, const cpu::Matmu
   // instead of leaving a 1- or 2-block tail in most units (a 1-block tile is one
   // dependent chain of loads; 0.7% off a batch-1 step, 3 of 3 quiet pairs). With few rows
   // and enough tokens, split the tokens instead.
-  if (tokens == 1) {
-    j.unit = std::max<int64_t>(128, round_up((rows + 8 * threads - 1) / (8 * threads), 128));
-    j.units = (rows + j.unit - 1) / j.unit;
-  } else if (rows >= 16 * threads || tokens < 4 * threads) {
-    j.unit = std::max<int64_t>(48, round_up((rows + 8 * threads - 1) / (8 * threads), 48));
+  if (tokens == 1 || rows >= 16 * threads || tokens < 4 * threads) {
+    const int64_t step = tokens == 1 ? 128 : 48;
+    j.unit = std::max<int64_t>(step, round_up((rows + 8 * threads - 1) / (8 * threads), step));
     j.units = (rows + j.unit - 1) / j.unit;
   } else {
     j.split_tokens = true;
@@ -136,14 +134,7 @@ CpuBackend::MatmulJob CpuBackend::matmul_x16_job(Tensor y, Tensor x16, Tensor w,
   const int64_t n = x16.dim(0), in = x16.dim(1), out = w.dim(0);
   check(x16.ndim == 2 && w.ndim == 2 && w.dim(1) == in && y.dim(0) == n && y.dim(1) == out,
         "matmul_x16: shape mismatch");
-  if (bf16_dot_ == nullptr) {  // the same values, widened once for the f32 kernels
-    if (x_scratch_.size() != static_cast<size_t>(n * in) || x_widened_ != x16.data) {
-      x_scratch_.resize(static_cast<size_t>(n * in));
-      k_->to_f32[cpu::kElemBF16](x_scratch_.data(), x16.data, n * in);
-      x_widened_ = x16.data;
-    }
-    return matmul_job(y, Tensor(x_scratch_.data(), DType::kF32, {n, in}), w, bias, scratch);
-  }
+  check(bf16_dot_ != nullptr, "matmul_x16: no bf16 dot-product kernel (widen x16 first)");
   const bool packed = w.layout == WeightLayout::kBf16Block16;
   const cpu::MatmulArgs a{.y = y.ptr<float>(), .ldy = out, .x = nullptr, .ldx = in, .w = w.data, .ldw = in,
                           .bias = bias.empty() ? nullptr : as_f32(bias, out, scratch), .k = in,
@@ -175,9 +166,16 @@ void CpuBackend::matmul(Tensor y, Tensor x, Tensor w, Tensor bias) {
   run_jobs({&j, 1});
 }
 
+Tensor CpuBackend::widened(Tensor x16) {
+  const int64_t n = x16.dim(0), in = x16.dim(1);
+  x_scratch_.resize(static_cast<size_t>(n * in));
+  k_->to_f32[cpu::kElemBF16](x_scratch_.data(), x16.data, n * in);
+  return Tensor(x_scratch_.data(), DType::kF32, {n, in});
+}
+
 void CpuBackend::matmul_x16(Tensor y, Tensor x16, Tensor w, Tensor bias) {
   if (x16.dim(0) == 0 || w.dim(0) == 0) return;
-  x_widened_ = nullptr;
+  if (bf16_dot_ == nullptr) return matmul(y, widened(x16), w, bias);
   const MatmulJob j = matmul_x16_job(y, x16, w, bias, &bias_scratch_[0]);
   run_jobs({&j, 1});
 }
@@ -202,23 +200,22 @@ void CpuBackend::lora_expand(Tensor y, Tensor t, Tensor b_stack, const LoraMeta&
 void CpuBackend::run_group(const GroupPlan& plan, const MatmulGroup& g, const GroupLora& lora, Tensor x, Tensor x16) {
   const int64_t n = x.dim(0);
   if (n == 0) return;
+  // Without the dot-product kernel the rounded x16 is widened once for every member.
+  const bool dot16 = !x16.empty() && bf16_dot_ != nullptr;
+  const Tensor xm = x16.empty() || dot16 ? x : widened(x16);
   MatmulJob jobs[2 * kMaxGroup];
   int count = 0;
-  x_widened_ = nullptr;
   for (int i = 0; i < g.count; ++i) {
     if (g.w[i].dim(0) == 0) continue;
-    jobs[count++] = x16.empty() ? matmul_job(g.y[i], x, g.w[i], g.bias[i], &bias_scratch_[i])
-                                : matmul_x16_job(g.y[i], x16, g.w[i], g.bias[i], &bias_scratch_[i]);
+    jobs[count++] = dot16 ? matmul_x16_job(g.y[i], x16, g.w[i], g.bias[i], &bias_scratch_[i])
+                          : matmul_job(g.y[i], xm, g.w[i], g.bias[i], &bias_scratch_[i]);
   }
-  const bool lora_here = plan.lora();
+  bool lora_here = plan.lora();
   if (lora_here) {
     check(lora.count == g.count, "project: the plan runs LoRA, but the group's LoRA has another member count");
     find_segments(lora.meta, n, lora.a_stack[0].dim(0));
-    if (segments_.empty()) {  // no token of this step has an adapter
-      run_jobs({jobs, static_cast<size_t>(count)});
-      return;
-    }
-    for (int i = 0; i < lora.count; ++i) jobs[count++] = shrink_job(lora.t_of(i), x, lora.a_stack[i]);
+    lora_here = !segments_.empty();  // else no token of this step has an adapter
+    for (int i = 0; lora_here && i < lora.count; ++i) jobs[count++] = shrink_job(lora.t_of(i), x, lora.a_stack[i]);
   }
   run_jobs({jobs, static_cast<size_t>(count)});
   if (!lora_here || plan.expand != ExpandKernel::kHost) return;

@@ -14,8 +14,8 @@
 #include <cstdint>
 
 #include "backend/cpu/cpu_kernels.h"
-#include "backend/cpu/tiling.h"
 #include "backend/cpu/packed_weights.h"
+#include "backend/cpu/tiling.h"
 
 namespace quiver::cpu {
 namespace {
@@ -90,7 +90,7 @@ void matmul_bf16_packed(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0,
     for (; r < r1; r += kPackRows)
       for (int64_t t = tb; t < te; t += kT)
         exact_tile<kT>(min64(kT, te - t), [&]<int T>() { packed_tile<1, T, 0>(a, r, t); });
-   });
+  });
 }
 
 }  // namespace

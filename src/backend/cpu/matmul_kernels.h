@@ -146,7 +146,7 @@ void matmul_kernel(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int6
     for (; r < r1; ++r)
       for (int64_t t = tb; t < te; t += T)
         exact_tile<T>(min64(T, te - t), [&]<int N>() { mm_tile<S, E, 1, N, 1>(a, r, t); });
-   });
+  });
 }
 
 }  // namespace
