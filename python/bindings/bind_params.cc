@@ -56,6 +56,7 @@ void bind_params(py::module_& m) {
       .def_readwrite("seed", &EngineArgs::seed)
       .def_readwrite("kv_cache_dtype", &EngineArgs::kv_cache_dtype)
       .def_readwrite("matmul_precision", &EngineArgs::matmul_precision)
+      .def_readwrite("quantization", &EngineArgs::quantization)
       .def_readwrite("enable_lora", &EngineArgs::enable_lora)
       .def_readwrite("max_loras", &EngineArgs::max_loras)
       .def_readwrite("max_lora_rank", &EngineArgs::max_lora_rank)

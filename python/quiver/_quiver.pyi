@@ -13,6 +13,7 @@ class EngineArgs:
     seed: int
     kv_cache_dtype: str
     matmul_precision: str
+    quantization: str
     enable_lora: bool
     max_loras: int
     max_lora_rank: int

@@ -20,7 +20,8 @@ void fill_uniform_range(Tensor t, float center, float scale, uint64_t seed, int6
       case DType::kF16: static_cast<uint16_t*>(t.data)[i] = f32_to_f16(v); break;
       case DType::kBF16: static_cast<uint16_t*>(t.data)[i] = f32_to_bf16(v); break;
       case DType::kF8E4M3: static_cast<uint8_t*>(t.data)[i] = f32_to_e4m3(v); break;
-      case DType::kI32: check(false, "fill_uniform: float tensors only"); break;
+      case DType::kI32:
+      case DType::kI8: check(false, "fill_uniform: float tensors only"); break;
     }
   }
 }

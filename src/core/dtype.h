@@ -9,8 +9,13 @@
 namespace quiver {
 
 // kF8E4M3: OCP FP8 E4M3 (1 sign, 4 exponent bits of bias 7, 3 mantissa bits; no infinity,
-// largest finite 448), the KV cache's 8-bit type (--kv-cache-dtype fp8).
-enum class DType : uint8_t { kF32, kF16, kBF16, kI32, kF8E4M3 };
+// largest finite 448), the KV cache's 8-bit type (--kv-cache-dtype fp8). kI8: a weight
+// quantized to signed 8-bit integers with a float scale per row (Tensor::row_scale).
+enum class DType : uint8_t { kF32, kF16, kBF16, kI32, kF8E4M3, kI8 };
+
+// How a model's projection weights (q/k/v/o, gate/up/down) are stored once loaded.
+// kInt8: symmetric int8 per output channel (--quantization int8, model/int8_weights.h).
+enum class WeightQuantization : uint8_t { kNone, kInt8 };
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {
@@ -19,6 +24,7 @@ constexpr size_t dtype_size(DType t) {
     case DType::kBF16: return 2;
     case DType::kI32: return 4;
     case DType::kF8E4M3: return 1;
+    case DType::kI8: return 1;
   }
   return 0;
 }
@@ -32,6 +38,7 @@ constexpr std::string_view dtype_name(DType t) {
     case DType::kBF16: return "BF16";
     case DType::kI32: return "I32";
     case DType::kF8E4M3: return "F8_E4M3";
+    case DType::kI8: return "I8";
   }
   return "?";
 }
@@ -180,6 +187,7 @@ inline float load_as_f32(const void* data, DType t, size_t i) {
       return static_cast<float>(v);
     }
     case DType::kF8E4M3: return e4m3_to_f32(bytes[i]);
+    case DType::kI8: return static_cast<float>(static_cast<int8_t>(bytes[i]));  // without its row's scale
   }
   return 0.f;
 }

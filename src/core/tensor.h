@@ -29,6 +29,9 @@ struct Tensor {
   int ndim = 0;
   std::array<int64_t, kMaxDims> shape{};
   WeightLayout layout = WeightLayout::kRows;
+  // An I8 weight's dequantization scales, one per row (row r is q[r, :] * row_scale[r]);
+  // null for every other tensor.
+  const float* row_scale = nullptr;
 
   Tensor() = default;
   Tensor(void* d, DType t, std::initializer_list<int64_t> dims, Device dev = Device::kCpu)
@@ -56,11 +59,12 @@ struct Tensor {
     Tensor t = *this;
     t.shape[0] = count;
     t.data = static_cast<char*>(data) + static_cast<size_t>(begin) * row_bytes();
+    if (row_scale) t.row_scale = row_scale + begin;
     return t;
   }
   // Same bytes, new shape (numel must match).
   Tensor view(std::initializer_list<int64_t> dims) const {
-    check(layout == WeightLayout::kRows, "view() of a packed weight");
+    check(layout == WeightLayout::kRows && row_scale == nullptr, "view() of a packed or quantized weight");
     Tensor t(data, dtype, dims, device);
     check(t.numel() == numel(), "view changes the element count");
     return t;

@@ -48,6 +48,17 @@ Result<ParsedEngineArgs> validate(const EngineArgs& a) {
   } else {
     return Status::error("unknown --matmul-precision '" + a.matmul_precision + "' (supported: default, highest)");
   }
+  if (a.quantization.empty() || a.quantization == "none") {
+    p.quantization = WeightQuantization::kNone;
+  } else if (a.quantization == "int8") {
+    if (a.device == "cuda")
+      return Status::error("--quantization int8 runs on the cpu and ref backends; the cuda backend has no int8 kernels");
+    p.quantization = WeightQuantization::kInt8;
+  } else if (a.quantization == "fp8") {
+    return Status::error("--quantization fp8 is not supported yet (supported: int8, on the cpu and ref backends)");
+  } else {
+    return Status::error("unknown --quantization '" + a.quantization + "' (supported: int8, on the cpu and ref backends)");
+  }
   if (!a.kv_cache_memory.empty()) {
     auto bytes = parse_byte_size(a.kv_cache_memory);
     if (!bytes.is_ok()) return bytes.status().with_context("--kv-cache-memory");

@@ -31,6 +31,9 @@ struct EngineArgs {
   // cuda matmuls through cuBLAS (prefill): "default" rounds activations to the weight's 16-bit
   // type; "highest" splits them into two 16-bit halves (twice the GEMM math, ~f32 accuracy).
   std::string matmul_precision = "default";
+  // vLLM's --quantization: "" (none: the checkpoint's float weights) or "int8" (projection
+  // weights quantized at load to int8 per output channel, model/int8_weights.h; cpu and ref).
+  std::string quantization;
 
   bool enable_lora = false;
   int max_loras = 1;
@@ -71,6 +74,7 @@ struct ParsedEngineArgs {
   std::optional<DType> kv_cache_dtype;
   std::optional<DType> lora_dtype;      // only with enable_lora
   MatmulPrecision matmul_precision = MatmulPrecision::kDefault;
+  WeightQuantization quantization = WeightQuantization::kNone;
   int64_t kv_cache_memory = 0;          // bytes; 0: not given
 };
 

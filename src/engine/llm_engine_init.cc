@@ -144,11 +144,12 @@ Status LLMEngine::init(const EngineArgs& args) {
   LlamaWeights weights;
   std::shared_ptr<Checkpoint> checkpoint;
   if (parsed.load_format == LoadFormat::kDummy) {
-    weights = dummy_llama_weights(config_, weight_dtype, backend_.get(), args.seed + 1);
+    weights = dummy_llama_weights(config_, weight_dtype, backend_.get(), args.seed + 1, parsed.quantization);
   } else {
     QV_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::open(args.model));
     checkpoint = std::make_shared<Checkpoint>(std::move(ckpt));
-    QV_ASSIGN_OR_RETURN(weights, load_llama_weights(config_, checkpoint, backend_.get(), args.on_load_progress));
+    QV_ASSIGN_OR_RETURN(weights, load_llama_weights(config_, checkpoint, backend_.get(), parsed.quantization,
+                                                    args.on_load_progress));
   }
   model_ = std::make_unique<LlamaModel>(config_, std::move(weights), backend_.get(), max_model_len_);
   memory_.weights = gpu ? took() : static_cast<int64_t>(model_->weights().weight_bytes());

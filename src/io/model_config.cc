@@ -175,11 +175,27 @@ Result<int64_t> parse_sliding_window(const Json& j, Arch arch, const ModelConfig
   return window;
 }
 
+// A pre-quantized checkpoint: the error names its method (HF's quant_method) and what is
+// served instead. Weights quiver cannot read would otherwise load as garbage or fail on a
+// missing tensor name far from the cause.
+Status refuse_quantized(const Json& q) {
+  std::string method = "(no quant_method)";
+  if (q.is_object() && q.contains("quant_method") && q.at("quant_method").is_string())
+    method = q.at("quant_method").get<std::string>();
+  std::string kind;
+  if (method == "gptq" || method == "awq" || method == "marlin" || method == "exl2") kind = "int4/int8 weight-only";
+  else if (method == "bitsandbytes") kind = "bitsandbytes 4/8-bit";
+  else if (method == "fp8" || method == "fbgemm_fp8" || method == "compressed-tensors") kind = "FP8 or compressed-tensors";
+  return Status::error(field("quantization_config") + " names quant_method '" + method + "'" +
+                       (kind.empty() ? "" : " (" + kind + ")") +
+                       ": pre-quantized checkpoints are not supported. quiver loads float32, float16 and bfloat16 "
+                       "checkpoints, and quantizes one at load with --quantization int8 (cpu and ref backends)");
+}
+
 Status parse_config(const Json& j, ModelConfig& c) {
   QV_ASSIGN_OR_RETURN(const ArchInfo* arch, parse_arch(j));
   c.architecture = arch->architecture;
-  if (json_has(j, "quantization_config"))
-    return Status::error(field("quantization_config") + " is set: quantized checkpoints are not supported");
+  if (json_has(j, "quantization_config")) return refuse_quantized(j.at("quantization_config"));
 
   QV_ASSIGN_OR_RETURN(c.vocab_size, positive_int(j, "vocab_size"));
   QV_ASSIGN_OR_RETURN(c.hidden_size, positive_int(j, "hidden_size"));

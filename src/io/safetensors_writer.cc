@@ -55,6 +55,7 @@ SafetensorsEntry make_safetensors_entry(std::string name, DType dtype, std::vect
         break;
       }
       case DType::kF8E4M3: out[i] = f32_to_e4m3(values[i]); break;
+      case DType::kI8: out[i] = static_cast<uint8_t>(static_cast<int8_t>(values[i])); break;
       case DType::kI32: {
         const int32_t v = static_cast<int32_t>(values[i]);
         std::memcpy(out + 4 * i, &v, 4);

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/splitmix.h"
+#include "model/int8_weights.h"
 
 namespace quiver {
 
@@ -55,13 +56,14 @@ size_t LlamaWeights::weight_bytes() const {
   for (const auto& l : layers) {
     for (const Tensor* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.bq, &l.bk, &l.bv, &l.mlp_norm, &l.w_gate,
                             &l.w_up, &l.w_down})
-      if (!t->empty()) total += t->bytes();
+      if (!t->empty()) total += t->bytes() + (t->row_scale ? static_cast<size_t>(t->dim(0)) * sizeof(float) : 0);
   }
   return total;
 }
 
 Result<LlamaWeights> load_llama_weights(const ModelConfig& c, std::shared_ptr<Checkpoint> checkpoint,
-                                        Backend* backend, const std::function<void(int64_t, int64_t)>& progress) {
+                                        Backend* backend, WeightQuantization quant,
+                                        const std::function<void(int64_t, int64_t)>& progress) {
   LlamaWeights w;
   Loader ld(*checkpoint, backend);
   const int64_t h = c.hidden_size, q = c.q_size(), kv = c.kv_size(), f = c.intermediate_size;
@@ -93,11 +95,13 @@ Result<LlamaWeights> load_llama_weights(const ModelConfig& c, std::shared_ptr<Ch
     if (progress) progress(l + 1, c.num_layers);
   }
   w.checkpoint = std::move(checkpoint);
+  if (quant == WeightQuantization::kInt8) QV_RETURN_IF_ERROR(quantize_projections_int8(w, backend));
   pack_projections(w, backend);
   return w;
 }
 
-LlamaWeights dummy_llama_weights(const ModelConfig& c, DType dtype, Backend* backend, uint64_t seed) {
+LlamaWeights dummy_llama_weights(const ModelConfig& c, DType dtype, Backend* backend, uint64_t seed,
+                                 WeightQuantization quant) {
   LlamaWeights w;
   uint64_t stream = splitmix64_hash(seed);  // each tensor gets its own stream
   // Every tensor is allocated on the backend and filled where it lives (a GPU fills its
@@ -132,6 +136,10 @@ LlamaWeights dummy_llama_weights(const ModelConfig& c, DType dtype, Backend* bac
     lw.w_up = make({f, h}, 0.f, s_in);
     lw.w_down = make({h, f}, 0.f, s_f);
     w.layers.push_back(lw);
+  }
+  if (quant == WeightQuantization::kInt8) {
+    const Status s = quantize_projections_int8(w, backend);
+    check(s.is_ok(), s.message());  // random weights are finite
   }
   pack_projections(w, backend);
   return w;

@@ -38,13 +38,15 @@ struct LlamaWeights {
 };
 
 // Every tensor the config implies must be present with the right shape. `progress`, if set,
-// hears (layers loaded, layers in all) after each layer.
+// hears (layers loaded, layers in all) after each layer. `quant`: how the projection
+// weights are kept (kInt8: model/int8_weights.h; host backends only).
 Result<LlamaWeights> load_llama_weights(const ModelConfig& config, std::shared_ptr<Checkpoint> checkpoint,
-                                        Backend* backend,
+                                        Backend* backend, WeightQuantization quant = WeightQuantization::kNone,
                                         const std::function<void(int64_t, int64_t)>& progress = {});
 
 // Random weights in `dtype` (uniform, small scale; norms near 1) for benchmarks of
-// shapes without files; deterministic for a seed.
-LlamaWeights dummy_llama_weights(const ModelConfig& config, DType dtype, Backend* backend, uint64_t seed);
+// shapes without files; deterministic for a seed. kInt8 quantizes them as a checkpoint's.
+LlamaWeights dummy_llama_weights(const ModelConfig& config, DType dtype, Backend* backend, uint64_t seed,
+                                 WeightQuantization quant = WeightQuantization::kNone);
 
 }  // namespace quiver

@@ -23,12 +23,12 @@ using quiver::testing::scratch;
 
 const fs::path kRoot = QUIVER_SOURCE_DIR;
 
-std::map<std::string, json> run(const fs::path& input, const std::string& tag) {
+std::map<std::string, json> run(const fs::path& input, const std::string& tag, const std::string& extra = "") {
   const fs::path out = scratch("demo_" + tag + ".jsonl");
   const std::string cmd = std::string(QUIVER_BINARY) + " generate --model " + (kRoot / "models/demo/base").string() +
                           " --lora sql=" + (kRoot / "models/demo/adapters/sql").string() +
                           " --lora pirate=" + (kRoot / "models/demo/adapters/pirate").string() +
-                          " --max-loras 2 --input " + input.string() + " --output " + out.string();
+                          " --max-loras 2 --input " + input.string() + " --output " + out.string() + " " + extra;
   EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
   std::map<std::string, json> by_id;
   std::ifstream in(out);
@@ -68,6 +68,17 @@ TEST(DemoSql, AdapterAnswersHeldOutQuestions) {
   EXPECT_GE(em, 0.90);
   EXPECT_EQ(got.at("sql-000")["text"], " SELECT icao FROM table_name_74 WHERE airport = 'lilongwe' ");
   EXPECT_EQ(got.at("sql-000")["finish_reason"], "stop");
+}
+
+// The same questions on the base quantized at load (--quantization int8), its adapter in
+// float32 beside it: the demo's promise holds (measured: 94.9%, as unquantized).
+TEST(DemoSql, Int8BaseKeepsTheAnswers) {
+  const auto want = expected_answers();
+  auto got = run(kRoot / "tests/fixtures/demo_sql_heldout.jsonl", "sql_int8", "--quantization int8");
+  const double em = exact_match(got, want);
+  std::printf("sql adapter on the int8 base, exact match: %.4f over %zu held-out questions\n", em, want.size());
+  EXPECT_GE(em, 0.90);
+  EXPECT_EQ(got.at("sql-000")["text"], " SELECT icao FROM table_name_74 WHERE airport = 'lilongwe' ");
 }
 
 TEST(DemoSql, BaseModelCannotDoIt) {

@@ -75,6 +75,7 @@ inline HostTensor host_f32(const std::vector<int64_t>& shape, const std::vector<
         break;
       }
       case DType::kF8E4M3: h.bytes[i] = f32_to_e4m3(values[i]); break;
+      case DType::kI8: h.bytes[i] = static_cast<uint8_t>(static_cast<int8_t>(values[i])); break;
     }
   }
   return h;

@@ -41,6 +41,7 @@ struct Buf {
       case DType::kBF16: t.ptr<uint16_t>()[i] = f32_to_bf16(v); break;
       case DType::kI32: t.ptr<int32_t>()[i] = static_cast<int32_t>(v); break;
       case DType::kF8E4M3: t.ptr<uint8_t>()[i] = f32_to_e4m3(v); break;
+      case DType::kI8: t.ptr<int8_t>()[i] = static_cast<int8_t>(v); break;
     }
   }
   int32_t* ints() { return t.ptr<int32_t>(); }
@@ -149,6 +150,42 @@ TEST_P(CpuOps, Matmul) {
                         "matmul " + std::string(dtype_name(wt)) + " n=" + std::to_string(n) + " in=" +
                             std::to_string(in) + " out=" + std::to_string(out) + " bias=" + std::to_string(bias_kind));
         }
+      }
+    }
+  }
+}
+
+// int8 weights with a scale per row (--quantization int8), f32 activations: against the
+// oracle's dequantized product (q * scale in f32, then the double-accumulated dot), on
+// shapes with every GEMV/tile height and masked k tails (16 int8 weights per vector).
+TEST_P(CpuOps, MatmulInt8) {
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 1},   {17, 97},  {130, 17}, {97, 130},
+                                                {64, 64}, {256, 48}, {512, 300}, {2048, 33}};
+  std::uniform_int_distribution<int> q(-127, 127);
+  std::uniform_real_distribution<float> scale(1e-4f, 2e-2f);
+  for (int64_t n : {1, 3, 17, 97}) {
+    for (auto [in, out] : shapes) {
+      if (n * in * out > 4'000'000) continue;
+      Buf w(DType::kI8, {out, in}), wd(DType::kF32, {out, in});
+      std::vector<float> scales(static_cast<size_t>(out));
+      for (int64_t o = 0; o < out; ++o) {
+        scales[static_cast<size_t>(o)] = o % 7 == 3 ? 0.f : scale(rng_);  // a zero row keeps scale 0
+        for (int64_t k = 0; k < in; ++k) {
+          w.set(o * in + k, static_cast<float>(q(rng_)));
+          wd.f()[o * in + k] = w.at(o * in + k) * scales[static_cast<size_t>(o)];
+        }
+      }
+      w.t.row_scale = scales.data();
+      for (bool bias_on : {false, true}) {
+        Buf x = random_buf(rng_, DType::kF32, {n, in});
+        Buf bias = bias_on ? random_buf(rng_, DType::kF32, {out}) : Buf();
+        Buf want(DType::kF32, {n, out}), got(DType::kF32, {n, out});
+        ref_.matmul(want.t, x.t, w.t, bias.t);
+        poison(got);
+        cpu_->matmul(got.t, x.t, w.t, bias.t);
+        expect_within(got, want, dot_tolerance(x, wd, n, in, out),
+                      "matmul I8 n=" + std::to_string(n) + " in=" + std::to_string(in) + " out=" +
+                          std::to_string(out) + (bias_on ? " bias" : ""));
       }
     }
   }

@@ -29,6 +29,7 @@ def test_unknown_keywords_are_refused():
     (dict(seed=-1), ValueError, "EngineArgs.seed"),
     (dict(model=""), ValueError, "EngineArgs.model"),
     (dict(model=None), TypeError, "EngineArgs.model"),
+    (dict(quantization=8), TypeError, "EngineArgs.quantization"),
 ])
 def test_engine_args_checks(kwargs, error, field):
     with pytest.raises(error, match=field):
@@ -39,6 +40,7 @@ def test_engine_args_checks(kwargs, error, field):
     (dict(max_lora_rank=1000), ValueError, "max-lora-rank must be in"),
     (dict(lora_dtype="int4"), ValueError, "lora-dtype"),
     (dict(kv_cache_dtype="fp4"), ValueError, "kv-cache-dtype"),
+    (dict(quantization="gptq"), ValueError, "unknown --quantization 'gptq'"),
     (dict(max_model_len=100000), ValueError, "max_position_embeddings"),
     (dict(model="/nonexistent/model"), ValueError, "/nonexistent/model"),
 ])
@@ -133,6 +135,11 @@ def test_engine_args_map_to_the_engine(llm):
     assert fp8._native.args.kv_cache_dtype == "fp8"
     with pytest.raises(ValueError, match="unknown --kv-cache-dtype 'fp8_e5m2'"):
         LLMEngine.from_engine_args(EngineArgs(**engine_kwargs(kv_cache_dtype="fp8_e5m2")))
+    # vLLM's quantization argument: int8 weights on the host backends.
+    if DEVICE != "cuda":
+        int8 = LLMEngine.from_engine_args(EngineArgs(**engine_kwargs(quantization="int8")))
+        assert int8._native.args.quantization == "int8"
     defaults = EngineArgs(model=BASE)
+    assert defaults.quantization is None
     assert (defaults.device, defaults.lora_dtype, defaults.max_loras, defaults.max_lora_rank) == ("auto", "auto", 1, 16)
     assert defaults.replace(max_loras=4).max_loras == 4

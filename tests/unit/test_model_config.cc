@@ -266,8 +266,27 @@ TEST(ModelConfig, UnsupportedActivationAndBiases) {
   EXPECT_HAS(parse_edited(kLlama31, {{"hidden_act", "gelu"}}).message(), "field 'hidden_act' is \"gelu\"");
   EXPECT_HAS(parse_edited(kLlama31, {{"mlp_bias", true}}).message(), "field 'mlp_bias'");
   EXPECT_TRUE(parse_edited(kLlama31, {{"attention_bias", true}})->attention_bias);
-  EXPECT_HAS(parse_edited(kLlama31, {{"quantization_config", {{"quant_method", "awq"}}}}).message(),
-             "quantization_config");
+}
+
+// A pre-quantized checkpoint is refused with its method named and what is served instead
+// (bitsandbytes' config, as transformers writes it, included).
+TEST(ModelConfig, QuantizedCheckpointsNameTheirMethod) {
+  const std::pair<const char*, const char*> methods[] = {{"gptq", "int4/int8 weight-only"},
+                                                         {"awq", "int4/int8 weight-only"},
+                                                         {"bitsandbytes", "bitsandbytes 4/8-bit"},
+                                                         {"fp8", "FP8 or compressed-tensors"},
+                                                         {"compressed-tensors", "FP8 or compressed-tensors"},
+                                                         {"hqq", "quant_method 'hqq'"}};
+  for (auto [method, kind] : methods) {
+    nlohmann::json q = {{"quant_method", method}, {"bits", 4}};
+    if (std::string(method) == "bitsandbytes") q = {{"quant_method", method}, {"load_in_4bit", true}};
+    const std::string m = parse_edited(kLlama31, {{"quantization_config", q}}).message();
+    EXPECT_HAS(m, "quantization_config");
+    EXPECT_HAS(m, std::string("quant_method '").append(method));
+    EXPECT_HAS(m, kind);
+    EXPECT_HAS(m, "--quantization int8");
+  }
+  EXPECT_HAS(parse_edited(kLlama31, {{"quantization_config", {{"bits", 4}}}}).message(), "(no quant_method)");
 }
 
 TEST(ModelConfig, UnsupportedRopeTypesAreRefused) {

@@ -37,6 +37,7 @@ class EngineArgs:
     max_lora_vocab_rows: int = 256
     lora_dtype: str = "auto"
     kv_cache_dtype: str = "auto"
+    quantization: Optional[str] = None
     device: str = "auto"
     num_gpu_blocks_override: Optional[int] = None
     load_format: str = "auto"
@@ -64,6 +65,7 @@ class EngineArgs:
         check_int(o, "max_lora_vocab_rows", self.max_lora_vocab_rows, minimum=0)
         check_str(o, "lora_dtype", self.lora_dtype)
         check_str(o, "kv_cache_dtype", self.kv_cache_dtype)
+        check_str(o, "quantization", self.quantization, optional=True)
         check_str(o, "device", self.device, choices=_DEVICES)
         check_str(o, "load_format", self.load_format)
         check_int(o, "threads", self.threads, minimum=0)
@@ -101,6 +103,7 @@ class EngineArgs:
         a.max_lora_vocab_rows = self.max_lora_vocab_rows
         a.lora_dtype = self.lora_dtype
         a.kv_cache_dtype = self.kv_cache_dtype
+        a.quantization = self.quantization or ""
         a.num_kv_blocks = self.num_gpu_blocks_override or 0
         a.load_format = self.load_format
         a.threads = self.threads

@@ -80,7 +80,8 @@ int cpu_elem_type(DType t) {
     case DType::kF16: return cpu::kElemF16;
     case DType::kBF16: return cpu::kElemBF16;
     case DType::kI32:
-    case DType::kF8E4M3: break;
+    case DType::kF8E4M3:
+    case DType::kI8: break;
   }
   check(false, "cpu backend: expected a floating dtype (F32, F16 or BF16)");
   return 0;

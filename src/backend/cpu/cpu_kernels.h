@@ -19,6 +19,8 @@ namespace quiver::cpu {
 enum ElemType : int { kElemF32 = 0, kElemF16 = 1, kElemBF16 = 2, kNumElemTypes = 3 };
 // The fp8 e4m3 KV cache's element, for attention only (CpuKernels::attention_f8).
 inline constexpr int kElemF8 = kNumElemTypes;
+// An int8 weight with a scale per row (MatmulArgs::w_scale), for matmul only (matmul_i8).
+inline constexpr int kElemI8 = kNumElemTypes + 1;
 
 // y[t, r] (+)= sum_k x[t, k] * w[r, k] (+ bias[r]) for a block of rows and tokens.
 struct MatmulArgs {
@@ -33,6 +35,8 @@ struct MatmulArgs {
   bool accumulate;     // y += result instead of y = result
   // x rounded to bf16 ([tokens, ldx]): what the bf16 dot-product kernel reads instead of x.
   const uint16_t* x16 = nullptr;
+  // An int8 weight's per-row scales ([rows]): y[t, r] = w_scale[r] * sum_k x[t, k] * q[r, k].
+  const float* w_scale = nullptr;
 };
 // Computes rows [row_begin, row_end) for tokens [tok_begin, tok_end).
 using MatmulFn = void (*)(const MatmulArgs& a, int64_t row_begin, int64_t row_end, int64_t tok_begin,
@@ -72,6 +76,7 @@ constexpr int kAttnMaxQueryFloats = 8192;
 struct CpuKernels {
   const char* name;
   MatmulFn matmul[kNumElemTypes];
+  MatmulFn matmul_i8;                                                 // int8 weights, f32 x
   AttentionFn attention[kNumElemTypes];                               // by cache element type
   AttentionFn attention_f8;                                           // fp8 e4m3 caches
   void (*to_f32[kNumElemTypes])(float* dst, const void* src, int64_t n);

@@ -121,10 +121,13 @@ CpuBackend::MatmulJob CpuBackend::matmul_job(Tensor y, Tensor x, Tensor w, Tenso
   const int64_t n = x.dim(0), in = x.dim(1), out = w.dim(0);
   check(x.ndim == 2 && w.ndim == 2 && w.dim(1) == in && y.dim(0) == n && y.dim(1) == out, "matmul: shape mismatch");
   check(w.layout == WeightLayout::kRows, "matmul: a packed weight takes bf16 x (matmul_x16)");
-  const cpu::MatmulArgs a{
+  const bool i8 = w.dtype == DType::kI8;
+  check(i8 == (w.row_scale != nullptr), "matmul: an int8 weight needs its row scales, and only it has them");
+  cpu::MatmulArgs a{
       .y = y.ptr<float>(), .ldy = out, .x = x.ptr<float>(), .ldx = in, .w = w.data, .ldw = in,
       .bias = bias.empty() ? nullptr : as_f32(bias, out, scratch), .k = in, .accumulate = false};
-  return plan_matmul(k_->matmul[cpu_elem_type(w.dtype)], a, out, n);
+  a.w_scale = w.row_scale;
+  return plan_matmul(i8 ? k_->matmul_i8 : k_->matmul[cpu_elem_type(w.dtype)], a, out, n);
 }
 
 CpuBackend::MatmulJob CpuBackend::matmul_x16_job(Tensor y, Tensor x16, Tensor w, Tensor bias,

@@ -17,6 +17,7 @@ struct KernelTable {
   static constexpr CpuKernels value = {
       .name = S::kName,
       .matmul = {&matmul_kernel<S, kElemF32>, &matmul_kernel<S, kElemF16>, &matmul_kernel<S, kElemBF16>},
+      .matmul_i8 = &matmul_kernel<S, kElemI8>,
       .attention = {&attention_kernel<S, kElemF32>, &attention_kernel<S, kElemF16>,
                     &attention_kernel<S, kElemBF16>},
       .attention_f8 = &attention_kernel<S, kElemF8>,

@@ -5,7 +5,8 @@
 // output is a dot product. A micro-tile keeps R weight rows x T tokens of vector
 // accumulators in registers: each weight vector is loaded and converted to f32 once and
 // used T times, each activation vector is loaded once and used R times. Accumulation
-// is f32 throughout (activations are never rounded to 16 bits).
+// is f32 throughout (activations are never rounded to 16 bits). An int8 weight is widened
+// exactly to f32 and its row's scale multiplies the finished sum.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +19,7 @@ namespace quiver::cpu {
 namespace {
 
 template <int E>
-using WElem = std::conditional_t<E == kElemF32, float, uint16_t>;
+using WElem = std::conditional_t<E == kElemF32, float, std::conditional_t<E == kElemI8, int8_t, uint16_t>>;
 
 inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
@@ -107,6 +108,7 @@ inline void mm_tile(const MatmulArgs& a, int64_t r0, int64_t t0) {
 #pragma GCC unroll 8
       for (int u = 1; u < U; ++u) s = S::add(s, acc[r][t][u]);
       float v = S::reduce_add(s);
+      if constexpr (E == kElemI8) v *= a.w_scale[r0 + r];
       if (a.bias) v += a.bias[r0 + r];
       yr[r] = a.accumulate ? yr[r] + v : v;
     }

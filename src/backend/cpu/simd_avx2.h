@@ -63,12 +63,17 @@ struct Simd {
   template <int E, class T>
   static V load_w(const T* p) {
     if constexpr (E == kElemF32) return _mm256_loadu_ps(p);
+    else if constexpr (E == kElemI8) return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
     else return from_16bit<E>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
   template <int E, class T>
   static V load_w_n(const T* p, int n) {
     if constexpr (E == kElemF32) {
       return _mm256_maskload_ps(p, mask(n));
+    } else if constexpr (E == kElemI8) {
+      alignas(16) int8_t tmp[16] = {};
+      for (int i = 0; i < n; ++i) tmp[i] = p[i];
+      return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(tmp))));
     } else {
       alignas(16) uint16_t tmp[8] = {0, 0, 0, 0, 0, 0, 0, 0};
       for (int i = 0; i < n; ++i) tmp[i] = p[i];

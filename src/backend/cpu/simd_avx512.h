@@ -54,6 +54,8 @@ struct Simd {
   static V load_w(const T* p) {
     if constexpr (E == kElemF32) {
       return _mm512_loadu_ps(p);
+    } else if constexpr (E == kElemI8) {
+      return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
     } else {
       __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
       if constexpr (E == kElemF16) return _mm512_cvtph_ps(h);
@@ -64,6 +66,8 @@ struct Simd {
   static V load_w_n(const T* p, int n) {
     if constexpr (E == kElemF32) {
       return _mm512_maskz_loadu_ps(mask(n), p);
+    } else if constexpr (E == kElemI8) {
+      return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mask(n), p)));
     } else {
       __m256i h = _mm256_maskz_loadu_epi16(mask(n), p);
       if constexpr (E == kElemF16) return _mm512_cvtph_ps(h);

@@ -79,6 +79,7 @@ struct Simd {
   template <int E, class T>
   static float load1(const T* p) {
     if constexpr (E == kElemF32) return *p;
+    else if constexpr (E == kElemI8) return static_cast<float>(*p);
     else if constexpr (E == kElemF16) return f16_to_f32(*p);
     else return bf16_to_f32(*p);
   }

@@ -14,7 +14,8 @@ void store_from_f32(void* data, DType t, size_t i, float v) {
     case DType::kF16: static_cast<uint16_t*>(data)[i] = f32_to_f16(v); break;
     case DType::kBF16: static_cast<uint16_t*>(data)[i] = f32_to_bf16(v); break;
     case DType::kF8E4M3: static_cast<uint8_t*>(data)[i] = f32_to_e4m3(v); break;
-    case DType::kI32: check(false, "kv cache cannot be i32");
+    case DType::kI32:
+    case DType::kI8: check(false, "a kv cache holds floats");
   }
 }
 
@@ -59,10 +60,14 @@ void RefBackend::matmul(Tensor y, Tensor x, Tensor w, Tensor bias) {
   check_f32(x, "matmul: x must be f32");
   const int64_t n = x.dim(0), in = x.dim(1), out = w.dim(0);
   check(w.dim(1) == in && y.dim(0) == n && y.dim(1) == out, "matmul: shape mismatch");
+  check((w.dtype == DType::kI8) == (w.row_scale != nullptr), "matmul: an int8 weight needs its row scales");
   for (int64_t i = 0; i < n; ++i) {
     for (int64_t o = 0; o < out; ++o) {
+      // An int8 weight multiplies as its dequantized float32 values q * scale would.
+      const float scale = w.row_scale ? w.row_scale[o] : 1.f;
       double acc = 0;
-      for (int64_t k = 0; k < in; ++k) acc += static_cast<double>(x.ptr<float>()[i * in + k]) * load_as_f32(w.data, w.dtype, o * in + k);
+      for (int64_t k = 0; k < in; ++k)
+        acc += static_cast<double>(x.ptr<float>()[i * in + k]) * (load_as_f32(w.data, w.dtype, o * in + k) * scale);
       if (!bias.empty()) acc += load_as_f32(bias.data, bias.dtype, o);
       y.ptr<float>()[i * out + o] = static_cast<float>(acc);
     }
