@@ -168,16 +168,26 @@ def cpu_lora(rec, machines, lines):
     close(rec, lines)
 
 
-def cpu_precision(rec, machines, lines):
-    """Rows of (case, highest values, default values, floor or peak): two modes of one build."""
+PRECISION_MODES = {"columns": [["highest", "`highest` (f32 activations)"], ["default", "`default` (bf16 activations)"]],
+                   "ratio": ["default", "highest"]}
+
+
+def cpu_modes(rec, machines, lines):
+    """Rows of (case, the values of each mode, floor or peak): modes of one build run in turn.
+    The record's "columns" name the modes ([key, heading] each), "ratio" the two whose means
+    are divided ([numerator, denominator])."""
     header(rec, machines, lines)
-    table_head(lines, "case", "`highest` (f32 activations)", "`default` (bf16 activations)", "default / highest",
-               "bound")
+    cols, (top, bottom) = rec.get("columns", PRECISION_MODES["columns"]), rec.get("ratio", PRECISION_MODES["ratio"])
+    heads = dict(cols)
+    table_head(lines, "case", *(h for _, h in cols), f"{top} / {bottom}" if "ratio" not in rec
+               else f"{heads[top]} / {heads[bottom]}", "bound")
+
+    def mean(v):
+        return sum(v) / len(v)
+
     for r in rec["rows"]:
-        lo, hi = r["highest"], r["default"]
-        ratio = (sum(hi) / len(hi)) / (sum(lo) / len(lo))
-        lines.append(f"| {r['case']} | {' / '.join(n(x, 1) for x in lo)} "
-                     f"| {' / '.join(n(x, 1) for x in hi)} | ×{ratio:.2f} (means) | {r['bound']} |")
+        values = " | ".join(" / ".join(n(x, 1) for x in r[k]) for k, _ in cols)
+        lines.append(f"| {r['case']} | {values} | ×{mean(r[top]) / mean(r[bottom]):.2f} (means) | {r['bound']} |")
     close(rec, lines)
 
 
@@ -327,7 +337,7 @@ def notes(rec, lines):
 
 
 KINDS = {"decode": decode, "throughput": throughput, "prefill": prefill, "checks": checks,
-         "cpu-decode": cpu_decode, "cpu-lora": cpu_lora, "cpu-online": cpu_online, "cpu-precision": cpu_precision,
+         "cpu-decode": cpu_decode, "cpu-lora": cpu_lora, "cpu-online": cpu_online, "cpu-precision": cpu_modes, "cpu-int8": cpu_modes,
          "tokenizer": tokenizer, "cpu-python": cpu_python, "python-h200": cpu_python,
          "before-after": before_after, "structured-h200": structured, "structured-cpu": structured, "serving-h200": serving,
          "vocab-h200": vocab, "cpu-peer": cpu_peer, "cpu-kernels": cpu_kernels}
@@ -401,7 +411,7 @@ def render(machines, records):
 
 
 ORDER = ["decode", "throughput", "serving-h200", "prefill", "structured-h200", "vocab-h200", "before-after", "checks", "python-h200", "cpu-peer", "cpu-decode",
-         "cpu-kernels", "cpu-precision", "cpu-lora", "cpu-online", "cpu-python", "structured-cpu", "tokenizer"]
+         "cpu-kernels", "cpu-int8", "cpu-precision", "cpu-lora", "cpu-online", "cpu-python", "structured-cpu", "tokenizer"]
 
 
 def main():

@@ -68,6 +68,9 @@ struct StepShape {
   int64_t tokens = 0;
   bool lora = false;  // LoRA kernels run this step
   DType weights = DType::kF32;
+  // int8 weights (host backends): the float type they were quantized from, whose
+  // activation rounding they keep (a bf16 checkpoint's default rounds x to bf16).
+  DType weights_source = DType::kF32;
   DType stacks = DType::kF32;  // the LoRA slot stacks' type
   int64_t rank = 0;            // the stacks' max rank
   // Tokens in one-adapter runs of 16 (lora_run_tokens, backend.h): what the tensor-core

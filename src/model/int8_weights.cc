@@ -73,6 +73,7 @@ Status quantize_projections_int8(LlamaWeights& w, Backend* backend) {
   static constexpr const char* kNames[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
                                            "self_attn.o_proj", "mlp.gate_proj",    "mlp.up_proj",
                                            "mlp.down_proj"};
+  if (!w.layers.empty()) w.quantized_from = w.layers[0].wq.dtype;
   for (size_t l = 0; l < w.layers.size(); ++l) {
     LayerWeights& lw = w.layers[l];
     Tensor* members[] = {&lw.wq, &lw.wk, &lw.wv, &lw.wo, &lw.w_gate, &lw.w_up, &lw.w_down};

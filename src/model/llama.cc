@@ -47,6 +47,7 @@ StepShape LlamaModel::step_shape(int64_t tokens, bool lora, const LoraSlotPool* 
   StepShape s;
   s.tokens = tokens;
   s.weights = linear_dtype();
+  s.weights_source = weights_.quantized_from;
   s.lora = lora && pool != nullptr;
   if (s.lora) {
     s.stacks = pool->dtype();

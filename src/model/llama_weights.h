@@ -28,6 +28,8 @@ struct LlamaWeights {
   Tensor final_norm;  // [hidden]
   Tensor lm_head;     // [vocab, hidden] (== embed when tied)
   std::vector<LayerWeights> layers;
+  // int8 projection weights (WeightQuantization::kInt8): the float type they came from.
+  DType quantized_from = DType::kF32;
 
   // Keeps the memory behind the views alive: the mmap'd checkpoint and/or owned buffers.
   std::shared_ptr<Checkpoint> checkpoint;

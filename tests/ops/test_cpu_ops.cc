@@ -155,9 +155,11 @@ TEST_P(CpuOps, Matmul) {
   }
 }
 
-// int8 weights with a scale per row (--quantization int8), f32 activations: against the
-// oracle's dequantized product (q * scale in f32, then the double-accumulated dot), on
-// shapes with every GEMV/tile height and masked k tails (16 int8 weights per vector).
+// int8 weights with a scale per row (--quantization int8): against the oracle's dequantized
+// product (q * scale in f32, then the double-accumulated dot), with f32 activations and with
+// activations rounded to bf16 (matmul_x16: AVX512-BF16 dot products on the weights widened
+// to bf16 where the CPU has them), on shapes with every GEMV/tile height and masked k tails
+// (16 int8 weights per f32 vector, 32 per dot product).
 TEST_P(CpuOps, MatmulInt8) {
   const std::pair<int64_t, int64_t> shapes[] = {{1, 1},   {17, 97},  {130, 17}, {97, 130},
                                                 {64, 64}, {256, 48}, {512, 300}, {2048, 33}};
@@ -183,9 +185,15 @@ TEST_P(CpuOps, MatmulInt8) {
         ref_.matmul(want.t, x.t, w.t, bias.t);
         poison(got);
         cpu_->matmul(got.t, x.t, w.t, bias.t);
-        expect_within(got, want, dot_tolerance(x, wd, n, in, out),
-                      "matmul I8 n=" + std::to_string(n) + " in=" + std::to_string(in) + " out=" +
-                          std::to_string(out) + (bias_on ? " bias" : ""));
+        const std::string what = "I8 n=" + std::to_string(n) + " in=" + std::to_string(in) +
+                                 " out=" + std::to_string(out) + (bias_on ? " bias" : "");
+        expect_within(got, want, dot_tolerance(x, wd, n, in, out), "matmul " + what);
+        Buf x16(DType::kBF16, {n, in});
+        ref_.round_to_16bit(x16.t, x.t);
+        ref_.matmul_x16(want.t, x16.t, w.t, bias.t);
+        poison(got);
+        cpu_->matmul_x16(got.t, x16.t, w.t, bias.t);
+        expect_within(got, want, dot_tolerance(x16, wd, n, in, out), "matmul_x16 " + what);
       }
     }
   }

@@ -96,6 +96,7 @@ CpuBackend::CpuBackend(int num_threads, CpuIsa isa, bool round_x16)
   if (isa_ == CpuIsa::kAvx512 && cpu_has_bf16_dot()) {
     bf16_dot_ = cpu::avx512bf16_matmul_bf16_dot();
     bf16_packed_ = cpu::avx512bf16_matmul_bf16_packed();
+    i8_dot_ = cpu::avx512bf16_matmul_i8_dot();
   }
 }
 

@@ -131,6 +131,7 @@ class CpuBackend : public HostBackend {
   const cpu::CpuKernels* k_;
   cpu::MatmulFn bf16_dot_ = nullptr;     // the AVX512-BF16 matmul, where the CPU has it
   cpu::MatmulFn bf16_packed_ = nullptr;  // the same on packed weights
+  cpu::MatmulFn i8_dot_ = nullptr;       // the same on int8 weights
   std::unique_ptr<ThreadPool> pool_;
   std::vector<float> weight_scratch_;
   std::vector<float> bias_scratch_[kMaxGroup];  // a group's biases widened to f32

@@ -97,6 +97,8 @@ const CpuKernels& avx512_kernels();
 // The bf16 dot-product matmul (bf16 weights, MatmulArgs::x16): only when the CPU has
 // AVX512-BF16 (cpu_kernels_avx512bf16.cc).
 MatmulFn avx512bf16_matmul_bf16_dot();
+// The same on int8 weights (MatmulArgs::w_scale), widened exactly to bf16 in registers.
+MatmulFn avx512bf16_matmul_i8_dot();
 // The same on weights packed for it (packed_weights.h; cpu_packed_avx512bf16.cc): row
 // ranges are multiples of 16.
 MatmulFn avx512bf16_matmul_bf16_packed();

@@ -5,6 +5,10 @@
 // on bf16 weights widened first, and no widening. Compiled with -mavx512bf16 by CMake and
 // called only when the CPU has it (CpuBackend). Same tiling as matmul_kernels.h.
 //
+// int8 weights (MatmulArgs::w_scale) take the same path: 32 weights widened exactly to bf16
+// (int8 -> int32 -> f32 -> bf16, every step exact for |q| <= 127) feed the same vdpbf16ps,
+// and each finished sum is multiplied by its row's scale.
+//
 // GCC 12's AVX-512 intrinsics trip -Wuninitialized (see cpu_kernels_avx512.cc).
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -32,14 +36,29 @@ inline __m512bh load_bf16_n(const uint16_t* p, int n) {
   return reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(m, p));
 }
 
+inline __m512 widen_i8(__m128i q) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)); }
+// 32 int8 weights as bf16, in order (vcvtne2ps2bf16 puts its second operand in lanes 0-15).
+inline __m512bh load_bf16(const int8_t* p) {
+  const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16));
+  return _mm512_cvtne2ps_pbh(widen_i8(hi), widen_i8(lo));
+}
+inline __m512bh load_bf16_n(const int8_t* p, int n) {
+  const auto mask = [](int m) { return m >= 16 ? __mmask16{0xffff} : static_cast<__mmask16>((1u << (m < 0 ? 0 : m)) - 1u); };
+  const __m128i lo = _mm_maskz_loadu_epi8(mask(n), p);
+  const __m128i hi = _mm_maskz_loadu_epi8(mask(n - 16), p + 16);
+  return _mm512_cvtne2ps_pbh(widen_i8(hi), widen_i8(lo));
+}
+
 // R rows x T tokens from (r0, t0). kPrefetchNext: prefetch the next R rows into L2 while
 // streaming these (the hardware prefetchers stop at each 4 KiB page).
-template <int R, int T, bool kPrefetchNext>
+// W: uint16_t (bf16 weights) or int8_t (int8 weights with row scales).
+template <class W, int R, int T, bool kPrefetchNext>
 inline void dot_tile(const MatmulArgs& a, int64_t r0, int64_t t0) {
   const int64_t k = a.k;
-  const uint16_t* w[R];
+  const W* w[R];
   const uint16_t* x[T];
-  for (int r = 0; r < R; ++r) w[r] = static_cast<const uint16_t*>(a.w) + (r0 + r) * a.ldw;
+  for (int r = 0; r < R; ++r) w[r] = static_cast<const W*>(a.w) + (r0 + r) * a.ldw;
   for (int t = 0; t < T; ++t) x[t] = a.x16 + (t0 + t) * a.ldx;
   __m512 acc[R][T];
   for (int r = 0; r < R; ++r)
@@ -69,35 +88,38 @@ inline void dot_tile(const MatmulArgs& a, int64_t r0, int64_t t0) {
     float* yr = a.y + (t0 + t) * a.ldy + r0;
     for (int r = 0; r < R; ++r) {
       float v = _mm512_reduce_add_ps(acc[r][t]);
+      if constexpr (sizeof(W) == 1) v *= a.w_scale[r0 + r];
       if (a.bias) v += a.bias[r0 + r];
       yr[r] = a.accumulate ? yr[r] + v : v;
     }
   }
 }
 
-void matmul_bf16_dot(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+template <class W>
+void matmul_dot(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
   if (t1 - t0 == 1) {  // GEMV: bandwidth-bound; 8 rows streamed at once, as the f32 GEMV
     int64_t r = r0;
-    for (; r + kGemvR <= r1; r += kGemvR) dot_tile<kGemvR, 1, true>(a, r, t0);
-    for (; r < r1; ++r) dot_tile<1, 1, false>(a, r, t0);
+    for (; r + kGemvR <= r1; r += kGemvR) dot_tile<W, kGemvR, 1, true>(a, r, t0);
+    for (; r < r1; ++r) dot_tile<W, 1, 1, false>(a, r, t0);
     return;
   }
   l2_token_blocks<kT>(t0, t1, a.k * 2, [&](int64_t tb, int64_t te) {
     int64_t r = r0;
     for (; r + kR <= r1; r += kR) {
       // The first token tile streams the rows from memory; later tiles find them in cache.
-      exact_tile<kT>(min64(kT, te - tb), [&]<int T>() { dot_tile<kR, T, true>(a, r, tb); });
+      exact_tile<kT>(min64(kT, te - tb), [&]<int T>() { dot_tile<W, kR, T, true>(a, r, tb); });
       for (int64_t t = tb + kT; t < te; t += kT)
-        exact_tile<kT>(min64(kT, te - t), [&]<int T>() { dot_tile<kR, T, false>(a, r, t); });
+        exact_tile<kT>(min64(kT, te - t), [&]<int T>() { dot_tile<W, kR, T, false>(a, r, t); });
     }
     for (; r < r1; ++r)
       for (int64_t t = tb; t < te; t += kT)
-        exact_tile<kT>(min64(kT, te - t), [&]<int T>() { dot_tile<1, T, false>(a, r, t); });
+        exact_tile<kT>(min64(kT, te - t), [&]<int T>() { dot_tile<W, 1, T, false>(a, r, t); });
   });
 }
 
 }  // namespace
 
-MatmulFn avx512bf16_matmul_bf16_dot() { return &matmul_bf16_dot; }
+MatmulFn avx512bf16_matmul_bf16_dot() { return &matmul_dot<uint16_t>; }
+MatmulFn avx512bf16_matmul_i8_dot() { return &matmul_dot<int8_t>; }
 
 }  // namespace quiver::cpu

@@ -132,8 +132,10 @@ CpuBackend::MatmulJob CpuBackend::matmul_job(Tensor y, Tensor x, Tensor w, Tenso
 
 CpuBackend::MatmulJob CpuBackend::matmul_x16_job(Tensor y, Tensor x16, Tensor w, Tensor bias,
                                                  std::vector<float>* scratch) {
-  check(y.dtype == DType::kF32 && x16.dtype == DType::kBF16 && w.dtype == DType::kBF16,
-        "matmul_x16: y must be f32, x16 and w bf16");
+  const bool i8 = w.dtype == DType::kI8;
+  check(y.dtype == DType::kF32 && x16.dtype == DType::kBF16 && (w.dtype == DType::kBF16 || i8),
+        "matmul_x16: y must be f32, x16 bf16, w bf16 or int8");
+  check(i8 == (w.row_scale != nullptr), "matmul_x16: an int8 weight needs its row scales, and only it has them");
   const int64_t n = x16.dim(0), in = x16.dim(1), out = w.dim(0);
   check(x16.ndim == 2 && w.ndim == 2 && w.dim(1) == in && y.dim(0) == n && y.dim(1) == out,
         "matmul_x16: shape mismatch");
@@ -141,8 +143,8 @@ CpuBackend::MatmulJob CpuBackend::matmul_x16_job(Tensor y, Tensor x16, Tensor w,
   const bool packed = w.layout == WeightLayout::kBf16Block16;
   const cpu::MatmulArgs a{.y = y.ptr<float>(), .ldy = out, .x = nullptr, .ldx = in, .w = w.data, .ldw = in,
                           .bias = bias.empty() ? nullptr : as_f32(bias, out, scratch), .k = in,
-                          .accumulate = false, .x16 = x16.ptr<uint16_t>()};
-  return plan_matmul(packed ? bf16_packed_ : bf16_dot_, a, out, n);
+                          .accumulate = false, .x16 = x16.ptr<uint16_t>(), .w_scale = w.row_scale};
+  return plan_matmul(packed ? bf16_packed_ : i8 ? i8_dot_ : bf16_dot_, a, out, n);
 }
 
 CpuBackend::MatmulJob CpuBackend::shrink_job(Tensor t, Tensor x, Tensor a_stack) const {

@@ -75,7 +75,8 @@ void RefBackend::matmul(Tensor y, Tensor x, Tensor w, Tensor bias) {
 }
 
 void RefBackend::matmul_x16(Tensor y, Tensor x16, Tensor w, Tensor bias) {
-  check(x16.dtype == DType::kBF16 && x16.ndim == 2 && w.dtype == DType::kBF16, "matmul_x16: x16 and w must be bf16");
+  check(x16.dtype == DType::kBF16 && x16.ndim == 2 && (w.dtype == DType::kBF16 || w.dtype == DType::kI8),
+        "matmul_x16: x16 must be bf16, w bf16 or int8");
   std::vector<float> x(static_cast<size_t>(x16.numel()));
   for (size_t i = 0; i < x.size(); ++i) x[i] = bf16_to_f32(x16.ptr<uint16_t>()[i]);
   matmul(y, Tensor(x.data(), DType::kF32, {x16.dim(0), x16.dim(1)}), w, bias);
