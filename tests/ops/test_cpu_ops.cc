@@ -194,6 +194,16 @@ TEST_P(CpuOps, MatmulInt8) {
         poison(got);
         cpu_->matmul_x16(got.t, x16.t, w.t, bias.t);
         expect_within(got, want, dot_tolerance(x16, wd, n, in, out), "matmul_x16 " + what);
+        // Each output sums its pairs in one order in every tile shape (widened once for
+        // many tokens or not): a token alone is bitwise the batch's.
+        for (int64_t t : {int64_t{0}, n - 1}) {
+          Buf one(DType::kF32, {1, out});
+          cpu_->matmul_x16(one.t, x16.t.rows(t, 1), w.t, bias.t);
+          if (cpu_->has_bf16_dot()) {
+            ASSERT_EQ(0, std::memcmp(one.t.data, got.f() + t * out, static_cast<size_t>(out) * 4))
+                << what << ": token " << t << " alone differs from the batch";
+          }
+        }
       }
     }
   }

@@ -14,6 +14,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstdint>
 
 #include "backend/cpu/cpu_kernels.h"
@@ -88,8 +89,14 @@ inline void dot_tile(const MatmulArgs& a, int64_t r0, int64_t t0) {
     float* yr = a.y + (t0 + t) * a.ldy + r0;
     for (int r = 0; r < R; ++r) {
       float v = _mm512_reduce_add_ps(acc[r][t]);
-      if constexpr (sizeof(W) == 1) v *= a.w_scale[r0 + r];
-      if (a.bias) v += a.bias[r0 + r];
+      // One rounding for scale and bias in every tile shape: left to the compiler, v * s + b
+      // is fused in some instantiations and not in others (a token alone then differs from
+      // the same token batched).
+      if constexpr (sizeof(W) == 1) {
+        v = a.bias ? std::fma(v, a.w_scale[r0 + r], a.bias[r0 + r]) : v * a.w_scale[r0 + r];
+      } else if (a.bias) {
+        v += a.bias[r0 + r];
+      }
       yr[r] = a.accumulate ? yr[r] + v : v;
     }
   }
