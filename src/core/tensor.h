@@ -29,7 +29,8 @@ struct Tensor {
   int ndim = 0;
   std::array<int64_t, kMaxDims> shape{};
   WeightLayout layout = WeightLayout::kRows;
-  // An I8 weight's dequantization scales, one per row (row r is q[r, :] * row_scale[r]);
+  // A quantized weight's dequantization scales, one per row (row r is q[r, :] *
+  // row_scale[r]): int8 weights, and the FP8 values of an FP8 checkpoint held in bf16;
   // null for every other tensor.
   const float* row_scale = nullptr;
 

@@ -175,27 +175,80 @@ Result<int64_t> parse_sliding_window(const Json& j, Arch arch, const ModelConfig
   return window;
 }
 
-// A pre-quantized checkpoint: the error names its method (HF's quant_method) and what is
-// served instead. Weights quiver cannot read would otherwise load as garbage or fail on a
-// missing tensor name far from the cause.
-Status refuse_quantized(const Json& q) {
-  std::string method = "(no quant_method)";
-  if (q.is_object() && q.contains("quant_method") && q.at("quant_method").is_string())
-    method = q.at("quant_method").get<std::string>();
+// A pre-quantized checkpoint: FP8 layouts are read (Fp8Config); any other method is refused
+// naming it (HF's quant_method) and what is served instead. Weights quiver cannot read
+// would otherwise load as garbage or fail on a missing tensor name far from the cause.
+Status refuse_quantized(const std::string& method, const std::string& why) {
   std::string kind;
   if (method == "gptq" || method == "awq" || method == "marlin" || method == "exl2") kind = "int4/int8 weight-only";
   else if (method == "bitsandbytes") kind = "bitsandbytes 4/8-bit";
-  else if (method == "fp8" || method == "fbgemm_fp8" || method == "compressed-tensors") kind = "FP8 or compressed-tensors";
+  else if (method == "compressed-tensors") kind = "compressed-tensors";
   return Status::error(field("quantization_config") + " names quant_method '" + method + "'" +
-                       (kind.empty() ? "" : " (" + kind + ")") +
-                       ": pre-quantized checkpoints are not supported. quiver loads float32, float16 and bfloat16 "
-                       "checkpoints, and quantizes one at load with --quantization int8 (cpu and ref backends)");
+                       (kind.empty() ? "" : " (" + kind + ")") + why +
+                       ": quiver loads float32, float16 and bfloat16 checkpoints, FP8 ones (compressed-tensors "
+                       "float-quantized per tensor, channel or block; quant_method fp8 with weight_block_size), and "
+                       "quantizes a float one at load with --quantization int8 (cpu and ref backends)");
+}
+
+Status parse_block(const Json& b, Fp8Config& f) {
+  if (!b.is_array() || b.size() != 2 || !b[0].is_number_integer() || !b[1].is_number_integer() ||
+      b[0].get<int64_t>() <= 0 || b[1].get<int64_t>() <= 0)
+    return Status::error(field("quantization_config") + ": the FP8 block size must be two positive integers, got " +
+                         b.dump());
+  f.block_n = b[0].get<int64_t>();
+  f.block_k = b[1].get<int64_t>();
+  f.scale = Fp8Config::Scale::kBlock;
+  return Status::ok();
+}
+
+Status parse_quantization(const Json& q, ModelConfig& c) {
+  std::string method = "(no quant_method)";
+  if (q.is_object() && q.contains("quant_method") && q.at("quant_method").is_string())
+    method = q.at("quant_method").get<std::string>();
+  Fp8Config f;
+  f.method = method;
+  if (method == "fp8") {  // transformers' fine-grained FP8: 128 x 128 blocks by default
+    f.scale_suffix = "weight_scale_inv";
+    QV_RETURN_IF_ERROR(parse_block(q.contains("weight_block_size") && !q.at("weight_block_size").is_null()
+                                       ? q.at("weight_block_size") : Json::array({128, 128}), f));
+    c.fp8 = f;
+    return Status::ok();
+  }
+  if (method != "compressed-tensors") return refuse_quantized(method, "");
+  const std::string format = q.value("format", "");
+  if (format != "float-quantized")
+    return refuse_quantized(method, " with format '" + format + "' (only float-quantized is read)");
+  if (!q.contains("config_groups") || !q.at("config_groups").is_object() || q.at("config_groups").empty())
+    return refuse_quantized(method, " without config_groups");
+  f.scale_suffix = "weight_scale";
+  for (const auto& [name, group] : q.at("config_groups").items()) {
+    const Json w = group.is_object() && group.contains("weights") ? group.at("weights") : Json();
+    if (!w.is_object() || w.value("num_bits", 0) != 8 || w.value("type", "") != "float")
+      return refuse_quantized(method, " whose group '" + name + "' has weights other than 8-bit float");
+    const std::string strategy = w.value("strategy", "");
+    Fp8Config g = f;
+    if (strategy == "tensor") {
+      g.scale = Fp8Config::Scale::kTensor;
+    } else if (strategy == "channel") {
+      g.scale = Fp8Config::Scale::kChannel;
+    } else if (strategy == "block") {
+      QV_RETURN_IF_ERROR(parse_block(w.contains("block_structure") ? w.at("block_structure") : Json(), g));
+    } else {
+      return refuse_quantized(method, " whose group '" + name + "' has weight strategy '" + strategy +
+                                          "' (read: tensor, channel, block)");
+    }
+    if (f.scale != Fp8Config::Scale::kNone && (g.scale != f.scale || g.block_n != f.block_n || g.block_k != f.block_k))
+      return refuse_quantized(method, " with groups of different weight strategies");
+    f = g;
+  }
+  c.fp8 = f;
+  return Status::ok();
 }
 
 Status parse_config(const Json& j, ModelConfig& c) {
   QV_ASSIGN_OR_RETURN(const ArchInfo* arch, parse_arch(j));
   c.architecture = arch->architecture;
-  if (json_has(j, "quantization_config")) return refuse_quantized(j.at("quantization_config"));
+  if (json_has(j, "quantization_config")) QV_RETURN_IF_ERROR(parse_quantization(j.at("quantization_config"), c));
 
   QV_ASSIGN_OR_RETURN(c.vocab_size, positive_int(j, "vocab_size"));
   QV_ASSIGN_OR_RETURN(c.hidden_size, positive_int(j, "hidden_size"));

@@ -22,6 +22,19 @@ struct RopeConfig {
   int64_t original_max_position_embeddings = 8192;  // llama3
 };
 
+// An FP8 checkpoint's weights (config.json's quantization_config): projection weights in
+// e4m3 with float32 scales per tensor, per output channel, or per block of block_n rows x
+// block_k columns, as llm-compressor's compressed-tensors ("float-quantized") and
+// transformers' fine-grained FP8 (quant_method "fp8") publish them. A projection whose file
+// tensor is not F8_E4M3 (the config's ignore list) loads as a float weight.
+struct Fp8Config {
+  enum class Scale : uint8_t { kNone, kTensor, kChannel, kBlock };
+  Scale scale = Scale::kNone;
+  int64_t block_n = 0, block_k = 0;  // kBlock
+  std::string scale_suffix;          // "weight_scale" or, for quant_method "fp8", "weight_scale_inv"
+  std::string method;                // quant_method, for messages
+};
+
 struct ModelConfig {
   std::string architecture;  // e.g. "LlamaForCausalLM"
   int64_t vocab_size = 0;
@@ -42,6 +55,7 @@ struct ModelConfig {
   // Sliding-window attention is not implemented, so a window is only accepted when it can
   // never take effect (>= max_position_embeddings); 0: no window.
   int64_t sliding_window = 0;
+  Fp8Config fp8;  // scale kNone: not an FP8 checkpoint
 
   int64_t q_size() const { return num_heads * head_dim; }
   int64_t kv_size() const { return num_kv_heads * head_dim; }

@@ -42,7 +42,7 @@ constexpr FileDType kFileDTypes[] = {
     {"I32", 4, true, DType::kI32},      {"F64", 8, false, DType::kF32},     {"I64", 8, false, DType::kF32},
     {"U64", 8, false, DType::kF32},     {"U32", 4, false, DType::kF32},     {"I16", 2, false, DType::kF32},
     {"U16", 2, false, DType::kF32},     {"I8", 1, false, DType::kF32},      {"U8", 1, false, DType::kF32},
-    {"BOOL", 1, false, DType::kF32},    {"F8_E4M3", 1, false, DType::kF32}, {"F8_E5M2", 1, false, DType::kF32},
+    {"BOOL", 1, false, DType::kF32},    {"F8_E4M3", 1, true, DType::kF8E4M3}, {"F8_E5M2", 1, false, DType::kF32},
     {"F8_E8M0", 1, false, DType::kF32},
 };
 
@@ -287,13 +287,20 @@ Result<Checkpoint> Checkpoint::open(const std::string& path) {
 
 bool Checkpoint::has(const std::string& name) const { return index_.count(name) != 0; }
 
-Result<Tensor> Checkpoint::get(const std::string& name, const std::vector<int64_t>& shape) const {
+std::optional<std::vector<int64_t>> Checkpoint::shape_of(const std::string& name) const {
+  auto it = index_.find(name);
+  if (it == index_.end()) return std::nullopt;
+  return it->second.second->shape;
+}
+
+Result<Tensor> Checkpoint::get(const std::string& name, const std::vector<int64_t>& shape, bool allow_fp8) const {
   auto it = index_.find(name);
   if (it == index_.end()) return Status::error(path_ + ": tensor '" + name + "' not found in the checkpoint");
   const auto& [file, info] = it->second;
   const std::string where = file->path() + ": tensor '" + name + "'";
-  if (!info->dtype_known || info->dtype == DType::kI32)
-    return Status::error(where + " has dtype " + info->file_dtype + "; weights must be F32, F16 or BF16");
+  if (!info->dtype_known || info->dtype == DType::kI32 || (info->dtype == DType::kF8E4M3 && !allow_fp8))
+    return Status::error(where + " has dtype " + info->file_dtype + "; weights must be F32, F16 or BF16" +
+                         (allow_fp8 ? ", or F8_E4M3" : ""));
   if (info->shape != shape)
     return Status::error(where + " has shape " + shape_str(info->shape) + ", expected " + shape_str(shape));
   if (shape.size() > static_cast<size_t>(Tensor::kMaxDims))

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -52,11 +53,14 @@ class Checkpoint {
 
   bool has(const std::string& name) const;
   // A view of tensor `name` whose shape must equal `shape`; errors name the tensor, the
-  // file, and expected vs actual shape. Only F32/F16/BF16 are accepted.
+  // file, and expected vs actual shape. Only F32/F16/BF16 are accepted, and F8_E4M3 where
+  // allow_fp8 (an FP8 checkpoint's projection weights).
   // The view points into a read-only mapping (Tensor::data is void* for all uses, but
   // writing through it faults): weights are read-only. Views live as long as this object
   // or a copy of it (copies share the mappings).
-  Result<Tensor> get(const std::string& name, const std::vector<int64_t>& shape) const;
+  Result<Tensor> get(const std::string& name, const std::vector<int64_t>& shape, bool allow_fp8 = false) const;
+  // The shape of tensor `name` (empty: no such tensor).
+  std::optional<std::vector<int64_t>> shape_of(const std::string& name) const;
   std::vector<std::string> names() const;
   const std::string& path() const { return path_; }
 

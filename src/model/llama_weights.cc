@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/splitmix.h"
+#include "model/fp8_weights.h"
 #include "model/int8_weights.h"
 
 namespace quiver {
@@ -14,16 +15,27 @@ std::string layer_prefix(int64_t l) { return "model.layers." + std::to_string(l)
 
 class Loader {
  public:
-  Loader(const Checkpoint& ckpt, Backend* backend) : ckpt_(ckpt), backend_(backend) {}
+  Loader(const Checkpoint& ckpt, Backend* backend, const Fp8Config& fp8, std::vector<Buffer>* owned)
+      : ckpt_(ckpt), backend_(backend), fp8_(fp8), owned_(owned) {}
   Result<Tensor> get(const std::string& name, std::vector<int64_t> shape) {
     auto t = ckpt_.get(name, shape);
     if (!t.is_ok()) return t.status();
     return backend_->import_weight(t.value());
   }
+  // A projection weight: an FP8 checkpoint's e4m3 tensors through model/fp8_weights.h.
+  Result<Tensor> projection(const std::string& name, int64_t rows, int64_t k) {
+    auto probe = ckpt_.get(name, {rows, k}, /*allow_fp8=*/true);
+    if (!probe.is_ok() || probe->dtype != DType::kF8E4M3) return get(name, {rows, k});
+    if (fp8_.scale == Fp8Config::Scale::kNone)
+      return Status::error(name + " is F8_E4M3 but config.json has no FP8 quantization_config");
+    return load_fp8_projection(ckpt_, name, rows, k, fp8_, backend_, owned_);
+  }
 
  private:
   const Checkpoint& ckpt_;
   Backend* backend_;
+  const Fp8Config& fp8_;
+  std::vector<Buffer>* owned_;
 };
 
 // Re-lays each projection weight out in the order the backend multiplies it fastest in
@@ -65,7 +77,13 @@ Result<LlamaWeights> load_llama_weights(const ModelConfig& c, std::shared_ptr<Ch
                                         Backend* backend, WeightQuantization quant,
                                         const std::function<void(int64_t, int64_t)>& progress) {
   LlamaWeights w;
-  Loader ld(*checkpoint, backend);
+  if (c.fp8.scale != Fp8Config::Scale::kNone && backend->device() != Device::kCpu)
+    return Status::error("FP8 checkpoints (quant_method " + c.fp8.method + ") run on the cpu and ref backends; the " +
+                         backend->name() + " backend has no FP8 weight kernels");
+  if (c.fp8.scale != Fp8Config::Scale::kNone && quant == WeightQuantization::kInt8)
+    return Status::error("--quantization int8 takes a float checkpoint; this one is already FP8 (quant_method " +
+                         c.fp8.method + ")");
+  Loader ld(*checkpoint, backend, c.fp8, &w.owned);
   const int64_t h = c.hidden_size, q = c.q_size(), kv = c.kv_size(), f = c.intermediate_size;
   QV_ASSIGN_OR_RETURN(w.embed, ld.get("model.embed_tokens.weight", {c.vocab_size, h}));
   QV_ASSIGN_OR_RETURN(w.final_norm, ld.get("model.norm.weight", {h}));
@@ -78,19 +96,19 @@ Result<LlamaWeights> load_llama_weights(const ModelConfig& c, std::shared_ptr<Ch
     const std::string p = layer_prefix(l);
     LayerWeights lw;
     QV_ASSIGN_OR_RETURN(lw.attn_norm, ld.get(p + "input_layernorm.weight", {h}));
-    QV_ASSIGN_OR_RETURN(lw.wq, ld.get(p + "self_attn.q_proj.weight", {q, h}));
-    QV_ASSIGN_OR_RETURN(lw.wk, ld.get(p + "self_attn.k_proj.weight", {kv, h}));
-    QV_ASSIGN_OR_RETURN(lw.wv, ld.get(p + "self_attn.v_proj.weight", {kv, h}));
-    QV_ASSIGN_OR_RETURN(lw.wo, ld.get(p + "self_attn.o_proj.weight", {h, q}));
+    QV_ASSIGN_OR_RETURN(lw.wq, ld.projection(p + "self_attn.q_proj.weight", q, h));
+    QV_ASSIGN_OR_RETURN(lw.wk, ld.projection(p + "self_attn.k_proj.weight", kv, h));
+    QV_ASSIGN_OR_RETURN(lw.wv, ld.projection(p + "self_attn.v_proj.weight", kv, h));
+    QV_ASSIGN_OR_RETURN(lw.wo, ld.projection(p + "self_attn.o_proj.weight", h, q));
     if (c.attention_bias) {
       QV_ASSIGN_OR_RETURN(lw.bq, ld.get(p + "self_attn.q_proj.bias", {q}));
       QV_ASSIGN_OR_RETURN(lw.bk, ld.get(p + "self_attn.k_proj.bias", {kv}));
       QV_ASSIGN_OR_RETURN(lw.bv, ld.get(p + "self_attn.v_proj.bias", {kv}));
     }
     QV_ASSIGN_OR_RETURN(lw.mlp_norm, ld.get(p + "post_attention_layernorm.weight", {h}));
-    QV_ASSIGN_OR_RETURN(lw.w_gate, ld.get(p + "mlp.gate_proj.weight", {f, h}));
-    QV_ASSIGN_OR_RETURN(lw.w_up, ld.get(p + "mlp.up_proj.weight", {f, h}));
-    QV_ASSIGN_OR_RETURN(lw.w_down, ld.get(p + "mlp.down_proj.weight", {h, f}));
+    QV_ASSIGN_OR_RETURN(lw.w_gate, ld.projection(p + "mlp.gate_proj.weight", f, h));
+    QV_ASSIGN_OR_RETURN(lw.w_up, ld.projection(p + "mlp.up_proj.weight", f, h));
+    QV_ASSIGN_OR_RETURN(lw.w_down, ld.projection(p + "mlp.down_proj.weight", h, f));
     w.layers.push_back(lw);
     if (progress) progress(l + 1, c.num_layers);
   }

@@ -8,6 +8,7 @@
 // comparison runs in float32 compute (--matmul-precision highest) on every model.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -224,6 +225,41 @@ fs::path dequantized_copy(const std::string& model) {
   return dir;
 }
 
+// Against HF on the original weights: the largest |Δ logprob| over chosen tokens and prompt
+// positions up to each request's first greedy difference, which must come where HF's top-2
+// margin is below `bound` (the bound's rule, docs/numerics.md); prints it with the agreement.
+double cost_against_hf(const std::string& model, const std::map<std::string, json>& q, const std::string& what,
+                       double bound) {
+  const fs::path requests = fixture(model) / "requests.jsonl";
+  double worst = 0;
+  size_t same = 0, compared = 0, whole = 0;
+  const auto reqs = read_jsonl(requests);
+  const auto expected = read_jsonl(fixture(model) / "expected.jsonl");
+  for (size_t r = 0; r < expected.size(); ++r) {
+    const json& exp = expected[r];
+    const json& out = q.at(exp["id"].get<std::string>());
+    const auto& toks = out["token_ids"];
+    compared += exp["token_ids"].size();
+    whole += toks == exp["token_ids"];
+    for (size_t i = 0; i < toks.size() && i < exp["token_ids"].size(); ++i) {
+      if (toks[i] != exp["token_ids"][i]) {  // the continuations differ from here
+        EXPECT_LT(exp["margins"][i].get<double>(), bound) << what << " " << exp["id"] << ": token " << i;
+        break;
+      }
+      ++same;
+      worst = std::max(worst, std::abs(lp_of(out["logprobs"][i], toks[i]) - exp["logprobs"][i].get<double>()));
+    }
+    const json& prompt = reqs[r].contains("prompt_token_ids") ? reqs[r]["prompt_token_ids"] : exp["prompt_token_ids"];
+    for (size_t p = 1; p < prompt.size() && p < out["prompt_logprobs"].size(); ++p)
+      worst = std::max(worst, std::abs(out["prompt_logprobs"][p][std::to_string(prompt[p].get<int>())].get<double>() -
+                                       exp["prompt_logprobs"][p].get<double>()));
+  }
+  std::printf("%s %s: %zu of %zu requests generate HF's tokens; %zu of %zu tokens before a request's first "
+              "difference; max |logprob - HF| %.3g there\n",
+              model.c_str(), what.c_str(), whole, expected.size(), same, compared, worst);
+  return worst;
+}
+
 // --quantization int8 against its exact reference, the dequantized model in float32, both
 // with float32 activations: the same tokens, logprobs within 1e-3 (DESIGN.md §4's bound;
 // only the order of the sums differs). Then what int8 costs in its default numerics (a bf16
@@ -237,30 +273,46 @@ TEST_P(HfFixture, Int8WeightsMatchTheirDequantizedModel) {
   auto d = run_generate(model, requests, "--max-loras 8 --matmul-precision highest", "dequant", dequantized_copy(model));
   expect_same_runs(d, exact, 1e-3, "int8 vs its dequantized model");
   auto q = run_generate(model, requests, int8, "int8");
-  double worst = 0;
-  size_t same = 0, compared = 0;
-  const auto reqs = read_jsonl(requests);
-  const auto expected = read_jsonl(fixture(model) / "expected.jsonl");
-  for (size_t r = 0; r < expected.size(); ++r) {
-    const json& exp = expected[r];
-    const json& out = q.at(exp["id"].get<std::string>());
-    const auto& toks = out["token_ids"];
-    for (size_t i = 0; i < toks.size() && i < exp["token_ids"].size(); ++i, ++compared) {
-      if (toks[i] != exp["token_ids"][i]) break;  // the continuations differ from here
-      ++same;
-      worst = std::max(worst, std::abs(lp_of(out["logprobs"][i], toks[i]) - exp["logprobs"][i].get<double>()));
-    }
-    const json& prompt = reqs[r].contains("prompt_token_ids") ? reqs[r]["prompt_token_ids"] : exp["prompt_token_ids"];
-    for (size_t p = 1; p < prompt.size() && p < out["prompt_logprobs"].size(); ++p)
-      worst = std::max(worst, std::abs(out["prompt_logprobs"][p][std::to_string(prompt[p].get<int>())].get<double>() -
-                                       exp["prompt_logprobs"][p].get<double>()));
-  }
-  std::printf("%s int8: greedy tokens as HF's %zu of %zu before the first difference, max |logprob - HF| %.3g\n",
-              model.c_str(), same, compared, worst);
+  const double worst = cost_against_hf(model, q, "int8", kInt8Bound);
   EXPECT_LE(worst, kInt8Bound) << model;
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, HfFixture, ::testing::ValuesIn(kModels));
+
+// What an FP8 checkpoint may cost against HF on the weights it was made from
+// (docs/numerics.md): e4m3 keeps 4 significant bits where int8 keeps ~7.
+constexpr double kFp8WeightBound = 3.0;
+
+// FP8 checkpoints in each published layout, written from a fixture by
+// tools/make_fp8_checkpoint.py (blocks of 32 x 16 here, so the fixtures' small matrices span
+// several blocks and partial ones), with their dequantized float32 reference: with float32
+// activations they agree within 1e-3, and in the default numerics their cost against HF
+// stays within kFp8WeightBound.
+class Fp8Checkpoint : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(Fp8Checkpoint, MatchesItsDequantizedModel) {
+  const auto& [model, layout] = GetParam();
+  const fs::path dir = scratch("fp8_" + model + "_" + layout), ref = scratch("fp8ref_" + model + "_" + layout);
+  const std::string tool = "python3 " + (fs::path(QUIVER_SOURCE_DIR) / "tools/make_fp8_checkpoint.py").string() + " " +
+                           fixture(model).string() + " " + dir.string() + " --layout " + layout +
+                           " --block 32 16 --dequantized " + ref.string();
+  ASSERT_EQ(std::system(tool.c_str()), 0) << tool;
+  const fs::path requests = fixture(model) / "requests.jsonl";
+  auto exact = run_generate(model, requests, "--max-loras 8 --matmul-precision highest", "fp8_highest_" + layout, dir);
+  auto d = run_generate(model, requests, "--max-loras 8 --matmul-precision highest", "fp8ref_" + layout, ref);
+  expect_same_runs(d, exact, 1e-3, "fp8 " + layout + " vs its dequantized model");
+  auto q = run_generate(model, requests, "--max-loras 8", "fp8_" + layout, dir);
+  EXPECT_LE(cost_against_hf(model, q, "fp8 " + layout, kFp8WeightBound), kFp8WeightBound) << model << " " << layout;
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, Fp8Checkpoint,
+                         ::testing::Combine(::testing::Values("llama_gqa", "llama3_bf16", "qwen2_tied"),
+                                            ::testing::Values("tensor", "channel", "block", "fine-grained")),
+                         [](const auto& info) {
+                           std::string layout = std::get<1>(info.param);
+                           std::replace(layout.begin(), layout.end(), '-', '_');
+                           return std::get<0>(info.param) + "_" + layout;
+                         });
 
 TEST(HfFixtureRef, ScalarOracleBackendAgrees) {
   auto base = run_generate("qwen2_tied", fixture("qwen2_tied") / "requests.jsonl", "--max-loras 8", "cpu");

@@ -209,6 +209,47 @@ TEST_P(CpuOps, MatmulInt8) {
   }
 }
 
+// bf16 weights with row scales (an FP8 checkpoint's e4m3 values, model/fp8_weights.h):
+// f32 and bf16 activations, row-major and packed, against the oracle's dequantized product.
+TEST_P(CpuOps, MatmulRowScales) {
+  std::uniform_real_distribution<float> scale(1e-3f, 4.f);
+  for (int64_t n : {1, 5, 17}) {
+    for (auto [in, out] : {std::pair<int64_t, int64_t>{64, 48}, {130, 112}, {33, 97}}) {
+      Buf w = random_buf(rng_, DType::kBF16, {out, in}), wd(DType::kF32, {out, in});
+      std::vector<float> scales(static_cast<size_t>(out));
+      for (int64_t o = 0; o < out; ++o) {
+        scales[static_cast<size_t>(o)] = scale(rng_);
+        for (int64_t k = 0; k < in; ++k) wd.f()[o * in + k] = w.at(o * in + k) * scales[static_cast<size_t>(o)];
+      }
+      w.t.row_scale = scales.data();
+      Buf packed(DType::kBF16, {out, in});
+      Tensor pw;
+      if (cpu_->projection_layout(w.t) != WeightLayout::kRows) pw = cpu_->pack_projection(packed.t.data, w.t);
+      for (bool bias_on : {false, true}) {
+        Buf x = random_buf(rng_, DType::kF32, {n, in});
+        Buf x16(DType::kBF16, {n, in});
+        ref_.round_to_16bit(x16.t, x.t);
+        Buf bias = bias_on ? random_buf(rng_, DType::kF32, {out}) : Buf();
+        const std::string what = "row scales n=" + std::to_string(n) + " in=" + std::to_string(in) +
+                                 " out=" + std::to_string(out) + (bias_on ? " bias" : "");
+        Buf want(DType::kF32, {n, out}), got(DType::kF32, {n, out});
+        ref_.matmul(want.t, x.t, w.t, bias.t);
+        poison(got);
+        cpu_->matmul(got.t, x.t, w.t, bias.t);
+        expect_within(got, want, dot_tolerance(x, wd, n, in, out), "matmul " + what);
+        ref_.matmul_x16(want.t, x16.t, w.t, bias.t);
+        for (const Tensor& wt : {w.t, pw}) {
+          if (wt.empty()) continue;
+          ASSERT_EQ(wt.row_scale, scales.data()) << what;
+          poison(got);
+          cpu_->matmul_x16(got.t, x16.t, wt, bias.t);
+          expect_within(got, want, dot_tolerance(x16, wd, n, in, out), "matmul_x16 " + what);
+        }
+      }
+    }
+  }
+}
+
 // The bf16-activation matmul (the plan's x_type bf16): on AVX-512 machines with
 // AVX512-BF16 the dot-product kernel, elsewhere the f32 kernels on the widened copy; both
 // against the oracle on the same rounded x. Token counts and widths cover every tile

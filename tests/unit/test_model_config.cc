@@ -268,14 +268,13 @@ TEST(ModelConfig, UnsupportedActivationAndBiases) {
   EXPECT_TRUE(parse_edited(kLlama31, {{"attention_bias", true}})->attention_bias);
 }
 
-// A pre-quantized checkpoint is refused with its method named and what is served instead
-// (bitsandbytes' config, as transformers writes it, included).
+// A pre-quantized checkpoint other than FP8 is refused with its method named and what is
+// served instead (bitsandbytes' config, as transformers writes it, included).
 TEST(ModelConfig, QuantizedCheckpointsNameTheirMethod) {
   const std::pair<const char*, const char*> methods[] = {{"gptq", "int4/int8 weight-only"},
                                                          {"awq", "int4/int8 weight-only"},
                                                          {"bitsandbytes", "bitsandbytes 4/8-bit"},
-                                                         {"fp8", "FP8 or compressed-tensors"},
-                                                         {"compressed-tensors", "FP8 or compressed-tensors"},
+                                                         {"compressed-tensors", "with format '' (only float-quantized"},
                                                          {"hqq", "quant_method 'hqq'"}};
   for (auto [method, kind] : methods) {
     nlohmann::json q = {{"quant_method", method}, {"bits", 4}};
@@ -287,6 +286,52 @@ TEST(ModelConfig, QuantizedCheckpointsNameTheirMethod) {
     EXPECT_HAS(m, "--quantization int8");
   }
   EXPECT_HAS(parse_edited(kLlama31, {{"quantization_config", {{"bits", 4}}}}).message(), "(no quant_method)");
+  // compressed-tensors' int4 (pack-quantized) and int weights are not FP8.
+  Json int4 = {{"quant_method", "compressed-tensors"}, {"format", "pack-quantized"}};
+  EXPECT_HAS(parse_edited(kLlama31, {{"quantization_config", int4}}).message(), "format 'pack-quantized'");
+  Json w8a8 = {{"quant_method", "compressed-tensors"}, {"format", "float-quantized"},
+               {"config_groups", {{"group_0", {{"weights", {{"num_bits", 8}, {"type", "int"}, {"strategy", "channel"}}}}}}}};
+  EXPECT_HAS(parse_edited(kLlama31, {{"quantization_config", w8a8}}).message(), "other than 8-bit float");
+}
+
+// The FP8 layouts as published: compressed-tensors float-quantized per tensor / channel /
+// block (llm-compressor), and transformers' fine-grained FP8 (128 x 128 blocks by default).
+TEST(ModelConfig, Fp8CheckpointLayouts) {
+  auto ct = [](Json weights) {
+    return Json{{"quant_method", "compressed-tensors"},
+                {"format", "float-quantized"},
+                {"ignore", {"lm_head"}},
+                {"config_groups",
+                 {{"group_0",
+                   {{"targets", {"Linear"}},
+                    {"weights", weights},
+                    {"input_activations", {{"num_bits", 8}, {"type", "float"}, {"strategy", "token"}, {"dynamic", true}}}}}}}};
+  };
+  auto tensor = parse_edited(kLlama31, {{"quantization_config", ct({{"num_bits", 8}, {"type", "float"}, {"strategy", "tensor"}})}});
+  ASSERT_TRUE(tensor.is_ok()) << tensor.message();
+  EXPECT_EQ(tensor->fp8.scale, Fp8Config::Scale::kTensor);
+  EXPECT_EQ(tensor->fp8.scale_suffix, "weight_scale");
+  auto channel = parse_edited(kLlama31, {{"quantization_config", ct({{"num_bits", 8}, {"type", "float"}, {"strategy", "channel"}})}});
+  ASSERT_TRUE(channel.is_ok()) << channel.message();
+  EXPECT_EQ(channel->fp8.scale, Fp8Config::Scale::kChannel);
+  auto block = parse_edited(kLlama31, {{"quantization_config", ct({{"num_bits", 8}, {"type", "float"}, {"strategy", "block"},
+                                                                    {"block_structure", {128, 64}}})}});
+  ASSERT_TRUE(block.is_ok()) << block.message();
+  EXPECT_EQ(block->fp8.scale, Fp8Config::Scale::kBlock);
+  EXPECT_EQ(block->fp8.block_n, 128);
+  EXPECT_EQ(block->fp8.block_k, 64);
+  auto fine = parse_edited(kLlama31, {{"quantization_config", {{"quant_method", "fp8"}, {"activation_scheme", "dynamic"}}}});
+  ASSERT_TRUE(fine.is_ok()) << fine.message();
+  EXPECT_EQ(fine->fp8.scale, Fp8Config::Scale::kBlock);
+  EXPECT_EQ(fine->fp8.block_n, 128);
+  EXPECT_EQ(fine->fp8.scale_suffix, "weight_scale_inv");
+  EXPECT_HAS(parse_edited(kLlama31, {{"quantization_config", {{"quant_method", "fp8"}, {"weight_block_size", {0, 128}}}}})
+                 .message(),
+             "two positive integers");
+  EXPECT_HAS(parse_edited(kLlama31, {{"quantization_config", ct({{"num_bits", 8}, {"type", "float"}, {"strategy", "group"}})}})
+                 .message(),
+             "weight strategy 'group'");
+  EXPECT_EQ(parse_edited(kLlama31, {})->fp8.scale, Fp8Config::Scale::kNone);
 }
 
 TEST(ModelConfig, UnsupportedRopeTypesAreRefused) {

@@ -5,9 +5,10 @@
 // on bf16 weights widened first, and no widening. Compiled with -mavx512bf16 by CMake and
 // called only when the CPU has it (CpuBackend). Same tiling as matmul_kernels.h.
 //
-// int8 weights (MatmulArgs::w_scale) take the same path: 32 weights widened exactly to bf16
-// (int8 -> int32 -> f32 -> bf16, every step exact for |q| <= 127) feed the same vdpbf16ps,
-// and each finished sum is multiplied by its row's scale.
+// int8 weights take the same path: 32 weights widened exactly to bf16 (int8 -> int32 -> f32
+// -> bf16, every step exact for |q| <= 127) feed the same vdpbf16ps. Weights with row scales
+// (MatmulArgs::w_scale: int8, FP8 values held in bf16) have each finished sum multiplied by
+// its row's scale.
 //
 // GCC 12's AVX-512 intrinsics trip -Wuninitialized (see cpu_kernels_avx512.cc).
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -92,7 +93,7 @@ inline void dot_tile(const MatmulArgs& a, int64_t r0, int64_t t0) {
       // One rounding for scale and bias in every tile shape: left to the compiler, v * s + b
       // is fused in some instantiations and not in others (a token alone then differs from
       // the same token batched).
-      if constexpr (sizeof(W) == 1) {
+      if (a.w_scale) {
         v = a.bias ? std::fma(v, a.w_scale[r0 + r], a.bias[r0 + r]) : v * a.w_scale[r0 + r];
       } else if (a.bias) {
         v += a.bias[r0 + r];

@@ -122,7 +122,7 @@ CpuBackend::MatmulJob CpuBackend::matmul_job(Tensor y, Tensor x, Tensor w, Tenso
   check(x.ndim == 2 && w.ndim == 2 && w.dim(1) == in && y.dim(0) == n && y.dim(1) == out, "matmul: shape mismatch");
   check(w.layout == WeightLayout::kRows, "matmul: a packed weight takes bf16 x (matmul_x16)");
   const bool i8 = w.dtype == DType::kI8;
-  check(i8 == (w.row_scale != nullptr), "matmul: an int8 weight needs its row scales, and only it has them");
+  check(!i8 || w.row_scale != nullptr, "matmul: an int8 weight needs its row scales");
   cpu::MatmulArgs a{
       .y = y.ptr<float>(), .ldy = out, .x = x.ptr<float>(), .ldx = in, .w = w.data, .ldw = in,
       .bias = bias.empty() ? nullptr : as_f32(bias, out, scratch), .k = in, .accumulate = false};
@@ -135,7 +135,7 @@ CpuBackend::MatmulJob CpuBackend::matmul_x16_job(Tensor y, Tensor x16, Tensor w,
   const bool i8 = w.dtype == DType::kI8;
   check(y.dtype == DType::kF32 && x16.dtype == DType::kBF16 && (w.dtype == DType::kBF16 || i8),
         "matmul_x16: y must be f32, x16 bf16, w bf16 or int8");
-  check(i8 == (w.row_scale != nullptr), "matmul_x16: an int8 weight needs its row scales, and only it has them");
+  check(!i8 || w.row_scale != nullptr, "matmul_x16: an int8 weight needs its row scales");
   const int64_t n = x16.dim(0), in = x16.dim(1), out = w.dim(0);
   check(x16.ndim == 2 && w.ndim == 2 && w.dim(1) == in && y.dim(0) == n && y.dim(1) == out,
         "matmul_x16: shape mismatch");

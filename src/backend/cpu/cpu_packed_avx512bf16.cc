@@ -38,7 +38,12 @@ inline __m512bh broadcast_pair(const uint16_t* x, int64_t p) {
 
 inline void store_block(const MatmulArgs& a, __m512 v, int64_t t, int64_t r) {
   float* y = a.y + t * a.ldy + r;
-  if (a.bias) v = _mm512_add_ps(v, _mm512_loadu_ps(a.bias + r));
+  if (a.w_scale) {  // one rounding for scale and bias, as the row-major dot kernel
+    const __m512 s = _mm512_loadu_ps(a.w_scale + r);
+    v = a.bias ? _mm512_fmadd_ps(v, s, _mm512_loadu_ps(a.bias + r)) : _mm512_mul_ps(v, s);
+  } else if (a.bias) {
+    v = _mm512_add_ps(v, _mm512_loadu_ps(a.bias + r));
+  }
   if (a.accumulate) v = _mm512_add_ps(v, _mm512_loadu_ps(y));
   _mm512_storeu_ps(y, v);
 }

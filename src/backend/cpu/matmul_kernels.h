@@ -6,7 +6,8 @@
 // accumulators in registers: each weight vector is loaded and converted to f32 once and
 // used T times, each activation vector is loaded once and used R times. Accumulation
 // is f32 throughout (activations are never rounded to 16 bits). An int8 weight is widened
-// exactly to f32 and its row's scale multiplies the finished sum.
+// exactly to f32; a weight with row scales (int8, or FP8 values held in bf16) has its row's
+// scale multiply the finished sum.
 #pragma once
 
 #include <cstdint>
@@ -108,7 +109,7 @@ inline void mm_tile(const MatmulArgs& a, int64_t r0, int64_t t0) {
 #pragma GCC unroll 8
       for (int u = 1; u < U; ++u) s = S::add(s, acc[r][t][u]);
       float v = S::reduce_add(s);
-      if constexpr (E == kElemI8) v *= a.w_scale[r0 + r];
+      if (a.w_scale) v *= a.w_scale[r0 + r];
       if (a.bias) v += a.bias[r0 + r];
       yr[r] = a.accumulate ? yr[r] + v : v;
     }

@@ -60,10 +60,11 @@ void RefBackend::matmul(Tensor y, Tensor x, Tensor w, Tensor bias) {
   check_f32(x, "matmul: x must be f32");
   const int64_t n = x.dim(0), in = x.dim(1), out = w.dim(0);
   check(w.dim(1) == in && y.dim(0) == n && y.dim(1) == out, "matmul: shape mismatch");
-  check((w.dtype == DType::kI8) == (w.row_scale != nullptr), "matmul: an int8 weight needs its row scales");
+  check(w.dtype != DType::kI8 || w.row_scale != nullptr, "matmul: an int8 weight needs its row scales");
   for (int64_t i = 0; i < n; ++i) {
     for (int64_t o = 0; o < out; ++o) {
-      // An int8 weight multiplies as its dequantized float32 values q * scale would.
+      // A weight with row scales (int8; FP8 values in bf16) multiplies as its dequantized
+      // float32 values q * scale would.
       const float scale = w.row_scale ? w.row_scale[o] : 1.f;
       double acc = 0;
       for (int64_t k = 0; k < in; ++k)

@@ -1,0 +1,100 @@
+// link: qv_model
+// FP8 checkpoints' projection weights (model/fp8_weights.h): per-tensor and per-channel
+// scales become bf16 values with row scales, per-block ones float32 dequantized values, each
+// what the dequantized model holds; and the refusals name the tensor.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "backend/ref/ref_backend.h"
+#include "e2e/scratch.h"
+#include "io/safetensors_writer.h"
+#include "model/fp8_weights.h"
+
+namespace quiver {
+namespace {
+
+constexpr const char* kName = "model.layers.0.mlp.down_proj.weight";
+#define EXPECT_HAS(haystack, needle) EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << (haystack)
+
+// A [4, 6] e4m3 weight of values 0.5 * (i % 7 - 3) and a scale tensor; returns the opened file.
+Checkpoint write(const std::string& tag, const std::string& scale_name, std::vector<int64_t> scale_shape,
+                 std::vector<float> scale, bool nan = false) {
+  std::vector<float> q(24);
+  for (size_t i = 0; i < q.size(); ++i) q[i] = 0.5f * static_cast<float>(static_cast<int>(i % 7) - 3);
+  std::vector<SafetensorsEntry> e = {make_safetensors_entry(kName, DType::kF8E4M3, {4, 6}, q),
+                                     make_safetensors_entry(scale_name, DType::kF32, scale_shape, scale)};
+  if (nan) e[0].bytes[5] = 0x7f;
+  const auto path = testing::scratch("fp8_" + tag + ".safetensors");
+  EXPECT_TRUE(write_safetensors(path.string(), e).is_ok());
+  return Checkpoint::open(path.string()).value();
+}
+
+float q_value(int64_t i) { return 0.5f * static_cast<float>(static_cast<int>(i % 7) - 3); }
+
+TEST(Fp8Weights, TensorAndChannelScalesAreRowScalesOnExactValues) {
+  RefBackend ref;
+  const std::string scale = "model.layers.0.mlp.down_proj.weight_scale";
+  for (auto [kind, shape, values] :
+       {std::tuple{Fp8Config::Scale::kTensor, std::vector<int64_t>{1}, std::vector<float>{0.25f}},
+        {Fp8Config::Scale::kTensor, std::vector<int64_t>{}, std::vector<float>{0.25f}},
+        {Fp8Config::Scale::kChannel, std::vector<int64_t>{4, 1}, std::vector<float>{1.f, 2.f, 0.f, 3.f}}}) {
+    Fp8Config f;
+    f.scale = kind;
+    f.scale_suffix = "weight_scale";
+    std::vector<Buffer> owned;
+    auto w = load_fp8_projection(write("rows", scale, shape, values), kName, 4, 6, f, &ref, &owned);
+    ASSERT_TRUE(w.is_ok()) << w.message();
+    ASSERT_EQ(w->dtype, DType::kBF16);
+    ASSERT_NE(w->row_scale, nullptr);
+    for (int64_t r = 0; r < 4; ++r) {
+      EXPECT_EQ(w->row_scale[r], values[kind == Fp8Config::Scale::kTensor ? 0 : static_cast<size_t>(r)]);
+      for (int64_t k = 0; k < 6; ++k) EXPECT_EQ(load_as_f32(w->data, DType::kBF16, r * 6 + k), q_value(r * 6 + k));
+    }
+  }
+}
+
+TEST(Fp8Weights, BlockScalesDequantizeToFloat32) {
+  RefBackend ref;
+  Fp8Config f;
+  f.scale = Fp8Config::Scale::kBlock;
+  f.block_n = 2;
+  f.block_k = 4;
+  f.scale_suffix = "weight_scale_inv";
+  const std::vector<float> s = {1.f, 2.f, 3.f, 0.1f};  // [2 row blocks, 2 column blocks]
+  std::vector<Buffer> owned;
+  auto w = load_fp8_projection(write("block", "model.layers.0.mlp.down_proj.weight_scale_inv", {2, 2}, s), kName, 4, 6,
+                               f, &ref, &owned);
+  ASSERT_TRUE(w.is_ok()) << w.message();
+  ASSERT_EQ(w->dtype, DType::kF32);
+  EXPECT_EQ(w->row_scale, nullptr);
+  for (int64_t r = 0; r < 4; ++r)
+    for (int64_t k = 0; k < 6; ++k)
+      EXPECT_EQ(w->ptr<float>()[r * 6 + k], q_value(r * 6 + k) * s[static_cast<size_t>(r / 2 * 2 + k / 4)]);
+}
+
+TEST(Fp8Weights, RefusalsNameTheTensor) {
+  RefBackend ref;
+  Fp8Config f;
+  f.scale = Fp8Config::Scale::kChannel;
+  f.scale_suffix = "weight_scale";
+  f.method = "compressed-tensors";
+  const std::string scale = "model.layers.0.mlp.down_proj.weight_scale";
+  std::vector<Buffer> owned;
+  EXPECT_HAS(load_fp8_projection(write("missing", "other", {4, 1}, {1, 1, 1, 1}), kName, 4, 6, f, &ref, &owned).message(),
+             scale + " is missing");
+  EXPECT_HAS(load_fp8_projection(write("shape", scale, {1}, {1}), kName, 4, 6, f, &ref, &owned).message(),
+             "not a per-channel scale");
+  EXPECT_HAS(load_fp8_projection(write("neg", scale, {4, 1}, {1, -1, 1, 1}), kName, 4, 6, f, &ref, &owned).message(),
+             "finite and >= 0");
+  EXPECT_HAS(load_fp8_projection(write("inf", scale, {4, 1}, {1, INFINITY, 1, 1}), kName, 4, 6, f, &ref, &owned).message(),
+             "finite and >= 0");
+  EXPECT_HAS(load_fp8_projection(write("nan", scale, {4, 1}, {1, 1, 1, 1}, true), kName, 4, 6, f, &ref, &owned).message(),
+             "holds a NaN (element 5)");
+}
+
+}  // namespace
+}  // namespace quiver
