@@ -1,5 +1,6 @@
 """The binding is the C++ engine: LLMEngine gives exactly what `quiver generate` gives for
-the same requests (token ids, text, finish reasons; logprobs within 1e-6)."""
+the same requests (token ids, text, finish reasons; logprobs within 1e-6), on the model's
+weights and, off the GPU, on them quantized at load (quantization="int8")."""
 
 import json
 import subprocess
@@ -30,18 +31,22 @@ REQUESTS = [
 LORA_DTYPE = "float32"
 
 
-def run_cli(tmp_path):
+QUANTIZATIONS = [None] + (["int8"] if DEVICE != "cuda" else [])
+
+
+def run_cli(tmp_path, quantization):
     inp, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     inp.write_text("".join(json.dumps(r) + "\n" for r in REQUESTS))
+    quant = ["--quantization", quantization] if quantization else []
     subprocess.run([QUIVER_BINARY, "generate", "--model", BASE, "--lora", f"sql={SQL}", "--lora", f"pirate={PIRATE}",
                     "--max-loras", "2", "--max-lora-rank", "16", "--lora-dtype", LORA_DTYPE, "--device", DEVICE,
-                    "--input", str(inp), "--output", str(out)], check=True, capture_output=True)
+                    *quant, "--input", str(inp), "--output", str(out)], check=True, capture_output=True)
     return {j["id"]: j for j in map(json.loads, out.read_text().splitlines())}
 
 
-def run_python():
+def run_python(quantization):
     engine = LLMEngine.from_engine_args(EngineArgs(model=BASE, enable_lora=True, max_loras=2, max_lora_rank=16,
-                                                   lora_dtype=LORA_DTYPE, device=DEVICE))
+                                                   lora_dtype=LORA_DTYPE, device=DEVICE, quantization=quantization))
     loras = {"sql": sql_lora(), "pirate": pirate_lora(), None: None}
     for r in REQUESTS:
         fields = {k: v for k, v in r.items() if k not in ("id", "prompt", "prompt_token_ids", "lora")}
@@ -61,9 +66,9 @@ def assert_logprobs_match(cli_dicts, py_dicts):
             assert abs(p[int(k)].logprob - v) <= 1e-6
 
 
-@pytest.fixture(scope="module")
-def both(tmp_path_factory):
-    return run_cli(tmp_path_factory.mktemp("cli")), run_python()
+@pytest.fixture(scope="module", params=QUANTIZATIONS)
+def both(request, tmp_path_factory):
+    return run_cli(tmp_path_factory.mktemp("cli"), request.param), run_python(request.param)
 
 
 @pytest.mark.parametrize("rid", [r["id"] for r in REQUESTS])
