@@ -151,6 +151,18 @@ Status LLMEngine::init(const EngineArgs& args) {
     QV_ASSIGN_OR_RETURN(weights, load_llama_weights(config_, checkpoint, backend_.get(), parsed.quantization,
                                                     args.on_load_progress));
   }
+  // What the projection weights are, where they are not the checkpoint's floats.
+  if (parsed.quantization == WeightQuantization::kInt8)
+    std::fprintf(stderr, "quiver: projection weights quantized at load to int8, one scale per output channel (from %s)\n",
+                 std::string(dtype_name(weights.quantized_from)).c_str());
+  if (config_.fp8.scale != Fp8Config::Scale::kNone)
+    std::fprintf(stderr, "quiver: FP8 checkpoint (quant_method %s, scales per %s): %s\n", config_.fp8.method.c_str(),
+                 config_.fp8.scale == Fp8Config::Scale::kTensor    ? "tensor"
+                 : config_.fp8.scale == Fp8Config::Scale::kChannel ? "output channel"
+                                                                   : "block",
+                 config_.fp8.scale == Fp8Config::Scale::kBlock
+                     ? "projection weights dequantized to float32 at load"
+                     : "projection weights held as their e4m3 values in bf16, scaled per row");
   model_ = std::make_unique<LlamaModel>(config_, std::move(weights), backend_.get(), max_model_len_);
   memory_.weights = gpu ? took() : static_cast<int64_t>(model_->weights().weight_bytes());
 
