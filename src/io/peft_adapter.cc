@@ -125,12 +125,6 @@ Result<TensorKey> parse_tensor_name(const std::string& tname, int64_t num_layers
   return Status::error("unexpected tensor " + tname + " (expected base_model.model.model.layers.N.<self_attn|mlp>.<proj>.lora_A.weight / lora_B.weight, or the embed_tokens / lm_head LoRA)");
 }
 
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
 // expected = {d0, d1}; rank_dim says which of them is the LoRA rank (A: 0, B: 1).
 Status check_shape(const std::string& tname, const TensorInfo& info, std::vector<int64_t> expected, int rank_dim,
                    const RankScale& rs) {
@@ -140,9 +134,9 @@ Status check_shape(const std::string& tname, const TensorInfo& info, std::vector
   if (info.shape == expected) return Status::ok();
   bool model_dims_fit = info.shape.size() == 2 && info.shape[1 - rank_dim] == expected[1 - rank_dim];
   if (!model_dims_fit)
-    return Status::error("tensor " + tname + " has shape " + shape_str(info.shape) + ", expected " +
-                         shape_str(expected) + " for this base model (adapter made for another model?)");
-  return Status::error("tensor " + tname + " has shape " + shape_str(info.shape) + ", expected " + shape_str(expected) +
+    return Status::error("tensor " + tname + " has shape " + shape_text(info.shape) + ", expected " +
+                         shape_text(expected) + " for this base model (adapter made for another model?)");
+  return Status::error("tensor " + tname + " has shape " + shape_text(info.shape) + ", expected " + shape_text(expected) +
                        ": adapter_config.json gives this module rank " + std::to_string(rs.rank) + " (" +
                        rs.rank_from + ")");
 }
@@ -182,7 +176,7 @@ Result<LoraModule> vocab_lora(int vocab_module, const Pair& p, const RankScale& 
   const std::string& rows_name = embed ? p.a_name : p.b_name;
   const int64_t rows = rows_of.shape.size() == 2 ? rows_of.shape[embed ? 1 : 0] : -1;
   if (rows != base.vocab_size && rows != adapter_vocab)
-    return Status::error("tensor " + rows_name + " has shape " + shape_str(rows_of.shape) + ": its vocabulary dimension " +
+    return Status::error("tensor " + rows_name + " has shape " + shape_text(rows_of.shape) + ": its vocabulary dimension " +
                          "must be the base's " + std::to_string(base.vocab_size) +
                          (adapter_vocab != base.vocab_size ? " or the adapter's " + std::to_string(adapter_vocab) : "") +
                          " (adapter made for another model?)");

@@ -52,12 +52,6 @@ const FileDType* find_file_dtype(const std::string& name) {
   return nullptr;
 }
 
-std::string shape_str(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
 // Parses one header entry into `info` (data pointer still unset); errors say what is wrong
 // with the entry, the caller adds file and tensor name.
 Status parse_entry(const Json& e, TensorInfo& info, uint64_t& begin, uint64_t& end, uint64_t data_bytes) {
@@ -85,7 +79,7 @@ Status parse_entry(const Json& e, TensorInfo& info, uint64_t& begin, uint64_t& e
   }
   uint64_t want_bytes = 0;
   if (overflow || __builtin_mul_overflow(numel, static_cast<uint64_t>(fd->bytes), &want_bytes))
-    return Status::error("shape " + shape_str(info.shape) + " is too large");
+    return Status::error("shape " + shape_text(info.shape) + " is too large");
 
   auto off_it = e.find("data_offsets");
   if (off_it == e.end() || !off_it->is_array() || off_it->size() != 2 || !(*off_it)[0].is_number_unsigned() ||
@@ -101,7 +95,7 @@ Status parse_entry(const Json& e, TensorInfo& info, uint64_t& begin, uint64_t& e
                          std::to_string(data_bytes) + " bytes)");
   if (end - begin != want_bytes)
     return Status::error("data_offsets span " + std::to_string(end - begin) + " bytes but " + dtype + " " +
-                         shape_str(info.shape) + " needs " + std::to_string(want_bytes));
+                         shape_text(info.shape) + " needs " + std::to_string(want_bytes));
   info.bytes = static_cast<size_t>(want_bytes);
   return Status::ok();
 }
@@ -302,7 +296,7 @@ Result<Tensor> Checkpoint::get(const std::string& name, const std::vector<int64_
     return Status::error(where + " has dtype " + info->file_dtype + "; weights must be F32, F16 or BF16" +
                          (allow_fp8 ? ", or F8_E4M3" : ""));
   if (info->shape != shape)
-    return Status::error(where + " has shape " + shape_str(info->shape) + ", expected " + shape_str(shape));
+    return Status::error(where + " has shape " + shape_text(info->shape) + ", expected " + shape_text(shape));
   if (shape.size() > static_cast<size_t>(Tensor::kMaxDims))
     return Status::error(where + " has " + std::to_string(shape.size()) + " dimensions; at most 4 are supported");
   // Kernels read weight views as float / uint16 arrays in place, which needs element

@@ -12,6 +12,13 @@
 
 namespace quiver {
 
+// A shape as error messages print it: "[4096, 11008]".
+inline std::string shape_text(const std::vector<int64_t>& dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
 struct TensorInfo {
   DType dtype = DType::kF32;
   std::vector<int64_t> shape;

@@ -17,12 +17,6 @@ namespace {
 
 constexpr int kMaxDims = 8;
 
-std::string dims_str(const std::vector<int64_t>& d) {
-  std::string s = "[";
-  for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
-  return s + "]";
-}
-
 bool starts_with(const uint8_t* b, size_t size, std::string_view magic) {
   return size >= magic.size() && std::memcmp(b, magic.data(), magic.size()) == 0;
 }
@@ -51,13 +45,13 @@ Result<uint64_t> check_view(const PickledTensor& t, uint64_t record_bytes) {
     const uint64_t n = static_cast<uint64_t>(t.shape[k]);
     // A dimension of size 1 (or an empty tensor) never steps, so its stride does not matter.
     if (n > 1 && static_cast<uint64_t>(t.stride[k]) != expect_stride)
-      return Status::error("has stride " + dims_str(t.stride) + " for size " + dims_str(t.shape) +
+      return Status::error("has stride " + shape_text(t.stride) + " for size " + shape_text(t.shape) +
                            ": not contiguous (only contiguous tensors are supported; save t.contiguous())");
     if (__builtin_mul_overflow(numel, n, &numel) || __builtin_mul_overflow(expect_stride, n, &expect_stride))
-      return Status::error("size " + dims_str(t.shape) + " is too large");
+      return Status::error("size " + shape_text(t.shape) + " is too large");
   }
   if (numel > 0 && (t.storage_offset > t.storage_numel || numel > t.storage_numel - t.storage_offset))
-    return Status::error("size " + dims_str(t.shape) + " at offset " + std::to_string(t.storage_offset) +
+    return Status::error("size " + shape_text(t.shape) + " at offset " + std::to_string(t.storage_offset) +
                          " runs past its storage '" + t.storage_key + "' of " + std::to_string(t.storage_numel) +
                          " elements");
   return numel;

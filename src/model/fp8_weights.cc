@@ -1,17 +1,10 @@
 #include "model/fp8_weights.h"
 
 #include <cmath>
-#include <cstring>
 
 namespace quiver {
 
 namespace {
-
-std::string shape_text(const std::vector<int64_t>& s) {
-  std::string t = "[";
-  for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
-  return t + "]";
-}
 
 // The scale tensor's shape for each kind of scale, with the spellings writers use (a scalar
 // or [1] per tensor; [rows, 1] or [rows] per channel).
@@ -28,10 +21,11 @@ bool scale_shape_ok(const std::vector<int64_t>& s, const Fp8Config& f, int64_t r
 
 }  // namespace
 
-Result<Tensor> load_fp8_projection(const Checkpoint& ckpt, const std::string& name, int64_t rows, int64_t k,
+Result<Tensor> load_fp8_projection(const Checkpoint& ckpt, const std::string& name, const Tensor& q,
                                    const Fp8Config& f, Backend* backend, std::vector<Buffer>* owned) {
   check(backend->device() == Device::kCpu, "FP8 weights are prepared in host memory");
-  QV_ASSIGN_OR_RETURN(const Tensor q, ckpt.get(name, {rows, k}, /*allow_fp8=*/true));
+  check(q.dtype == DType::kF8E4M3 && q.ndim == 2, "load_fp8_projection: an F8_E4M3 matrix");
+  const int64_t rows = q.dim(0), k = q.dim(1);
   const std::string base = name.substr(0, name.size() - std::string("weight").size());
   const std::string scale_name = base + f.scale_suffix;
   const auto shape = ckpt.shape_of(scale_name);

@@ -20,10 +20,11 @@
 
 namespace quiver {
 
-// Projection `name` (e.g. model.layers.0.self_attn.q_proj.weight) of shape {rows, k} from an
-// FP8 checkpoint: the weight to multiply, its memory appended to *owned. Errors name the
-// tensor: a missing or misshapen scale, a negative or non-finite scale, a NaN weight.
-Result<Tensor> load_fp8_projection(const Checkpoint& ckpt, const std::string& name, int64_t rows, int64_t k,
+// Projection `name` (e.g. model.layers.0.self_attn.q_proj.weight) of an FP8 checkpoint, q its
+// F8_E4M3 tensor [rows, k]: the weight to multiply, its memory appended to *owned; the
+// scales are read from ckpt. Errors name the tensor: a missing or misshapen scale, a
+// negative or non-finite scale, a NaN weight.
+Result<Tensor> load_fp8_projection(const Checkpoint& ckpt, const std::string& name, const Tensor& q,
                                    const Fp8Config& fp8, Backend* backend, std::vector<Buffer>* owned);
 
 }  // namespace quiver

@@ -38,13 +38,13 @@ int64_t quantize_rows_int8(const Tensor& w, int64_t row_begin, int64_t row_end, 
 
 namespace {
 
-// The quantized copy of one weight: q then the scales, in one buffer of the backend's.
-Result<Tensor> quantize_tensor(const Tensor& w, const std::string& name, Backend* backend, std::vector<Buffer>* owned) {
+// The quantized copy of one weight: q then the scales, in *buf, a buffer of the backend's.
+Result<Tensor> quantize_tensor(const Tensor& w, const std::string& name, Backend* backend, Buffer* buf) {
   const int64_t rows = w.dim(0), k = w.dim(1);
   const size_t q_bytes = (static_cast<size_t>(rows * k) + 63) / 64 * 64;
-  Buffer buf(backend, q_bytes + static_cast<size_t>(rows) * sizeof(float));
-  auto* q = static_cast<int8_t*>(buf.data());
-  auto* scale = reinterpret_cast<float*>(static_cast<char*>(buf.data()) + q_bytes);
+  *buf = Buffer(backend, q_bytes + static_cast<size_t>(rows) * sizeof(float));
+  auto* q = static_cast<int8_t*>(buf->data());
+  auto* scale = reinterpret_cast<float*>(static_cast<char*>(buf->data()) + q_bytes);
   // Rows in chunks over the machine's cores: a 1.1B model's 1e9 weights take ~1 s a core.
   const int threads = static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 64));
   const int64_t chunk = std::max<int64_t>(16, (rows + threads - 1) / threads);
@@ -62,7 +62,6 @@ Result<Tensor> quantize_tensor(const Tensor& w, const std::string& name, Backend
                          " holds a NaN or an infinity, which int8 quantization cannot represent");
   Tensor t(q, DType::kI8, {rows, k}, w.device);
   t.row_scale = scale;
-  owned->push_back(std::move(buf));
   return t;
 }
 
@@ -75,16 +74,12 @@ Status quantize_projections_int8(LlamaWeights& w, Backend* backend) {
                                            "mlp.down_proj"};
   if (!w.layers.empty()) w.quantized_from = w.layers[0].wq.dtype;
   for (size_t l = 0; l < w.layers.size(); ++l) {
-    LayerWeights& lw = w.layers[l];
-    Tensor* members[] = {&lw.wq, &lw.wk, &lw.wv, &lw.wo, &lw.w_gate, &lw.w_up, &lw.w_down};
-    for (int i = 0; i < 7; ++i) {
-      Tensor& t = *members[i];
+    const auto members = w.layers[l].projections();
+    for (size_t i = 0; i < members.size(); ++i) {
       const std::string name = "model.layers." + std::to_string(l) + "." + kNames[i] + ".weight";
-      QV_ASSIGN_OR_RETURN(const Tensor quantized, quantize_tensor(t, name, backend, &w.owned));
-      // A buffer w owned for the float weight (dummy weights) is not needed any more.
-      const auto it = std::find_if(w.owned.begin(), w.owned.end(), [&](const Buffer& b) { return b.data() == t.data; });
-      if (it != w.owned.end()) w.owned.erase(it);
-      t = quantized;
+      Buffer buf;
+      QV_ASSIGN_OR_RETURN(const Tensor quantized, quantize_tensor(*members[i], name, backend, &buf));
+      w.replace(members[i], quantized, std::move(buf));
     }
   }
   return Status::ok();

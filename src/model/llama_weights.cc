@@ -1,5 +1,6 @@
 #include "model/llama_weights.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -28,7 +29,7 @@ class Loader {
     if (!probe.is_ok() || probe->dtype != DType::kF8E4M3) return get(name, {rows, k});
     if (fp8_.scale == Fp8Config::Scale::kNone)
       return Status::error(name + " is F8_E4M3 but config.json has no FP8 quantization_config");
-    return load_fp8_projection(ckpt_, name, rows, k, fp8_, backend_, owned_);
+    return load_fp8_projection(ckpt_, name, probe.value(), fp8_, backend_, owned_);
   }
 
  private:
@@ -39,28 +40,26 @@ class Loader {
 };
 
 // Re-lays each projection weight out in the order the backend multiplies it fastest in
-// (Backend::projection_layout), into memory the weights own. A weight that had a buffer of
-// its own (dummy weights) has it freed once packed, so the peak is one matrix more, not the
-// model twice; a loaded weight's file pages are left to the page cache.
+// (Backend::projection_layout), into memory the weights own.
 void pack_projections(LlamaWeights& w, Backend* backend) {
-  auto pack = [&](Tensor& t) {
-    if (t.empty() || backend->projection_layout(t) == WeightLayout::kRows) return;
-    Buffer packed(backend, t.bytes());
-    const Tensor p = backend->pack_projection(packed.data(), t);
-    for (auto it = w.owned.begin(); it != w.owned.end(); ++it) {
-      if (it->data() == t.data) {
-        w.owned.erase(it);
-        break;
-      }
+  for (auto& l : w.layers) {
+    for (Tensor* t : l.projections()) {
+      if (t->empty() || backend->projection_layout(*t) == WeightLayout::kRows) continue;
+      Buffer packed(backend, t->bytes());
+      const Tensor p = backend->pack_projection(packed.data(), *t);
+      w.replace(t, p, std::move(packed));
     }
-    t = p;
-    w.owned.push_back(std::move(packed));
-  };
-  for (auto& l : w.layers)
-    for (Tensor* t : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) pack(*t);
+  }
 }
 
 }  // namespace
+
+void LlamaWeights::replace(Tensor* t, const Tensor& with, Buffer memory) {
+  const auto it = std::find_if(owned.begin(), owned.end(), [&](const Buffer& b) { return b.data() == t->data; });
+  if (it != owned.end()) owned.erase(it);
+  *t = with;
+  owned.push_back(std::move(memory));
+}
 
 size_t LlamaWeights::weight_bytes() const {
   size_t total = embed.bytes() + final_norm.bytes();

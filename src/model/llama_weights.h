@@ -3,6 +3,7 @@
 // generated at random for `--load-format dummy` benchmarks.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -21,6 +22,9 @@ struct LayerWeights {
   Tensor bq, bk, bv;           // [q_size], [kv_size] x2 (Qwen2 / attention_bias), else empty
   Tensor mlp_norm;             // [hidden]
   Tensor w_gate, w_up, w_down; // [inter, hidden] x2, [hidden, inter]
+
+  // q/k/v/o, gate/up/down, in that order.
+  std::array<Tensor*, 7> projections() { return {&wq, &wk, &wv, &wo, &w_gate, &w_up, &w_down}; }
 };
 
 struct LlamaWeights {
@@ -37,6 +41,10 @@ struct LlamaWeights {
 
   // Total bytes of the weights a forward pass reads (lm_head counted once when tied).
   size_t weight_bytes() const;
+  // Points *t at `with`, whose memory is `memory` (kept here), and frees the buffer *t had
+  // here (a dummy weight's): the peak is one matrix more, not the model twice. A weight of
+  // the mapped checkpoint leaves its file pages to the page cache.
+  void replace(Tensor* t, const Tensor& with, Buffer memory);
 };
 
 // Every tensor the config implies must be present with the right shape. `progress`, if set,

@@ -33,6 +33,12 @@ Checkpoint write(const std::string& tag, const std::string& scale_name, std::vec
   return Checkpoint::open(path.string()).value();
 }
 
+// load_fp8_projection of kName, as the loader calls it (the [4, 6] e4m3 tensor first).
+Result<Tensor> load_fp8(const Checkpoint& ckpt, const Fp8Config& f, Backend* backend, std::vector<Buffer>* owned) {
+  QV_ASSIGN_OR_RETURN(const Tensor q, ckpt.get(kName, {4, 6}, /*allow_fp8=*/true));
+  return load_fp8_projection(ckpt, kName, q, f, backend, owned);
+}
+
 float q_value(int64_t i) { return 0.5f * static_cast<float>(static_cast<int>(i % 7) - 3); }
 
 TEST(Fp8Weights, TensorAndChannelScalesAreRowScalesOnExactValues) {
@@ -46,7 +52,7 @@ TEST(Fp8Weights, TensorAndChannelScalesAreRowScalesOnExactValues) {
     f.scale = kind;
     f.scale_suffix = "weight_scale";
     std::vector<Buffer> owned;
-    auto w = load_fp8_projection(write("rows", scale, shape, values), kName, 4, 6, f, &ref, &owned);
+    auto w = load_fp8(write("rows", scale, shape, values), f, &ref, &owned);
     ASSERT_TRUE(w.is_ok()) << w.message();
     ASSERT_EQ(w->dtype, DType::kBF16);
     ASSERT_NE(w->row_scale, nullptr);
@@ -66,7 +72,7 @@ TEST(Fp8Weights, BlockScalesDequantizeToFloat32) {
   f.scale_suffix = "weight_scale_inv";
   const std::vector<float> s = {1.f, 2.f, 3.f, 0.1f};  // [2 row blocks, 2 column blocks]
   std::vector<Buffer> owned;
-  auto w = load_fp8_projection(write("block", "model.layers.0.mlp.down_proj.weight_scale_inv", {2, 2}, s), kName, 4, 6,
+  auto w = load_fp8(write("block", "model.layers.0.mlp.down_proj.weight_scale_inv", {2, 2}, s),
                                f, &ref, &owned);
   ASSERT_TRUE(w.is_ok()) << w.message();
   ASSERT_EQ(w->dtype, DType::kF32);
@@ -84,15 +90,15 @@ TEST(Fp8Weights, RefusalsNameTheTensor) {
   f.method = "compressed-tensors";
   const std::string scale = "model.layers.0.mlp.down_proj.weight_scale";
   std::vector<Buffer> owned;
-  EXPECT_HAS(load_fp8_projection(write("missing", "other", {4, 1}, {1, 1, 1, 1}), kName, 4, 6, f, &ref, &owned).message(),
+  EXPECT_HAS(load_fp8(write("missing", "other", {4, 1}, {1, 1, 1, 1}), f, &ref, &owned).message(),
              scale + " is missing");
-  EXPECT_HAS(load_fp8_projection(write("shape", scale, {1}, {1}), kName, 4, 6, f, &ref, &owned).message(),
+  EXPECT_HAS(load_fp8(write("shape", scale, {1}, {1}), f, &ref, &owned).message(),
              "not a per-channel scale");
-  EXPECT_HAS(load_fp8_projection(write("neg", scale, {4, 1}, {1, -1, 1, 1}), kName, 4, 6, f, &ref, &owned).message(),
+  EXPECT_HAS(load_fp8(write("neg", scale, {4, 1}, {1, -1, 1, 1}), f, &ref, &owned).message(),
              "finite and >= 0");
-  EXPECT_HAS(load_fp8_projection(write("inf", scale, {4, 1}, {1, INFINITY, 1, 1}), kName, 4, 6, f, &ref, &owned).message(),
+  EXPECT_HAS(load_fp8(write("inf", scale, {4, 1}, {1, INFINITY, 1, 1}), f, &ref, &owned).message(),
              "finite and >= 0");
-  EXPECT_HAS(load_fp8_projection(write("nan", scale, {4, 1}, {1, 1, 1, 1}, true), kName, 4, 6, f, &ref, &owned).message(),
+  EXPECT_HAS(load_fp8(write("nan", scale, {4, 1}, {1, 1, 1, 1}, true), f, &ref, &owned).message(),
              "holds a NaN (element 5)");
 }
 
