@@ -58,8 +58,8 @@ class HostBackend : public Backend {
   virtual void run_group(const GroupPlan& plan, const MatmulGroup& g, const GroupLora& lora, Tensor x, Tensor x16);
 
   // ---- primitives (f32 outputs, no LoRA terms) ----
-  // y = x16 @ w^T (+ bias): x16 [n, in] bf16, x rounded (GroupPlan::x_type); w bf16, or
-  // int8 with its row scales (Tensor::row_scale).
+  // y = x16 @ w^T (+ bias): x16 [n, in] bf16, x rounded (GroupPlan::x_type); w bf16 or
+  // int8, scaled by its Tensor::row_scale where it has them.
   virtual void matmul_x16(Tensor y, Tensor x16, Tensor w, Tensor bias) = 0;
   // out16 = x rounded to nearest even in out16's type (bf16 or f16), same shape.
   virtual void round_to_16bit(Tensor out16, Tensor x) = 0;

@@ -131,6 +131,28 @@ void expect_within(const Buf& got, const Buf& want, const Buf& tol, const std::s
   }
 }
 
+// w's values times its row scales, in float32: what the oracle multiplies (for dot_tolerance).
+Buf dequantized(const Buf& w) {
+  const int64_t out = w.t.dim(0), in = w.t.dim(1);
+  Buf d(DType::kF32, {out, in});
+  for (int64_t o = 0; o < out; ++o)
+    for (int64_t k = 0; k < in; ++k) d.f()[o * in + k] = w.at(o * in + k) * w.t.row_scale[o];
+  return d;
+}
+
+// Each of `tokens` multiplied alone (matmul_x16) gives bitwise its row of the batch's `got`:
+// a request's logits do not depend on what shares its step.
+void expect_alone_as_batched(CpuBackend& cpu, const Buf& got, const Tensor& x16, const Tensor& w, const Tensor& bias,
+                             std::initializer_list<int64_t> tokens, const std::string& what) {
+  const int64_t out = w.dim(0);
+  for (int64_t t : tokens) {
+    Buf one(DType::kF32, {1, out});
+    cpu.matmul_x16(one.t, x16.rows(t, 1), w, bias);
+    ASSERT_EQ(0, std::memcmp(one.t.data, got.t.ptr<float>() + t * out, static_cast<size_t>(out) * 4))
+        << what << ": token " << t << " alone differs from the batch";
+  }
+}
+
 TEST_P(CpuOps, Matmul) {
   const std::pair<int64_t, int64_t> shapes[] = {{1, 1},   {17, 97},  {130, 17}, {97, 130},
                                                 {64, 64}, {256, 48}, {512, 300}, {2048, 33}};
@@ -168,16 +190,14 @@ TEST_P(CpuOps, MatmulInt8) {
   for (int64_t n : {1, 3, 17, 97}) {
     for (auto [in, out] : shapes) {
       if (n * in * out > 4'000'000) continue;
-      Buf w(DType::kI8, {out, in}), wd(DType::kF32, {out, in});
+      Buf w(DType::kI8, {out, in});
       std::vector<float> scales(static_cast<size_t>(out));
       for (int64_t o = 0; o < out; ++o) {
         scales[static_cast<size_t>(o)] = o % 7 == 3 ? 0.f : scale(rng_);  // a zero row keeps scale 0
-        for (int64_t k = 0; k < in; ++k) {
-          w.set(o * in + k, static_cast<float>(q(rng_)));
-          wd.f()[o * in + k] = w.at(o * in + k) * scales[static_cast<size_t>(o)];
-        }
+        for (int64_t k = 0; k < in; ++k) w.set(o * in + k, static_cast<float>(q(rng_)));
       }
       w.t.row_scale = scales.data();
+      const Buf wd = dequantized(w);
       for (bool bias_on : {false, true}) {
         Buf x = random_buf(rng_, DType::kF32, {n, in});
         Buf bias = bias_on ? random_buf(rng_, DType::kF32, {out}) : Buf();
@@ -194,16 +214,9 @@ TEST_P(CpuOps, MatmulInt8) {
         poison(got);
         cpu_->matmul_x16(got.t, x16.t, w.t, bias.t);
         expect_within(got, want, dot_tolerance(x16, wd, n, in, out), "matmul_x16 " + what);
-        // Each output sums its pairs in one order in every tile shape (widened once for
-        // many tokens or not): a token alone is bitwise the batch's.
-        for (int64_t t : {int64_t{0}, n - 1}) {
-          Buf one(DType::kF32, {1, out});
-          cpu_->matmul_x16(one.t, x16.t.rows(t, 1), w.t, bias.t);
-          if (cpu_->has_bf16_dot()) {
-            ASSERT_EQ(0, std::memcmp(one.t.data, got.f() + t * out, static_cast<size_t>(out) * 4))
-                << what << ": token " << t << " alone differs from the batch";
-          }
-        }
+        // With the dot-product kernel each output sums its pairs in one order in every
+        // tile shape.
+        if (cpu_->has_bf16_dot()) expect_alone_as_batched(*cpu_, got, x16.t, w.t, bias.t, {0, n - 1}, what);
       }
     }
   }
@@ -215,13 +228,11 @@ TEST_P(CpuOps, MatmulRowScales) {
   std::uniform_real_distribution<float> scale(1e-3f, 4.f);
   for (int64_t n : {1, 5, 17}) {
     for (auto [in, out] : {std::pair<int64_t, int64_t>{64, 48}, {130, 112}, {33, 97}}) {
-      Buf w = random_buf(rng_, DType::kBF16, {out, in}), wd(DType::kF32, {out, in});
+      Buf w = random_buf(rng_, DType::kBF16, {out, in});
       std::vector<float> scales(static_cast<size_t>(out));
-      for (int64_t o = 0; o < out; ++o) {
-        scales[static_cast<size_t>(o)] = scale(rng_);
-        for (int64_t k = 0; k < in; ++k) wd.f()[o * in + k] = w.at(o * in + k) * scales[static_cast<size_t>(o)];
-      }
+      for (float& s : scales) s = scale(rng_);
       w.t.row_scale = scales.data();
+      const Buf wd = dequantized(w);
       Buf packed(DType::kBF16, {out, in});
       Tensor pw;
       if (cpu_->projection_layout(w.t) != WeightLayout::kRows) pw = cpu_->pack_projection(packed.t.data, w.t);
@@ -299,12 +310,7 @@ TEST_P(CpuOps, MatmulX16Packed) {
         const std::string what = "packed n=" + std::to_string(n) + " in=" + std::to_string(in) +
                                  " out=" + std::to_string(out) + (bias_on ? " bias" : "");
         expect_within(got, want, dot_tolerance(x, w, n, in, out), what);
-        for (int64_t t : {int64_t{0}, n / 2, n - 1}) {
-          Buf one(DType::kF32, {1, out});
-          cpu_->matmul_x16(one.t, x.t.rows(t, 1), pw, bias.t);
-          ASSERT_EQ(0, std::memcmp(one.t.data, got.f() + t * out, static_cast<size_t>(out) * 4))
-              << what << ": token " << t << " alone differs from the batch";
-        }
+        expect_alone_as_batched(*cpu_, got, x.t, pw, bias.t, {0, n / 2, n - 1}, what);
       }
     }
   }

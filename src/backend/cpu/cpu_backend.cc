@@ -123,7 +123,7 @@ Tensor CpuBackend::pack_projection(void* dst, const Tensor& w) {
   });
   Tensor t(dst, DType::kBF16, {w.dim(0), k});
   t.layout = WeightLayout::kBf16Block16;
-  t.row_scale = w.row_scale;  // in memory of their own (FP8 checkpoints, io/fp8_weights.h)
+  t.row_scale = w.row_scale;  // in memory of their own (FP8 checkpoints, model/fp8_weights.h)
   return t;
 }
 

@@ -35,7 +35,8 @@ struct MatmulArgs {
   bool accumulate;     // y += result instead of y = result
   // x rounded to bf16 ([tokens, ldx]): what the bf16 dot-product kernel reads instead of x.
   const uint16_t* x16 = nullptr;
-  // An int8 weight's per-row scales ([rows]): y[t, r] = w_scale[r] * sum_k x[t, k] * q[r, k].
+  // A weight's per-row scales ([rows]) or null: y[t, r] = w_scale[r] * sum_k x[t, k] * w[r, k]
+  // (int8 weights; FP8 values held in bf16; Tensor::row_scale).
   const float* w_scale = nullptr;
 };
 // Computes rows [row_begin, row_end) for tokens [tok_begin, tok_end).

@@ -123,10 +123,9 @@ CpuBackend::MatmulJob CpuBackend::matmul_job(Tensor y, Tensor x, Tensor w, Tenso
   check(w.layout == WeightLayout::kRows, "matmul: a packed weight takes bf16 x (matmul_x16)");
   const bool i8 = w.dtype == DType::kI8;
   check(!i8 || w.row_scale != nullptr, "matmul: an int8 weight needs its row scales");
-  cpu::MatmulArgs a{
-      .y = y.ptr<float>(), .ldy = out, .x = x.ptr<float>(), .ldx = in, .w = w.data, .ldw = in,
-      .bias = bias.empty() ? nullptr : as_f32(bias, out, scratch), .k = in, .accumulate = false};
-  a.w_scale = w.row_scale;
+  const cpu::MatmulArgs a{.y = y.ptr<float>(), .ldy = out, .x = x.ptr<float>(), .ldx = in, .w = w.data, .ldw = in,
+                          .bias = bias.empty() ? nullptr : as_f32(bias, out, scratch), .k = in,
+                          .accumulate = false, .w_scale = w.row_scale};
   return plan_matmul(i8 ? k_->matmul_i8 : k_->matmul[cpu_elem_type(w.dtype)], a, out, n);
 }
 
