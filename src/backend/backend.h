@@ -157,6 +157,9 @@ struct SampleOutputs {
   Tensor top_logprobs;  // [rows, K] f32
 };
 
+// Rows [row_begin, row_end) of Backend::quantize_fp8_rows on host memory (the host backends' form).
+void quantize_fp8_rows_range(Tensor q, Tensor scale, Tensor w, int64_t row_begin, int64_t row_end);
+
 // Elements [begin, end) of Backend::fill_uniform on host memory (the host backends' form).
 void fill_uniform_range(Tensor t, float center, float scale, uint64_t seed, int64_t begin, int64_t end);
 
@@ -200,6 +203,13 @@ class Backend {
   // Makes a host tensor (e.g. an mmap'd weight) usable by ops. Host backends return it
   // unchanged (no copy); device backends upload into memory they own until destruction.
   virtual Tensor import_weight(const Tensor& host) = 0;
+  // --quantization fp8 (model/fp8_weights.h), row by row of w ([rows, k] f32/f16/bf16, this
+  // backend's memory, row-major): scale[r] = max_k |w[r, k]| / 448 and q[r, k] =
+  // e4m3(w[r, k] / scale[r]), IEEE division then nearest even, saturating (0 where the
+  // scale is 0); scale[r] is NaN where the row holds a NaN or an infinity. q: F8_E4M3
+  // [rows, k], scale: f32 [rows]. Bitwise the same on every backend; the default works
+  // on host memory.
+  virtual void quantize_fp8_rows(Tensor q, Tensor scale, Tensor w);
   // The layout this backend multiplies a projection weight (q/k/v/o, gate/up/down) fastest
   // in, for an imported weight w. kRows: w is used as it is.
   virtual WeightLayout projection_layout(const Tensor& w) const {

@@ -14,8 +14,9 @@ namespace quiver {
 enum class DType : uint8_t { kF32, kF16, kBF16, kI32, kF8E4M3, kI8 };
 
 // How a model's projection weights (q/k/v/o, gate/up/down) are stored once loaded.
-// kInt8: symmetric int8 per output channel (--quantization int8, model/int8_weights.h).
-enum class WeightQuantization : uint8_t { kNone, kInt8 };
+// kInt8: symmetric int8 per output channel (--quantization int8, model/int8_weights.h);
+// kFp8: e4m3 with one scale per output channel (--quantization fp8, model/fp8_weights.h).
+enum class WeightQuantization : uint8_t { kNone, kInt8, kFp8 };
 
 constexpr size_t dtype_size(DType t) {
   switch (t) {

@@ -152,6 +152,8 @@ Status LLMEngine::init(const EngineArgs& args) {
                                                     args.on_load_progress));
   }
   // What the projection weights are, where they are not the checkpoint's floats.
+  const char* fp8_held = gpu ? "projection weights held as e4m3, scaled per row"
+                             : "projection weights held as their e4m3 values in bf16, scaled per row";
   if (parsed.quantization == WeightQuantization::kInt8)
     std::fprintf(stderr, "quiver: projection weights quantized at load to int8, one scale per output channel (from %s)\n",
                  std::string(dtype_name(weights.quantized_from)).c_str());
@@ -160,9 +162,12 @@ Status LLMEngine::init(const EngineArgs& args) {
                  config_.fp8.scale == Fp8Config::Scale::kTensor    ? "tensor"
                  : config_.fp8.scale == Fp8Config::Scale::kChannel ? "output channel"
                                                                    : "block",
-                 config_.fp8.scale == Fp8Config::Scale::kBlock
-                     ? "projection weights dequantized to float32 at load"
-                     : "projection weights held as their e4m3 values in bf16, scaled per row");
+                 config_.fp8.scale != Fp8Config::Scale::kBlock ? fp8_held
+                 : gpu ? "projection weights dequantized to bf16 at load"
+                       : "projection weights dequantized to float32 at load");
+  else if (parsed.quantization == WeightQuantization::kFp8)
+    std::fprintf(stderr, "quiver: projection weights quantized at load to fp8 e4m3, one scale per output channel (from %s): %s\n",
+                 std::string(dtype_name(weights.quantized_from)).c_str(), fp8_held);
   model_ = std::make_unique<LlamaModel>(config_, std::move(weights), backend_.get(), max_model_len_);
   memory_.weights = gpu ? took() : static_cast<int64_t>(model_->weights().weight_bytes());
 

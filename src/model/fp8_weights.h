@@ -1,13 +1,16 @@
-// FP8 checkpoints (io/model_config.h, Fp8Config) on the host backends: each e4m3 projection
-// weight with its scales becomes a weight the existing kernels multiply exactly as the
-// dequantized model would.
-// - Per-tensor and per-channel scales: the e4m3 values widened to bf16 (exact: 4
-//   significant bits and an exponent range bf16 covers) with the scale as the row's
-//   Tensor::row_scale, which the kernels apply to each finished dot product.
-// - Per-block scales (block_n x block_k): a row's scale changes along k, so the weight is
-//   dequantized at load to float32, q * scale in f32, the products the dequantized model holds.
-// A projection whose file tensor is a float one (the checkpoint's ignore list) is left to
-// the float loader.
+// FP8 (e4m3) projection weights: an FP8 checkpoint's (io/model_config.h, Fp8Config), or a
+// float checkpoint's quantized at load (--quantization fp8: one scale per output channel,
+// vLLM's per-channel scheme). Each becomes a weight the backend multiplies exactly as the
+// dequantized model would, its scale the row's Tensor::row_scale, applied to each finished
+// dot product:
+// - on a device backend the e4m3 bytes themselves, with the scales in its memory;
+// - on the host backends the e4m3 values widened to bf16 (exact: 4 significant bits and an
+//   exponent range bf16 covers), which every CPU kernel multiplies.
+// A checkpoint's per-block scales (block_n x block_k) change along a row, so those weights
+// are dequantized at load: to float32 on the host backends, q * scale in f32, the products
+// the dequantized model holds; to bf16 on the GPU (q * scale rounded once more, within the
+// 16-bit bound of docs/numerics.md). A projection whose file tensor is a float one (the
+// checkpoint's ignore list) is left to the float loader.
 #pragma once
 
 #include <string>
@@ -26,5 +29,12 @@ namespace quiver {
 // negative or non-finite scale, a NaN weight.
 Result<Tensor> load_fp8_projection(const Checkpoint& ckpt, const std::string& name, const Tensor& q,
                                    const Fp8Config& fp8, Backend* backend, std::vector<Buffer>* owned);
+
+// --quantization fp8 of projection `name`, w its float tensor in host memory (a mapped
+// checkpoint's) or in the backend's (dummy weights): Backend::quantize_fp8_rows, the
+// result's memory appended to *owned. The error names the tensor and row holding a NaN or
+// an infinity.
+Result<Tensor> quantize_fp8_projection(const Tensor& w, const std::string& name, Backend* backend,
+                                       std::vector<Buffer>* owned);
 
 }  // namespace quiver

@@ -16,26 +16,32 @@ std::string layer_prefix(int64_t l) { return "model.layers." + std::to_string(l)
 
 class Loader {
  public:
-  Loader(const Checkpoint& ckpt, Backend* backend, const Fp8Config& fp8, std::vector<Buffer>* owned)
-      : ckpt_(ckpt), backend_(backend), fp8_(fp8), owned_(owned) {}
+  Loader(const Checkpoint& ckpt, Backend* backend, const Fp8Config& fp8, WeightQuantization quant,
+         std::vector<Buffer>* owned)
+      : ckpt_(ckpt), backend_(backend), fp8_(fp8), quant_(quant), owned_(owned) {}
   Result<Tensor> get(const std::string& name, std::vector<int64_t> shape) {
     auto t = ckpt_.get(name, shape);
     if (!t.is_ok()) return t.status();
     return backend_->import_weight(t.value());
   }
-  // A projection weight: an FP8 checkpoint's e4m3 tensors through model/fp8_weights.h.
+  // A projection weight: an FP8 checkpoint's e4m3 tensors, or a float one quantized to fp8
+  // as it is loaded (--quantization fp8), through model/fp8_weights.h.
   Result<Tensor> projection(const std::string& name, int64_t rows, int64_t k) {
     auto probe = ckpt_.get(name, {rows, k}, /*allow_fp8=*/true);
-    if (!probe.is_ok() || probe->dtype != DType::kF8E4M3) return get(name, {rows, k});
-    if (fp8_.scale == Fp8Config::Scale::kNone)
-      return Status::error(name + " is F8_E4M3 but config.json has no FP8 quantization_config");
-    return load_fp8_projection(ckpt_, name, probe.value(), fp8_, backend_, owned_);
+    if (probe.is_ok() && probe->dtype == DType::kF8E4M3) {
+      if (fp8_.scale == Fp8Config::Scale::kNone)
+        return Status::error(name + " is F8_E4M3 but config.json has no FP8 quantization_config");
+      return load_fp8_projection(ckpt_, name, probe.value(), fp8_, backend_, owned_);
+    }
+    if (quant_ == WeightQuantization::kFp8 && probe.is_ok()) return quantize_fp8_projection(*probe, name, backend_, owned_);
+    return get(name, {rows, k});
   }
 
  private:
   const Checkpoint& ckpt_;
   Backend* backend_;
   const Fp8Config& fp8_;
+  WeightQuantization quant_;
   std::vector<Buffer>* owned_;
 };
 
@@ -82,7 +88,8 @@ Result<LlamaWeights> load_llama_weights(const ModelConfig& c, std::shared_ptr<Ch
   if (c.fp8.scale != Fp8Config::Scale::kNone && quant == WeightQuantization::kInt8)
     return Status::error("--quantization int8 takes a float checkpoint; this one is already FP8 (quant_method " +
                          c.fp8.method + ")");
-  Loader ld(*checkpoint, backend, c.fp8, &w.owned);
+  // --quantization fp8 on an FP8 checkpoint keeps the checkpoint's own scales.
+  Loader ld(*checkpoint, backend, c.fp8, quant, &w.owned);
   const int64_t h = c.hidden_size, q = c.q_size(), kv = c.kv_size(), f = c.intermediate_size;
   QV_ASSIGN_OR_RETURN(w.embed, ld.get("model.embed_tokens.weight", {c.vocab_size, h}));
   QV_ASSIGN_OR_RETURN(w.final_norm, ld.get("model.norm.weight", {h}));
@@ -112,6 +119,7 @@ Result<LlamaWeights> load_llama_weights(const ModelConfig& c, std::shared_ptr<Ch
     if (progress) progress(l + 1, c.num_layers);
   }
   w.checkpoint = std::move(checkpoint);
+  if (quant == WeightQuantization::kFp8) w.quantized_from = c.dtype;
   if (quant == WeightQuantization::kInt8) QV_RETURN_IF_ERROR(quantize_projections_int8(w, backend));
   pack_projections(w, backend);
   return w;
@@ -157,6 +165,18 @@ LlamaWeights dummy_llama_weights(const ModelConfig& c, DType dtype, Backend* bac
   if (quant == WeightQuantization::kInt8) {
     const Status s = quantize_projections_int8(w, backend);
     check(s.is_ok(), s.message());  // random weights are finite
+  }
+  if (quant == WeightQuantization::kFp8) {
+    w.quantized_from = dtype;
+    for (auto& lw : w.layers)
+      for (Tensor* t : lw.projections()) {
+        std::vector<Buffer> memory;
+        auto q = quantize_fp8_projection(*t, "a random projection", backend, &memory);
+        check(q.is_ok(), q.status().message());  // random weights are finite
+        // The values' buffer last: replace() keeps one, the scales go to `owned` first.
+        for (size_t i = 0; i + 1 < memory.size(); ++i) w.owned.push_back(std::move(memory[i]));
+        w.replace(t, q.value(), std::move(memory.back()));
+      }
   }
   pack_projections(w, backend);
   return w;

@@ -32,7 +32,8 @@ struct LlamaWeights {
   Tensor final_norm;  // [hidden]
   Tensor lm_head;     // [vocab, hidden] (== embed when tied)
   std::vector<LayerWeights> layers;
-  // int8 projection weights (WeightQuantization::kInt8): the float type they came from.
+  // Projection weights quantized at load (WeightQuantization::kInt8, kFp8): the float type
+  // they came from.
   DType quantized_from = DType::kF32;
 
   // Keeps the memory behind the views alive: the mmap'd checkpoint and/or owned buffers.
@@ -49,13 +50,15 @@ struct LlamaWeights {
 
 // Every tensor the config implies must be present with the right shape. `progress`, if set,
 // hears (layers loaded, layers in all) after each layer. `quant`: how the projection
-// weights are kept (kInt8: model/int8_weights.h; host backends only).
+// weights are kept (kInt8: model/int8_weights.h, host backends only; kFp8:
+// model/fp8_weights.h, every backend).
 Result<LlamaWeights> load_llama_weights(const ModelConfig& config, std::shared_ptr<Checkpoint> checkpoint,
                                         Backend* backend, WeightQuantization quant = WeightQuantization::kNone,
                                         const std::function<void(int64_t, int64_t)>& progress = {});
 
 // Random weights in `dtype` (uniform, small scale; norms near 1) for benchmarks of
-// shapes without files; deterministic for a seed. kInt8 quantizes them as a checkpoint's.
+// shapes without files; deterministic for a seed. kInt8 and kFp8 quantize them as a
+// checkpoint's.
 LlamaWeights dummy_llama_weights(const ModelConfig& config, DType dtype, Backend* backend, uint64_t seed,
                                  WeightQuantization quant = WeightQuantization::kNone);
 

@@ -23,6 +23,7 @@
 #include "e2e/scratch.h"
 #include "io/safetensors.h"
 #include "io/safetensors_writer.h"
+#include "backend/backend.h"
 #include "model/int8_weights.h"
 
 namespace {
@@ -189,10 +190,10 @@ TEST_P(HfFixture, EachRequestAloneEqualsTheBatch) {
 constexpr double kInt8Bound = 1.0;
 
 // The fixture's model with every projection weight replaced by what --quantization int8
-// keeps of it, dequantized to float32 (q * scale): int8's exact reference. The other
-// tensors and files are the fixture's own.
-fs::path dequantized_copy(const std::string& model) {
-  const fs::path dir = scratch("int8_" + model);
+// (fp8: --quantization fp8) keeps of it, dequantized to float32 (q * scale): the
+// quantization's exact reference. The other tensors and files are the fixture's own.
+fs::path dequantized_copy(const std::string& model, bool fp8 = false) {
+  const fs::path dir = scratch(std::string(fp8 ? "fp8q_" : "int8_") + model);
   fs::create_directories(dir);
   std::vector<quiver::SafetensorsEntry> entries;
   for (const auto& f : fs::directory_iterator(fixture(model))) {
@@ -215,8 +216,15 @@ fs::path dequantized_copy(const std::string& model) {
       std::vector<int8_t> q(static_cast<size_t>(rows * k));
       std::vector<float> scale(static_cast<size_t>(rows)), values(q.size());
       const quiver::Tensor w(const_cast<void*>(info.data), info.dtype, {rows, k});
-      EXPECT_EQ(quiver::quantize_rows_int8(w, 0, rows, q.data(), scale.data()), -1) << tensor;
-      for (size_t i = 0; i < q.size(); ++i) values[i] = static_cast<float>(q[i]) * scale[i / static_cast<size_t>(k)];
+      if (fp8) {
+        quiver::quantize_fp8_rows_range(quiver::Tensor(q.data(), quiver::DType::kF8E4M3, {rows, k}),
+                                        quiver::Tensor(scale.data(), quiver::DType::kF32, {rows}), w, 0, rows);
+        for (size_t i = 0; i < q.size(); ++i)
+          values[i] = quiver::e4m3_to_f32(static_cast<uint8_t>(q[i])) * scale[i / static_cast<size_t>(k)];
+      } else {
+        EXPECT_EQ(quiver::quantize_rows_int8(w, 0, rows, q.data(), scale.data()), -1) << tensor;
+        for (size_t i = 0; i < q.size(); ++i) values[i] = static_cast<float>(q[i]) * scale[i / static_cast<size_t>(k)];
+      }
       entries.push_back(quiver::make_safetensors_entry(tensor, quiver::DType::kF32, info.shape, values));
     }
   }
@@ -277,11 +285,26 @@ TEST_P(HfFixture, Int8WeightsMatchTheirDequantizedModel) {
   EXPECT_LE(worst, kInt8Bound) << model;
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, HfFixture, ::testing::ValuesIn(kModels));
-
-// What an FP8 checkpoint may cost against HF on the weights it was made from
+// What FP8 weights may cost against HF on the weights they were made from
 // (docs/numerics.md): e4m3 keeps 4 significant bits where int8 keeps ~7.
-constexpr double kFp8WeightBound = 3.0;
+constexpr double kFp8WeightBound = 8.0;
+
+// --quantization fp8 the same way: e4m3 per output channel against the dequantized model
+// with float32 activations within 1e-3, and its default numerics' cost against HF within
+// kFp8WeightBound.
+TEST_P(HfFixture, Fp8WeightsMatchTheirDequantizedModel) {
+  const std::string model = GetParam();
+  const fs::path requests = fixture(model) / "requests.jsonl";
+  const std::string fp8 = "--max-loras 8 --quantization fp8";
+  auto exact = run_generate(model, requests, fp8 + " --matmul-precision highest", "fp8q_highest");
+  auto d = run_generate(model, requests, "--max-loras 8 --matmul-precision highest", "fp8q_dequant",
+                        dequantized_copy(model, true));
+  expect_same_runs(d, exact, 1e-3, "fp8 vs its dequantized model");
+  auto q = run_generate(model, requests, fp8, "fp8q");
+  EXPECT_LE(cost_against_hf(model, q, "fp8", kFp8WeightBound), kFp8WeightBound) << model;
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, HfFixture, ::testing::ValuesIn(kModels));
 
 // FP8 checkpoints in each published layout, written from a fixture by
 // tools/make_fp8_checkpoint.py (blocks of 32 x 16 here, so the fixtures' small matrices span

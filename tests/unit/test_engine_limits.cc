@@ -78,21 +78,25 @@ TEST_F(EngineLimitsTest, NamesAreParsedOnce) {
     ASSERT_FALSE(bad.is_ok()) << flag;
     EXPECT_NE(bad.message().find(flag), std::string::npos) << bad.message();
   }
-  // --quantization: int8 on the host backends; fp8 named as not yet supported; the
-  // methods of pre-quantized checkpoints are not flags here.
+  // --quantization: int8 and fp8 on the host backends; the methods of pre-quantized
+  // checkpoints are not flags here.
   for (auto [value, device, ok, says] :
        {std::tuple<const char*, const char*, bool, const char*>{"int8", "cpu", true, ""},
         {"int8", "ref", true, ""},
         {"", "cpu", true, ""},
         {"int8", "cuda", false, "cuda backend has no int8 kernels"},
-        {"fp8", "cpu", false, "--quantization fp8 is not supported yet"},
-        {"gptq", "cpu", false, "unknown --quantization 'gptq' (supported: int8"}}) {
+        {"fp8", "cpu", true, ""},
+        {"fp8", "cuda", false, "cuda backend has no fp8 weight kernels"},
+        {"gptq", "cpu", false, "unknown --quantization 'gptq' (supported: fp8 and int8"}}) {
     EngineArgs a = args_;
     a.quantization = value;
     a.device = device;
     auto p = validate(a);
     ASSERT_EQ(p.is_ok(), ok) << value << " on " << device;
-    if (ok) EXPECT_EQ(p->quantization, *value ? WeightQuantization::kInt8 : WeightQuantization::kNone);
+    const auto kind = std::string(value) == "int8"  ? WeightQuantization::kInt8
+                      : std::string(value) == "fp8" ? WeightQuantization::kFp8
+                                                    : WeightQuantization::kNone;
+    if (ok) EXPECT_EQ(p->quantization, kind);
     else EXPECT_NE(p.message().find(says), std::string::npos) << p.message();
   }
   args_.enable_lora = true;

@@ -1,7 +1,8 @@
 // link: qv_model
 // FP8 checkpoints' projection weights (model/fp8_weights.h): per-tensor and per-channel
 // scales become bf16 values with row scales, per-block ones float32 dequantized values, each
-// what the dequantized model holds; and the refusals name the tensor.
+// what the dequantized model holds; and the refusals name the tensor. --quantization fp8's
+// per-channel quantization on the host backends.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -100,6 +101,37 @@ TEST(Fp8Weights, RefusalsNameTheTensor) {
              "finite and >= 0");
   EXPECT_HAS(load_fp8(write("nan", scale, {4, 1}, {1, 1, 1, 1}, true), f, &ref, &owned).message(),
              "holds a NaN (element 5)");
+}
+
+// --quantization fp8: scale = the row's largest magnitude / 448 and each value the nearest
+// e4m3 of w / scale (ties to even), held as exact bf16 values with the row scales on the host
+// backends; a zero row keeps scale 0; a row holding a NaN or an infinity is refused by name.
+TEST(Fp8Weights, OnlineQuantizationPerOutputChannel) {
+  RefBackend ref;
+  std::vector<float> v = {448.f, -1.f, 0.3f, 2.5f,   // row 0: scale 1, values as they round
+                          0.f,   0.f,  0.f,  0.f,    // row 1: zeros
+                          1.f,   -3.f, 0.5f, 0.01f}; // row 2: scale 3 / 448
+  std::vector<Buffer> owned;
+  auto t = quantize_fp8_projection(Tensor(v.data(), DType::kF32, {3, 4}), kName, &ref, &owned);
+  ASSERT_TRUE(t.is_ok()) << t.status().message();
+  ASSERT_EQ(t->dtype, DType::kBF16);
+  ASSERT_NE(t->row_scale, nullptr);
+  EXPECT_EQ(t->row_scale[0], 1.f);
+  EXPECT_EQ(t->row_scale[1], 0.f);
+  EXPECT_EQ(t->row_scale[2], 3.f / 448.f);
+  const auto* w = static_cast<const uint16_t*>(t->data);
+  for (int64_t i = 0; i < 12; ++i) {
+    const float s = t->row_scale[i / 4];
+    const float want = s > 0.f ? e4m3_to_f32(f32_to_e4m3(v[static_cast<size_t>(i)] / s)) : 0.f;
+    EXPECT_EQ(bf16_to_f32(w[i]), want) << i;
+  }
+  EXPECT_EQ(bf16_to_f32(w[2]), 0.3125f);  // 0.3 between 0.28125 and 0.3125: nearest
+  EXPECT_EQ(bf16_to_f32(w[3]), 2.5f);
+  EXPECT_EQ(bf16_to_f32(w[9]), -448.f);  // the row's largest magnitude is e4m3's largest
+  v[6] = std::nanf("");
+  auto bad = quantize_fp8_projection(Tensor(v.data(), DType::kF32, {3, 4}), kName, &ref, &owned);
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_HAS(bad.status().message(), std::string(kName) + " row 1 holds a NaN or an infinity");
 }
 
 }  // namespace
