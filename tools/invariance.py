@@ -19,7 +19,11 @@ max-num-seqs 1 (each request alone) and 2; preemption (a KV cache of few blocks)
 size 1 and 4 (16 is plain); prefix caching off; max-loras 1 (slot reuse between steps
 and replays); n = 2 (each completion checked); bf16 slot stacks (held to the 16-bit bound);
 an fp8 e4m3 KV cache (held to its own bound, FP8_BOUND; on CUDA only where head_dim is a
-multiple of 16, which its kernels need).
+multiple of 16, which its kernels need); fp8 e4m3 projection weights (--quantization fp8,
+held to FP8_WEIGHT_BOUND against HF on the original weights, and checked for greedy tokens
+against the CPU on the same quantized weights in float32 compute, whose logprobs they must
+stay within FP8_BOUND of: CUDA multiplies x in bf16 at 3-16 tokens and quantizes it to e4m3
+per token above).
 
   python3 tools/invariance.py --quiver build/quiver --device cuda [--models llama_gqa ...]
 
@@ -43,8 +47,9 @@ FIXTURES = os.path.join(ROOT, "tests", "fixtures")
 MODELS = ["llama_gqa", "llama3_bf16", "qwen2_tied", "mistral", "llama_vocab", "qwen2_vocab"]
 BOUND = 0.25  # docs/numerics.md: 16-bit numerics against HF float32
 FP8_BOUND = 3.0  # docs/numerics.md: the fp8 e4m3 KV cache against HF float32
+FP8_WEIGHT_BOUND = 8.0  # docs/numerics.md: fp8 e4m3 weights against HF on the original weights
 LONG_POSITIONS = 1024
-LONG_SCHEDULES = ("plain", "chunk16", "chunk64", "seqs1", "preempt", "block4", "loras1", "lorabf16", "fp8kv")
+LONG_SCHEDULES = ("plain", "chunk16", "chunk64", "seqs1", "preempt", "block4", "loras1", "lorabf16", "fp8kv", "fp8w")
 
 # (name, extra flags, request rewrite or None). The preemption schedule's cache holds a
 # little over one longest request: 14 blocks of 16 for up to 100 + 12 tokens (max-model-len
@@ -68,9 +73,11 @@ SCHEDULES = [
     # rounded, so these runs are held to the 16-bit bound on every model.
     ("lorabf16", ["--lora-dtype", "bfloat16"], None),
     ("fp8kv", ["--kv-cache-dtype", "fp8"], None),
+    ("fp8w", ["--quantization", "fp8"], None),
 ]
 ROUNDED = ("lorabf16",)  # schedules whose numerics are 16-bit on every model and device
 FP8 = ("fp8kv",)  # schedules held to FP8_BOUND
+FP8_WEIGHTS = ("fp8w",)  # held to FP8_WEIGHT_BOUND, tokens against the CPU on the same weights
 
 
 def read_jsonl(path):
@@ -157,10 +164,13 @@ def check_hf(fixture, lines, bound):
     return problems, len(diffs), worst
 
 
-def check_against(lines, reference, margins_of, margin):
-    """Greedy tokens against a reference run; margins_of(id) -> per-position margins."""
+def check_against(lines, reference, margins_of, margin, lp_bound=None):
+    """Greedy tokens against a reference run; margins_of(id) -> per-position margins. With
+    lp_bound: the chosen tokens' logprobs too, up to the first difference (problems past it);
+    returns (problems, the largest such |dlogprob|)."""
     ref = {r["id"]: r for r in reference}
     problems = []
+    worst = 0.0
     for line in lines:
         if "error" in line:
             problems.append(f"{line['id']}: error line: {line['error']}")
@@ -176,9 +186,14 @@ def check_against(lines, reference, margins_of, margin):
                     if m[i] >= margin:
                         problems.append(f"{c['id']}: token {i}: {x} here, {y} on the CPU (margin {m[i]:.3g})")
                     break
+                if lp_bound is not None:
+                    d = abs(cf.logprob_of(c["logprobs"][i], x) - cf.logprob_of(base["logprobs"][i], y))
+                    worst = max(worst, d)
+                    if d > lp_bound:
+                        problems.append(f"{c['id']}: token {i}: |dlogprob| {d:.3g} against the CPU > {lp_bound}")
             if len(c["token_ids"]) != len(base["token_ids"]):
                 problems.append(f"{c['id']}: {len(c['token_ids'])} tokens here, {len(base['token_ids'])} on the CPU")
-    return problems
+    return (problems, worst) if lp_bound is not None else problems
 
 
 def long_model(model, work):
@@ -262,8 +277,12 @@ def main():
             fixtures[(model, "long")] = dict(read_fixture(fx, "long_"), sixteen=sixteen)
             refs[(model, "long")] = (long_model(model, work)[0], os.path.join(fx, "long_requests.jsonl"))
     with concurrent.futures.ThreadPoolExecutor(max_workers=a.jobs) as pool:
-        ref_out = {key: pool.submit(runner.generate, d, p, f"{key[0]}_{key[1]}_cpu", ["--device", "cpu", "--matmul-precision", "highest"])
-                   for key, (d, p) in refs.items()}
+        highest = ["--device", "cpu", "--matmul-precision", "highest"]
+        ref_out = {key: pool.submit(runner.generate, d, p, f"{key[0]}_{key[1]}_cpu", highest) for key, (d, p) in refs.items()}
+        if any(s[0] in FP8_WEIGHTS for s in schedules):
+            ref_out.update({key + ("fp8w",): pool.submit(runner.generate, d, p, f"{key[0]}_{key[1]}_cpu_fp8w",
+                                                         highest + ["--quantization", "fp8"])
+                            for key, (d, p) in refs.items()})
         ref_out = {key: f.result() for key, f in ref_out.items()}
         for model in a.models:
             fx = os.path.join(FIXTURES, model)
@@ -295,7 +314,7 @@ def main():
         futures = [pool.submit(runner.generate, d, p, f"{m}_{k}_{n}_{mo}", fl) for m, k, n, mo, d, p, fl in runs_todo]
         for (model, kind, name, mode, _, _, _), fut in zip(runs_todo, futures):
             tag = f"{model} {'long ' if kind == 'long' else ''}{name} {mode}"
-            cpu, err = ref_out[(model, kind)]
+            cpu, err = ref_out[(model, kind) + (("fp8w",) if name in FP8_WEIGHTS else ())]
             if err:
                 report(tag, [f"cpu reference: {err}"])
                 continue
@@ -305,12 +324,19 @@ def main():
                 continue
             fixture = fixtures[(model, kind)]
             # 16-bit GEMM inputs (and on CUDA KV cache) for 16-bit models; bf16 stacks anywhere.
-            bound = FP8_BOUND if name in FP8 else BOUND if fixture["sixteen"] or name in ROUNDED else None
+            bound = (FP8_BOUND if name in FP8 else FP8_WEIGHT_BOUND if name in FP8_WEIGHTS
+                     else BOUND if fixture["sixteen"] or name in ROUNDED else None)
             margin = bound if bound is not None else 1e-2
             problems, positions, worst = check_hf(fixture, lines, bound)
             exp = fixture["expected"]
-            problems += check_against(lines, cpu, lambda rid: exp[rid]["margins"], margin)
-            report(tag, problems, f" ({positions} positions vs HF, max |dlogprob| {worst:.3g})")
+            extra = ""
+            if name in FP8_WEIGHTS:  # against the same quantized weights with f32 activations
+                p, worst_cpu = check_against(lines, cpu, lambda rid: exp[rid]["margins"], margin, FP8_BOUND)
+                problems += p
+                extra = f", against the CPU's exact fp8 run {worst_cpu:.3g}"
+            else:
+                problems += check_against(lines, cpu, lambda rid: exp[rid]["margins"], margin)
+            report(tag, problems, f" ({positions} positions vs HF, max |dlogprob| {worst:.3g}{extra})")
     print(f"invariance ({a.device}): {runs - failed} passed, {failed} failed, {time.time() - t0:.0f} s")
     if not a.keep:
         shutil.rmtree(work, ignore_errors=True)

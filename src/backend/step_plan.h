@@ -27,6 +27,7 @@ enum class MatmulKernel : uint8_t {
   kSkinny,       // 16-bit tensor-core tiles of up to 16 tokens (gemm_skinny.cu)
   kCublasSmall,  // cuBLAS on a handle without workspace (no split-K reduce kernel)
   kCublas,       // cuBLAS with its workspace
+  kCublasFp8,    // fp8 weights: cuBLASLt's FP8 GEMM, x quantized per token (gemm_fp8.cu)
 };
 
 enum class ShrinkKernel : uint8_t {
@@ -50,8 +51,9 @@ struct GroupPlan {
   MatmulKernel matmul = MatmulKernel::kHost;
   ShrinkKernel shrink = ShrinkKernel::kNone;
   ExpandKernel expand = ExpandKernel::kNone;
-  // The type the matmul multiplies x in: kF32, or the weights' 16-bit type, in which case
-  // the op that produces x writes that copy beside it (MatmulGroup::x16) where it can.
+  // The type the matmul multiplies x in: kF32, or a 16-bit type (the weights' own, bf16
+  // beside fp8 weights), in which case the op that produces x writes that copy beside it
+  // (MatmulGroup::x16) where it can. kCublasFp8 quantizes x itself and reads it in f32.
   DType x_type = DType::kF32;
   bool lora() const { return shrink != ShrinkKernel::kNone; }
   bool expand_in_next_op() const { return expand == ExpandKernel::kNextOp; }
@@ -140,17 +142,22 @@ struct DispatchTable {
   // 352). The CUDA-core expand is instruction-bound, its cost linear in the rank (173 us
   // more at r=64, 357 at r=128, q/k/v), so r=32 is past the break-even (~50 us).
   int lora_mma_expand_min_rank = 32;
+  // fp8 weights: up to this many tokens the skinny kernel (weights widened to bf16 in
+  // registers, x in bf16), above it cuBLASLt's FP8 GEMM, which first quantizes x per token
+  // (one more kernel and a read of x) and reads each weight byte once as well. At most 16.
+  int fp8_skinny_max_n = 16;
 };
 
 // Refuses a table the kernels cannot follow (the GEMV and skinny kernels take at most 16
 // tokens; no threshold is negative).
 void check_dispatch_table(const DispatchTable& table);
 // The CUDA backend's plan. split_activations: --matmul-precision highest (cuBLAS on hi +
-// lo halves, so x is never rounded for the matmul).
+// lo halves, so x is never rounded for the matmul; fp8 weights run the f32-x GEMV at every
+// token count).
 StepPlan plan_device_step(const DispatchTable& table, const StepShape& shape, bool split_activations);
 // The type kernel k multiplies x in with weights of type `weights` (GroupPlan::x_type):
 // their 16-bit type for the kernels that round x (skinny, cuBLAS; not under
-// split_activations), otherwise f32.
+// split_activations), bf16 for the skinny kernel on fp8 weights, otherwise f32.
 DType matmul_input_type(MatmulKernel k, DType weights, bool split_activations);
 // The plan of one matmul of n tokens without LoRA (lm_head), as a group's would be.
 GroupPlan plan_device_matmul(const DispatchTable& table, int64_t n, int64_t in, DType weights, bool split_activations);

@@ -49,8 +49,8 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* f) {
                   "matmul activations: default (rounded to the weights' 16 bits on cuda past 2 tokens, to bf16 for bf16 "
                   "weights on cpu) | highest (~float32; cuda: 2x GEMM math)");
   cmd->add_option("--quantization", a.quantization,
-                  "projection weights quantized at load, one scale per output channel: fp8 (e4m3) | int8 "
-                  "(cpu, ref); default: none");
+                  "projection weights quantized at load, one scale per output channel: fp8 (e4m3; every backend) | "
+                  "int8 (cpu, ref); default: none");
   cmd->add_option("--lora,--lora-modules", f->loras,
                   "adapter NAME=DIR or {\"name\": NAME, \"path\": DIR} (repeatable; enables LoRA)");
   cmd->add_flag("--enable-lora", a.enable_lora, "enable LoRA adapters");

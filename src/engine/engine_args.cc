@@ -55,12 +55,10 @@ Result<ParsedEngineArgs> validate(const EngineArgs& a) {
       return Status::error("--quantization int8 runs on the cpu and ref backends; the cuda backend has no int8 kernels");
     p.quantization = WeightQuantization::kInt8;
   } else if (a.quantization == "fp8") {
-    if (a.device == "cuda")
-      return Status::error("--quantization fp8 runs on the cpu and ref backends; the cuda backend has no fp8 weight kernels");
     p.quantization = WeightQuantization::kFp8;
   } else {
     return Status::error("unknown --quantization '" + a.quantization +
-                         "' (supported: fp8 and int8, on the cpu and ref backends)");
+                         "' (supported: fp8 on every backend, int8 on the cpu and ref backends)");
   }
   if (!a.kv_cache_memory.empty()) {
     auto bytes = parse_byte_size(a.kv_cache_memory);

@@ -48,13 +48,15 @@ InputLayout input_layout(int64_t tokens, int64_t seqs, int64_t segments, int64_t
 
 // The 16-bit type the plans of steps up to max_tokens tokens multiply x in, or kF32 when
 // none does (the Workspace then holds no copies). A plan rounds x from some token count up
-// (DispatchTable::gemv_max_n), so the largest step decides, with or without LoRA.
+// (DispatchTable::gemv_max_n), so the largest step decides, with or without LoRA; with fp8
+// weights only the skinny kernel's 3-16 tokens do (cuBLASLt's FP8 GEMM quantizes x itself).
 DType gemm_copy_type(const LlamaModel& model, int max_tokens, const LoraSlotPool* lora) {
-  for (bool on : {false, true}) {
-    const StepPlan p = model.backend()->plan(model.step_shape(max_tokens, on, lora));
-    for (const GroupPlan& g : p.group)
-      if (g.x_type != DType::kF32) return g.x_type;
-  }
+  for (const int n : {max_tokens, std::min(max_tokens, 16)})
+    for (bool on : {false, true}) {
+      const StepPlan p = model.backend()->plan(model.step_shape(n, on, lora));
+      for (const GroupPlan& g : p.group)
+        if (g.x_type != DType::kF32) return g.x_type;
+    }
   return DType::kF32;
 }
 

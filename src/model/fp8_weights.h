@@ -3,7 +3,8 @@
 // vLLM's per-channel scheme). Each becomes a weight the backend multiplies exactly as the
 // dequantized model would, its scale the row's Tensor::row_scale, applied to each finished
 // dot product:
-// - on a device backend the e4m3 bytes themselves, with the scales in its memory;
+// - on the GPU the e4m3 bytes themselves (the CUDA kernels widen them in registers, or
+//   multiply them on the FP8 tensor cores: backend/cuda/gemm_fp8.cu);
 // - on the host backends the e4m3 values widened to bf16 (exact: 4 significant bits and an
 //   exponent range bf16 covers), which every CPU kernel multiplies.
 // A checkpoint's per-block scales (block_n x block_k) change along a row, so those weights

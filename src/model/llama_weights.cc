@@ -82,9 +82,6 @@ Result<LlamaWeights> load_llama_weights(const ModelConfig& c, std::shared_ptr<Ch
                                         Backend* backend, WeightQuantization quant,
                                         const std::function<void(int64_t, int64_t)>& progress) {
   LlamaWeights w;
-  if (c.fp8.scale != Fp8Config::Scale::kNone && backend->device() != Device::kCpu)
-    return Status::error("FP8 checkpoints (quant_method " + c.fp8.method + ") run on the cpu and ref backends; the " +
-                         backend->name() + " backend has no FP8 weight kernels");
   if (c.fp8.scale != Fp8Config::Scale::kNone && quant == WeightQuantization::kInt8)
     return Status::error("--quantization int8 takes a float checkpoint; this one is already FP8 (quant_method " +
                          c.fp8.method + ")");

@@ -214,6 +214,24 @@ TEST_F(CudaGraphs, MixedAdaptersEveryBucketMatchEager) {
   }
 }
 
+// fp8 weights (--quantization fp8): the GEMV (1-2 tokens), the skinny kernel (3-16) and
+// cuBLASLt's FP8 GEMM (17 and up), each with its LoRA pairing, replayed from graphs give
+// the eager bits.
+TEST_F(CudaGraphs, Fp8WeightsEveryBucketMatchEager) {
+  const auto adapters = adapter_names();
+  for (int n : {1, 2, 5, 13, 17, 33}) {
+    const auto reqs = mixed_requests(n, adapters, 2000u + static_cast<uint32_t>(n));
+    EngineArgs ga = engine_args(false, 8), ea = engine_args(true, 8);
+    ga.quantization = ea.quantization = "fp8";
+    const EngineRun g = run(ga, reqs);
+    const EngineRun e = run(ea, reqs);
+    EXPECT_GT(g.graphs, 0);
+    EXPECT_FALSE(g.graph_keys.empty()) << "batch " << n << ": no step replayed a graph";
+    std::printf("  fp8 weights, batch %2d: graph keys replayed:%s\n", n, keys_string(g).c_str());
+    expect_identical(g, e, reqs, "fp8 weights, batch " + std::to_string(n));
+  }
+}
+
 TEST_F(CudaGraphs, AdaptersSwappedIntoSlotsBetweenReplaysMatchEager) {
   // Two device slots for 8 adapters: as requests finish, other adapters are loaded into
   // the same slots while the same graphs keep being replayed (rule 2: no re-capture).

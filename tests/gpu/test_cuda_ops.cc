@@ -80,6 +80,48 @@ TEST_F(CudaOps, FillUniformMatchesHostBitwise) {
     }
 }
 
+// --quantization fp8 gives the same bytes and scales on the GPU as on the host (the CPU and
+// the GPU serve one model): rows of every float type and of awkward lengths, a zero row,
+// tiny values (e4m3 subnormals), and rows holding a NaN or an infinity (scale NaN).
+TEST_F(CudaOps, QuantizeFp8RowsMatchesHostBitwise) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16})
+    for (const int64_t k : {int64_t{1}, int64_t{77}, int64_t{4096}}) {
+      const int64_t rows = 37;
+      HostTensor w = random_tensor(rng_, t, {rows, k}, 3.f);
+      std::vector<float> v = w.as_f32();
+      for (int64_t j = 0; j < k; ++j) {
+        v[static_cast<size_t>(2 * k + j)] = 0.f;                                   // row 2: zeros
+        v[static_cast<size_t>(3 * k + j)] *= 1e-3f;                                // row 3: subnormal steps
+        if (j == k / 2) v[static_cast<size_t>(4 * k + j)] = std::nanf("");          // row 4: a NaN
+        if (j == 0) v[static_cast<size_t>(5 * k + j)] = std::numeric_limits<float>::infinity();  // row 5
+      }
+      w = host_f32({rows, k}, v, t);
+      HostTensor q = host_f32({rows, k}, {}, DType::kF8E4M3);
+      std::vector<float> scale(static_cast<size_t>(rows));
+      ref_.quantize_fp8_rows(q.view(), make_view(scale.data(), DType::kF32, {rows}, Device::kCpu), w.view());
+      DeviceTensor gw = upload(gpu_.get(), w);
+      Buffer gq(gpu_.get(), static_cast<size_t>(rows * k)), gs(gpu_.get(), static_cast<size_t>(rows) * 4);
+      gpu_->quantize_fp8_rows(make_view(gq.data(), DType::kF8E4M3, {rows, k}, Device::kCuda),
+                              make_view(gs.data(), DType::kF32, {rows}, Device::kCuda), gw.t);
+      std::vector<uint8_t> back(static_cast<size_t>(rows * k));
+      std::vector<float> back_scale(static_cast<size_t>(rows));
+      gpu_->copy_to_host(back.data(), gq.data(), back.size());
+      gpu_->copy_to_host(back_scale.data(), gs.data(), back_scale.size() * 4);
+      size_t differ = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        const float hs = scale[static_cast<size_t>(r)], gs_r = back_scale[static_cast<size_t>(r)];
+        if (r == 4 || r == 5) {
+          EXPECT_TRUE(std::isnan(hs) && std::isnan(gs_r)) << "row " << r << " holds a non-finite value";
+          continue;
+        }
+        EXPECT_EQ(hs, gs_r) << name_of(t) << " k=" << k << " row " << r;
+        for (int64_t j = 0; j < k; ++j) differ += q.bytes[static_cast<size_t>(r * k + j)] != back[static_cast<size_t>(r * k + j)];
+      }
+      EXPECT_EQ(scale[2], 0.f);
+      EXPECT_EQ(differ, 0u) << name_of(t) << " k=" << k;
+    }
+}
+
 // Programmatic dependent launch changes when kernels may start, never what they compute:
 // a decode-shaped chain (embedding, add_rms_norm, GEMV, rope_kv_write, silu_mul, GEMV), run
 // 50 times back to back without a host sync, gives the same bits with and without pdl.

@@ -9,7 +9,11 @@
 // the stack (no adapter); tiled kernels walk the tokens in their own order and slot-sorted.
 // The ops that take the left expand (rope_kv_write, add_rms_norm, silu_mul) are
 // test_cuda_lora_delta.cc's. Tolerance: 1e-4 of max |ref| with f32 activations, 1e-2 where
-// the plan multiplies x in 16 bits. Skips without a GPU.
+// the plan multiplies x in 16 bits. fp8 weights are random ones quantized per row (the
+// host's quantize_fp8_rows), the reference multiplying their exact values and row scales;
+// cuBLASLt's FP8 GEMM is held to 1e-3 of the reference on x quantized per token as it
+// quantizes x (shapes it does not take run the GEMV, held to the f32 reference). Skips
+// without a GPU.
 #include <string>
 #include <vector>
 
@@ -30,11 +34,17 @@ struct Case {
 // Every plan the CUDA kernels can run this case with (the dispatch table picks one of them).
 std::vector<GroupPlan> candidate_plans(const Case& c) {
   const int64_t n = c.n;
+  const bool fp8 = c.wt == DType::kF8E4M3;
+  const DType mt = fp8 ? DType::kBF16 : c.wt;  // the tensor cores' input type
   std::vector<MatmulKernel> matmuls;
   if (n <= 16) matmuls.push_back(MatmulKernel::kGemv);
-  if (n >= 3 && n <= 16 && is_16bit_float(c.wt) && c.in % 8 == 0) matmuls.push_back(MatmulKernel::kSkinny);
-  matmuls.push_back(MatmulKernel::kCublasSmall);
-  if (n > 16) matmuls.push_back(MatmulKernel::kCublas);
+  if (n >= 3 && n <= 16 && is_16bit_float(mt) && c.in % 8 == 0) matmuls.push_back(MatmulKernel::kSkinny);
+  if (fp8) {
+    matmuls.push_back(MatmulKernel::kCublasFp8);
+  } else {
+    matmuls.push_back(MatmulKernel::kCublasSmall);
+    if (n > 16) matmuls.push_back(MatmulKernel::kCublas);
+  }
   auto x_type = [&](MatmulKernel m) { return matmul_input_type(m, c.wt, false); };
   const bool rows_ok = c.rank >= 1 && c.rank <= 512 && c.in >= 8 && c.in % 8 == 0;
   bool outs16 = c.rank % 16 == 0;
@@ -42,14 +52,15 @@ std::vector<GroupPlan> candidate_plans(const Case& c) {
   std::vector<GroupPlan> plans;
   auto add = [&](MatmulKernel m, ShrinkKernel s, ExpandKernel e) { plans.push_back({m, s, e, x_type(m)}); };
   for (MatmulKernel m : matmuls) add(m, ShrinkKernel::kNone, ExpandKernel::kNone);
-  if (n <= 2 && rows_ok && (c.st == c.wt || c.st == DType::kF32))
+  if (n <= 2 && rows_ok && (c.st == mt || c.st == DType::kF32))
     add(MatmulKernel::kGemv, ShrinkKernel::kFused, ExpandKernel::kNextOp);
-  if (n >= 3 && n <= 16 && is_16bit_float(c.wt) && c.st == c.wt && c.in % 8 == 0 && rows_ok)
+  if (n >= 3 && n <= 16 && is_16bit_float(mt) && c.st == mt && c.in % 8 == 0 && rows_ok)
     add(MatmulKernel::kSkinny, ShrinkKernel::kFused, ExpandKernel::kNextOp);
   for (MatmulKernel m : {matmuls.front(), matmuls.back()}) {
     if (rows_ok) add(m, ShrinkKernel::kTokenRows, ExpandKernel::kNextOp);
     add(m, ShrinkKernel::kTiled, ExpandKernel::kTiled);
-    const bool mma_shrink = c.st == DType::kBF16 && x_type(m) == DType::kBF16 && c.in % 8 == 0;
+    const bool x_bf16 = x_type(m) == DType::kBF16 || m == MatmulKernel::kCublasFp8;  // project() makes the copy
+    const bool mma_shrink = c.st == DType::kBF16 && x_bf16 && c.in % 8 == 0;
     const bool mma_expand = c.st == DType::kBF16 && outs16;
     if (mma_shrink) add(m, ShrinkKernel::kTiledMma, ExpandKernel::kTiled);
     if (mma_expand) add(m, ShrinkKernel::kTiled, ExpandKernel::kTiledMma);
@@ -80,13 +91,28 @@ class CudaProject : public CudaTest {
     std::vector<int32_t> ref_slots = slots, order;
     for (auto& s : ref_slots) s = s < kSlots ? s : -1;
     lora_sorted_tokens(slots, &order);
+    const bool fp8 = c.wt == DType::kF8E4M3;
     HostTensor x = random_tensor(rng_, DType::kF32, {n, in});
     HostTensor x16 = host_f32({n, in}, x.as_f32(), is_16bit_float(c.wt) ? c.wt : DType::kBF16);  // x rounded
     HostTensor hslots = host_i32({n}, ref_slots);
     std::vector<HostTensor> w, bias, a, b, y;
+    // fp8: w holds the e4m3 values in bf16 (exact) for the reference, wq the bytes the GPU
+    // gets, wscale both's row scales.
+    std::vector<HostTensor> wq;
+    std::vector<std::vector<float>> wscale;
     for (int64_t out : c.outs) {
-      w.push_back(random_tensor(rng_, c.wt, {out, in}, 0.5f));
-      bias.push_back(random_tensor(rng_, c.wt, {out}));
+      if (fp8) {
+        HostTensor wf = random_tensor(rng_, DType::kF32, {out, in}, 0.5f);
+        HostTensor q = host_f32({out, in}, {}, DType::kF8E4M3);
+        wscale.emplace_back(static_cast<size_t>(out) + 1);
+        quantize_fp8_rows_range(q.view(), make_view(wscale.back().data(), DType::kF32, {out}, Device::kCpu), wf.view(),
+                                0, out);
+        w.push_back(host_f32({out, in}, q.as_f32(), DType::kBF16));
+        wq.push_back(std::move(q));
+      } else {
+        w.push_back(random_tensor(rng_, c.wt, {out, in}, 0.5f));
+      }
+      bias.push_back(random_tensor(rng_, fp8 ? DType::kBF16 : c.wt, {out}));
       a.push_back(random_tensor(rng_, c.st, {kSlots, R, in}, 0.5f));
       b.push_back(random_tensor(rng_, c.st, {kSlots, out, R}, 0.5f));
       y.push_back(random_tensor(rng_, DType::kF32, {n, out}));
@@ -99,6 +125,7 @@ class CudaProject : public CudaTest {
     for (int i = 0; i < count; ++i) {
       hg.y[i] = hl.y[i] = y[static_cast<size_t>(i)].view();
       hg.w[i] = w[static_cast<size_t>(i)].view();
+      if (fp8) hg.w[i].row_scale = wscale[static_cast<size_t>(i)].data();
       hg.bias[i] = i == 1 ? Tensor() : bias[static_cast<size_t>(i)].view();  // the middle member without
       hl.a_stack[i] = a[static_cast<size_t>(i)].view();
       hl.b_stack[i] = b[static_cast<size_t>(i)].view();
@@ -115,12 +142,38 @@ class CudaProject : public CudaTest {
       ref_.lora_expand(hl.y[i], hl.t_of(i), hl.b_stack[i], hl.meta);
       full_y.push_back(y[static_cast<size_t>(i)].as_f32());
     }
+    // What cuBLASLt's FP8 GEMM multiplies: x quantized per token (gemm_fp8.cu), where it
+    // takes the shape; the base product on it, and the whole projection with the LoRA terms
+    // of f32 x.
+    bool lt_fits = in % 16 == 0;
+    for (int64_t out : c.outs) lt_fits &= out % 16 == 0;
+    std::vector<std::vector<float>> base_yq = base_y, full_yq = full_y;
+    if (fp8 && lt_fits) {
+      HostTensor q = host_f32({n, in}, {}, DType::kF8E4M3);
+      std::vector<float> xs(static_cast<size_t>(n) + 1);
+      quantize_fp8_rows_range(q.view(), make_view(xs.data(), DType::kF32, {n}, Device::kCpu), x.view(), 0, n);
+      std::vector<float> xv = q.as_f32();
+      for (int64_t i = 0; i < n * in; ++i) xv[static_cast<size_t>(i)] *= xs[static_cast<size_t>(i / in)];
+      HostTensor xq = host_f32({n, in}, xv);
+      for (int i = 0; i < count; ++i) {
+        ref_.matmul(hg.y[i], xq.view(), hg.w[i], hg.bias[i]);
+        base_yq[static_cast<size_t>(i)] = y[static_cast<size_t>(i)].as_f32();
+        for (size_t e = 0; e < base_yq[static_cast<size_t>(i)].size(); ++e)
+          full_yq[static_cast<size_t>(i)][e] += base_yq[static_cast<size_t>(i)][e] - base_y[static_cast<size_t>(i)][e];
+      }
+    }
 
     DeviceTensor gx = upload(gpu, x), gx16 = upload(gpu, x16), gs = upload(gpu, host_i32({n}, slots));
     DeviceTensor go = upload(gpu, host_i32({n}, order)), gt = upload(gpu, t);
-    std::vector<DeviceTensor> gw, gbias, ga, gb, gy;
+    std::vector<DeviceTensor> gw, gscale, gbias, ga, gb, gy;
     for (int i = 0; i < count; ++i) {
-      gw.push_back(upload(gpu, w[static_cast<size_t>(i)]));
+      if (fp8) {
+        gw.push_back(upload(gpu, wq[static_cast<size_t>(i)]));
+        gscale.push_back(upload(gpu, host_f32({c.outs[static_cast<size_t>(i)]}, wscale[static_cast<size_t>(i)])));
+        gw.back().t.row_scale = gscale.back().t.ptr<float>();
+      } else {
+        gw.push_back(upload(gpu, w[static_cast<size_t>(i)]));
+      }
       gbias.push_back(upload(gpu, bias[static_cast<size_t>(i)]));
       ga.push_back(upload(gpu, a[static_cast<size_t>(i)]));
       gb.push_back(upload(gpu, b[static_cast<size_t>(i)]));
@@ -149,7 +202,10 @@ class CudaProject : public CudaTest {
           dl.meta.token_slot = gs.t;
           dl.meta.sorted_tokens = sorted ? go.t : Tensor();
           gpu->project(p, dg, dl, gx.t);
-          const double tol = p.x_type == DType::kF32 && p.shrink != ShrinkKernel::kTiledMma ? 1e-4 : 1e-2;
+          const bool lt = p.matmul == MatmulKernel::kCublasFp8 && lt_fits;
+          const auto& want_base = lt ? base_yq : base_y;
+          const auto& want_full = lt ? full_yq : full_y;
+          const double tol = p.x_type != DType::kF32 || p.shrink == ShrinkKernel::kTiledMma ? 1e-2 : lt ? 1e-3 : 1e-4;
           const std::vector<float> got_t = download(gpu, gt.t);
           for (int i = 0; i < count; ++i) {
             char tag[240];
@@ -160,9 +216,9 @@ class CudaProject : public CudaTest {
                           sorted ? " sorted" : "", with_x16 ? " x16" : "");
             const std::vector<float> got_y = download(gpu, gy[static_cast<size_t>(i)].t);
             if (!p.lora()) {
-              expect_close(std::string(tag) + " y", got_y, base_y[static_cast<size_t>(i)], tol);
+              expect_close(std::string(tag) + " y", got_y, want_base[static_cast<size_t>(i)], tol);
             } else if (p.expand_in_next_op()) {
-              expect_close(std::string(tag) + " y", got_y, base_y[static_cast<size_t>(i)], tol);
+              expect_close(std::string(tag) + " y", got_y, want_base[static_cast<size_t>(i)], tol);
               std::vector<float> got, want;  // t's rows with an adapter
               for (int64_t tok = 0; tok < n; ++tok) {
                 if (ref_slots[static_cast<size_t>(tok)] < 0) continue;
@@ -173,7 +229,7 @@ class CudaProject : public CudaTest {
               }
               expect_close(std::string(tag) + " t", got, want, tol);
             } else {
-              expect_close(std::string(tag) + " y", got_y, full_y[static_cast<size_t>(i)], tol);
+              expect_close(std::string(tag) + " y", got_y, want_full[static_cast<size_t>(i)], tol);
             }
           }
         }
@@ -182,9 +238,10 @@ class CudaProject : public CudaTest {
   }
 };
 
-const std::pair<DType, DType> kTypes[] = {{DType::kF32, DType::kF32},   {DType::kBF16, DType::kBF16},
-                                          {DType::kF16, DType::kF16},   {DType::kBF16, DType::kF32},
-                                          {DType::kF16, DType::kF32},   {DType::kBF16, DType::kF16}};
+const std::pair<DType, DType> kTypes[] = {{DType::kF32, DType::kF32},     {DType::kBF16, DType::kBF16},
+                                          {DType::kF16, DType::kF16},     {DType::kBF16, DType::kF32},
+                                          {DType::kF16, DType::kF32},     {DType::kBF16, DType::kF16},
+                                          {DType::kF8E4M3, DType::kBF16}, {DType::kF8E4M3, DType::kF32}};
 
 TEST_F(CudaProject, DecodeSizes) {
   for (const auto& [wt, st] : kTypes)
@@ -204,6 +261,8 @@ TEST_F(CudaProject, SevenBWidths) {  // the reference takes seconds here
   for (int64_t n : {1, 8, 64}) {
     run({n, 4096, {4096, 1024, 1024}, 16, DType::kBF16, DType::kBF16});  // q/k/v
     run({n, 11008, {4096}, 16, DType::kBF16, DType::kBF16});             // down
+    run({n, 4096, {4096, 1024, 1024}, 16, DType::kF8E4M3, DType::kBF16});
+    run({n, 11008, {4096}, 16, DType::kF8E4M3, DType::kBF16});
   }
 }
 
@@ -217,6 +276,9 @@ TEST_F(CudaProject, PrefillSizes) {
     run({n, 256, {208, 200}, 16, DType::kBF16, DType::kBF16});
     run({n, 264, {128}, 16, DType::kF16, DType::kF16});  // rows not 16-byte multiples
     run({n, 1100, {300}, 16, DType::kF32, DType::kF32});
+    run({n, 4096, {512, 128, 128}, 16, DType::kF8E4M3, DType::kBF16});
+    run({n, 1096, {304}, 96, DType::kF8E4M3, DType::kBF16});  // in % 16 != 0: the GEMV, 16 tokens a pass
+    run({n, 512, {1040}, 64, DType::kF8E4M3, DType::kF32});
   }
 }
 

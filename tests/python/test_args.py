@@ -135,10 +135,10 @@ def test_engine_args_map_to_the_engine(llm):
     assert fp8._native.args.kv_cache_dtype == "fp8"
     with pytest.raises(ValueError, match="unknown --kv-cache-dtype 'fp8_e5m2'"):
         LLMEngine.from_engine_args(EngineArgs(**engine_kwargs(kv_cache_dtype="fp8_e5m2")))
-    # vLLM's quantization argument: fp8 and int8 weights on the host backends.
+    # vLLM's quantization argument: fp8 weights on every backend, int8 on the host backends.
+    fp8w = LLMEngine.from_engine_args(EngineArgs(**engine_kwargs(quantization="fp8")))
+    assert fp8w._native.args.quantization == "fp8"
     if DEVICE != "cuda":
-        fp8w = LLMEngine.from_engine_args(EngineArgs(**engine_kwargs(quantization="fp8")))
-        assert fp8w._native.args.quantization == "fp8"
         int8 = LLMEngine.from_engine_args(EngineArgs(**engine_kwargs(quantization="int8")))
         assert int8._native.args.quantization == "int8"
     defaults = EngineArgs(model=BASE)

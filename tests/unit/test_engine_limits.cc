@@ -78,16 +78,16 @@ TEST_F(EngineLimitsTest, NamesAreParsedOnce) {
     ASSERT_FALSE(bad.is_ok()) << flag;
     EXPECT_NE(bad.message().find(flag), std::string::npos) << bad.message();
   }
-  // --quantization: int8 and fp8 on the host backends; the methods of pre-quantized
-  // checkpoints are not flags here.
+  // --quantization: int8 on the host backends, fp8 on every backend; the methods of
+  // pre-quantized checkpoints are not flags here.
   for (auto [value, device, ok, says] :
        {std::tuple<const char*, const char*, bool, const char*>{"int8", "cpu", true, ""},
         {"int8", "ref", true, ""},
         {"", "cpu", true, ""},
         {"int8", "cuda", false, "cuda backend has no int8 kernels"},
         {"fp8", "cpu", true, ""},
-        {"fp8", "cuda", false, "cuda backend has no fp8 weight kernels"},
-        {"gptq", "cpu", false, "unknown --quantization 'gptq' (supported: fp8 and int8"}}) {
+        {"fp8", "cuda", true, ""},
+        {"gptq", "cpu", false, "unknown --quantization 'gptq' (supported: fp8 on every backend, int8"}}) {
     EngineArgs a = args_;
     a.quantization = value;
     a.device = device;

@@ -1,4 +1,4 @@
-// CudaBackend lifetime (stream, cuBLAS handle and workspace), memory and copies, weight
+// CudaBackend lifetime (stream, cuBLAS and cuBLASLt handles and workspace), memory and copies, weight
 // upload, and make_cuda_backend(). The ops live in the other .cu files of this folder.
 #include "backend/cuda/cuda_backend.h"
 
@@ -40,6 +40,7 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options) : options_(options) 
   cuda_check(cudaMalloc(&cublas_workspace_, options_.cublas_workspace_bytes));
   make_handle(&cublas_, cublas_workspace_, options_.cublas_workspace_bytes);
   make_handle(&cublas_small_, nullptr, 0);  // MatmulKernel::kCublasSmall: no workspace
+  cublas_check(cublasLtCreate(&cublas_lt_));
   cuda::configure_attention_kernels();
 }
 
@@ -54,6 +55,8 @@ CudaBackend::~CudaBackend() {
   cudaFree(attention_counts_.ptr);
   cudaFree(lora_scratch_.ptr);
   cudaFree(vocab_lora_scratch_.ptr);
+  cudaFree(fp8_scratch_.ptr);
+  cublasLtDestroy(cublas_lt_);
   cublasDestroy(cublas_);
   cublasDestroy(cublas_small_);
   cudaFree(cublas_workspace_);

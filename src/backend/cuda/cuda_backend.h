@@ -15,6 +15,7 @@
 // called from threads where it is current (the engine uses one GPU per process).
 #pragma once
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -53,6 +54,7 @@ class CudaBackend : public Backend {
   void fill_uniform(Tensor t, float center, float scale, uint64_t seed) override;  // fill.cu
   void synchronize() override;
   Tensor import_weight(const Tensor& host) override;
+  void quantize_fp8_rows(Tensor q, Tensor scale, Tensor w) override;  // gemm_fp8.cu
 
   // ---- the plan (step_plan.h: DispatchTable) and the ops (one .cu file per family) ----
   StepPlan plan(const StepShape& shape) const override {
@@ -112,6 +114,19 @@ class CudaBackend : public Backend {
   // serialisation or not (project() turns it off beside the LoRA shrink, see there).
   void run_matmul(MatmulKernel kernel, const MatmulGroup& g, Tensor x, bool pdl);
   void gemv(const MatmulGroup& g, Tensor x, bool pdl);
+  // MatmulKernel::kCublasFp8 (gemm_fp8.cu): fp8 weights on cuBLASLt's FP8 GEMM, x quantized
+  // per token; shapes it does not take (fp8_gemm_fits) on the GEMV, 16 tokens at a time.
+  void matmul_fp8(const MatmulGroup& g, Tensor x);
+  bool fp8_gemm_fits(const MatmulGroup& g, Tensor x) const;
+  // The cuBLASLt algorithm of one FP8 GEMM shape, found once (so a shape always runs the same
+  // kernel, eager or captured); outer: with outer-vector scales, else unit scales; found:
+  // false where cuBLASLt has none (the GEMV runs it).
+  struct Fp8Algo {
+    int64_t out = 0, n = 0, in = 0;
+    bool found = false, outer = true;
+    cublasLtMatmulAlgo_t algo{};
+  };
+  const Fp8Algo& fp8_algo(int64_t out, int64_t n, int64_t in);
   // The shape checks of a matmul group (gemm.cu).
   void check_group(const MatmulGroup& g, Tensor x) const;
   // The project() kernels (their shrinks write lora.t, the expand left to the next op):
@@ -151,8 +166,11 @@ class CudaBackend : public Backend {
   cudaEvent_t fork_ = nullptr, join_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   cublasHandle_t cublas_small_ = nullptr;  // no workspace (MatmulKernel::kCublasSmall)
+  cublasLtHandle_t cublas_lt_ = nullptr;     // FP8 GEMMs (MatmulKernel::kCublasFp8), on cublas_workspace_
+  std::vector<Fp8Algo> fp8_algos_;
   void* cublas_workspace_ = nullptr;
   Scratch matmul_scratch_;     // x converted to 16 bits: [n, in] (twice that when split)
+  Scratch fp8_scratch_;        // x quantized per token for kCublasFp8: [n, in] e4m3, then [n] f32 scales
   Scratch attention_scratch_;  // split-K partials: [num_seqs, num_heads, max_splits, head_dim + 2] f32
   // Per (sequence, head group) counts of finished decode partitions, i32. Zero between
   // launches: the last partition's block merges them and resets its count (attention.cu).

@@ -52,6 +52,7 @@ inline void check_f32(const Tensor& t, const char* what,
 __device__ __forceinline__ float to_f32(float v) { return v; }
 __device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
 __device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_f32(__nv_fp8_e4m3 v) { return static_cast<float>(v); }
 
 template <typename T>
 __device__ __forceinline__ T from_f32(float v);
@@ -170,6 +171,13 @@ __device__ __forceinline__ uint4 load16_stream(const void* p) {
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
                : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
                : "l"(p));
+  return r;
+}
+
+// load16_stream's 8-byte form (a lane's 8 fp8 weights, gemm_skinny.cu).
+__device__ __forceinline__ uint2 load8_stream(const void* p) {
+  uint2 r;
+  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(r.x), "=r"(r.y) : "l"(p));
   return r;
 }
 
@@ -317,7 +325,8 @@ void dispatch_float(DType t, Fn&& fn, const char* what,
   }
 }
 
-// dispatch_float's types and fp8 e4m3, for the KV cache's element type.
+// dispatch_float's types and fp8 e4m3: the KV cache's element types and the projection
+// weights' (fp8 weights carry a Tensor::row_scale).
 template <typename Fn>
 void dispatch_kv(DType t, Fn&& fn, const char* what, const std::source_location where = std::source_location::current()) {
   if (t == DType::kF8E4M3) {

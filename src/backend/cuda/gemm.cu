@@ -98,6 +98,7 @@ void CudaBackend::run_matmul(MatmulKernel kernel, const MatmulGroup& g, Tensor x
       if (!skinny_project(g, nullptr, x, pdl)) matmul_cublas(g, x, cublas_small_);
       return;
     case MatmulKernel::kCublasSmall: matmul_cublas(g, x, cublas_small_); return;
+    case MatmulKernel::kCublasFp8: matmul_fp8(g, x); return;
     case MatmulKernel::kCublas: matmul_cublas(g, x, cublas_); return;
     case MatmulKernel::kHost: break;
   }

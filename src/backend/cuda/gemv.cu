@@ -1,8 +1,11 @@
 // CUDA GEMV / skinny GEMM for decode: y[n, out] = x[n, in] @ w[out, in]^T (+ bias) for
-// n <= 16 tokens, with f32 activations and f32 accumulation. Memory-bound by design: every
+// n <= 16 tokens, with f32 activations and f32 accumulation; fp8 e4m3 weights are widened
+// exactly in registers and each dot product scaled by its row's scale (gemv_store). Memory-bound by design: every
 // weight element is read from HBM exactly once per call, with 16-byte streaming loads, and
 // used against all n tokens while in registers. The work split is gemv.cuh's; with a
 // batch-1 LoRA, project() runs gemv_lora.cu's kernel instead.
+#include <algorithm>
+
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/gemv.cuh"
 
@@ -44,10 +47,12 @@ void launch_config(cudaStream_t stream, bool pdl, GemvGroup grp, int count, cons
 
 // Rows per block (ROWS) and rounds of loads in flight (U) per token bucket: more rows reuse
 // each x load more often, more rounds keep more bytes in flight; registers bound both.
-// 4 rows with 4 / 2 / 1 rounds at 1-2 / 4-8 / 16 tokens.
+// 4 rows with 4 / 2 / 1 rounds at 1-2 / 4-8 / 16 tokens; fp8 weights half as many rounds
+// (gemv_rounds), as a 16-byte vector holds twice the elements and needs twice the registers
+// once widened.
 template <typename W, int NT, bool VEC>
 void launch(cudaStream_t stream, bool pdl, const GemvGroup& grp, int count, const float* x, int n, int in) {
-  launch_config<W, NT, 4, (NT <= 2 ? 4 : NT <= 8 ? 2 : 1), VEC>(stream, pdl, grp, count, x, n, in);
+  launch_config<W, NT, 4, cuda::gemv_rounds<W>(NT <= 2 ? 4 : NT <= 8 ? 2 : 1), VEC>(stream, pdl, grp, count, x, n, in);
 }
 
 template <typename W, bool VEC>
@@ -63,11 +68,20 @@ void launch_tokens(cudaStream_t stream, bool pdl, const GemvGroup& grp, int coun
 
 void CudaBackend::gemv(const MatmulGroup& g, Tensor x, bool pdl) {
   const int64_t n = x.dim(0), in = x.dim(1);
-  check(n >= 1 && n <= cuda::kGemvMaxTokens, "gemv: 1..16 tokens");
+  if (n > cuda::kGemvMaxTokens) {  // one pass over the weights per 16 tokens
+    for (int64_t t0 = 0; t0 < n; t0 += cuda::kGemvMaxTokens) {
+      const int64_t c = std::min<int64_t>(cuda::kGemvMaxTokens, n - t0);
+      MatmulGroup part = g;
+      for (int i = 0; i < g.count; ++i) part.y[i] = g.y[i].rows(t0, c);
+      gemv(part, x.rows(t0, c), pdl);
+    }
+    return;
+  }
+  check(n >= 1, "gemv: at least one token");
   const DType wt = g.w[0].dtype;  // check_group checked the shapes, sizes and shared dtype
   bool aligned = cuda::aligned16(x.data);
   const GemvGroup grp = cuda::gemv_group(g, &aligned);
-  cuda::dispatch_float(wt, [&](auto tag) {
+  cuda::dispatch_kv(wt, [&](auto tag) {
     using W = typename decltype(tag)::type;
     constexpr int E = cuda::Vec16<W>::E;
     const int ni = static_cast<int>(n), ii = static_cast<int>(in);
@@ -76,7 +90,7 @@ void CudaBackend::gemv(const MatmulGroup& g, Tensor x, bool pdl) {
     } else {
       launch_tokens<W, false>(stream_, pdl, grp, g.count, x.ptr<float>(), ni, ii);
     }
-  }, "matmul: weight must be F32, F16 or BF16");
+  }, "matmul: weight must be F32, F16, BF16 or F8_E4M3");
 }
 
 }  // namespace quiver

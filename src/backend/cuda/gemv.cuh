@@ -18,10 +18,20 @@ namespace quiver::cuda {
 
 inline constexpr int kGemvWarps = 4;
 
+// Rounds of 16-byte loads in flight per lane for weights of type W, given the rounds 16-bit
+// weights take: half for fp8 (each vector widens to 16 floats, twice a 16-bit one's),
+// which still keeps 80 KB in flight per SM at 5 blocks of 4 rows and 1 token.
+template <typename W>
+constexpr int gemv_rounds(int rounds16) {
+  return sizeof(W) == 1 ? (rounds16 > 1 ? rounds16 / 2 : 1) : rounds16;
+}
+
 // The members of a group (a matmul group): blocks [block_end[g-1], block_end[g]) own
-// member g's rows, so one launch covers q, k and v (or gate and up).
+// member g's rows, so one launch covers q, k and v (or gate and up). scale: the weight's
+// Tensor::row_scale (fp8 weights), applied to each finished dot product, or null.
 struct GemvGroup {
   const void* w[kMaxGroup] = {};
+  const float* scale[kMaxGroup] = {};
   float* y[kMaxGroup] = {};
   const void* bias[kMaxGroup] = {};
   DType bias_type[kMaxGroup] = {};
@@ -149,13 +159,14 @@ __device__ __forceinline__ void gemv_rows(const W* (&wrow)[ROWS], const W* w, in
   for (int r = 0; r < ROWS; ++r) wrow[r] = w + static_cast<int64_t>(min(row0 + r, out - 1)) * in;
 }
 
-// y[t, row0 + r] of member g = the warps' sums of item r * NT + t in warp order, plus the
-// bias, plus extra[item] when extra is not null.
+// y[t, row0 + r] of member g = the warps' sums of item r * NT + t in warp order, times the
+// row's scale, plus the bias, plus extra[item] when extra is not null.
 template <int NT, int ROWS>
 __device__ __forceinline__ void gemv_store(const GemvGroup& grp, int g, const float (&red)[kGemvWarps][ROWS * NT],
                                            int row0, int n, const float* extra) {
   float* __restrict__ y = group_pick(g, grp.y);
   const void* bias = group_pick(g, grp.bias);
+  const float* scale = group_pick(g, grp.scale);
   const DType bias_type = group_pick(g, grp.bias_type);
   const int out = group_pick(g, grp.out);
   for (int idx = threadIdx.x; idx < ROWS * NT; idx += blockDim.x) {
@@ -164,6 +175,7 @@ __device__ __forceinline__ void gemv_store(const GemvGroup& grp, int g, const fl
     float s = 0.f;
 #pragma unroll
     for (int wi = 0; wi < kGemvWarps; ++wi) s += red[wi][idx];
+    if (scale != nullptr) s *= scale[row];
     if (bias != nullptr) s += load_any(bias, bias_type, row);
     if (extra != nullptr) s += extra[idx];
     y[static_cast<int64_t>(t) * out + row] = s;
@@ -188,6 +200,7 @@ inline GemvGroup gemv_group(const MatmulGroup& g, bool* aligned) {
   for (int i = 0; i < g.count; ++i) {
     *aligned &= aligned16(g.w[i].data);
     grp.w[i] = g.w[i].data;
+    grp.scale[i] = g.w[i].row_scale;
     grp.y[i] = g.y[i].ptr<float>();
     grp.bias[i] = g.bias[i].empty() ? nullptr : g.bias[i].data;
     grp.bias_type[i] = g.bias[i].dtype;

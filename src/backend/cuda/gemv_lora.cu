@@ -14,7 +14,8 @@
 // a separate shrink, GEMV and expand take 5.38 ms a step; a small shrink kernel chained by
 // PDL to a GEMV that adds B . t in its epilogue 4.42 against 4.18 for this design (base
 // 3.87-3.90), the shrink still a kernel on the chain per group; one launch whose GEMV
-// blocks spin on the shrink blocks 6.23 (the per-block atomics). Sums in a fixed order, so graph == eager bitwise. A token with slot
+// blocks spin on the shrink blocks 6.23 (the per-block atomics). Sums in a fixed order, so graph == eager bitwise.
+// fp8 weights (with their row scales) take bf16 or f32 stacks. A token with slot
 // -1 (or outside the stack) gets no t; the op after it skips it. Grids depend only on
 // the shapes, the slot is read at run time (graph rules 3 and 4).
 #include <type_traits>
@@ -83,7 +84,7 @@ gemv_shrink_kernel(GemvGroup grp, ShrinkRows lora, const float* __restrict__ x, 
     } else {
       const W* wrow[kRows];
       base_rows<W>(grp, lora, in, wrow, &g, &row0);
-      cuda::gemv_dot<W, 1, kRows, kU, true>(wrow, x, 1, in, acc);
+      cuda::gemv_dot<W, 1, kRows, cuda::gemv_rounds<W>(kU), true>(wrow, x, 1, in, acc);
     }
   }
   cuda::gemv_warp_sums<1, kRows>(red, acc, 1);
@@ -121,7 +122,7 @@ gemv2_shrink_kernel(GemvGroup grp, ShrinkRows lora, const float* __restrict__ x,
   const W* wrow[kRows];
   base_rows<W>(grp, lora, in, wrow, &g, &row0);
   float acc[kRows][kN];
-  cuda::gemv_dot<W, kN, kRows, kU, true>(wrow, x, kN, in, acc);
+  cuda::gemv_dot<W, kN, kRows, cuda::gemv_rounds<W>(kU), true>(wrow, x, kN, in, acc);
   cuda::gemv_warp_sums<kN, kRows>(red, acc, kN);
   cuda::gemv_store<kN, kRows>(grp, g, red, row0, kN, nullptr);
 }
@@ -173,7 +174,9 @@ bool CudaBackend::gemv_lora(const MatmulGroup& g, const GroupLora& lora, Tensor 
   const DType wt = g.w[0].dtype, st = lora.a_stack[0].dtype;
   const int64_t n = x.dim(0);
   if (n < 1 || n > 2) return false;
-  if ((st != wt && st != DType::kF32) || !cuda::lora_matches_outputs(g, lora)) return false;
+  // Stacks in the weights' type or f32; beside fp8 weights, bf16 stacks (the model's type).
+  const bool fp8_bf16 = wt == DType::kF8E4M3 && st == DType::kBF16;
+  if ((st != wt && st != DType::kF32 && !fp8_bf16) || !cuda::lora_matches_outputs(g, lora)) return false;
   bool aligned = true;
   GemvGroup grp = cuda::gemv_group(g, &aligned);
   ShrinkRows args;
@@ -181,16 +184,19 @@ bool CudaBackend::gemv_lora(const MatmulGroup& g, const GroupLora& lora, Tensor 
   const int blocks = cuda::gemv_blocks<kRows>(grp, g.count) + args.blocks;
   const float* xp = x.ptr<float>();
   const int ii = static_cast<int>(x.dim(1));
-  cuda::dispatch_float(wt, [&](auto wtag) {
+  cuda::dispatch_kv(wt, [&](auto wtag) {
     using W = typename decltype(wtag)::type;
     if (st == DType::kF32) {
       cuda::launch_kernel(n == 1 ? gemv_shrink_kernel<W, float> : gemv2_shrink_kernel<W, float>,
+                          static_cast<unsigned>(blocks), kGemvWarps * 32, 0, stream_, pdl_, grp, args, xp, ii);
+    } else if constexpr (std::is_same_v<W, __nv_fp8_e4m3>) {
+      cuda::launch_kernel(n == 1 ? gemv_shrink_kernel<W, __nv_bfloat16> : gemv2_shrink_kernel<W, __nv_bfloat16>,
                           static_cast<unsigned>(blocks), kGemvWarps * 32, 0, stream_, pdl_, grp, args, xp, ii);
     } else if constexpr (!std::is_same_v<W, float>) {
       cuda::launch_kernel(n == 1 ? gemv_shrink_kernel<W, W> : gemv2_shrink_kernel<W, W>, static_cast<unsigned>(blocks),
                           kGemvWarps * 32, 0, stream_, pdl_, grp, args, xp, ii);
     }
-  }, "matmul: weight must be F32, F16 or BF16");
+  }, "matmul: weight must be F32, F16, BF16 or F8_E4M3");
   return true;
 }
 

@@ -399,7 +399,7 @@ void CudaBackend::project(const GroupPlan& p, const MatmulGroup& g, const GroupL
   // gets it here, before the fork, so the tensor-core shrink can read it.
   MatmulGroup gm = g;
   const bool mma_shrink = p.shrink == ShrinkKernel::kTiledMma;
-  if (mma_shrink && (gm.x16.empty() || gm.x16.dtype != DType::kBF16)) gm.x16 = convert_for_gemm(x, g.w[0].dtype, nullptr);
+  if (mma_shrink && (gm.x16.empty() || gm.x16.dtype != DType::kBF16)) gm.x16 = convert_for_gemm(x, DType::kBF16, nullptr);
   cuda::cuda_check(cudaEventRecord(fork_, stream_));
   cuda::cuda_check(cudaStreamWaitEvent(side_stream_, fork_, 0));
   int chunks = 0;

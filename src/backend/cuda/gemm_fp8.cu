@@ -1,0 +1,217 @@
+// fp8 e4m3 projection weights on the GPU, past the decode kernels' 16 tokens
+// (MatmulKernel::kCublasFp8), and their quantization at load (--quantization fp8).
+//
+// y[n, out] = x[n, in] @ w[out, in]^T (+ bias) with w = q * row_scale runs on the FP8 tensor
+// cores (cuBLASLt): x is quantized per token first, xs[t] = max_k |x[t, k]| / 448 and
+// xq[t, k] = e4m3(x[t, k] / xs[t]) (vLLM's dynamic per-token activation scales), then
+//   y[t, o] = xs[t] * row_scale[o] * sum_k xq[t, k] q[o, k]
+// with f32 accumulation and f32 output, the two scales applied by cuBLASLt's outer-vector
+// scaling. The H200 runs e4m3 products at twice the bf16 rate (1,979 against 989 dense
+// TFLOP/s), so a prefill's linear layers take about half the time; the cost is x's own
+// rounding to 3 mantissa bits (docs/numerics.md bounds it). Where this cuBLASLt has no
+// outer-vector kernel for the shape, the GEMM runs with unit scales and one pass applies
+// them (scale_rows_kernel); shapes cuBLASLt's FP8 kernels do not take (`in` or `out` not a
+// multiple of 16, none in a real model, or no kernel found) run the decode GEMV 16 tokens
+// at a time.
+#include <algorithm>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_common.h"
+
+namespace quiver {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr float kE4m3Max = 448.f;
+
+// One block per row r of src [rows, k]: scale[r] = max |src[r, :]| / 448 (NaN when the row
+// holds a NaN or an infinity; `unit` turns a zero row's 0 into 1) and dst[r, k] =
+// e4m3(src[r, k] / scale[r]), 0 where the scale is 0. The same two roundings as the host's
+// quantize_fp8_rows (backend.cc): IEEE division, then nearest even, saturating.
+template <typename T>
+__global__ void quantize_rows_kernel(uint8_t* __restrict__ dst, float* __restrict__ scale, const T* __restrict__ src,
+                                     int64_t k, bool unit) {
+  __shared__ float red[32];
+  __shared__ float bad_red[32];
+  const T* row = src + blockIdx.x * k;
+  float amax = 0.f, bad = 0.f;
+  for (int64_t j = threadIdx.x; j < k; j += blockDim.x) {
+    const float v = cuda::to_f32(row[j]);
+    if (!isfinite(v)) bad = 1.f;
+    amax = fmaxf(amax, fabsf(v));
+  }
+  // The row's maximum and whether any element was not finite (fmaxf passes NaN over).
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  amax = cuda::warp_max(amax);
+  bad = cuda::warp_max(bad);
+  if (lane == 0) {
+    red[warp] = amax;
+    bad_red[warp] = bad;
+  }
+  __syncthreads();
+  amax = 0.f;
+  bad = 0.f;
+  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) {
+    amax = fmaxf(amax, red[w]);
+    bad = fmaxf(bad, bad_red[w]);
+  }
+  float s = amax / kE4m3Max;
+  if (unit && s == 0.f) s = 1.f;
+  if (threadIdx.x == 0) scale[blockIdx.x] = bad != 0.f ? __int_as_float(0x7fc00000) : s;
+  uint8_t* out = dst + blockIdx.x * k;
+  for (int64_t j = threadIdx.x; j < k; j += blockDim.x) {
+    const float v = s > 0.f ? cuda::to_f32(row[j]) / s : 0.f;
+    out[j] = __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
+  }
+}
+
+// y[t, o] = y[t, o] * xs[t] * ws[o] (+ bias[o])     y: [n, out] f32
+__global__ void scale_rows_kernel(float* __restrict__ y, const float* __restrict__ xs, const float* __restrict__ ws,
+                                  const void* __restrict__ bias, DType bias_type, int64_t out, int64_t count) {
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < count; i += stride) {
+    const int64_t t = i / out, o = i % out;
+    float v = y[i] * (xs[t] * ws[o]);
+    if (bias != nullptr) v += cuda::load_any(bias, bias_type, o);
+    y[i] = v;
+  }
+}
+
+unsigned grid_for(int64_t work, int num_sms) {
+  return static_cast<unsigned>(std::clamp<int64_t>(cuda::ceil_div(work, kThreads), 1, int64_t{num_sms} * 16));
+}
+
+void lt_check(cublasStatus_t s, const char* what) {
+  check(s == CUBLAS_STATUS_SUCCESS, std::string("cuBLASLt ") + what + ": " + cublasGetStatusString(s));
+}
+
+// The descriptors of one FP8 GEMM, y^T (out x n, column-major) = op_T(w) x^T.
+struct LtGemm {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  LtGemm(int64_t out, int64_t n, int64_t in, bool outer) {
+    lt_check(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    lt_check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), "transa");
+    lt_check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), "transb");
+    if (outer) {
+      const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+      lt_check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)), "a mode");
+      lt_check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)), "b mode");
+    }
+    lt_check(cublasLtMatrixLayoutCreate(&a, CUDA_R_8F_E4M3, in, out, in), "a layout");
+    lt_check(cublasLtMatrixLayoutCreate(&b, CUDA_R_8F_E4M3, in, n, in), "b layout");
+    lt_check(cublasLtMatrixLayoutCreate(&c, CUDA_R_32F, out, n, out), "c layout");
+  }
+  ~LtGemm() {
+    cublasLtMatrixLayoutDestroy(c);
+    cublasLtMatrixLayoutDestroy(b);
+    cublasLtMatrixLayoutDestroy(a);
+    cublasLtMatmulDescDestroy(desc);
+  }
+  LtGemm(const LtGemm&) = delete;
+  LtGemm& operator=(const LtGemm&) = delete;
+  void set_scales(const float* ws, const float* xs) {
+    lt_check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &ws, sizeof(ws)), "a scale");
+    lt_check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &xs, sizeof(xs)), "b scale");
+  }
+};
+
+}  // namespace
+
+void CudaBackend::quantize_fp8_rows(Tensor q, Tensor scale, Tensor w) {
+  check(w.ndim == 2 && w.device == Device::kCuda && w.layout == WeightLayout::kRows && w.row_scale == nullptr,
+        "quantize_fp8_rows: w must be a float matrix on the GPU");
+  const int64_t rows = w.dim(0), k = w.dim(1);
+  check(q.dtype == DType::kF8E4M3 && q.device == Device::kCuda && q.numel() == rows * k,
+        "quantize_fp8_rows: q must be F8_E4M3 [rows, k] on the GPU");
+  check(scale.dtype == DType::kF32 && scale.device == Device::kCuda && scale.numel() == rows,
+        "quantize_fp8_rows: scale must be f32 [rows] on the GPU");
+  check(rows < (int64_t{1} << 31), "quantize_fp8_rows: rows above 2^31");
+  if (rows == 0) return;
+  cuda::dispatch_float(w.dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    quantize_rows_kernel<T><<<static_cast<unsigned>(rows), kThreads, 0, stream_>>>(
+        static_cast<uint8_t*>(q.data), scale.ptr<float>(), static_cast<const T*>(w.data), k, false);
+    cuda::launch_check();
+  }, "quantize_fp8_rows: w must be F32, F16 or BF16");
+}
+
+bool CudaBackend::fp8_gemm_fits(const MatmulGroup& g, Tensor x) const {
+  if (x.dim(1) % 16 != 0) return false;
+  for (int i = 0; i < g.count; ++i)
+    if (g.w[i].dim(0) % 16 != 0 || g.w[i].row_scale == nullptr || !cuda::aligned16(g.w[i].data)) return false;
+  return true;
+}
+
+void CudaBackend::matmul_fp8(const MatmulGroup& g, Tensor x) {
+  const int64_t n = x.dim(0), in = x.dim(1);
+  bool found = fp8_gemm_fits(g, x);
+  for (int i = 0; i < g.count && found; ++i) found = fp8_algo(g.w[i].dim(0), n, in).found;
+  if (!found) {  // the decode GEMV, 16 tokens a pass
+    gemv(g, x, false);
+    return;
+  }
+  // x quantized per token: [n, in] e4m3 (rounded up to 16 bytes), then [n] f32 scales.
+  const size_t q_bytes = static_cast<size_t>(cuda::ceil_div(n * in, 16) * 16);
+  char* buf = static_cast<char*>(scratch(fp8_scratch_, q_bytes + static_cast<size_t>(n) * sizeof(float), "fp8 matmul"));
+  auto* xs = reinterpret_cast<float*>(buf + q_bytes);
+  quantize_rows_kernel<float><<<static_cast<unsigned>(n), kThreads, 0, stream_>>>(
+      reinterpret_cast<uint8_t*>(buf), xs, x.ptr<float>(), in, true);
+  cuda::launch_check();
+  const float one = 1.f, zero = 0.f;
+  for (int i = 0; i < g.count; ++i) {
+    const Tensor &y = g.y[i], &w = g.w[i];
+    const int64_t out = w.dim(0);
+    if (out == 0) continue;
+    const Fp8Algo algo = fp8_algo(out, n, in);
+    LtGemm op(out, n, in, algo.outer);
+    if (algo.outer) op.set_scales(w.row_scale, xs);
+    lt_check(cublasLtMatmul(cublas_lt_, op.desc, &one, w.data, op.a, buf, op.b, &zero, y.data, op.c, y.data, op.c,
+                            &algo.algo, cublas_workspace_, options_.cublas_workspace_bytes, stream_),
+             "FP8 matmul");
+    if (!algo.outer) {
+      const int64_t count = n * out;
+      scale_rows_kernel<<<grid_for(count, num_sms_), kThreads, 0, stream_>>>(
+          y.ptr<float>(), xs, w.row_scale, g.bias[i].empty() ? nullptr : g.bias[i].data, g.bias[i].dtype, out, count);
+      cuda::launch_check();
+    } else if (!g.bias[i].empty()) {
+      add_bias(y, g.bias[i]);
+    }
+  }
+}
+
+const CudaBackend::Fp8Algo& CudaBackend::fp8_algo(int64_t out, int64_t n, int64_t in) {
+  for (Fp8Algo& a : fp8_algos_)
+    if (a.out == out && a.n == n && a.in == in) return a;
+  cublasLtMatmulPreference_t pref = nullptr;
+  lt_check(cublasLtMatmulPreferenceCreate(&pref), "preference");
+  const size_t ws = options_.cublas_workspace_bytes;
+  lt_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
+           "workspace");
+  Fp8Algo found;
+  found.out = out;
+  found.n = n;
+  found.in = in;
+  // Outer-vector scales first; unit scales and scale_rows_kernel where there is no kernel
+  // for them; the GEMV where there is none at all.
+  found.found = false;
+  for (const bool outer : {true, false}) {
+    LtGemm op(out, n, in, outer);
+    cublasLtMatmulHeuristicResult_t result{};
+    int count = 0;
+    const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(cublas_lt_, op.desc, op.a, op.b, op.c, op.c, pref, 1,
+                                                            &result, &count);
+    if (s == CUBLAS_STATUS_SUCCESS && count > 0) {
+      found.found = true;
+      found.outer = outer;
+      found.algo = result.algo;
+      break;
+    }
+  }
+  cublasLtMatmulPreferenceDestroy(pref);
+  fp8_algos_.push_back(found);
+  return fp8_algos_.back();
+}
+
+}  // namespace quiver
