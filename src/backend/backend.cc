@@ -3,11 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <thread>
-#include <vector>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/ref/ref_backend.h"
+#include "core/thread_pool.h"
 #include "core/splitmix.h"
 #if defined(QUIVER_HAS_CUDA)
 #include "backend/cuda/cuda_backend_factory.h"
@@ -85,12 +84,7 @@ void Backend::quantize_fp8_rows(Tensor q, Tensor scale, Tensor w) {
   check(q.dtype == DType::kF8E4M3 && q.numel() == rows * k && scale.dtype == DType::kF32 && scale.numel() == rows,
         "quantize_fp8_rows: q must be F8_E4M3 [rows, k] and scale f32 [rows]");
   // Rows in chunks over the machine's cores: a 1.1B model's 1e9 weights take ~2 s a core.
-  const int threads = static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 64));
-  const int64_t chunk = std::max<int64_t>(16, (rows + threads - 1) / threads);
-  std::vector<std::thread> pool;
-  for (int64_t b = 0; b < rows; b += chunk)
-    pool.emplace_back([&, b] { quantize_fp8_rows_range(q, scale, w, b, std::min(rows, b + chunk)); });
-  for (auto& t : pool) t.join();
+  ThreadPool(0).parallel_for(rows, [&](int64_t b, int64_t e, int) { quantize_fp8_rows_range(q, scale, w, b, e); }, 16);
 }
 
 Tensor GroupLora::t_of(int g) const {

@@ -4,8 +4,9 @@
 #include <atomic>
 #include <cmath>
 #include <string>
-#include <thread>
 #include <vector>
+
+#include "core/thread_pool.h"
 
 namespace quiver {
 
@@ -46,17 +47,11 @@ Result<Tensor> quantize_tensor(const Tensor& w, const std::string& name, Backend
   auto* q = static_cast<int8_t*>(buf->data());
   auto* scale = reinterpret_cast<float*>(static_cast<char*>(buf->data()) + q_bytes);
   // Rows in chunks over the machine's cores: a 1.1B model's 1e9 weights take ~1 s a core.
-  const int threads = static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, 64));
-  const int64_t chunk = std::max<int64_t>(16, (rows + threads - 1) / threads);
   std::atomic<int64_t> bad{-1};
-  std::vector<std::thread> pool;
-  for (int64_t b = 0; b < rows; b += chunk) {
-    pool.emplace_back([&, b] {
-      const int64_t r = quantize_rows_int8(w, b, std::min(rows, b + chunk), q, scale);
-      if (r >= 0) bad = r;
-    });
-  }
-  for (auto& t : pool) t.join();
+  ThreadPool(0).parallel_for(rows, [&](int64_t b, int64_t e, int) {
+    const int64_t r = quantize_rows_int8(w, b, e, q, scale);
+    if (r >= 0) bad = r;
+  }, 16);
   if (bad >= 0)
     return Status::error(name + " row " + std::to_string(bad.load()) +
                          " holds a NaN or an infinity, which int8 quantization cannot represent");

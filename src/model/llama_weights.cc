@@ -33,8 +33,9 @@ class Loader {
         return Status::error(name + " is F8_E4M3 but config.json has no FP8 quantization_config");
       return load_fp8_projection(ckpt_, name, probe.value(), fp8_, backend_, owned_);
     }
-    if (quant_ == WeightQuantization::kFp8 && probe.is_ok()) return quantize_fp8_projection(*probe, name, backend_, owned_);
-    return get(name, {rows, k});
+    if (!probe.is_ok()) return get(name, {rows, k});  // the float loader's error
+    if (quant_ == WeightQuantization::kFp8) return quantize_fp8_projection(*probe, name, backend_, owned_);
+    return backend_->import_weight(probe.value());
   }
 
  private:
