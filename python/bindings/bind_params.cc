@@ -53,6 +53,7 @@ void bind_params(py::module_& m) {
       .def_readwrite("dtype", &EngineArgs::dtype)
       .def_readwrite("device", &EngineArgs::device)
       .def_readwrite("threads", &EngineArgs::threads)
+      .def_readwrite("tensor_parallel_size", &EngineArgs::tensor_parallel_size)
       .def_readwrite("seed", &EngineArgs::seed)
       .def_readwrite("kv_cache_dtype", &EngineArgs::kv_cache_dtype)
       .def_readwrite("matmul_precision", &EngineArgs::matmul_precision)

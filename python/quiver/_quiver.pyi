@@ -10,6 +10,7 @@ class EngineArgs:
     dtype: str
     device: str
     threads: int
+    tensor_parallel_size: int
     seed: int
     kv_cache_dtype: str
     matmul_precision: str

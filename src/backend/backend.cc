@@ -51,6 +51,11 @@ int64_t lora_run_tokens(std::span<const int32_t> token_slot, std::span<const int
   return runs;
 }
 
+void Backend::copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t rows) {
+  for (size_t r = 0; r < rows; ++r)
+    copy(static_cast<char*>(dst) + r * dst_pitch, static_cast<const char*>(src) + r * src_pitch, width);
+}
+
 void Backend::fill_uniform(Tensor t, float center, float scale, uint64_t seed) {
   fill_uniform_range(t, center, scale, seed, 0, t.numel());
 }

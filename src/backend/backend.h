@@ -194,6 +194,9 @@ class Backend {
   virtual void copy_from_host(void* dst, const void* src, size_t bytes) = 0;
   virtual void copy_to_host(void* dst, const void* src, size_t bytes) = 0;
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;  // device to device
+  // `rows` rows of `width` bytes, device to device, from src (rows src_pitch bytes apart)
+  // to dst (dst_pitch apart). The default copies row by row.
+  virtual void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t rows);
   virtual void fill_zero(void* dst, size_t bytes) = 0;
   // t[i] = hash_uniform(seed, i, center, scale) (core/splitmix.h) in t's float dtype, so
   // dummy weights come out bitwise the same on every backend. The default writes host

@@ -42,6 +42,8 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* f) {
   cmd->add_option("--dtype", a.dtype, "dtype of dummy weights: auto | float32 | float16 | bfloat16");
   cmd->add_option("--device", a.device, "cpu | cuda | ref");
   cmd->add_option("--threads", a.threads, "CPU threads (0 = all cores)");
+  cmd->add_option("--tensor-parallel-size", a.tensor_parallel_size,
+                  "ranks the model is split over: GPUs 0..N-1 (cuda), or threads checking the split (cpu, ref)");
   cmd->add_option("--seed", a.seed, "engine seed for requests without their own");
   cmd->add_option("--kv-cache-dtype", a.kv_cache_dtype,
                   "KV cache dtype: auto (cuda: the model's 16-bit dtype; cpu: float32) | float32 | bfloat16 | float16 | fp8 (e4m3)");

@@ -10,6 +10,8 @@ namespace {
 // into 64-bit byte counts that must not wrap.
 constexpr int kMaxThreads = 1024;
 constexpr int64_t kMaxCount = int64_t{1} << 24;
+// One host's GPUs: NVLink systems hold 8 (16 on the largest); beyond one host is multi-node.
+constexpr int kMaxTensorParallel = 16;
 
 Result<std::optional<DType>> dtype_or_auto(const char* flag, const std::string& s) {
   if (s == "auto") return std::optional<DType>();
@@ -72,6 +74,9 @@ Result<ParsedEngineArgs> validate(const EngineArgs& a) {
   if (a.threads < 0 || a.threads > kMaxThreads)
     return Status::error("--threads must be in [0, " + std::to_string(kMaxThreads) + "] (0 = all cores), got " +
                          std::to_string(a.threads));
+  if (a.tensor_parallel_size < 1 || a.tensor_parallel_size > kMaxTensorParallel)
+    return Status::error("--tensor-parallel-size must be in [1, " + std::to_string(kMaxTensorParallel) + "], got " +
+                         std::to_string(a.tensor_parallel_size));
   if (a.max_num_seqs < 1) return Status::error("--max-num-seqs must be at least 1");
   if (a.max_num_batched_tokens < 0)
     return Status::error("--max-num-batched-tokens must be at least 1 (or 0: the device's default)");

@@ -22,7 +22,11 @@ struct EngineArgs {
   std::string load_format = "auto";  // "auto" (safetensors) or "dummy" (random weights from config.json)
   std::string dtype = "auto";        // weight dtype for dummy weights: auto, float32, float16, bfloat16
   std::string device = "cpu";        // cpu, ref, cuda
-  int threads = 0;                   // cpu backend threads (0 = all cores)
+  int threads = 0;                   // cpu backend threads (0 = all cores), shared by the ranks
+  // vLLM's --tensor-parallel-size: the model split over this many ranks (Megatron sharding,
+  // parallel/tensor_shard.h), one per GPU (cuda device r) or, on cpu/ref, threads of this
+  // process that check the slicing against the whole model.
+  int tensor_parallel_size = 1;
   uint64_t seed = 0;                 // engine seed for requests without their own
   // KV cache element type: "auto" (cuda: the model's dtype when it is 16-bit, else float32;
   // cpu/ref: float32), "float32", "bfloat16", "float16", or "fp8" / "fp8_e4m3" (8-bit, with

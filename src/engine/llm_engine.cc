@@ -305,7 +305,12 @@ void LLMEngine::execute_batch(const ScheduledBatch& sb, StepStats* stats) {
   DeviceSampling* ds = device_sampling_.get();
   if (ds) plan_device_sampling(sb, ds);
   const auto t_model = std::chrono::steady_clock::now();
-  const StepPath path = runner_->execute(sb.batch, &logits_, ds);
+  // Every rank runs the step (their collectives meet inside it); rank 0's logits are sampled.
+  StepPath path;
+  rank_threads_->run([&](int r) {
+    if (r == 0) path = runner_->execute(sb.batch, &logits_, ds);
+    else ranks_[static_cast<size_t>(r)].runner->execute(sb.batch, nullptr, nullptr);
+  });
   stats->model_ms = 1e3 * seconds_since(t_model);
   stats->path = path.path;
   stats->lora_active = path.lora_active;

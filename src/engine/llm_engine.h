@@ -5,6 +5,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -17,6 +18,7 @@
 #include "backend/backend.h"
 #include "core/status.h"
 #include "engine/engine_args.h"
+#include "engine/engine_rank.h"
 #include "engine/graph_runner.h"
 #include "engine/memory_plan.h"
 #include "engine/request_output.h"
@@ -24,16 +26,13 @@
 #include "engine/step_stats.h"
 #include "io/model_config.h"
 #include "lora/adapter_registry.h"
+#include "parallel/rank_threads.h"
 
 namespace quiver {
 
 class Tokenizer;
-class LlamaModel;
-class KvCache;
 class BlockPool;
 class Scheduler;
-class LoraSlotPool;
-class ModelRunner;
 class EngineLoraSlots;
 struct Request;
 struct SeqState;
@@ -99,7 +98,8 @@ class LLMEngine {
   int max_model_len() const { return max_model_len_; }
   const StepStats& last_step() const { return last_step_; }
   const EngineCounters& counters() const { return counters_; }
-  Backend* backend() const { return backend_.get(); }
+  // Rank 0's backend (the only one without tensor parallelism).
+  Backend* backend() const { return backend_; }
   // Bandwidth accounting for `quiver bench`: bytes of all model weights
   // (LlamaWeights::weight_bytes), of the input embedding table alone (a decode step
   // gathers only its rows), and the element type the KV cache is stored in.
@@ -114,6 +114,12 @@ class LLMEngine {
  private:
   LLMEngine() = default;
   Status init(const EngineArgs& args);
+  // Builds every rank's model, LoRA slot stacks and runner (rank_threads_ runs each on its
+  // own thread).
+  Status init_ranks(const EngineArgs& args, const ParsedEngineArgs& parsed, const std::shared_ptr<Checkpoint>& checkpoint,
+                    DType weight_dtype, DType lora_dtype, const RunnerLimits& limits);
+  // fn(r) on every rank at once; the first error, by rank.
+  Status on_ranks(const std::function<Status(int)>& fn);
   // logprobs: the row's TokenLogprobs when the request asked for them.
   void process_sample(Request& req, int seq_index, int32_t token, std::optional<TokenLogprobs> logprobs);
   // Ends every sequence of `req` after this step's commit, reporting `error`.
@@ -153,16 +159,20 @@ class LLMEngine {
   EngineArgs args_;
   ModelConfig config_;
   int max_model_len_ = 0;
-  std::unique_ptr<Backend> backend_;
+  // The tensor-parallel ranks (one without tensor parallelism), each step run on all of
+  // them at once by rank_threads_; the pointers below are rank 0's, which samples.
+  std::vector<EngineRank> ranks_;
+  std::unique_ptr<RankThreads> rank_threads_;
+  Backend* backend_ = nullptr;
+  LlamaModel* model_ = nullptr;
+  KvCache* kv_ = nullptr;
+  LoraSlotPool* slots_ = nullptr;
+  ModelRunner* runner_ = nullptr;
   std::shared_ptr<const Tokenizer> tokenizer_;
-  std::unique_ptr<LlamaModel> model_;
-  std::unique_ptr<KvCache> kv_;
   std::unique_ptr<BlockPool> blocks_;
   std::unique_ptr<AdapterRegistry> adapters_;
-  std::unique_ptr<LoraSlotPool> slots_;
   std::unique_ptr<EngineLoraSlots> slot_provider_;
   std::unique_ptr<Scheduler> scheduler_;
-  std::unique_ptr<ModelRunner> runner_;
   // Compiled grammars per tokenizer (adapters may bring their own vocabulary), each made on
   // the first structured request through that tokenizer. The weak_ptr tells a live entry from
   // one whose tokenizer is gone (its address may then be reused).

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <thread>
 
 #include "engine/device_sampling.h"
 #include "engine/engine_defaults.h"
@@ -17,6 +18,8 @@
 #include "kv/block_pool.h"
 #include "kv/kv_cache.h"
 #include "model/llama.h"
+#include "parallel/communicators.h"
+#include "parallel/tensor_shard.h"
 #include "sched/scheduler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -83,13 +86,31 @@ Status LLMEngine::init(const EngineArgs& args) {
   // The linear weights' type: the checkpoint's, or --dtype for dummy weights.
   const DType weight_dtype =
       parsed.load_format == LoadFormat::kDummy ? parsed.dtype.value_or(config_.dtype) : config_.dtype;
+  const int world = args.tensor_parallel_size;
+  QV_RETURN_IF_ERROR(check_tensor_parallel(config_, world));
+  // Rank r runs on GPU r, or on the host with its share of the threads.
   std::string err;
-  BackendOptions bo;
-  bo.kind = args.device;
-  bo.num_threads = args.threads;
-  bo.highest_matmul_precision = parsed.matmul_precision == MatmulPrecision::kHighest;
-  backend_ = make_backend(bo, &err);
-  if (!backend_) return Status::error(err);
+  ranks_.resize(static_cast<size_t>(world));
+  const int host_threads = args.threads > 0 ? args.threads : static_cast<int>(std::thread::hardware_concurrency());
+  for (int r = 0; r < world; ++r) {
+    BackendOptions bo;
+    bo.kind = args.device;
+    bo.num_threads = world == 1 ? args.threads : std::max(1, host_threads / world);
+    bo.cuda_device = r;
+    bo.highest_matmul_precision = parsed.matmul_precision == MatmulPrecision::kHighest;
+    ranks_[static_cast<size_t>(r)].backend = make_backend(bo, &err);
+    if (!ranks_[static_cast<size_t>(r)].backend)
+      return Status::error(world == 1 ? err : "tensor-parallel rank " + std::to_string(r) + ": " + err);
+  }
+  backend_ = ranks_[0].backend.get();
+  if (world > 1) {
+    std::vector<Backend*> devices;
+    for (const EngineRank& rank : ranks_) devices.push_back(rank.backend.get());
+    auto comms = make_communicators(devices, &err);
+    if (comms.empty()) return Status::error(err);
+    for (int r = 0; r < world; ++r) ranks_[static_cast<size_t>(r)].comm = std::move(comms[static_cast<size_t>(r)]);
+  }
+  rank_threads_ = std::make_unique<RankThreads>(world);
   if (args_.max_num_batched_tokens == 0)
     args_.max_num_batched_tokens =
         default_max_num_batched_tokens(backend_->device_name(), backend_->device_memory_bytes(), args.usage);
@@ -100,9 +121,10 @@ Status LLMEngine::init(const EngineArgs& args) {
   // "auto": a 16-bit model keeps a 16-bit cache on the GPU (half the KV bytes per decode
   // step); host backends compute in f32 and keep f32. docs/numerics.md bounds the difference.
   const DType auto_kv = backend_->device() == Device::kCuda && config_.dtype != DType::kF32 ? config_.dtype : DType::kF32;
-  KvCacheShape shape;
+  const ModelConfig rank_config = shard_model_config(config_, {0, world});
+  KvCacheShape shape;  // one rank's: its KV heads
   shape.num_layers = config_.num_layers;
-  shape.num_kv_heads = config_.num_kv_heads;
+  shape.num_kv_heads = rank_config.num_kv_heads;
   shape.head_dim = config_.head_dim;
   shape.block_size = args.block_size;
   shape.dtype = parsed.kv_cache_dtype.value_or(auto_kv);
@@ -110,9 +132,12 @@ Status LLMEngine::init(const EngineArgs& args) {
     return Status::error("the " + backend_->name() + " backend cannot keep a " + std::string(dtype_name(shape.dtype)) +
                          " KV cache for head_dim " + std::to_string(config_.head_dim) +
                          (shape.dtype == DType::kF8E4M3 ? " (fp8 needs a multiple of 16 there)" : ""));
+  const bool gpu = backend_->device() == Device::kCuda;
+  // Host ranks share one RAM: a block costs every rank's share of it.
+  const int64_t block_bytes = shape.bytes_per_block() * (gpu ? 1 : world);
   EngineLimitsInput bounds;
-  bounds.memory_bytes = backend_->device() == Device::kCuda ? backend_->device_memory_bytes() : host_memory_bytes();
-  bounds.kv_bytes_per_block = shape.bytes_per_block();
+  bounds.memory_bytes = gpu ? backend_->device_memory_bytes() : host_memory_bytes();
+  bounds.kv_bytes_per_block = block_bytes;
   bounds.max_model_len = max_model_len_;
   QV_RETURN_IF_ERROR(check_engine_limits(args_, config_, bounds));
 
@@ -130,9 +155,8 @@ Status LLMEngine::init(const EngineArgs& args) {
                            std::to_string(model_vocab) + " (tokenizer made for another model?)");
   }
 
-  // The memory report: on the GPU each share is what it took off the device's free
-  // memory; host backends count their buffers.
-  const bool gpu = backend_->device() == Device::kCuda;
+  // The memory report: on the GPU each share is what it took off rank 0's device's free
+  // memory (every rank holds as much); host backends count their buffers, every rank's.
   int64_t free_mark = backend_->device_memory_free();
   const auto took = [&] {
     const int64_t now = backend_->device_memory_free();
@@ -141,46 +165,11 @@ Status LLMEngine::init(const EngineArgs& args) {
     return std::max<int64_t>(d, 0);
   };
 
-  LlamaWeights weights;
   std::shared_ptr<Checkpoint> checkpoint;
-  if (parsed.load_format == LoadFormat::kDummy) {
-    weights = dummy_llama_weights(config_, weight_dtype, backend_.get(), args.seed + 1, parsed.quantization);
-  } else {
+  if (parsed.load_format != LoadFormat::kDummy) {
     QV_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::open(args.model));
     checkpoint = std::make_shared<Checkpoint>(std::move(ckpt));
-    QV_ASSIGN_OR_RETURN(weights, load_llama_weights(config_, checkpoint, backend_.get(), parsed.quantization,
-                                                    args.on_load_progress));
   }
-  // What the projection weights are, where they are not the checkpoint's floats.
-  const char* fp8_held = gpu ? "projection weights held as e4m3, scaled per row"
-                             : "projection weights held as their e4m3 values in bf16, scaled per row";
-  if (parsed.quantization == WeightQuantization::kInt8)
-    std::fprintf(stderr, "quiver: projection weights quantized at load to int8, one scale per output channel (from %s)\n",
-                 std::string(dtype_name(weights.quantized_from)).c_str());
-  if (config_.fp8.scale != Fp8Config::Scale::kNone)
-    std::fprintf(stderr, "quiver: FP8 checkpoint (quant_method %s, scales per %s): %s\n", config_.fp8.method.c_str(),
-                 config_.fp8.scale == Fp8Config::Scale::kTensor    ? "tensor"
-                 : config_.fp8.scale == Fp8Config::Scale::kChannel ? "output channel"
-                                                                   : "block",
-                 config_.fp8.scale != Fp8Config::Scale::kBlock ? fp8_held
-                 : gpu ? "projection weights dequantized to bf16 at load"
-                       : "projection weights dequantized to float32 at load");
-  else if (parsed.quantization == WeightQuantization::kFp8)
-    std::fprintf(stderr, "quiver: projection weights quantized at load to fp8 e4m3, one scale per output channel (from %s): %s\n",
-                 std::string(dtype_name(weights.quantized_from)).c_str(), fp8_held);
-  model_ = std::make_unique<LlamaModel>(config_, std::move(weights), backend_.get(), max_model_len_);
-  memory_.weights = gpu ? took() : static_cast<int64_t>(model_->weights().weight_bytes());
-
-  if (args.enable_lora) {
-    const int cpu_loras = args.max_cpu_loras > 0 ? args.max_cpu_loras : args.max_loras;
-    const VocabLimits vocab{args.lora_extra_vocab_size, args.max_lora_vocab_rows};
-    adapters_ = std::make_unique<AdapterRegistry>(config_, args.max_lora_rank, cpu_loras, vocab, lora_dtype, tokenizer_,
-                                                  base_vocab_rows(checkpoint, config_));
-    slots_ = std::make_unique<LoraSlotPool>(backend_.get(), config_, args.max_loras, args.max_lora_rank, lora_dtype,
-                                            vocab);
-    memory_.lora_slots = gpu ? took() : static_cast<int64_t>(slots_->bytes());
-  }
-
   const int blocks_per_seq = (max_model_len_ + args.block_size - 1) / args.block_size;
   RunnerLimits limits;
   limits.max_num_batched_tokens = args_.max_num_batched_tokens;
@@ -191,24 +180,71 @@ Status LLMEngine::init(const EngineArgs& args) {
   // then downloads a few bytes per row instead of the [rows, vocab] logits.
   limits.sample_on_device = gpu;
   if (limits.sample_on_device) device_sampling_ = std::make_unique<DeviceSampling>();
-  runner_ = std::make_unique<ModelRunner>(model_.get(), slots_.get(), limits);
+  QV_RETURN_IF_ERROR(init_ranks(args, parsed, checkpoint, weight_dtype, lora_dtype, limits));
+  model_ = ranks_[0].model.get();
+  slots_ = ranks_[0].slots.get();
+  runner_ = ranks_[0].runner.get();
+  // What the projection weights are, where they are not the checkpoint's floats.
+  const char* fp8_held = gpu ? "projection weights held as e4m3, scaled per row"
+                             : "projection weights held as their e4m3 values in bf16, scaled per row";
+  if (parsed.quantization == WeightQuantization::kInt8)
+    std::fprintf(stderr, "quiver: projection weights quantized at load to int8, one scale per output channel (from %s)\n",
+                 std::string(dtype_name(model_->weights().quantized_from)).c_str());
+  if (config_.fp8.scale != Fp8Config::Scale::kNone)
+    std::fprintf(stderr, "quiver: FP8 checkpoint (quant_method %s, scales per %s): %s\n", config_.fp8.method.c_str(),
+                 config_.fp8.scale == Fp8Config::Scale::kTensor    ? "tensor"
+                 : config_.fp8.scale == Fp8Config::Scale::kChannel ? "output channel"
+                                                                   : "block",
+                 config_.fp8.scale != Fp8Config::Scale::kBlock ? fp8_held
+                 : gpu ? "projection weights dequantized to bf16 at load"
+                       : "projection weights dequantized to float32 at load");
+  else if (parsed.quantization == WeightQuantization::kFp8)
+    std::fprintf(stderr, "quiver: projection weights quantized at load to fp8 e4m3, one scale per output channel (from %s): %s\n",
+                 std::string(dtype_name(model_->weights().quantized_from)).c_str(), fp8_held);
+  if (world > 1)
+    std::fprintf(stderr, "quiver: tensor parallel over %d ranks (%s): %lld of %lld query heads, %lld of %lld KV heads, "
+                 "%lld of %lld MLP features and %lld of %lld vocabulary rows a rank\n", world,
+                 gpu ? "NCCL, one GPU each" : "threads of this process", static_cast<long long>(rank_config.num_heads),
+                 static_cast<long long>(config_.num_heads), static_cast<long long>(rank_config.num_kv_heads),
+                 static_cast<long long>(config_.num_kv_heads), static_cast<long long>(rank_config.intermediate_size),
+                 static_cast<long long>(config_.intermediate_size),
+                 static_cast<long long>(model_->weights().lm_head.dim(0)), static_cast<long long>(config_.vocab_size));
+  int64_t host_weights = 0, host_slots = 0, host_buffers = 0;
+  for (const EngineRank& rank : ranks_) {
+    host_weights += static_cast<int64_t>(rank.model->weights().weight_bytes());
+    host_slots += rank.slots ? static_cast<int64_t>(rank.slots->bytes()) : 0;
+    host_buffers += static_cast<int64_t>(rank.runner->buffer_bytes());
+  }
   if (gpu) {
-    // Grow every scratch buffer to its largest step before measuring what is free; the
-    // one-block cache it runs on is gone before the real one is allocated.
-    auto profile_kv = std::make_unique<KvCache>(backend_.get(), shape, 1);
-    runner_->set_kv_cache(profile_kv.get());
-    runner_->profile_largest_steps();
-    profile_kv.reset();
-    memory_.activations = took();
+    // What loading took: the slot stacks and the runner's buffers are counted from their
+    // sizes, the rest is the weights'. The activations: the runner's buffers and what every
+    // scratch buffer grew to at its largest step (the one-block cache that step runs on is
+    // gone before the real one is allocated).
+    memory_.lora_slots = slots_ ? static_cast<int64_t>(slots_->bytes()) : 0;
+    const int64_t buffers = static_cast<int64_t>(runner_->buffer_bytes());
+    memory_.weights = std::max<int64_t>(took() - memory_.lora_slots - buffers, 0);
+    QV_RETURN_IF_ERROR(on_ranks([&](int r) {
+      EngineRank& rank = ranks_[static_cast<size_t>(r)];
+      auto profile_kv = std::make_unique<KvCache>(rank.backend.get(), shape, 1);
+      rank.runner->set_kv_cache(profile_kv.get());
+      rank.runner->profile_largest_steps();
+      return Status::ok();
+    }));
+    memory_.activations = buffers + took();
   } else {
-    memory_.activations = static_cast<int64_t>(runner_->buffer_bytes());
+    memory_.weights = host_weights;
+    memory_.lora_slots = host_slots;
+    memory_.activations = host_buffers;
   }
 
   KvPlanInput kp;
   kp.device = gpu;
   kp.total = gpu ? backend_->device_memory_bytes() : host_memory_bytes();
-  // Where MemAvailable is unknown (no /proc/meminfo), physical RAM stands in for it.
+  // Where MemAvailable is unknown (no /proc/meminfo), physical RAM stands in for it. Every
+  // GPU rank allocates the same blocks: the one with the least free memory decides.
   kp.free = gpu ? backend_->device_memory_free() : host_memory_available();
+  for (const EngineRank& rank : ranks_)
+    if (gpu) kp.free = std::min(kp.free, rank.backend->device_memory_free());
   if (!gpu && kp.free <= 0) kp.free = kp.total;
   kp.gpu_memory_utilization = args.gpu_memory_utilization;
   const bool graphs = !args.enforce_eager && backend_->supports_graphs();
@@ -216,30 +252,37 @@ Status LLMEngine::init(const EngineArgs& args) {
   kp.mapped_weights = !gpu && parsed.load_format != LoadFormat::kDummy ? memory_.weights : 0;
   kp.kv_cache_memory = parsed.kv_cache_memory;
   kp.num_kv_blocks = args.num_kv_blocks;
-  kp.bytes_per_block = shape.bytes_per_block();
+  kp.bytes_per_block = block_bytes;
   kp.block_size = args.block_size;
   kp.max_model_len = max_model_len_;
   kp.max_num_seqs = args.max_num_seqs;
   QV_ASSIGN_OR_RETURN(const KvPlan kv_plan, plan_kv_cache(kp));
-  kv_ = std::make_unique<KvCache>(backend_.get(), shape, kv_plan.num_blocks);
-  if (shape.dtype == DType::kF8E4M3 && checkpoint) QV_RETURN_IF_ERROR(load_kv_scales(*checkpoint, kv_.get()));
+  QV_RETURN_IF_ERROR(on_ranks([&](int r) {
+    EngineRank& rank = ranks_[static_cast<size_t>(r)];
+    rank.kv = std::make_unique<KvCache>(rank.backend.get(), shape, kv_plan.num_blocks);
+    if (shape.dtype == DType::kF8E4M3 && checkpoint) QV_RETURN_IF_ERROR(load_kv_scales(*checkpoint, rank.kv.get()));
+    rank.runner->set_kv_cache(rank.kv.get());
+    return Status::ok();
+  }));
+  kv_ = ranks_[0].kv.get();
   blocks_ = std::make_unique<BlockPool>(kv_plan.num_blocks, args.block_size, args.enable_prefix_caching);
-  runner_->set_kv_cache(kv_.get());
   if (gpu) took();  // the cache itself: reported from its shape
-  memory_.kv_cache = int64_t{kv_plan.num_blocks} * shape.bytes_per_block();
+  memory_.kv_cache = int64_t{kv_plan.num_blocks} * block_bytes;
   memory_.kv_tokens = int64_t{kv_plan.num_blocks} * args.block_size;
   memory_.max_model_len = max_model_len_;
   memory_.kv_source = kv_plan.source;
   // Readers of last_step() (metrics, start-up report) see the pool's size before any step.
   last_step_.kv_blocks_total = kv_plan.num_blocks;
 
+  std::vector<LoraSlotPool*> pools;
   if (args.enable_lora) {
     for (const auto& [name, path] : args.lora_modules) {
       auto added = add_lora(name, path);
       if (!added.is_ok()) return added.status().with_context("adapter '" + name + "'");
     }
+    for (EngineRank& rank : ranks_) pools.push_back(rank.slots.get());
   }
-  slot_provider_ = std::make_unique<EngineLoraSlots>(adapters_.get(), slots_.get());
+  slot_provider_ = std::make_unique<EngineLoraSlots>(adapters_.get(), pools, config_, rank_threads_.get());
 
   SchedulerConfig sc;
   sc.max_num_seqs = args.max_num_seqs;
@@ -250,14 +293,60 @@ Status LLMEngine::init(const EngineArgs& args) {
   scheduler_ = std::make_unique<Scheduler>(sc, blocks_.get(), slot_provider_.get());
 
   if (graphs) {
-    graph_info_ = runner_->capture_graphs();
+    std::vector<GraphCaptureInfo> info(ranks_.size());
+    QV_RETURN_IF_ERROR(on_ranks([&](int r) {
+      info[static_cast<size_t>(r)] = ranks_[static_cast<size_t>(r)].runner->capture_graphs();
+      return Status::ok();
+    }));
+    graph_info_ = info[0];
     memory_.graphs = took();
-    std::fprintf(stderr, "quiver: captured %d decode graphs (%d batch-size buckets up to %d, LoRA %s) in %.2f s\n",
+    std::fprintf(stderr, "quiver: captured %d decode graphs (%d batch-size buckets up to %d, LoRA %s) in %.2f s%s\n",
                  graph_info_.num_graphs, graph_info_.num_buckets, graph_info_.max_bucket,
-                 slots_ ? "on and off" : "off", graph_info_.seconds);
+                 slots_ ? "on and off" : "off", graph_info_.seconds, world > 1 ? " on every rank" : "");
   }
-  std::fprintf(stderr, "quiver: %s\n", describe(memory_).c_str());
+  std::fprintf(stderr, "quiver: %s%s\n", describe(memory_).c_str(), gpu && world > 1 ? " (a GPU's; every rank the same)" : "");
   return Status::ok();
+}
+
+Status LLMEngine::on_ranks(const std::function<Status(int)>& fn) {
+  std::vector<Status> status(ranks_.size(), Status::ok());
+  rank_threads_->run([&](int r) { status[static_cast<size_t>(r)] = fn(r); });
+  for (size_t r = 0; r < status.size(); ++r)
+    if (!status[r].is_ok())
+      return ranks_.size() == 1 ? status[r] : status[r].with_context("tensor-parallel rank " + std::to_string(r));
+  return Status::ok();
+}
+
+Status LLMEngine::init_ranks(const EngineArgs& args, const ParsedEngineArgs& parsed,
+                             const std::shared_ptr<Checkpoint>& checkpoint, DType weight_dtype, DType lora_dtype,
+                             const RunnerLimits& limits) {
+  const int world = static_cast<int>(ranks_.size());
+  const VocabLimits vocab{args.lora_extra_vocab_size, args.max_lora_vocab_rows};
+  if (args.enable_lora) {
+    const int cpu_loras = args.max_cpu_loras > 0 ? args.max_cpu_loras : args.max_loras;
+    adapters_ = std::make_unique<AdapterRegistry>(config_, args.max_lora_rank, cpu_loras, vocab, lora_dtype, tokenizer_,
+                                                  base_vocab_rows(checkpoint, config_));
+  }
+  return on_ranks([&](int r) -> Status {
+    EngineRank& rank = ranks_[static_cast<size_t>(r)];
+    Backend* backend = rank.backend.get();
+    const ShardSpec shard{r, world};
+    LlamaWeights weights;
+    if (!checkpoint) {
+      weights = dummy_llama_weights(config_, weight_dtype, backend, args.seed + 1, parsed.quantization, shard);
+    } else {
+      // Every rank reads the same file; one progress line is enough.
+      const auto& progress = r == 0 ? args.on_load_progress : std::function<void(int64_t, int64_t)>();
+      QV_ASSIGN_OR_RETURN(weights, load_llama_weights(config_, checkpoint, backend, parsed.quantization, progress, shard));
+    }
+    const ModelConfig rank_config = shard_model_config(config_, shard);
+    rank.model = std::make_unique<LlamaModel>(rank_config, std::move(weights), backend, max_model_len_, rank.comm.get());
+    if (args.enable_lora)
+      rank.slots = std::make_unique<LoraSlotPool>(backend, rank_config, args.max_loras, args.max_lora_rank, lora_dtype,
+                                                  vocab);
+    rank.runner = std::make_unique<ModelRunner>(rank.model.get(), rank.slots.get(), limits);
+    return Status::ok();
+  });
 }
 
 }  // namespace quiver

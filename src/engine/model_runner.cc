@@ -81,6 +81,7 @@ ModelRunner::ModelRunner(const LlamaModel* model, const LoraSlotPool* lora, Runn
   vocab_ = lora_ != nullptr;
   width_ = vocab_ ? lora_->vocab_width() : vocab;
   logits_ = Buffer(backend_, sizeof(float) * logit_rows * width_);
+  model->size_head_buffers(ws_, logit_rows);
   if (vocab_) {
     vocab_tables_ = lora_->vocab_tables();
     base_logits_ = Buffer(backend_, sizeof(float) * logit_rows * vocab);
@@ -346,6 +347,7 @@ StepPath ModelRunner::execute_padded(const ForwardBatch& b, int bucket, std::vec
   // Sampling follows the graph rather than being part of it: the masks of structured
   // outputs are written while the graph runs (upload_masks), and a sample kernel launched
   // right behind the replay costs no gap on the device.
+  if (logits == nullptr) return path;  // a tensor-parallel rank past the first
   const bool device = limits_.sample_on_device && ds != nullptr;
   if (device) {
     upload_masks(ds);
@@ -381,9 +383,9 @@ StepPath ModelRunner::execute(const ForwardBatch& b, std::vector<float>* logits,
   // Eager steps (prefill, mixed batches) sample on the device too, chunk by chunk, so a
   // request's tokens come from the same sampler whichever kind of step produced them.
   const bool device = limits_.sample_on_device && ds != nullptr && rows > 0;
-  const bool host_logits = !device || ds->needs_host_logits();
+  const bool host_logits = logits != nullptr && (!device || ds->needs_host_logits());
   if (host_logits) logits->resize(static_cast<size_t>(rows) * vocab);
-  else logits->clear();
+  else if (logits != nullptr) logits->clear();
   if (device) upload_masks(ds);  // while the forward pass runs
   for (int r = 0; r < rows; r += limits_.max_logit_chunk) {
     const int count = std::min(limits_.max_logit_chunk, rows - r);

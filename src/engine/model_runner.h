@@ -75,6 +75,8 @@ class ModelRunner {
   // logits (host) receives [batch.logit_rows.size(), logits_width()] float32. With sample_on_device
   // and `sampling` (one entry per logits row), rows it marks are sampled on the device and
   // sampling->sampled is set; logits then stay empty unless sampling->needs_host_logits().
+  // logits null (a tensor-parallel rank past the first, engine/engine_rank.h): the
+  // step runs, its collectives with it, and nothing is sampled or copied to the host.
   StepPath execute(const ForwardBatch& batch, std::vector<float>* logits, DeviceSampling* sampling = nullptr);
 
   const RunnerLimits& limits() const { return limits_; }

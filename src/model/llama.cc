@@ -1,5 +1,6 @@
 #include "model/llama.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 
@@ -27,13 +28,16 @@ Workspace::Workspace(Backend* b, const ModelConfig& c, DType x16, int max_tokens
 size_t Workspace::bytes() const {
   size_t n = 0;
   for (const Buffer* b : {&hidden, &residual, &normed, &q, &k, &v, &attn_out, &gate, &up, &normed16, &gate16, &lora_tmp,
-                          &selected})
+                          &selected, &head_part, &head_all})
     n += b->bytes();
   return n;
 }
 
-LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, Backend* backend, int64_t max_positions)
-    : config_(std::move(config)), weights_(std::move(weights)), backend_(backend) {
+LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, Backend* backend, int64_t max_positions,
+                       Communicator* comm)
+    : config_(std::move(config)), weights_(std::move(weights)), backend_(backend), comm_(comm) {
+  const int64_t world = comm_ ? comm_->world() : 1;
+  check(weights_.lm_head.dim(0) * world >= config_.vocab_size, "LlamaModel: lm_head shards smaller than the vocabulary");
   const int64_t hd = config_.head_dim;
   std::vector<float> table(static_cast<size_t>(max_positions * hd));
   rope_cos_sin_table(config_, max_positions, table.data());
@@ -96,6 +100,15 @@ static MatmulGroup group(std::initializer_list<std::array<Tensor, 3>> members, T
   return g;
 }
 
+void LlamaModel::all_reduce(Tensor y, const GroupPlan& plan, const GroupLora& lora) const {
+  if (comm_ == nullptr) return;
+  // Where the next op adds the LoRA expand, it adds B @ t on every rank to the summed
+  // outputs: t, each rank's shrink over its input columns, is summed with them (one group,
+  // [n, rank] floats beside [n, hidden]). Otherwise project added B @ t_rank to y already.
+  if (plan.expand_in_next_op() && lora.count > 0) comm_->all_reduce_sum({y, lora.t_of(0)});
+  else comm_->all_reduce_sum({y});
+}
+
 void LlamaModel::forward(const StepTensors& step, Workspace& ws, const KvCacheView& kv,
                          const LoraSlotPool* lora) const {
   const ModelConfig& c = config_;
@@ -144,6 +157,7 @@ void LlamaModel::forward(const StepTensors& step, Workspace& ws, const KvCacheVi
 
     const GroupLora o_lora = group_lora(o, ProjGroup::kO, {branch}, l, step, ws, lora);
     backend_->project(o, group({{branch, w.wo, Tensor()}}), o_lora, attn);
+    all_reduce(branch, o, o_lora);
     backend_->add_rms_norm(normed, normed16, hidden, branch, w.mlp_norm, eps, o, o_lora);
 
     const GroupLora gate_up_lora = group_lora(gate_up, ProjGroup::kGateUp, {gate, up}, l, step, ws, lora);
@@ -153,6 +167,7 @@ void LlamaModel::forward(const StepTensors& step, Workspace& ws, const KvCacheVi
 
     const GroupLora down_lora = group_lora(down, ProjGroup::kDown, {branch}, l, step, ws, lora);
     backend_->project(down, group({{branch, w.w_down, Tensor()}}, gate16), down_lora, gate);
+    all_reduce(branch, down, down_lora);
     // The final norm feeds lm_head's rows, not a group: no 16-bit copy.
     const bool last = l + 1 == c.num_layers;
     backend_->add_rms_norm(normed, last ? Tensor() : normed16, hidden, branch,
@@ -168,8 +183,33 @@ Tensor LlamaModel::selected(const Workspace& ws, int row_begin, int rows) const 
   return ws.selected.tensor(DType::kF32, {row_begin + rows, config_.hidden_size}).rows(row_begin, rows);
 }
 
+void LlamaModel::size_head_buffers(Workspace& ws, int64_t rows) const {
+  if (comm_ == nullptr) return;
+  const int64_t part = rows * weights_.lm_head.dim(0);
+  ws.head_part = Buffer(backend_, sizeof(float) * static_cast<size_t>(part));
+  ws.head_all = Buffer(backend_, sizeof(float) * static_cast<size_t>(part * comm_->world()));
+}
+
 void LlamaModel::lm_head(Tensor logits, const Workspace& ws, int row_begin, int rows) const {
-  backend_->matmul(logits, selected(ws, row_begin, rows), weights_.lm_head, Tensor());
+  if (comm_ == nullptr) {
+    backend_->matmul(logits, selected(ws, row_begin, rows), weights_.lm_head, Tensor());
+    return;
+  }
+  // Each rank multiplies its vocabulary rows; the gathered shards [world, rows, shard] are
+  // then laid side by side as the columns of logits (the last shard's padding dropped).
+  const int64_t shard = weights_.lm_head.dim(0), vocab = config_.vocab_size, world = comm_->world();
+  check(logits.ndim == 2 && logits.dim(0) == rows && logits.dim(1) == vocab, "lm_head: logits must be [rows, vocab]");
+  const Tensor part = ws.head_part.tensor(DType::kF32, {rows, shard});
+  const Tensor all = ws.head_all.tensor(DType::kF32, {world, rows, shard});
+  backend_->matmul(part, selected(ws, row_begin, rows), weights_.lm_head, Tensor());
+  comm_->all_gather(all, part);
+  const size_t f = sizeof(float);
+  for (int64_t r = 0; r < world; ++r) {
+    const int64_t cols = std::min(shard, vocab - r * shard);
+    if (cols <= 0) break;
+    backend_->copy_2d(logits.ptr<float>() + r * shard, vocab * f, all.ptr<float>() + r * rows * shard, shard * f,
+                      cols * f, rows);
+  }
 }
 
 }  // namespace quiver

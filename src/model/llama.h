@@ -9,6 +9,7 @@
 #include "io/model_config.h"
 #include "lora/slot_pool.h"
 #include "model/llama_weights.h"
+#include "backend/communicator.h"
 
 namespace quiver {
 
@@ -49,15 +50,22 @@ struct Workspace {
   Buffer normed16, gate16;          // [T, hidden], [T, intermediate] 16-bit, or none
   Buffer lora_tmp;                  // [3, T, max_lora_rank]: a group's shrink results (GroupLora::t)
   Buffer selected;                  // [T, hidden] rows whose logits are wanted
+  // Tensor parallelism (LlamaModel::size_head_buffers): this rank's lm_head rows of the
+  // logits, and every rank's, gathered.
+  Buffer head_part, head_all;       // [rows, vocab shard], [world, rows, vocab shard]
 };
 
 struct KvCacheView {
   std::vector<KvLayer> layers;  // per layer (KvCache::layers)
 };
 
+// A tensor-parallel rank's model (parallel/tensor_shard.h) has its shard's config and
+// weights and a Communicator: after o_proj and down_proj it all-reduces the partial sums,
+// and lm_head gathers the vocabulary shards. comm null: the whole model.
 class LlamaModel {
  public:
-  LlamaModel(ModelConfig config, LlamaWeights weights, Backend* backend, int64_t max_positions);
+  LlamaModel(ModelConfig config, LlamaWeights weights, Backend* backend, int64_t max_positions,
+             Communicator* comm = nullptr);
 
   const ModelConfig& config() const { return config_; }
   const LlamaWeights& weights() const { return weights_; }
@@ -74,6 +82,9 @@ class LlamaModel {
 
   // logits: [rows, vocab] f32 = selected rows @ lm_head^T, for rows [row_begin, row_begin + rows).
   void lm_head(Tensor logits, const Workspace& ws, int row_begin, int rows) const;
+  // Gives ws the buffers lm_head gathers up to `rows` rows through (none unsharded).
+  void size_head_buffers(Workspace& ws, int64_t rows) const;
+  Communicator* communicator() const { return comm_; }
   // The selected rows lm_head reads for rows [row_begin, row_begin + rows).
   Tensor selected(const Workspace& ws, int row_begin, int rows) const;
 
@@ -82,10 +93,13 @@ class LlamaModel {
   // count 0).
   GroupLora group_lora(const GroupPlan& plan, ProjGroup g, std::initializer_list<Tensor> ys, int layer,
                        const StepTensors& step, Workspace& ws, const LoraSlotPool* lora) const;
+  // Sums a row-parallel group's (o, down) partial outputs over the ranks; no-op unsharded.
+  void all_reduce(Tensor y, const GroupPlan& plan, const GroupLora& lora) const;
 
   ModelConfig config_;
   LlamaWeights weights_;
   Backend* backend_;
+  Communicator* comm_;
   Buffer rope_table_;  // [max_positions, head_dim] f32
   Tensor cos_sin_;
 };

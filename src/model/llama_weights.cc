@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "core/splitmix.h"
@@ -24,26 +25,73 @@ class Loader {
     if (!t.is_ok()) return t.status();
     return backend_->import_weight(t.value());
   }
+  // Rows `span` of tensor `name` (full shape `shape`): a rank's column-parallel slice.
+  Result<Tensor> get_rows(const std::string& name, std::vector<int64_t> shape, Span span) {
+    auto t = ckpt_.get(name, shape);
+    if (!t.is_ok()) return t.status();
+    return backend_->import_weight(t->rows(span.begin, span.count));
+  }
+  // lm_head's vocabulary shard: rows `span` of [vocab, hidden], zero rows after them up to
+  // `rows` (the last rank's padding).
+  Result<Tensor> vocab_rows(const std::string& name, std::vector<int64_t> shape, Span span, int64_t rows) {
+    auto t = ckpt_.get(name, shape);
+    if (!t.is_ok()) return t.status();
+    const Tensor part = t->rows(span.begin, span.count);
+    if (span.count == rows) return backend_->import_weight(part);
+    Tensor padded(host_memory(static_cast<size_t>(rows) * part.row_bytes()), part.dtype, {rows, part.dim(1)});
+    std::memset(padded.data, 0, padded.bytes());
+    std::memcpy(padded.data, part.data, part.bytes());
+    return backend_->import_weight(padded);
+  }
   // A projection weight: an FP8 checkpoint's e4m3 tensors, or a float one quantized to fp8
-  // as it is loaded (--quantization fp8), through model/fp8_weights.h.
-  Result<Tensor> projection(const std::string& name, int64_t rows, int64_t k) {
+  // as it is loaded (--quantization fp8), through model/fp8_weights.h. rows / cols: the
+  // rank's slice (a full span unsharded).
+  Result<Tensor> projection(const std::string& name, int64_t rows, int64_t k, Span row_span, Span col_span) {
     auto probe = ckpt_.get(name, {rows, k}, /*allow_fp8=*/true);
+    const bool sliced = row_span.count != rows || col_span.count != k;
     if (probe.is_ok() && probe->dtype == DType::kF8E4M3) {
       if (fp8_.scale == Fp8Config::Scale::kNone)
         return Status::error(name + " is F8_E4M3 but config.json has no FP8 quantization_config");
+      if (sliced)
+        return Status::error(name + ": FP8 checkpoints are not split across tensor-parallel ranks; "
+                             "use --tensor-parallel-size 1, or the float checkpoint with --quantization fp8");
       return load_fp8_projection(ckpt_, name, probe.value(), fp8_, backend_, owned_);
     }
     if (!probe.is_ok()) return get(name, {rows, k});  // the float loader's error
-    if (quant_ == WeightQuantization::kFp8) return quantize_fp8_projection(*probe, name, backend_, owned_);
-    return backend_->import_weight(probe.value());
+    Tensor w = probe->rows(row_span.begin, row_span.count);
+    if (col_span.count != k) w = columns(w, col_span);
+    if (quant_ == WeightQuantization::kFp8) return quantize_fp8_projection(w, name, backend_, owned_);
+    return backend_->import_weight(w);
   }
 
  private:
+  // Host memory that lives as long as the weights where the backend uses host tensors in
+  // place (host backends), else until the next call (a device backend uploads it first).
+  void* host_memory(size_t bytes) {
+    if (backend_->device() == Device::kCpu) {
+      owned_->emplace_back(backend_, bytes);
+      return owned_->back().data();
+    }
+    staging_.resize(bytes);
+    return staging_.data();
+  }
+  // Columns `span` of a host [rows, k] tensor: a rank's row-parallel slice, copied.
+  Tensor columns(const Tensor& t, Span span) {
+    const size_t es = dtype_size(t.dtype), width = static_cast<size_t>(span.count) * es;
+    Tensor out(host_memory(static_cast<size_t>(t.dim(0)) * width), t.dtype, {t.dim(0), span.count});
+    for (int64_t r = 0; r < t.dim(0); ++r)
+      std::memcpy(out.ptr<char>() + static_cast<size_t>(r) * width,
+                  t.ptr<const char>() + static_cast<size_t>(r) * t.row_bytes() + static_cast<size_t>(span.begin) * es,
+                  width);
+    return out;
+  }
+
   const Checkpoint& ckpt_;
   Backend* backend_;
   const Fp8Config& fp8_;
   WeightQuantization quant_;
   std::vector<Buffer>* owned_;
+  std::vector<char> staging_;
 };
 
 // Re-lays each projection weight out in the order the backend multiplies it fastest in
@@ -81,38 +129,41 @@ size_t LlamaWeights::weight_bytes() const {
 
 Result<LlamaWeights> load_llama_weights(const ModelConfig& c, std::shared_ptr<Checkpoint> checkpoint,
                                         Backend* backend, WeightQuantization quant,
-                                        const std::function<void(int64_t, int64_t)>& progress) {
+                                        const std::function<void(int64_t, int64_t)>& progress, ShardSpec shard) {
   LlamaWeights w;
   if (c.fp8.scale != Fp8Config::Scale::kNone && quant == WeightQuantization::kInt8)
     return Status::error("--quantization int8 takes a float checkpoint; this one is already FP8 (quant_method " +
                          c.fp8.method + ")");
   // --quantization fp8 on an FP8 checkpoint keeps the checkpoint's own scales.
   Loader ld(*checkpoint, backend, c.fp8, quant, &w.owned);
+  const ModelShard s = model_shard(c, shard);
   const int64_t h = c.hidden_size, q = c.q_size(), kv = c.kv_size(), f = c.intermediate_size;
+  const Span all_h{0, h};
   QV_ASSIGN_OR_RETURN(w.embed, ld.get("model.embed_tokens.weight", {c.vocab_size, h}));
   QV_ASSIGN_OR_RETURN(w.final_norm, ld.get("model.norm.weight", {h}));
-  if (c.tie_word_embeddings) {
+  if (c.tie_word_embeddings && !shard.sharded()) {
     w.lm_head = w.embed;
   } else {
-    QV_ASSIGN_OR_RETURN(w.lm_head, ld.get("lm_head.weight", {c.vocab_size, h}));
+    const char* head = c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+    QV_ASSIGN_OR_RETURN(w.lm_head, ld.vocab_rows(head, {c.vocab_size, h}, s.vocab, s.vocab_rows));
   }
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const std::string p = layer_prefix(l);
     LayerWeights lw;
     QV_ASSIGN_OR_RETURN(lw.attn_norm, ld.get(p + "input_layernorm.weight", {h}));
-    QV_ASSIGN_OR_RETURN(lw.wq, ld.projection(p + "self_attn.q_proj.weight", q, h));
-    QV_ASSIGN_OR_RETURN(lw.wk, ld.projection(p + "self_attn.k_proj.weight", kv, h));
-    QV_ASSIGN_OR_RETURN(lw.wv, ld.projection(p + "self_attn.v_proj.weight", kv, h));
-    QV_ASSIGN_OR_RETURN(lw.wo, ld.projection(p + "self_attn.o_proj.weight", h, q));
+    QV_ASSIGN_OR_RETURN(lw.wq, ld.projection(p + "self_attn.q_proj.weight", q, h, s.q, all_h));
+    QV_ASSIGN_OR_RETURN(lw.wk, ld.projection(p + "self_attn.k_proj.weight", kv, h, s.kv, all_h));
+    QV_ASSIGN_OR_RETURN(lw.wv, ld.projection(p + "self_attn.v_proj.weight", kv, h, s.kv, all_h));
+    QV_ASSIGN_OR_RETURN(lw.wo, ld.projection(p + "self_attn.o_proj.weight", h, q, all_h, s.q));
     if (c.attention_bias) {
-      QV_ASSIGN_OR_RETURN(lw.bq, ld.get(p + "self_attn.q_proj.bias", {q}));
-      QV_ASSIGN_OR_RETURN(lw.bk, ld.get(p + "self_attn.k_proj.bias", {kv}));
-      QV_ASSIGN_OR_RETURN(lw.bv, ld.get(p + "self_attn.v_proj.bias", {kv}));
+      QV_ASSIGN_OR_RETURN(lw.bq, ld.get_rows(p + "self_attn.q_proj.bias", {q}, s.q));
+      QV_ASSIGN_OR_RETURN(lw.bk, ld.get_rows(p + "self_attn.k_proj.bias", {kv}, s.kv));
+      QV_ASSIGN_OR_RETURN(lw.bv, ld.get_rows(p + "self_attn.v_proj.bias", {kv}, s.kv));
     }
     QV_ASSIGN_OR_RETURN(lw.mlp_norm, ld.get(p + "post_attention_layernorm.weight", {h}));
-    QV_ASSIGN_OR_RETURN(lw.w_gate, ld.projection(p + "mlp.gate_proj.weight", f, h));
-    QV_ASSIGN_OR_RETURN(lw.w_up, ld.projection(p + "mlp.up_proj.weight", f, h));
-    QV_ASSIGN_OR_RETURN(lw.w_down, ld.projection(p + "mlp.down_proj.weight", h, f));
+    QV_ASSIGN_OR_RETURN(lw.w_gate, ld.projection(p + "mlp.gate_proj.weight", f, h, s.inter, all_h));
+    QV_ASSIGN_OR_RETURN(lw.w_up, ld.projection(p + "mlp.up_proj.weight", f, h, s.inter, all_h));
+    QV_ASSIGN_OR_RETURN(lw.w_down, ld.projection(p + "mlp.down_proj.weight", h, f, all_h, s.inter));
     w.layers.push_back(lw);
     if (progress) progress(l + 1, c.num_layers);
   }
@@ -123,28 +174,32 @@ Result<LlamaWeights> load_llama_weights(const ModelConfig& c, std::shared_ptr<Ch
   return w;
 }
 
-LlamaWeights dummy_llama_weights(const ModelConfig& c, DType dtype, Backend* backend, uint64_t seed,
-                                 WeightQuantization quant) {
+LlamaWeights dummy_llama_weights(const ModelConfig& full, DType dtype, Backend* backend, uint64_t seed,
+                                 WeightQuantization quant, ShardSpec shard) {
   LlamaWeights w;
+  const ModelConfig c = shard_model_config(full, shard);
   uint64_t stream = splitmix64_hash(seed);  // each tensor gets its own stream
   // Every tensor is allocated on the backend and filled where it lives (a GPU fills its
-  // own memory: no host copy, no upload).
-  auto make = [&](std::initializer_list<int64_t> shape, float center, float scale) {
+  // own memory: no host copy, no upload). Replicated tensors come out the same on every
+  // rank; a rank's shards (split) draw from a stream of their own.
+  auto make = [&](std::initializer_list<int64_t> shape, float center, float scale, bool split = true) {
     Buffer buf(backend, Tensor(nullptr, dtype, shape).bytes());
     Tensor t(buf.data(), dtype, shape, backend->device());
     stream = splitmix64_hash(stream);
-    backend->fill_uniform(t, center, scale, stream);
+    const uint64_t own = split && shard.sharded() ? splitmix64_hash(stream + static_cast<uint64_t>(shard.rank)) : stream;
+    backend->fill_uniform(t, center, scale, own);
     w.owned.push_back(std::move(buf));
     return t;
   };
-  const int64_t h = c.hidden_size, q = c.q_size(), kv = c.kv_size(), f = c.intermediate_size;
+  const int64_t h = c.hidden_size, q = c.q_size(), kv = c.kv_size(), f = full.intermediate_size;
   const float s_in = 1.0f / std::sqrt(static_cast<float>(h)), s_f = 1.0f / std::sqrt(static_cast<float>(f));
-  w.embed = make({c.vocab_size, h}, 0.f, 1.0f);
-  w.final_norm = make({h}, 1.f, 0.1f);
-  w.lm_head = c.tie_word_embeddings ? w.embed : make({c.vocab_size, h}, 0.f, s_in);
+  w.embed = make({c.vocab_size, h}, 0.f, 1.0f, false);
+  w.final_norm = make({h}, 1.f, 0.1f, false);
+  const int64_t head_rows = model_shard(full, shard).vocab_rows;
+  w.lm_head = c.tie_word_embeddings && !shard.sharded() ? w.embed : make({head_rows, h}, 0.f, s_in);
   for (int64_t l = 0; l < c.num_layers; ++l) {
     LayerWeights lw;
-    lw.attn_norm = make({h}, 1.f, 0.1f);
+    lw.attn_norm = make({h}, 1.f, 0.1f, false);
     lw.wq = make({q, h}, 0.f, s_in);
     lw.wk = make({kv, h}, 0.f, s_in);
     lw.wv = make({kv, h}, 0.f, s_in);
@@ -154,10 +209,10 @@ LlamaWeights dummy_llama_weights(const ModelConfig& c, DType dtype, Backend* bac
       lw.bk = make({kv}, 0.f, 0.1f);
       lw.bv = make({kv}, 0.f, 0.1f);
     }
-    lw.mlp_norm = make({h}, 1.f, 0.1f);
-    lw.w_gate = make({f, h}, 0.f, s_in);
-    lw.w_up = make({f, h}, 0.f, s_in);
-    lw.w_down = make({h, f}, 0.f, s_f);
+    lw.mlp_norm = make({h}, 1.f, 0.1f, false);
+    lw.w_gate = make({c.intermediate_size, h}, 0.f, s_in);
+    lw.w_up = make({c.intermediate_size, h}, 0.f, s_in);
+    lw.w_down = make({h, c.intermediate_size}, 0.f, s_f);
     w.layers.push_back(lw);
   }
   if (quant == WeightQuantization::kInt8) {

@@ -13,6 +13,7 @@
 #include "core/status.h"
 #include "io/model_config.h"
 #include "io/safetensors.h"
+#include "parallel/tensor_shard.h"
 
 namespace quiver {
 
@@ -51,15 +52,20 @@ struct LlamaWeights {
 // Every tensor the config implies must be present with the right shape. `progress`, if set,
 // hears (layers loaded, layers in all) after each layer. `quant`: how the projection
 // weights are kept (kInt8: model/int8_weights.h, host backends only; kFp8:
-// model/fp8_weights.h, every backend).
+// model/fp8_weights.h, every backend). `shard`: the tensor-parallel rank whose slices are
+// loaded (parallel/tensor_shard.h; the weights then have shard_model_config(config)'s
+// shapes and lm_head its vocabulary shard); quantization scales are then per row of the
+// rank's slice.
 Result<LlamaWeights> load_llama_weights(const ModelConfig& config, std::shared_ptr<Checkpoint> checkpoint,
                                         Backend* backend, WeightQuantization quant = WeightQuantization::kNone,
-                                        const std::function<void(int64_t, int64_t)>& progress = {});
+                                        const std::function<void(int64_t, int64_t)>& progress = {},
+                                        ShardSpec shard = {});
 
 // Random weights in `dtype` (uniform, small scale; norms near 1) for benchmarks of
 // shapes without files; deterministic for a seed. kInt8 and kFp8 quantize them as a
-// checkpoint's.
+// checkpoint's. `shard`: a rank's shapes, its shards drawn on their own (a sharded random
+// model is not the unsharded one's slices).
 LlamaWeights dummy_llama_weights(const ModelConfig& config, DType dtype, Backend* backend, uint64_t seed,
-                                 WeightQuantization quant = WeightQuantization::kNone);
+                                 WeightQuantization quant = WeightQuantization::kNone, ShardSpec shard = {});
 
 }  // namespace quiver

@@ -26,7 +26,7 @@ def test_signatures_have_vllm_keywords():
     fields = set(inspect.signature(EngineArgs).parameters)
     assert {"model", "enable_lora", "max_loras", "max_lora_rank", "max_cpu_loras", "lora_dtype", "max_num_seqs",
             "max_num_batched_tokens", "max_model_len", "block_size", "enable_prefix_caching", "enforce_eager",
-            "kv_cache_dtype", "dtype", "device", "seed"} <= fields
+            "kv_cache_dtype", "dtype", "device", "seed", "tensor_parallel_size"} <= fields
 
 
 def test_reprs():

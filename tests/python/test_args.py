@@ -30,6 +30,7 @@ def test_unknown_keywords_are_refused():
     (dict(model=""), ValueError, "EngineArgs.model"),
     (dict(model=None), TypeError, "EngineArgs.model"),
     (dict(quantization=8), TypeError, "EngineArgs.quantization"),
+    (dict(tensor_parallel_size=0), ValueError, "EngineArgs.tensor_parallel_size"),
 ])
 def test_engine_args_checks(kwargs, error, field):
     with pytest.raises(error, match=field):

@@ -17,7 +17,8 @@
 #include <memory>
 #include <vector>
 
-#include "backend/ref/ref_backend.h"
+#include "unit/decode_steps.h"
+#include "unit/recording_backend.h"
 #include "engine/graph_runner.h"
 #include "engine/model_runner.h"
 #include "io/model_config.h"
@@ -101,74 +102,6 @@ TEST(PadDecodeBatch, OnlyDecodeBatchesArePaddable) {
   EXPECT_FALSE(is_paddable_decode(ForwardBatch{}));
 }
 
-// RefBackend whose graphs behave like CUDA graphs: captured ops keep their arguments
-// (device addresses and host integers) and replay re-runs exactly those. With `defer` its
-// plan leaves every LoRA expand to the op after the projection (ExpandKernel::kNextOp), as
-// the CUDA backend's does for decode batches: the model must hand each group's plan and
-// LoRA to the right op.
-class RecordingBackend : public RefBackend {
- public:
-  explicit RecordingBackend(bool defer = false) : defer_(defer) {}
-  bool supports_graphs() const override { return true; }
-  StepPlan plan(const StepShape& shape) const override {
-    StepPlan p = RefBackend::plan(shape);
-    if (defer_)
-      for (GroupPlan& g : p.group)
-        if (g.lora()) g.expand = ExpandKernel::kNextOp;
-    return p;
-  }
-  void begin_capture() override {
-    check(!capturing_, "nested capture");
-    capturing_ = true;
-    recording_.clear();
-  }
-  int end_capture() override {
-    check(capturing_, "no capture");
-    capturing_ = false;
-    graphs_.push_back(std::move(recording_));
-    return static_cast<int>(graphs_.size()) - 1;
-  }
-  void replay(int id) override {
-    ++replays_;
-    for (auto& op : graphs_.at(static_cast<size_t>(id))) op();
-  }
-  int replays() const { return replays_; }
-
-  void* alloc(size_t bytes) override { return refuse("alloc"), RefBackend::alloc(bytes); }
-  void copy_from_host(void* d, const void* s, size_t n) override { refuse("copy_from_host"), RefBackend::copy_from_host(d, s, n); }
-  void copy_to_host(void* d, const void* s, size_t n) override { refuse("copy_to_host"), RefBackend::copy_to_host(d, s, n); }
-
-#define QV_RECORD(call) \
-  if (capturing_) recording_.push_back([=, this] { RefBackend::call; }); else RefBackend::call
-  void embedding(Tensor o, Tensor t, Tensor x, Tensor i) override { QV_RECORD(embedding(o, t, x, i)); }
-  void rms_norm_f32(Tensor o, Tensor x, Tensor w, float e) override { QV_RECORD(rms_norm_f32(o, x, w, e)); }
-  void add_rms_norm_f32(Tensor o, Tensor r, Tensor x, Tensor w, float e) override {
-    QV_RECORD(add_rms_norm_f32(o, r, x, w, e));
-  }
-  void matmul(Tensor y, Tensor x, Tensor w, Tensor b) override { QV_RECORD(matmul(y, x, w, b)); }
-  void rope(Tensor q, Tensor k, Tensor p, Tensor cs) override { QV_RECORD(rope(q, k, p, cs)); }
-  void kv_write(const KvLayer& c, Tensor k, Tensor v, Tensor s) override { QV_RECORD(kv_write(c, k, v, s)); }
-  void attention(Tensor o, Tensor q, const KvLayer& c, const AttentionMeta& m, float s) override {
-    QV_RECORD(attention(o, q, c, m, s));
-  }
-  void silu_mul_f32(Tensor o, Tensor g, Tensor u) override { QV_RECORD(silu_mul_f32(o, g, u)); }
-  void gather_rows(Tensor o, Tensor x, Tensor r) override { QV_RECORD(gather_rows(o, x, r)); }
-  void vocab_logits(Tensor o, Tensor b, Tensor x, Tensor s, const VocabTables& t) override {
-    QV_RECORD(vocab_logits(o, b, x, s, t));
-  }
-  void lora_shrink(Tensor t, Tensor x, Tensor a, const LoraMeta& m) override { QV_RECORD(lora_shrink(t, x, a, m)); }
-  void lora_expand(Tensor y, Tensor t, Tensor b, const LoraMeta& m) override { QV_RECORD(lora_expand(y, t, b, m)); }
-#undef QV_RECORD
-
- private:
-  void refuse(const char* what) const { check(!capturing_, std::string(what) + " during graph capture"); }
-  bool defer_;
-  bool capturing_ = false;
-  std::vector<std::function<void()>> recording_;
-  std::vector<std::vector<std::function<void()>>> graphs_;
-  int replays_ = 0;
-};
-
 const fs::path kModel = fs::path(QUIVER_SOURCE_DIR) / "tests/fixtures/llama_gqa";
 constexpr int kBlockSize = 4, kMaxBlocks = 16, kMaxLoras = 2;
 
@@ -201,12 +134,6 @@ struct Rig {
   GraphCaptureInfo info;
 };
 
-struct Seq {
-  std::vector<int32_t> tokens;
-  int computed = 0;
-  int adapter = -1;  // index into the adapter list, -1 = base
-};
-
 // Steps `seqs` (each with blocks [8 s, 8 s + 8)): first every prompt in one prefill, then
 // decode with greedy tokens from `rigs[0]`; after decode step `swap_at`, sequence 0 moves
 // to a new adapter (loaded into a slot another adapter held). Every rig must return the same
@@ -218,34 +145,17 @@ void drive(std::vector<Rig*> rigs, std::vector<bool> force_unpadded, std::vector
   for (size_t a = 0; a < adapters.size(); ++a) uid_of[a] = 100 + a;
   for (int step = 0; step <= decode_steps; ++step) {
     if (step == swap_at + 1) seqs[0].adapter = (seqs[0].adapter + 3) % static_cast<int>(adapters.size());
-    ForwardBatch b;
-    b.query_start.push_back(0);
-    b.max_blocks_per_seq = 8;
-    b.decode_only = step > 0;
-    for (size_t s = 0; s < seqs.size(); ++s) {
-      Seq& q = seqs[s];
+    const ForwardBatch b = next_batch(seqs, step > 0, kBlockSize, [&](int a) {
       int slot = -1;
-      if (q.adapter >= 0) {
-        for (Rig* r : rigs) {
-          // Resident adapters keep their slot; others evict the least recently used.
-          const int got = r->pool->acquire(uid_of[q.adapter], adapters[q.adapter]).value();
-          r->pool->release(got);
-          check(slot < 0 || slot == got, "rigs disagree on slots");
-          slot = got;
-        }
+      for (Rig* r : rigs) {
+        // Resident adapters keep their slot; others evict the least recently used.
+        const int got = r->pool->acquire(uid_of[a], adapters[a]).value();
+        r->pool->release(got);
+        check(slot < 0 || slot == got, "rigs disagree on slots");
+        slot = got;
       }
-      for (int pos = q.computed; pos < static_cast<int>(q.tokens.size()); ++pos) {
-        b.token_ids.push_back(q.tokens[pos]);
-        b.positions.push_back(pos);
-        b.slot_mapping.push_back(static_cast<int32_t>(8 * s * kBlockSize + pos));
-        b.token_lora_slot.push_back(slot);
-      }
-      b.query_start.push_back(b.num_tokens());
-      b.seq_lens.push_back(static_cast<int32_t>(q.tokens.size()));
-      b.logit_rows.push_back(b.num_tokens() - 1);
-      for (int k = 0; k < 8; ++k) b.block_tables.push_back(static_cast<int32_t>(8 * s + k));
-      q.computed = static_cast<int>(q.tokens.size());
-    }
+      return slot;
+    });
     std::vector<std::vector<float>> logits(rigs.size());
     for (size_t r = 0; r < rigs.size(); ++r) {
       ForwardBatch br = b;
@@ -256,28 +166,15 @@ void drive(std::vector<Rig*> rigs, std::vector<bool> force_unpadded, std::vector
       }
       EXPECT_EQ(logits[r], logits[0]) << "rig " << r << " step " << step;
     }
-    const int64_t width = rigs[0]->runner->logits_width();
-    for (size_t s = 0; s < seqs.size(); ++s) {
-      const float* row = logits[0].data() + s * width;
-      seqs[s].tokens.push_back(static_cast<int32_t>(std::max_element(row, row + width) - row));
-    }
+    append_greedy(seqs, logits[0], rigs[0]->runner->logits_width());
   }
-}
-
-std::vector<LoraAdapter> fixture_adapters(const ModelConfig& config) {
-  std::vector<LoraAdapter> out;
-  std::vector<fs::path> dirs;
-  for (const auto& a : fs::directory_iterator(kModel / "adapters")) dirs.push_back(a.path());
-  std::sort(dirs.begin(), dirs.end());
-  for (const auto& d : dirs) out.push_back(load_peft_adapter(d.string(), d.filename().string(), config, 64).value());
-  return out;
 }
 
 TEST(GraphReplay, MatchesEagerPaddedAndUnpaddedWithAdaptersSwapped) {
   Rig graph(true, true), eager(false, true), plain(false, false);
   ASSERT_EQ(graph.info.num_graphs, 2 * 5);  // buckets 1 2 4 8 16 x lora on/off
   EXPECT_EQ(eager.info.num_graphs, 0);
-  const auto adapters = fixture_adapters(graph.config);
+  const auto adapters = fixture_adapters(kModel, graph.config);
   ASSERT_EQ(adapters.size(), 8u);
   // Three sequences (bucket 4): two adapters sharing the two slots, one base.
   std::vector<Seq> seqs = {{{5, 9, 100, 7}, 0, 0}, {{300}, 0, -1}, {{44, 45, 46, 47, 48, 49}, 0, 5}};
@@ -291,7 +188,7 @@ TEST(GraphReplay, MatchesEagerPaddedAndUnpaddedWithAdaptersSwapped) {
 // since the shrinks read only x and the expands add the same values to the same outputs.
 TEST(GraphReplay, DeferredLoraExpandsMatchThePlainReference) {
   Rig graph(true, true, true), eager(false, true, true), plain(false, false);
-  const auto adapters = fixture_adapters(graph.config);
+  const auto adapters = fixture_adapters(kModel, graph.config);
   std::vector<Seq> seqs = {{{5, 9, 100, 7}, 0, 0}, {{300}, 0, -1}, {{44, 45, 46, 47, 48, 49}, 0, 5}};
   drive({&plain, &graph, &eager}, {true, false, false}, seqs, adapters, 8, 3,
         {"eager", "graph bs=4", "eager bs=4 (padded)"});
@@ -299,7 +196,7 @@ TEST(GraphReplay, DeferredLoraExpandsMatchThePlainReference) {
 
 TEST(GraphReplay, BaseOnlyBatchReplaysTheLoraOffGraph) {
   Rig graph(true, true), eager(false, true);
-  const auto adapters = fixture_adapters(graph.config);
+  const auto adapters = fixture_adapters(kModel, graph.config);
   std::vector<Seq> seqs;
   for (int s = 0; s < 5; ++s) seqs.push_back({{static_cast<int32_t>(10 * s + 1), 3}, 0, -1});
   drive({&graph, &eager}, {false, false}, seqs, adapters, 6, 100, {"graph bs=8", "eager bs=8 (padded)"});
@@ -321,7 +218,7 @@ TEST(GraphReplay, VocabularyRowsMatchEagerWithAdaptersSwapped) {
   const VocabLimits limits{4, 6};
   Rig graph(true, true, false, limits), eager(false, true, false, limits), plain(false, false, false, limits);
   ASSERT_EQ(graph.runner->logits_width(), graph.config.vocab_size + 4);
-  auto adapters = fixture_adapters(graph.config);
+  auto adapters = fixture_adapters(kModel, graph.config);
   const int64_t v = graph.config.vocab_size, h = graph.config.hidden_size;
   auto rows = [&](int n, float scale) {
     std::vector<float> r(static_cast<size_t>(n * h));

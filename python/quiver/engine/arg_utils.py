@@ -29,6 +29,7 @@ class EngineArgs:
     enforce_eager: bool = False
     max_num_seqs: Optional[int] = None
     max_num_batched_tokens: Optional[int] = None
+    tensor_parallel_size: int = 1
     enable_lora: bool = False
     max_loras: int = 1
     max_lora_rank: int = 16
@@ -58,6 +59,7 @@ class EngineArgs:
             check_int(o, name, getattr(self, name), optional=True, minimum=1)
         check_bool(o, "enable_prefix_caching", self.enable_prefix_caching, optional=True)
         check_bool(o, "enforce_eager", self.enforce_eager)
+        check_int(o, "tensor_parallel_size", self.tensor_parallel_size, minimum=1)
         check_bool(o, "enable_lora", self.enable_lora)
         check_int(o, "max_loras", self.max_loras, minimum=1)
         check_int(o, "max_lora_rank", self.max_lora_rank, minimum=1)
@@ -95,6 +97,7 @@ class EngineArgs:
         if self.max_num_seqs is not None:
             a.max_num_seqs = self.max_num_seqs
         a.max_num_batched_tokens = self.max_num_batched_tokens or 0
+        a.tensor_parallel_size = self.tensor_parallel_size
         a.enable_lora = self.enable_lora
         a.max_loras = self.max_loras
         a.max_lora_rank = self.max_lora_rank
