@@ -203,6 +203,9 @@ class Backend {
   // memory; device backends fill in place, with no host copy.
   virtual void fill_uniform(Tensor t, float center, float scale, uint64_t seed);
   virtual void synchronize() {}
+  // Makes this backend's device current on the calling thread: a tensor-parallel rank's
+  // thread calls it before its first op (parallel/rank_threads.h). Host backends: nothing.
+  virtual void bind_thread() {}
   // Makes a host tensor (e.g. an mmap'd weight) usable by ops. Host backends return it
   // unchanged (no copy); device backends upload into memory they own until destruction.
   virtual Tensor import_weight(const Tensor& host) = 0;

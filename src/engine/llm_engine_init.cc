@@ -111,6 +111,11 @@ Status LLMEngine::init(const EngineArgs& args) {
     for (int r = 0; r < world; ++r) ranks_[static_cast<size_t>(r)].comm = std::move(comms[static_cast<size_t>(r)]);
   }
   rank_threads_ = std::make_unique<RankThreads>(world);
+  // Each rank's thread works on its own device from here on (rank 0's is the caller's).
+  QV_RETURN_IF_ERROR(on_ranks([&](int r) {
+    ranks_[static_cast<size_t>(r)].backend->bind_thread();
+    return Status::ok();
+  }));
   if (args_.max_num_batched_tokens == 0)
     args_.max_num_batched_tokens =
         default_max_num_batched_tokens(backend_->device_name(), backend_->device_memory_bytes(), args.usage);

@@ -34,6 +34,7 @@
 #include "parallel/tensor_shard.h"
 #include "unit/decode_steps.h"
 #include "unit/recording_backend.h"
+#include "unit/tensor_parallel_ranks.h"
 
 namespace quiver {
 namespace {
@@ -300,105 +301,21 @@ class CapturedComm final : public Communicator {
   RecordingBackend* backend_;
 };
 
-constexpr int kBlockSize = 4, kMaxBlocks = 16, kMaxLoras = 2;
-
-// The ranks of one model: backend (RecordingBackend: graphs optional, LoRA expands deferred
-// or not), communicator, weight shard, KV shard, LoRA slot shard and runner, rank r at r.
-struct Ranks {
-  Ranks(const fs::path& model, int world, bool graphs, bool defer) : threads(world) {
-    config = load_model_config(model.string()).value();
-    auto ckpt = std::make_shared<Checkpoint>(Checkpoint::open(model.string()).value());
-    auto group = LocalCommunicator::make_group(world);
-    rank.resize(static_cast<size_t>(world));
-    for (int r = 0; r < world; ++r) {
-      Rank& k = rank[static_cast<size_t>(r)];
-      auto* backend = new RecordingBackend(defer);
-      k.backend.reset(backend);
-      if (world > 1) k.comm = std::make_unique<CapturedComm>(std::move(group[static_cast<size_t>(r)]), backend);
-      const ShardSpec spec{r, world};
-      const ModelConfig rc = shard_model_config(config, spec);
-      k.model = std::make_unique<LlamaModel>(
-          rc, load_llama_weights(config, ckpt, backend, WeightQuantization::kNone, {}, spec).value(), backend,
-          kBlockSize * kMaxBlocks, k.comm.get());
-      KvCacheShape shape{rc.num_layers, rc.num_kv_heads, rc.head_dim, kBlockSize, DType::kF32};
-      k.kv = std::make_unique<KvCache>(backend, shape, 8 * 16);
-      k.pool = std::make_unique<LoraSlotPool>(backend, rc, kMaxLoras, 64, DType::kF32);
-      RunnerLimits limits;
-      limits.max_num_batched_tokens = 128;
-      limits.max_num_seqs = 16;
-      limits.max_blocks_per_seq = kMaxBlocks;
-      limits.max_model_len = kBlockSize * kMaxBlocks;
-      k.runner = std::make_unique<ModelRunner>(k.model.get(), k.pool.get(), limits);
-      k.runner->set_kv_cache(k.kv.get());
-    }
-    if (graphs) threads.run([&](int r) { rank[static_cast<size_t>(r)].runner->capture_graphs(); });
-  }
-  // The adapter's slot on every rank (each loading its slice), the same everywhere.
-  int acquire(uint64_t uid, const LoraAdapter& adapter) {
-    int slot = -1;
-    const int world = static_cast<int>(rank.size());
-    for (int r = 0; r < world; ++r) {
-      Rank& k = rank[static_cast<size_t>(r)];
-      const int got = k.pool->acquire(uid, shard_lora_adapter(adapter, config, {r, world})).value();
-      k.pool->release(got);
-      check(slot < 0 || slot == got, "ranks disagree on slots");
-      slot = got;
-    }
-    return slot;
-  }
-  StepPath execute(const ForwardBatch& b, std::vector<float>* logits) {
-    StepPath path;
-    threads.run([&](int r) {
-      if (r == 0) path = rank[0].runner->execute(b, logits);
-      else rank[static_cast<size_t>(r)].runner->execute(b, nullptr);
-    });
-    return path;
-  }
-
-  struct Rank {
-    std::unique_ptr<Backend> backend;
-    std::unique_ptr<Communicator> comm;
-    std::unique_ptr<LlamaModel> model;
-    std::unique_ptr<KvCache> kv;
-    std::unique_ptr<LoraSlotPool> pool;
-    std::unique_ptr<ModelRunner> runner;
-  };
-  ModelConfig config;
-  RankThreads threads;
-  std::vector<Rank> rank;
+// The ranks of `model` on RecordingBackends (graphs optional, LoRA expands deferred to the
+// next op or not), exchanging through CapturedComm; one rank has no communicator.
+struct Ranks : TensorParallelRanks {
+  Ranks(const fs::path& model, int world, bool graphs, bool defer)
+      : TensorParallelRanks(
+            model, world, graphs, [defer](int) { return std::make_unique<RecordingBackend>(defer); },
+            world == 1 ? CommFactory() : [](const std::vector<Backend*>& backends) {
+              auto group = LocalCommunicator::make_group(static_cast<int>(backends.size()));
+              std::vector<std::unique_ptr<Communicator>> out;
+              for (size_t r = 0; r < backends.size(); ++r)
+                out.push_back(std::make_unique<CapturedComm>(std::move(group[r]),
+                                                             static_cast<RecordingBackend*>(backends[r])));
+              return out;
+            }) {}
 };
-
-// One prefill of every prompt, then greedy decode steps (tokens from set 0's first runs);
-// sequence 0 changes adapter after step 3. Every set of ranks must give set 0's logits
-// within `tol` (relative to the logit, at least 1), bitwise where tol is 0.
-void drive(std::vector<Ranks*> sets, std::vector<Seq> seqs, const std::vector<LoraAdapter>& adapters, int steps,
-           const std::vector<double>& tol, const std::vector<std::string>& want_paths) {
-  for (int step = 0; step <= steps; ++step) {
-    if (step == 4 && !adapters.empty()) seqs[0].adapter = (seqs[0].adapter + 3) % static_cast<int>(adapters.size());
-    const ForwardBatch b = next_batch(seqs, step > 0, kBlockSize, [&](int a) {
-      int slot = -1;
-      for (Ranks* set : sets) slot = set->acquire(100 + static_cast<uint64_t>(a), adapters[static_cast<size_t>(a)]);
-      return slot;
-    });
-    std::vector<std::vector<float>> logits(sets.size());
-    for (size_t i = 0; i < sets.size(); ++i) {
-      const StepPath path = sets[i]->execute(b, &logits[i]);
-      if (step > 0) {
-        EXPECT_EQ(path.path, want_paths[i]) << "set " << i << " step " << step;
-      }
-      ASSERT_EQ(logits[i].size(), logits[0].size());
-      if (tol[i] == 0) {
-        EXPECT_EQ(logits[i], logits[0]) << "set " << i << " step " << step;
-        continue;
-      }
-      double worst = 0;
-      for (size_t j = 0; j < logits[0].size(); ++j)
-        worst = std::max(worst, std::abs(double(logits[i][j]) - logits[0][j]) / std::max(1.0, std::abs(double(logits[0][j]))));
-      EXPECT_LE(worst, tol[i]) << "set " << i << " step " << step;
-    }
-    append_greedy(seqs, logits[0], sets[0]->rank[0].runner->logits_width());
-  }
-}
 
 // Float sums over a rank's slice, then over the ranks, instead of one sum: measured up to
 // 4.1e-6 of the logit here; 1e-5 still catches a lost or doubled term (a shrink left
@@ -409,7 +326,7 @@ TEST(TensorParallelRanks, MatchOneRankWithAdaptersSwapped) {
   Ranks one(kModel, 1, false, false), two(kModel, 2, false, false), four(kModel, 4, false, false);
   const auto adapters = fixture_adapters(kModel, one.config);
   std::vector<Seq> seqs = {{{5, 9, 100, 7}, 0, 0}, {{300}, 0, -1}, {{44, 45, 46, 47, 48, 49}, 0, 5}};
-  drive({&one, &two, &four}, seqs, adapters, 8, {0, kReorderTol, kReorderTol},
+  drive_ranks({&one, &two, &four}, seqs, adapters, 8, {0, kReorderTol, kReorderTol},
         {"eager bs=4 (padded)", "eager bs=4 (padded)", "eager bs=4 (padded)"});
 }
 
@@ -420,11 +337,11 @@ TEST(TensorParallelRanks, DeferredExpandsAndGraphsMatch) {
   Ranks one(kModel, 1, false, false), eager(kModel, 2, false, true), graph(kModel, 2, true, true);
   const auto adapters = fixture_adapters(kModel, one.config);
   std::vector<Seq> seqs = {{{5, 9, 100, 7}, 0, 0}, {{300}, 0, -1}, {{44, 45, 46, 47, 48, 49}, 0, 5}};
-  drive({&one, &eager, &graph}, seqs, adapters, 8, {0, kReorderTol, kReorderTol},
+  drive_ranks({&one, &eager, &graph}, seqs, adapters, 8, {0, kReorderTol, kReorderTol},
         {"eager bs=4 (padded)", "eager bs=4 (padded)", "graph bs=4"});
   // Graph and eager ranks: the same ops in the same order, bitwise.
   Ranks e2(kModel, 2, false, true), g2(kModel, 2, true, true);
-  drive({&e2, &g2}, seqs, adapters, 6, {0, 0}, {"eager bs=4 (padded)", "graph bs=4"});
+  drive_ranks({&e2, &g2}, seqs, adapters, 6, {0, 0}, {"eager bs=4 (padded)", "graph bs=4"});
 }
 
 // A vocabulary 4 ranks do not divide (510 = 3 x 128 + 126): the gathered logits drop the
@@ -432,9 +349,9 @@ TEST(TensorParallelRanks, DeferredExpandsAndGraphsMatch) {
 TEST(TensorParallelRanks, PaddedVocabularyShardsGatherToTheVocabulary) {
   const fs::path model = short_vocab_model();
   Ranks one(model, 1, false, false), four(model, 4, true, false);
-  ASSERT_EQ(four.rank[0].runner->logits_width(), 510);
+  ASSERT_EQ(four.logits_width(), 510);
   std::vector<Seq> seqs = {{{5, 9, 100, 7}, 0, -1}, {{300, 509}, 0, -1}};
-  drive({&one, &four}, seqs, {}, 5, {0, kReorderTol}, {"eager bs=2 (padded)", "graph bs=2"});
+  drive_ranks({&one, &four}, seqs, {}, 5, {0, kReorderTol}, {"eager bs=2 (padded)", "graph bs=2"});
 }
 
 }  // namespace
