@@ -49,7 +49,8 @@ BOUND = 0.25  # docs/numerics.md: 16-bit numerics against HF float32
 FP8_BOUND = 3.0  # docs/numerics.md: the fp8 e4m3 KV cache against HF float32
 FP8_WEIGHT_BOUND = 8.0  # docs/numerics.md: fp8 e4m3 weights against HF on the original weights
 LONG_POSITIONS = 1024
-LONG_SCHEDULES = ("plain", "chunk16", "chunk64", "seqs1", "preempt", "block4", "loras1", "lorabf16", "fp8kv", "fp8w")
+LONG_SCHEDULES = ("plain", "chunk16", "chunk64", "seqs1", "preempt", "block4", "loras1", "lorabf16", "fp8kv", "fp8w",
+                  "tp2")
 
 # (name, extra flags, request rewrite or None). The preemption schedule's cache holds a
 # little over one longest request: 14 blocks of 16 for up to 100 + 12 tokens (max-model-len
@@ -74,6 +75,9 @@ SCHEDULES = [
     ("lorabf16", ["--lora-dtype", "bfloat16"], None),
     ("fp8kv", ["--kv-cache-dtype", "fp8"], None),
     ("fp8w", ["--quantization", "fp8"], None),
+    # Two tensor-parallel ranks (docs/tensor_parallel.md): threads of one process on the CPU,
+    # two GPUs over NCCL on CUDA (not run where there is one); held to the plain bounds.
+    ("tp2", ["--tensor-parallel-size", "2"], None),
 ]
 ROUNDED = ("lorabf16",)  # schedules whose numerics are 16-bit on every model and device
 FP8 = ("fp8kv",)  # schedules held to FP8_BOUND
@@ -264,6 +268,11 @@ def main():
         if err and ("no CUDA device" in err or "without CUDA" in err):
             print(f"invariance: skipped, no GPU ({err.splitlines()[0][:200]})")
             sys.exit(77)
+        if any(s[0] == "tp2" for s in schedules):
+            _, err = runner.generate(fx, probe, "probe_tp2", ["--device", "cuda", "--tensor-parallel-size", "2"])
+            if err:
+                print(f"tp2: not run ({err.splitlines()[0][:200]})")
+                schedules = [s for s in schedules if s[0] != "tp2"]
     # Per model: the CPU reference runs, then every device run; runs go `--jobs` at a time
     # (separate processes), checks are reported in order.
     refs, runs_todo, fixtures = {}, [], {}
