@@ -138,7 +138,12 @@ struct Ceiling {
 };
 Ceiling bandwidth_ceiling(LLMEngine& engine, const BenchOptions& o) {
   if (o.mem_bandwidth_gbs > 0) return {o.mem_bandwidth_gbs, "--mem-bandwidth-gbs", false};
-  if (engine.backend()->device() == Device::kCuda) return {4260.0, "the H200's measured copy rate", false};
+  const int gpus = engine.args().tensor_parallel_size;
+  if (engine.backend()->device() == Device::kCuda)
+    return {4260.0 * gpus,
+            gpus == 1 ? "the H200's measured copy rate"
+                      : "the H200's measured copy rate x " + std::to_string(gpus) + " GPUs",
+            false};
   const int threads = engine.args().threads;
   return {host_read_gbs(engine),
           "streaming read measured at start, " + (threads > 0 ? std::to_string(threads) : std::string("all")) +
@@ -315,9 +320,12 @@ int run_bench(BenchOptions& o, const CLI::App* cmd) {
   record["machine"]["ceiling_gb_per_s"] = bandwidth;
   record["machine"]["ceiling_how"] = ceiling.how;
   std::printf("ceiling %.1f GB/s (%s)\n", bandwidth, ceiling.how.c_str());
-  std::printf("model %s (%s weights %.3f GB)  adapters %d (rank %d, %s, fraction %.2f)\n", args.model.c_str(),
-              args.load_format.c_str(), static_cast<double>(engine.weight_bytes()) / 1e9, o.num_adapters,
-              o.lora_rank, o.lora_targets.c_str(), adapters.empty() ? 0.0 : o.lora_fraction);
+  const std::string ranks = args.tensor_parallel_size > 1
+                                ? " over " + std::to_string(args.tensor_parallel_size) + " tensor-parallel ranks"
+                                : "";
+  std::printf("model %s (%s weights %.3f GB%s)  adapters %d (rank %d, %s, fraction %.2f)\n", args.model.c_str(),
+              args.load_format.c_str(), static_cast<double>(engine.weight_bytes()) / 1e9, ranks.c_str(),
+              o.num_adapters, o.lora_rank, o.lora_targets.c_str(), adapters.empty() ? 0.0 : o.lora_fraction);
 
   // Warm-up: as many requests with short fresh prompts for a few decode steps, so thread
   // start-up, first touches of the decode path and adapter loads into device slots stay

@@ -175,8 +175,16 @@ bool LLMEngine::abort_request(const std::string& id) {
 
 bool LLMEngine::has_unfinished_requests() const { return !requests_.empty(); }
 
-size_t LLMEngine::weight_bytes() const { return model_->weights().weight_bytes(); }
-size_t LLMEngine::embedding_bytes() const { return model_->weights().embed.bytes(); }
+size_t LLMEngine::weight_bytes() const {
+  size_t n = 0;
+  for (const EngineRank& r : ranks_) n += r.model->weights().weight_bytes();
+  return n;
+}
+size_t LLMEngine::embedding_bytes() const {
+  size_t n = 0;
+  for (const EngineRank& r : ranks_) n += r.model->weights().embed.bytes();
+  return n;
+}
 DType LLMEngine::kv_cache_dtype() const { return kv_->shape().dtype; }
 
 Result<AdapterInfo> LLMEngine::add_lora(const std::string& name, const std::string& path,

@@ -102,7 +102,9 @@ class LLMEngine {
   Backend* backend() const { return backend_; }
   // Bandwidth accounting for `quiver bench`: bytes of all model weights
   // (LlamaWeights::weight_bytes), of the input embedding table alone (a decode step
-  // gathers only its rows), and the element type the KV cache is stored in.
+  // gathers only its rows), both summed over the tensor-parallel ranks (replicated
+  // tensors once per rank, as each rank reads its own), and the element type the KV cache
+  // is stored in.
   size_t weight_bytes() const;
   size_t embedding_bytes() const;
   DType kv_cache_dtype() const;
