@@ -216,15 +216,15 @@ class Backend {
   // [rows, k], scale: f32 [rows]. Bitwise the same on every backend; the default works
   // on host memory.
   virtual void quantize_fp8_rows(Tensor q, Tensor scale, Tensor w);
-  // The layout this backend multiplies a projection weight (q/k/v/o, gate/up/down) fastest
-  // in, for an imported weight w. kRows: w is used as it is.
+  // The layout this backend multiplies a projection weight (q/k/v/o, gate/up/down, and an
+  // untied lm_head) fastest in, for an imported weight w. kRows: w is used as it is.
   virtual WeightLayout projection_layout(const Tensor& w) const {
     (void)w;
     return WeightLayout::kRows;
   }
   // Writes w, an imported weight, in projection_layout(w) order into dst (memory of this
-  // backend holding w.bytes()) and returns dst's tensor. Only projection weights are packed:
-  // the embedding table and lm_head are read by other ops.
+  // backend holding w.bytes()) and returns dst's tensor. Only projection weights and an
+  // untied lm_head (read by lm_head alone) are packed: the embedding table is read by rows.
   virtual Tensor pack_projection(void* dst, const Tensor& w) {
     (void)dst;
     check(false, name() + " backend: pack_projection without a packed layout");
@@ -269,6 +269,12 @@ class Backend {
   // y = x @ w^T (+ bias)     y: [n, out] f32; x: [n, in] f32; w: [out, in]; bias: [out] or empty.
   // lm_head; the kernel is the one a group of n tokens without LoRA would run.
   virtual void matmul(Tensor y, Tensor x, Tensor w, Tensor bias) = 0;
+
+  // logits = x @ w^T over the final normed rows, w the lm_head (or a shard of it; packed
+  // where projection_layout packs it, untied), with the kernel and the rounding of x that a
+  // projection group of x.dim(0) tokens without LoRA gets. The default is matmul, which
+  // picks that kernel and rounding itself; host backends round x to bf16 here.
+  virtual void lm_head(Tensor logits, Tensor x, Tensor w) { matmul(logits, x, w, Tensor()); }
 
   // Rotate-half RoPE of q and k in place (HF convention: pairs (i, i + head_dim/2)), then
   // token i's rotated k and its v written into cache slot slot_mapping[i] (= block *

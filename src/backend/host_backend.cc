@@ -48,6 +48,14 @@ void HostBackend::project(const GroupPlan& plan, const MatmulGroup& g, const Gro
   run_group(plan, g, lora, x, x16);
 }
 
+void HostBackend::lm_head(Tensor logits, Tensor x, Tensor w) {
+  if (!round_x16_ || w.dtype != DType::kBF16) return matmul(logits, x, w, Tensor());
+  x16_.resize(static_cast<size_t>(x.numel()));
+  const Tensor x16(x16_.data(), DType::kBF16, {x.dim(0), x.dim(1)});
+  round_to_16bit(x16, x);
+  matmul_x16(logits, x16, w, Tensor());
+}
+
 void HostBackend::run_group(const GroupPlan& plan, const MatmulGroup& g, const GroupLora& lora, Tensor x, Tensor x16) {
   for (int i = 0; i < g.count; ++i) {
     if (x16.empty()) matmul(g.y[i], x, g.w[i], g.bias[i]);

@@ -41,6 +41,9 @@ class HostBackend : public Backend {
   void add_rms_norm(Tensor out, Tensor out16, Tensor residual, Tensor x, Tensor w, float eps, const GroupPlan& plan,
                     const GroupLora& lora) override;
   void project(const GroupPlan& plan, const MatmulGroup& g, const GroupLora& lora, Tensor x) override;
+  // As a group of x.dim(0) tokens: bf16 weights multiply x rounded to bf16 (matmul_x16)
+  // where the plan rounds, f32 x otherwise (matmul).
+  void lm_head(Tensor logits, Tensor x, Tensor w) override;
   void rope_kv_write(Tensor q, Tensor k, Tensor v, Tensor positions, Tensor cos_sin, const KvLayer& cache,
                      Tensor slot_mapping, const GroupPlan& plan, const GroupLora& lora) override;
   void silu_mul(Tensor out, Tensor out16, Tensor gate, Tensor up, const GroupPlan& plan,

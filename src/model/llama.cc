@@ -192,7 +192,7 @@ void LlamaModel::size_head_buffers(Workspace& ws, int64_t rows) const {
 
 void LlamaModel::lm_head(Tensor logits, const Workspace& ws, int row_begin, int rows) const {
   if (comm_ == nullptr) {
-    backend_->matmul(logits, selected(ws, row_begin, rows), weights_.lm_head, Tensor());
+    backend_->lm_head(logits, selected(ws, row_begin, rows), weights_.lm_head);
     return;
   }
   // Each rank multiplies its vocabulary rows; the gathered shards [world, rows, shard] are
@@ -201,7 +201,7 @@ void LlamaModel::lm_head(Tensor logits, const Workspace& ws, int row_begin, int 
   check(logits.ndim == 2 && logits.dim(0) == rows && logits.dim(1) == vocab, "lm_head: logits must be [rows, vocab]");
   const Tensor part = ws.head_part.tensor(DType::kF32, {rows, shard});
   const Tensor all = ws.head_all.tensor(DType::kF32, {world, rows, shard});
-  backend_->matmul(part, selected(ws, row_begin, rows), weights_.lm_head, Tensor());
+  backend_->lm_head(part, selected(ws, row_begin, rows), weights_.lm_head);
   comm_->all_gather(all, part);
   const size_t f = sizeof(float);
   for (int64_t r = 0; r < world; ++r) {

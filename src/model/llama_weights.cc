@@ -95,16 +95,18 @@ class Loader {
 };
 
 // Re-lays each projection weight out in the order the backend multiplies it fastest in
-// (Backend::projection_layout), into memory the weights own.
+// (Backend::projection_layout), into memory the weights own; an untied lm_head too, which
+// only Backend::lm_head reads (a tied one is the embedding table, read by rows).
 void pack_projections(LlamaWeights& w, Backend* backend) {
-  for (auto& l : w.layers) {
-    for (Tensor* t : l.projections()) {
-      if (t->empty() || backend->projection_layout(*t) == WeightLayout::kRows) continue;
-      Buffer packed(backend, t->bytes());
-      const Tensor p = backend->pack_projection(packed.data(), *t);
-      w.replace(t, p, std::move(packed));
-    }
-  }
+  const auto pack = [&](Tensor* t) {
+    if (t->empty() || backend->projection_layout(*t) == WeightLayout::kRows) return;
+    Buffer packed(backend, t->bytes());
+    const Tensor p = backend->pack_projection(packed.data(), *t);
+    w.replace(t, p, std::move(packed));
+  };
+  for (auto& l : w.layers)
+    for (Tensor* t : l.projections()) pack(t);
+  if (w.lm_head.data != w.embed.data) pack(&w.lm_head);
 }
 
 }  // namespace

@@ -388,16 +388,17 @@ TEST(HfFixtureRef, ScalarOracleBackendAgreesOnInt8Weights) {
   expect_same_runs(base, ref, 1e-4, "ref backend, int8 weights");
 }
 
-// The bf16 model's default numerics (bf16 matmul inputs; AVX512-BF16 dot products where
-// the CPU has them) on the oracle and the cpu backend: the same tokens, logprobs within
-// 0.02. Rounding turns the backends' different f32 summation orders into an occasional
-// bf16 step of an input (measured: at most 0.011 apart); a backend that did not round
-// would sit ~0.05 away, as the f32 reference does (docs/numerics.md).
+// The bf16 model's default numerics (bf16 matmul inputs, lm_head's included; AVX512-BF16
+// dot products where the CPU has them) on the oracle and the cpu backend: the same tokens,
+// logprobs within 0.04. Rounding turns the backends' different f32 summation orders into an
+// occasional bf16 step of an input (measured: at most 0.029 apart, 0.011 before lm_head's
+// input was rounded too); a backend that did not round sits 0.068 away, as the f32
+// reference does (docs/numerics.md).
 TEST(HfFixtureRef, ScalarOracleBackendAgreesOnBf16Inputs) {
   auto base = run_generate("llama3_bf16", fixture("llama3_bf16") / "requests.jsonl", "--max-loras 8", "cpu16");
   auto ref =
       run_generate("llama3_bf16", fixture("llama3_bf16") / "requests.jsonl", "--max-loras 8 --device ref", "ref16");
-  expect_same_runs(base, ref, 0.02, "ref backend, bf16 inputs");
+  expect_same_runs(base, ref, 0.04, "ref backend, bf16 inputs");
 }
 
 }  // namespace

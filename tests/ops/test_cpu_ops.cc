@@ -316,6 +316,34 @@ TEST_P(CpuOps, MatmulX16Packed) {
   }
 }
 
+// lm_head as a group of n tokens: bf16 weights (packed like the projections where the
+// backend packs them) multiply x rounded to bf16, as the oracle's lm_head does; float32
+// weights keep f32 x.
+TEST_P(CpuOps, LmHeadRoundsXLikeAGroup) {
+  for (int64_t n : {1, 3, 17}) {
+    const int64_t in = 64, out = 4096;
+    Buf w = random_buf(rng_, DType::kBF16, {out, in});
+    Buf packed(DType::kBF16, {out, in});
+    const Tensor pw = cpu_->projection_layout(w.t) == WeightLayout::kBf16Block16
+                          ? cpu_->pack_projection(packed.t.data, w.t)
+                          : w.t;
+    Buf x = random_buf(rng_, DType::kF32, {n, in});
+    Buf x16(DType::kBF16, {n, in});
+    ref_.round_to_16bit(x16.t, x.t);
+    Buf want(DType::kF32, {n, out}), rounded(DType::kF32, {n, out}), got(DType::kF32, {n, out});
+    ref_.lm_head(want.t, x.t, w.t);
+    ref_.matmul_x16(rounded.t, x16.t, w.t, Tensor());
+    EXPECT_EQ(std::memcmp(want.t.data, rounded.t.data, want.t.bytes()), 0) << "the oracle rounds x, n=" << n;
+    poison(got);
+    cpu_->lm_head(got.t, x.t, pw);
+    expect_within(got, want, dot_tolerance(x16, w, n, in, out), "lm_head n=" + std::to_string(n));
+    Buf w32 = random_buf(rng_, DType::kF32, {out, in});
+    ref_.lm_head(want.t, x.t, w32.t);
+    ref_.matmul(rounded.t, x.t, w32.t, Tensor());
+    EXPECT_EQ(std::memcmp(want.t.data, rounded.t.data, want.t.bytes()), 0) << "f32 weights keep f32 x, n=" << n;
+  }
+}
+
 // Rounding to the 16-bit copies is bitwise the oracle's (nearest even), and the norms and
 // silu_mul write a given out16 as out rounded.
 TEST_P(CpuOps, RoundTo16BitAndCopies) {
