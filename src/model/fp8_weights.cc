@@ -76,6 +76,24 @@ Result<Tensor> quantize_fp8_projection(const Tensor& w, const std::string& name,
   return t;
 }
 
+Status quantize_projections_fp8(LlamaWeights& w, Backend* backend) {
+  static constexpr const char* kNames[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    const auto projections = w.layers[l].projections();
+    for (size_t p = 0; p < projections.size(); ++p) {
+      Tensor* t = projections[p];
+      std::vector<Buffer> memory;
+      const std::string name = "layer " + std::to_string(l) + " " + kNames[p];
+      QV_ASSIGN_OR_RETURN(const Tensor q, quantize_fp8_projection(*t, name, backend, &memory));
+      // quantize_fp8_projection appends the values' buffer last: the one that replaces the
+      // float weight's; the scales' go to the weights' other buffers.
+      for (size_t i = 0; i + 1 < memory.size(); ++i) w.owned.push_back(std::move(memory[i]));
+      w.replace(t, q, std::move(memory.back()));
+    }
+  }
+  return Status::ok();
+}
+
 Result<Tensor> load_fp8_projection(const Checkpoint& ckpt, const std::string& name, const Tensor& q,
                                    const Fp8Config& f, Backend* backend, std::vector<Buffer>* owned) {
   check(q.device == Device::kCpu, "load_fp8_projection: the checkpoint's tensor in host memory");

@@ -21,6 +21,7 @@
 #include "core/status.h"
 #include "io/model_config.h"
 #include "io/safetensors.h"
+#include "model/llama_weights.h"
 
 namespace quiver {
 
@@ -37,5 +38,10 @@ Result<Tensor> load_fp8_projection(const Checkpoint& ckpt, const std::string& na
 // an infinity.
 Result<Tensor> quantize_fp8_projection(const Tensor& w, const std::string& name, Backend* backend,
                                        std::vector<Buffer>* owned);
+
+// quantize_fp8_projection of every projection weight of w (random weights in the backend's
+// memory), each replacing its float buffer in w (LlamaWeights::replace), so the peak is
+// one matrix more, not the model twice. The error names the tensor and row.
+Status quantize_projections_fp8(LlamaWeights& w, Backend* backend);
 
 }  // namespace quiver

@@ -223,15 +223,8 @@ LlamaWeights dummy_llama_weights(const ModelConfig& full, DType dtype, Backend* 
   }
   if (quant == WeightQuantization::kFp8) {
     w.quantized_from = dtype;
-    for (auto& lw : w.layers)
-      for (Tensor* t : lw.projections()) {
-        std::vector<Buffer> memory;
-        auto q = quantize_fp8_projection(*t, "a random projection", backend, &memory);
-        check(q.is_ok(), q.status().message());  // random weights are finite
-        // The values' buffer last: replace() keeps one, the scales go to `owned` first.
-        for (size_t i = 0; i + 1 < memory.size(); ++i) w.owned.push_back(std::move(memory[i]));
-        w.replace(t, q.value(), std::move(memory.back()));
-      }
+    const Status s = quantize_projections_fp8(w, backend);
+    check(s.is_ok(), s.message());  // random weights are finite
   }
   pack_projections(w, backend);
   return w;
