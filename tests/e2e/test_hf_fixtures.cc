@@ -361,6 +361,15 @@ TEST_P(Fp8Checkpoint, MatchesItsDequantizedModel) {
   expect_same_runs(d, exact, 1e-3, "fp8 " + layout + " vs its dequantized model");
   auto q = run_generate(model, requests, "--max-loras 8", "fp8_" + layout, dir);
   EXPECT_LE(cost_against_hf(model, q, "fp8 " + layout, kFp8WeightBound), kFp8WeightBound) << model << " " << layout;
+  // Tensor-parallel ranks would need the scales sliced with the weights: refused, by name.
+  const fs::path err = scratch("fp8_tp_" + layout + ".err");
+  const std::string tp = std::string(QUIVER_BINARY) + " generate --model " + dir.string() + " --input " +
+                         requests.string() + " --output " + scratch("fp8_tp.jsonl").string() +
+                         " --tensor-parallel-size 2 2> " + err.string();
+  EXPECT_NE(std::system(tp.c_str()), 0);
+  std::ifstream in(err);
+  const std::string log((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_NE(log.find("FP8 checkpoints are not split across tensor-parallel ranks"), std::string::npos) << log;
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, Fp8Checkpoint,
