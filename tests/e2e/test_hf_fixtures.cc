@@ -339,6 +339,19 @@ TEST_P(HfFixture, Fp8WeightsMatchTheirDequantizedModel) {
   EXPECT_LE(cost_against_hf(model, q, "fp8", kFp8WeightBound), kFp8WeightBound) << model;
 }
 
+// Quantized weights on tensor-parallel ranks: each rank quantizes its slice, so a
+// row-parallel weight gets a scale per row of each rank's columns (finer than one rank's).
+// Not the same model bit for bit, but held to the same bounds against HF.
+TEST_P(HfFixture, TensorParallelRanksKeepTheQuantizedBounds) {
+  const std::string model = GetParam();
+  const fs::path requests = fixture(model) / "requests.jsonl";
+  const std::string tp = "--max-loras 8 --threads 2 --tensor-parallel-size 2 --quantization ";
+  auto int8 = run_generate(model, requests, tp + "int8", "tp2_int8");
+  EXPECT_LE(cost_against_hf(model, int8, "int8, 2 ranks", kInt8Bound), kInt8Bound) << model;
+  auto fp8 = run_generate(model, requests, tp + "fp8", "tp2_fp8");
+  EXPECT_LE(cost_against_hf(model, fp8, "fp8, 2 ranks", kFp8WeightBound), kFp8WeightBound) << model;
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, HfFixture, ::testing::ValuesIn(kModels));
 
 // FP8 checkpoints in each published layout, written from a fixture by
