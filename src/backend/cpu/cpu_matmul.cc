@@ -27,10 +27,10 @@ CpuBackend::MatmulJob CpuBackend::plan_matmul(cpu::MatmulFn fn, const cpu::Matmu
   // Split output rows so each weight row is streamed once. Units are multiples of 48 rows
   // (a multiple of every micro-tile height, of the packed layout's 16-row blocks and of 16
   // floats, so threads never share a cache line of y); about 8 per thread for balance.
-  // One token: multiples of 128 rows, whole GEMV tiles of 8 packed blocks (8 streams),
-  // instead of leaving a 1- or 2-block tail in most units (a 1-block tile is one
-  // dependent chain of loads; 0.7% off a batch-1 step, 3 of 3 quiet pairs). With few rows
-  // and enough tokens, split the tokens instead.
+  // One token: multiples of 128 rows, whole GEMV tiles of the packed kernel's blocks
+  // (kGemvNB in cpu_packed_avx512bf16.cc), instead of leaving a 1- or 2-block tail in most
+  // units (a 1-block tile is one dependent chain of loads; 0.7% off a batch-1 step, 3 of 3
+  // quiet pairs). With few rows and enough tokens, split the tokens instead.
   if (tokens == 1 || rows >= 16 * threads || tokens < 4 * threads) {
     const int64_t step = tokens == 1 ? 128 : 48;
     j.unit = std::max<int64_t>(step, round_up((rows + 8 * threads - 1) / (8 * threads), step));

@@ -25,7 +25,10 @@ typedef int32_t __attribute__((may_alias)) PairBits;  // two bf16 of x read as o
 // Tile: kNB blocks (48 rows) x kT tokens = 24 of 32 zmm accumulators; per pair step 3
 // weight loads and 8 broadcasts feed 24 vdpbf16ps.
 constexpr int kNB = 3, kT = 8;
-constexpr int kGemvNB = 8;  // blocks of a one-token step: 8 sequential streams in flight
+// Blocks of a one-token step: kGemvNB sequential streams a thread. 4 against 8, a batch-1
+// TinyLlama step in 6 alternating rounds: min 28.2-28.4 ms against 29.5-30.1 (and 42 ms in
+// three rounds where 4 stayed at 28.3); 2 streams and 4 fetched 32 groups ahead: 29.1-29.7.
+constexpr int kGemvNB = 4;
 // Prefetch distances within a block's stream, in pair groups (64 B each).
 constexpr int kGemvAhead = 16, kTileAhead = 64;
 
@@ -80,7 +83,6 @@ void matmul_bf16_packed(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0,
   if (t1 - t0 == 1) {  // GEMV: bandwidth-bound, kGemvNB sequential streams at once
     int64_t r = r0;
     for (; r + kGemvNB * kPackRows <= r1; r += kGemvNB * kPackRows) packed_tile<kGemvNB, 1, kGemvAhead>(a, r, t0);
-    for (; r + 4 * kPackRows <= r1; r += 4 * kPackRows) packed_tile<4, 1, kGemvAhead>(a, r, t0);
     for (; r + 2 * kPackRows <= r1; r += 2 * kPackRows) packed_tile<2, 1, kGemvAhead>(a, r, t0);
     for (; r < r1; r += kPackRows) packed_tile<1, 1, kGemvAhead>(a, r, t0);
     return;
