@@ -173,7 +173,8 @@ class Backend {
   virtual std::string device_name() const { return ""; }
   virtual int64_t device_memory_bytes() const { return 0; }
   // The accelerator's free memory now, over every process using it (the KV cache is
-  // planned from it, engine/memory_plan.h); host backends report none.
+  // planned from it, engine/memory_plan.h); host backends report none. Called from a
+  // thread this backend's device is bound to (bind_thread).
   virtual int64_t device_memory_free() const { return 0; }
   // The rate at which this backend's kernels stream reads from memory over all its
   // threads, measured when called (GB/s; takes about a second): the ceiling a decode step's

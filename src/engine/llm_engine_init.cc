@@ -214,12 +214,6 @@ Status LLMEngine::init(const EngineArgs& args) {
                  static_cast<long long>(config_.num_kv_heads), static_cast<long long>(rank_config.intermediate_size),
                  static_cast<long long>(config_.intermediate_size),
                  static_cast<long long>(model_->weights().lm_head.dim(0)), static_cast<long long>(config_.vocab_size));
-  int64_t host_weights = 0, host_slots = 0, host_buffers = 0;
-  for (const EngineRank& rank : ranks_) {
-    host_weights += static_cast<int64_t>(rank.model->weights().weight_bytes());
-    host_slots += rank.slots ? static_cast<int64_t>(rank.slots->bytes()) : 0;
-    host_buffers += static_cast<int64_t>(rank.runner->buffer_bytes());
-  }
   if (gpu) {
     // What loading took: the slot stacks and the runner's buffers are counted from their
     // sizes, the rest is the weights'. The activations: the runner's buffers and what every
@@ -237,20 +231,30 @@ Status LLMEngine::init(const EngineArgs& args) {
     }));
     memory_.activations = buffers + took();
   } else {
-    memory_.weights = host_weights;
-    memory_.lora_slots = host_slots;
-    memory_.activations = host_buffers;
+    for (const EngineRank& rank : ranks_) {
+      memory_.weights += static_cast<int64_t>(rank.model->weights().weight_bytes());
+      memory_.lora_slots += rank.slots ? static_cast<int64_t>(rank.slots->bytes()) : 0;
+      memory_.activations += static_cast<int64_t>(rank.runner->buffer_bytes());
+    }
   }
 
   KvPlanInput kp;
   kp.device = gpu;
   kp.total = gpu ? backend_->device_memory_bytes() : host_memory_bytes();
   // Where MemAvailable is unknown (no /proc/meminfo), physical RAM stands in for it. Every
-  // GPU rank allocates the same blocks: the one with the least free memory decides.
-  kp.free = gpu ? backend_->device_memory_free() : host_memory_available();
-  for (const EngineRank& rank : ranks_)
-    if (gpu) kp.free = std::min(kp.free, rank.backend->device_memory_free());
-  if (!gpu && kp.free <= 0) kp.free = kp.total;
+  // GPU rank allocates the same blocks: the one with the least free memory decides, each
+  // asked on its own thread (a device reports its free memory where it is current).
+  if (gpu) {
+    std::vector<int64_t> free(ranks_.size());
+    QV_RETURN_IF_ERROR(on_ranks([&](int r) {
+      free[static_cast<size_t>(r)] = ranks_[static_cast<size_t>(r)].backend->device_memory_free();
+      return Status::ok();
+    }));
+    kp.free = *std::min_element(free.begin(), free.end());
+  } else {
+    kp.free = host_memory_available();
+    if (kp.free <= 0) kp.free = kp.total;
+  }
   kp.gpu_memory_utilization = args.gpu_memory_utilization;
   const bool graphs = !args.enforce_eager && backend_->supports_graphs();
   kp.reserve = graphs ? runner_->graph_memory_estimate() : 0;
