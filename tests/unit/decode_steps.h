@@ -19,6 +19,10 @@ struct Seq {
   int adapter = -1;  // index into the test's adapter list, -1 = base
 };
 
+// Three sequences (a decode bucket of 4): two on adapters 0 and 5, one on the base model,
+// prompts of 4, 1 and 6 tokens.
+inline const std::vector<Seq> kMixedSeqs = {{{5, 9, 100, 7}, 0, 0}, {{300}, 0, -1}, {{44, 45, 46, 47, 48, 49}, 0, 5}};
+
 // The tokens of every sequence not computed yet, in one batch (decode: marked decode-only),
 // sequence s in KV blocks [8 s, 8 s + 8) of `block_size` tokens. slot_of(adapter) is the
 // LoRA slot of a sequence's adapter (called once per sequence that has one).

@@ -177,7 +177,7 @@ TEST(GraphReplay, MatchesEagerPaddedAndUnpaddedWithAdaptersSwapped) {
   const auto adapters = fixture_adapters(kModel, graph.config);
   ASSERT_EQ(adapters.size(), 8u);
   // Three sequences (bucket 4): two adapters sharing the two slots, one base.
-  std::vector<Seq> seqs = {{{5, 9, 100, 7}, 0, 0}, {{300}, 0, -1}, {{44, 45, 46, 47, 48, 49}, 0, 5}};
+  const std::vector<Seq>& seqs = kMixedSeqs;
   drive({&graph, &eager, &plain}, {false, false, true}, seqs, adapters, 10, 4,
         {"graph bs=4", "eager bs=4 (padded)", "eager"});
   EXPECT_EQ(static_cast<RecordingBackend*>(graph.backend.get())->replays(), 10);
@@ -189,7 +189,7 @@ TEST(GraphReplay, MatchesEagerPaddedAndUnpaddedWithAdaptersSwapped) {
 TEST(GraphReplay, DeferredLoraExpandsMatchThePlainReference) {
   Rig graph(true, true, true), eager(false, true, true), plain(false, false);
   const auto adapters = fixture_adapters(kModel, graph.config);
-  std::vector<Seq> seqs = {{{5, 9, 100, 7}, 0, 0}, {{300}, 0, -1}, {{44, 45, 46, 47, 48, 49}, 0, 5}};
+  const std::vector<Seq>& seqs = kMixedSeqs;
   drive({&plain, &graph, &eager}, {true, false, false}, seqs, adapters, 8, 3,
         {"eager", "graph bs=4", "eager bs=4 (padded)"});
 }

@@ -325,7 +325,7 @@ constexpr double kReorderTol = 1e-5;
 TEST(TensorParallelRanks, MatchOneRankWithAdaptersSwapped) {
   Ranks one(kModel, 1, false, false), two(kModel, 2, false, false), four(kModel, 4, false, false);
   const auto adapters = fixture_adapters(kModel, one.config);
-  std::vector<Seq> seqs = {{{5, 9, 100, 7}, 0, 0}, {{300}, 0, -1}, {{44, 45, 46, 47, 48, 49}, 0, 5}};
+  const std::vector<Seq>& seqs = kMixedSeqs;
   drive_ranks({&one, &two, &four}, seqs, adapters, 8, {0, kReorderTol, kReorderTol},
         {"eager bs=4 (padded)", "eager bs=4 (padded)", "eager bs=4 (padded)"});
 }
@@ -336,7 +336,7 @@ TEST(TensorParallelRanks, MatchOneRankWithAdaptersSwapped) {
 TEST(TensorParallelRanks, DeferredExpandsAndGraphsMatch) {
   Ranks one(kModel, 1, false, false), eager(kModel, 2, false, true), graph(kModel, 2, true, true);
   const auto adapters = fixture_adapters(kModel, one.config);
-  std::vector<Seq> seqs = {{{5, 9, 100, 7}, 0, 0}, {{300}, 0, -1}, {{44, 45, 46, 47, 48, 49}, 0, 5}};
+  const std::vector<Seq>& seqs = kMixedSeqs;
   drive_ranks({&one, &eager, &graph}, seqs, adapters, 8, {0, kReorderTol, kReorderTol},
         {"eager bs=4 (padded)", "eager bs=4 (padded)", "graph bs=4"});
   // Graph and eager ranks: the same ops in the same order, bitwise.
