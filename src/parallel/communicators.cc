@@ -2,6 +2,10 @@
 
 #include "parallel/local_communicator.h"
 
+#if QUIVER_HAS_CUDA
+#include "backend/cuda/cuda_backend_factory.h"
+#endif
+
 namespace quiver {
 
 std::vector<std::unique_ptr<Communicator>> make_communicators(const std::vector<Backend*>& backends,
@@ -9,9 +13,12 @@ std::vector<std::unique_ptr<Communicator>> make_communicators(const std::vector<
   bool host = true;
   for (const Backend* b : backends) host &= b->device() == Device::kCpu;
   if (host) return LocalCommunicator::make_group(static_cast<int>(backends.size()));
-  *error = "tensor parallelism across CUDA GPUs needs NCCL collectives, which this build does not have; "
-           "--tensor-parallel-size above 1 runs on the cpu and ref backends";
+#if QUIVER_HAS_CUDA
+  return make_nccl_communicators(backends, error);
+#else
+  *error = "tensor-parallel ranks on a device this build has no collectives for";
   return {};
+#endif
 }
 
 }  // namespace quiver

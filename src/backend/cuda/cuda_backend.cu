@@ -110,7 +110,14 @@ void CudaBackend::fill_zero(void* dst, size_t bytes) {
   cuda_check(cudaMemsetAsync(dst, 0, bytes, stream_));
 }
 
+void CudaBackend::copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t rows) {
+  if (width == 0 || rows == 0) return;
+  cuda_check(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows, cudaMemcpyDeviceToDevice, stream_));
+}
+
 void CudaBackend::synchronize() { cuda_check(cudaStreamSynchronize(stream_)); }
+
+void CudaBackend::bind_thread() { cuda_check(cudaSetDevice(options_.device)); }
 
 Tensor CudaBackend::import_weight(const Tensor& host) {
   check(host.device == Device::kCpu, "import_weight: expects a host tensor");

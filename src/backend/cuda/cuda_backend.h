@@ -12,7 +12,7 @@
 // still point there), so eager steps of any size stay safe next to the graphs.
 //
 // The GPU of `options.device` is made current on the constructing thread; ops must be
-// called from threads where it is current (the engine uses one GPU per process).
+// called from threads where it is current (bind_thread: a tensor-parallel rank's thread).
 #pragma once
 
 #include <cublasLt.h>
@@ -53,6 +53,9 @@ class CudaBackend : public Backend {
   void fill_zero(void* dst, size_t bytes) override;
   void fill_uniform(Tensor t, float center, float scale, uint64_t seed) override;  // fill.cu
   void synchronize() override;
+  void bind_thread() override;
+  // cudaMemcpy2DAsync on the stream: one graph node for lm_head's gathered shards.
+  void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t rows) override;
   Tensor import_weight(const Tensor& host) override;
   void quantize_fp8_rows(Tensor q, Tensor scale, Tensor w) override;  // gemm_fp8.cu
 

@@ -4,8 +4,10 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
+#include "backend/communicator.h"
 
 namespace quiver {
 
@@ -29,5 +31,11 @@ struct CudaBackendOptions {
 // nullptr and *error set when no usable GPU is present.
 std::unique_ptr<Backend> make_cuda_backend(int device, std::string* error);
 std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& options, std::string* error);
+
+// One NCCL communicator per CUDA backend (each on its own GPU, rank i on backends[i]),
+// made together with ncclCommInitAll; empty, with *error set, where NCCL is missing from
+// the build or fails to start.
+std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(const std::vector<Backend*>& backends,
+                                                                   std::string* error);
 
 }  // namespace quiver
