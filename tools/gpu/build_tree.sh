@@ -8,5 +8,8 @@ set -uo pipefail
 dir=$1 log=$2
 shift 2
 cd -P "$dir" || exit 1
+# NCCL (tensor parallelism): the toolkit's, else the one PyTorch's wheels bring.
+nccl=$(python3 -c "import nvidia.nccl as m; print(list(m.__path__)[0])" 2>/dev/null || true)
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DQUIVER_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-  -DQUIVER_SERVER=${SERVER:-OFF} >"$log" 2>&1 && cmake --build build-gpu -j16 --target quiver "$@" >>"$log" 2>&1
+  -DQUIVER_SERVER=${SERVER:-OFF} ${nccl:+-DQUIVER_NCCL_ROOT=$nccl} >"$log" 2>&1 &&
+  cmake --build build-gpu -j16 --target quiver "$@" >>"$log" 2>&1
