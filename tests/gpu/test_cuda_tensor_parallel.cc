@@ -47,8 +47,6 @@ bool have(int gpus, std::string* why) {
   return !make_nccl_communicators(backends, why).empty();
 }
 
-const std::vector<Seq> kSeqs = {{{5, 9, 100, 7}, 0, 0}, {{300}, 0, -1}, {{44, 45, 46, 47, 48, 49}, 0, 5}};
-
 TEST(CudaTensorParallel, OneRankThroughNcclIsBitwiseThePlainPath) {
   std::string why;
   if (!have(1, &why)) GTEST_SKIP() << why;
@@ -56,7 +54,7 @@ TEST(CudaTensorParallel, OneRankThroughNcclIsBitwiseThePlainPath) {
     TensorParallelRanks plain(kModel, 1, graphs, gpu, {}), through(kModel, 1, graphs, gpu, nccl);
     const auto adapters = fixture_adapters(kModel, plain.config);
     const std::string path = graphs ? "graph bs=4" : "eager bs=4 (padded)";
-    drive_ranks({&plain, &through}, kSeqs, adapters, 8, {0, 0}, {path, path});
+    drive_ranks({&plain, &through}, kMixedSeqs, adapters, 8, {0, 0}, {path, path});
   }
 }
 
@@ -68,10 +66,10 @@ TEST(CudaTensorParallel, TwoGpusMatchOneAndGraphsMatchEager) {
   const auto adapters = fixture_adapters(kModel, one.config);
   // Float32 weights and activations: the partial sums only reorder float additions (4.1e-6
   // of the logit on the CPU).
-  drive_ranks({&one, &eager, &graph}, kSeqs, adapters, 8, {0, 1e-5, 1e-5},
+  drive_ranks({&one, &eager, &graph}, kMixedSeqs, adapters, 8, {0, 1e-5, 1e-5},
               {"eager bs=4 (padded)", "eager bs=4 (padded)", "graph bs=4"});
   TensorParallelRanks e2(kModel, 2, false, gpu, nccl), g2(kModel, 2, true, gpu, nccl);
-  drive_ranks({&e2, &g2}, kSeqs, adapters, 6, {0, 0}, {"eager bs=4 (padded)", "graph bs=4"});
+  drive_ranks({&e2, &g2}, kMixedSeqs, adapters, 6, {0, 0}, {"eager bs=4 (padded)", "graph bs=4"});
 }
 
 }  // namespace
