@@ -8,17 +8,11 @@ namespace {
 // The largest rank the CUDA LoRA kernels take (the engine's --max-lora-rank bound).
 constexpr int64_t kMaxRank = 512;
 
-// The type the tensor-core kernels multiply weights of type w in: bf16 for fp8 weights
-// (widened exactly in registers), else w's own.
-DType mma_type(DType w) { return w == DType::kF8E4M3 ? DType::kBF16 : w; }
-
 // The matmul of a group without LoRA.
 MatmulKernel base_matmul(const DispatchTable& t, int64_t n, const GroupShape& g, DType w, bool split) {
   if (n <= t.gemv_max_n) return MatmulKernel::kGemv;
-  if (w == DType::kF8E4M3) {
-    if (split) return MatmulKernel::kGemv;  // f32 x at every size, 16 tokens a pass
-    return n <= t.fp8_skinny_max_n && g.in % 8 == 0 ? MatmulKernel::kSkinny : MatmulKernel::kCublasFp8;
-  }
+  if (w == DType::kF8E4M3)  // split: f32 x at every size, the GEMV 16 tokens a pass
+    return split || n <= t.fp8_gemv_max_n ? MatmulKernel::kGemv : MatmulKernel::kCublasFp8;
   if (n >= 3 && n <= t.skinny_max_n && is_16bit_float(w) && g.in % 8 == 0 && !split) return MatmulKernel::kSkinny;
   return n <= t.cublas_small_max_n ? MatmulKernel::kCublasSmall : MatmulKernel::kCublas;
 }
@@ -32,13 +26,15 @@ GroupPlan plan_group(const DispatchTable& t, const StepShape& s, const GroupShap
   // One token per block, rank rows of A per token: the fused and kTokenRows shrinks.
   const bool rows_ok = s.rank <= kMaxRank && g.in >= 8 && g.in % 8 == 0;
   const bool next_op = n <= t.expand_next_op_max_n;
-  const DType mt = mma_type(s.weights);
-  if (next_op && rows_ok && n <= 2 && n <= t.gemv_max_n && (s.stacks == mt || s.stacks == DType::kF32)) {
+  // Beside fp8 weights the GEMV takes bf16 stacks (the model's type) as well.
+  const bool gemv_stacks = s.stacks == s.weights || s.stacks == DType::kF32 ||
+                           (s.weights == DType::kF8E4M3 && s.stacks == DType::kBF16);
+  if (next_op && rows_ok && n <= 2 && p.matmul == MatmulKernel::kGemv && gemv_stacks) {
     p.matmul = MatmulKernel::kGemv;  // batch 1-2: one launch for the GEMV and the shrink
     p.shrink = ShrinkKernel::kFused;
     p.expand = ExpandKernel::kNextOp;
-  } else if (next_op && rows_ok && n >= 3 && n <= t.skinny_lora_max_n && is_16bit_float(mt) && s.stacks == mt &&
-             !split && (s.weights != DType::kF8E4M3 || n <= t.fp8_skinny_max_n)) {
+  } else if (next_op && rows_ok && n >= 3 && n <= t.skinny_lora_max_n && is_16bit_float(s.weights) &&
+             s.stacks == s.weights && !split) {
     p.matmul = MatmulKernel::kSkinny;  // 3..16 tokens: one launch for the matmul and the shrink
     p.shrink = ShrinkKernel::kFused;
     p.expand = ExpandKernel::kNextOp;
@@ -61,7 +57,6 @@ GroupPlan plan_group(const DispatchTable& t, const StepShape& s, const GroupShap
 }  // namespace
 
 DType matmul_input_type(MatmulKernel k, DType weights, bool split_activations) {
-  if (weights == DType::kF8E4M3) return k == MatmulKernel::kSkinny && !split_activations ? DType::kBF16 : DType::kF32;
   const bool rounds = k != MatmulKernel::kGemv && k != MatmulKernel::kHost && !split_activations;
   return rounds && is_16bit_float(weights) ? weights : DType::kF32;
 }
@@ -153,9 +148,9 @@ std::string StepPlan::describe() const {
 
 void check_dispatch_table(const DispatchTable& t) {
   check(t.gemv_max_n >= 0 && t.gemv_max_n <= 16 && t.skinny_max_n >= 0 && t.skinny_max_n <= 16 &&
-            t.skinny_lora_max_n >= 0 && t.skinny_lora_max_n <= 16 && t.fp8_skinny_max_n >= 0 &&
-            t.fp8_skinny_max_n <= 16,
-        "dispatch table: gemv_max_n, skinny_max_n, skinny_lora_max_n and fp8_skinny_max_n must be in [0, 16]");
+            t.skinny_lora_max_n >= 0 && t.skinny_lora_max_n <= 16 && t.fp8_gemv_max_n >= 0 &&
+            t.fp8_gemv_max_n <= 16,
+        "dispatch table: gemv_max_n, skinny_max_n, skinny_lora_max_n and fp8_gemv_max_n must be in [0, 16]");
   check(t.cublas_small_max_n >= 0 && t.expand_next_op_max_n >= 0 && t.lora_mma_min_n >= 0 &&
             t.lora_mma_expand_min_rank >= 0,
         "dispatch table: thresholds must be >= 0");

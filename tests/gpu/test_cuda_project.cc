@@ -35,10 +35,9 @@ struct Case {
 std::vector<GroupPlan> candidate_plans(const Case& c) {
   const int64_t n = c.n;
   const bool fp8 = c.wt == DType::kF8E4M3;
-  const DType mt = fp8 ? DType::kBF16 : c.wt;  // the tensor cores' input type
   std::vector<MatmulKernel> matmuls;
   if (n <= 16) matmuls.push_back(MatmulKernel::kGemv);
-  if (n >= 3 && n <= 16 && is_16bit_float(mt) && c.in % 8 == 0) matmuls.push_back(MatmulKernel::kSkinny);
+  if (n >= 3 && n <= 16 && is_16bit_float(c.wt) && c.in % 8 == 0) matmuls.push_back(MatmulKernel::kSkinny);
   if (fp8) {
     matmuls.push_back(MatmulKernel::kCublasFp8);
   } else {
@@ -52,9 +51,9 @@ std::vector<GroupPlan> candidate_plans(const Case& c) {
   std::vector<GroupPlan> plans;
   auto add = [&](MatmulKernel m, ShrinkKernel s, ExpandKernel e) { plans.push_back({m, s, e, x_type(m)}); };
   for (MatmulKernel m : matmuls) add(m, ShrinkKernel::kNone, ExpandKernel::kNone);
-  if (n <= 2 && rows_ok && (c.st == mt || c.st == DType::kF32))
+  if (n <= 2 && rows_ok && (c.st == c.wt || c.st == DType::kF32 || (fp8 && c.st == DType::kBF16)))
     add(MatmulKernel::kGemv, ShrinkKernel::kFused, ExpandKernel::kNextOp);
-  if (n >= 3 && n <= 16 && is_16bit_float(mt) && c.st == mt && c.in % 8 == 0 && rows_ok)
+  if (n >= 3 && n <= 16 && is_16bit_float(c.wt) && c.st == c.wt && c.in % 8 == 0 && rows_ok)
     add(MatmulKernel::kSkinny, ShrinkKernel::kFused, ExpandKernel::kNextOp);
   for (MatmulKernel m : {matmuls.front(), matmuls.back()}) {
     if (rows_ok) add(m, ShrinkKernel::kTokenRows, ExpandKernel::kNextOp);

@@ -74,6 +74,7 @@ void CudaBackend::check_group(const MatmulGroup& g, Tensor x) const {
     check(w.dim(1) == in && y.dim(0) == n && y.dim(1) == w.dim(0), "matmul: shape mismatch");
     check(bias.empty() || (bias.numel() == w.dim(0) && bias.dtype != DType::kI32), "matmul: bias must be [out] float");
     check(w.dtype == g.w[0].dtype, "matmul: a group's members must share the weight dtype");
+    check(w.dtype != DType::kF8E4M3 || w.row_scale != nullptr, "matmul: fp8 weights need their row scales");
     check(w.dim(0) < (int64_t{1} << 31), "matmul: dimension above 2^31");
   }
   check(n < (int64_t{1} << 31) && in < (int64_t{1} << 31), "matmul: dimension above 2^31");

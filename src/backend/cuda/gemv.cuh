@@ -96,7 +96,9 @@ __device__ __forceinline__ void gemv_dot(const W* const (&wrow)[ROWS], const flo
       float wf[ROWS][E];
 #pragma unroll
       for (int r = 0; r < ROWS; ++r) {
-        if constexpr (VEC) Vec16<W>::unpack(raw[u][r], wf[r]);
+        if constexpr (VEC && sizeof(W) == 1) unpack_e4m3_over256(raw[u][r], wf[r]);  // gemv_store scales back
+        else if constexpr (VEC) Vec16<W>::unpack(raw[u][r], wf[r]);
+        else if constexpr (sizeof(W) == 1) wf[r][0] = to_f32(raw[u][r]) * (1.f / kE4m3Over256);  // exact
         else wf[r][0] = to_f32(raw[u][r]);
       }
 #pragma unroll
@@ -160,7 +162,8 @@ __device__ __forceinline__ void gemv_rows(const W* (&wrow)[ROWS], const W* w, in
 }
 
 // y[t, row0 + r] of member g = the warps' sums of item r * NT + t in warp order, times the
-// row's scale, plus the bias, plus extra[item] when extra is not null.
+// row's scale (fp8 weights, widened over 2^8 by gemv_dot: times 2^8 too, exactly), plus the
+// bias, plus extra[item] when extra is not null.
 template <int NT, int ROWS>
 __device__ __forceinline__ void gemv_store(const GemvGroup& grp, int g, const float (&red)[kGemvWarps][ROWS * NT],
                                            int row0, int n, const float* extra) {
@@ -175,7 +178,7 @@ __device__ __forceinline__ void gemv_store(const GemvGroup& grp, int g, const fl
     float s = 0.f;
 #pragma unroll
     for (int wi = 0; wi < kGemvWarps; ++wi) s += red[wi][idx];
-    if (scale != nullptr) s *= scale[row];
+    if (scale != nullptr) s *= scale[row] * kE4m3Over256;  // fp8 rows come widened over 2^8 (gemv_dot)
     if (bias != nullptr) s += load_any(bias, bias_type, row);
     if (extra != nullptr) s += extra[idx];
     y[static_cast<int64_t>(t) * out + row] = s;
