@@ -21,6 +21,7 @@ namespace fs = std::filesystem;
 
 const fs::path kModel = fs::path(QUIVER_SOURCE_DIR) / "tests/fixtures/llama_gqa";
 
+#if defined(QUIVER_HAS_CUDA)
 std::unique_ptr<Backend> gpu(int device) {
   std::string err;
   auto b = make_cuda_backend(device, &err);
@@ -46,6 +47,15 @@ bool have(int gpus, std::string* why) {
   }
   return !make_nccl_communicators(backends, why).empty();
 }
+#else
+// A build without CUDA has neither factory: every test skips before either is called.
+std::unique_ptr<Backend> gpu(int) { return nullptr; }
+std::vector<std::unique_ptr<Communicator>> nccl(const std::vector<Backend*>&) { return {}; }
+bool have(int, std::string* why) {
+  *why = "built without CUDA";
+  return false;
+}
+#endif
 
 TEST(CudaTensorParallel, OneRankThroughNcclIsBitwiseThePlainPath) {
   std::string why;
