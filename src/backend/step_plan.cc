@@ -11,8 +11,11 @@ constexpr int64_t kMaxRank = 512;
 // The matmul of a group without LoRA.
 MatmulKernel base_matmul(const DispatchTable& t, int64_t n, const GroupShape& g, DType w, bool split) {
   if (n <= t.gemv_max_n) return MatmulKernel::kGemv;
-  if (w == DType::kF8E4M3)  // split: f32 x at every size, the GEMV 16 tokens a pass
-    return split || n <= t.fp8_gemv_max_n ? MatmulKernel::kGemv : MatmulKernel::kCublasFp8;
+  if (w == DType::kF8E4M3) {  // split: f32 x at every size, the GEMV 16 tokens a pass
+    if (split) return MatmulKernel::kGemv;
+    if (n <= t.fp8_skinny_max_n) return g.in % 8 == 0 ? MatmulKernel::kSkinny : MatmulKernel::kGemv;
+    return MatmulKernel::kCublasFp8;
+  }
   if (n >= 3 && n <= t.skinny_max_n && is_16bit_float(w) && g.in % 8 == 0 && !split) return MatmulKernel::kSkinny;
   return n <= t.cublas_small_max_n ? MatmulKernel::kCublasSmall : MatmulKernel::kCublas;
 }
@@ -33,8 +36,9 @@ GroupPlan plan_group(const DispatchTable& t, const StepShape& s, const GroupShap
     p.matmul = MatmulKernel::kGemv;  // batch 1-2: one launch for the GEMV and the shrink
     p.shrink = ShrinkKernel::kFused;
     p.expand = ExpandKernel::kNextOp;
-  } else if (next_op && rows_ok && n >= 3 && n <= t.skinny_lora_max_n && is_16bit_float(s.weights) &&
-             s.stacks == s.weights && !split) {
+  } else if (next_op && rows_ok && n >= 3 && n <= t.skinny_lora_max_n && !split &&
+             ((is_16bit_float(s.weights) && s.stacks == s.weights) ||
+              (p.matmul == MatmulKernel::kSkinny && s.weights == DType::kF8E4M3 && is_16bit_float(s.stacks)))) {
     p.matmul = MatmulKernel::kSkinny;  // 3..16 tokens: one launch for the matmul and the shrink
     p.shrink = ShrinkKernel::kFused;
     p.expand = ExpandKernel::kNextOp;
@@ -57,6 +61,7 @@ GroupPlan plan_group(const DispatchTable& t, const StepShape& s, const GroupShap
 }  // namespace
 
 DType matmul_input_type(MatmulKernel k, DType weights, bool split_activations) {
+  if (weights == DType::kF8E4M3) return k == MatmulKernel::kSkinny && !split_activations ? DType::kF16 : DType::kF32;
   const bool rounds = k != MatmulKernel::kGemv && k != MatmulKernel::kHost && !split_activations;
   return rounds && is_16bit_float(weights) ? weights : DType::kF32;
 }
@@ -148,9 +153,9 @@ std::string StepPlan::describe() const {
 
 void check_dispatch_table(const DispatchTable& t) {
   check(t.gemv_max_n >= 0 && t.gemv_max_n <= 16 && t.skinny_max_n >= 0 && t.skinny_max_n <= 16 &&
-            t.skinny_lora_max_n >= 0 && t.skinny_lora_max_n <= 16 && t.fp8_gemv_max_n >= 0 &&
-            t.fp8_gemv_max_n <= 16,
-        "dispatch table: gemv_max_n, skinny_max_n, skinny_lora_max_n and fp8_gemv_max_n must be in [0, 16]");
+            t.skinny_lora_max_n >= 0 && t.skinny_lora_max_n <= 16 && t.fp8_skinny_max_n >= 0 &&
+            t.fp8_skinny_max_n <= 16,
+        "dispatch table: gemv_max_n, skinny_max_n, skinny_lora_max_n and fp8_skinny_max_n must be in [0, 16]");
   check(t.cublas_small_max_n >= 0 && t.expand_next_op_max_n >= 0 && t.lora_mma_min_n >= 0 &&
             t.lora_mma_expand_min_rank >= 0,
         "dispatch table: thresholds must be >= 0");

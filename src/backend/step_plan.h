@@ -51,9 +51,9 @@ struct GroupPlan {
   MatmulKernel matmul = MatmulKernel::kHost;
   ShrinkKernel shrink = ShrinkKernel::kNone;
   ExpandKernel expand = ExpandKernel::kNone;
-  // The type the matmul multiplies x in: kF32, or the weights' 16-bit type, in which case
-  // the op that produces x writes that copy beside it (MatmulGroup::x16) where it can.
-  // kCublasFp8 quantizes x itself and reads it in f32.
+  // The type the matmul multiplies x in: kF32, or a 16-bit type (the weights' own, f16
+  // beside fp8 weights), in which case the op that produces x writes that copy beside it
+  // (MatmulGroup::x16) where it can. kCublasFp8 quantizes x itself and reads it in f32.
   DType x_type = DType::kF32;
   bool lora() const { return shrink != ShrinkKernel::kNone; }
   bool expand_in_next_op() const { return expand == ExpandKernel::kNextOp; }
@@ -142,11 +142,12 @@ struct DispatchTable {
   // 352). The CUDA-core expand is instruction-bound, its cost linear in the rank (173 us
   // more at r=64, 357 at r=128, q/k/v), so r=32 is past the break-even (~50 us).
   int lora_mma_expand_min_rank = 32;
-  // fp8 weights: up to this many tokens the GEMV (f32 x, each weight widened once for all
-  // tokens), above it cuBLASLt's FP8 GEMM (x quantized per token). The skinny kernel is not
-  // used for them: widening e4m3 to bf16 for its mma made it conversion-bound, a 7B batch-8
-  // step at 9.60 ms against 4.69 for bf16 weights. At most 16.
-  int fp8_gemv_max_n = 16;
+  // fp8 weights: from 3 (past gemv_max_n) to this many tokens the skinny kernel (weights
+  // widened exactly to f16 in registers, x's f16 copy), above it cuBLASLt's FP8 GEMM (x
+  // quantized per token). The GEMV there, f32 x for every token, was bound by reading x:
+  // a 7B step at 4 / 8 / 16 tokens 6.77 / 11.33 / 24.26 ms against bf16's 5.72 / 5.93 /
+  // 7.02 (H100, base model). At most 16.
+  int fp8_skinny_max_n = 16;
 };
 
 // Refuses a table the kernels cannot follow (the GEMV and skinny kernels take at most 16
@@ -158,7 +159,7 @@ void check_dispatch_table(const DispatchTable& table);
 StepPlan plan_device_step(const DispatchTable& table, const StepShape& shape, bool split_activations);
 // The type kernel k multiplies x in with weights of type `weights` (GroupPlan::x_type):
 // their 16-bit type for the kernels that round x (skinny, cuBLAS; not under
-// split_activations), otherwise f32 (fp8 weights' kernels read f32 x).
+// split_activations), f16 for the skinny kernel on fp8 weights, otherwise f32.
 DType matmul_input_type(MatmulKernel k, DType weights, bool split_activations);
 // The plan of one matmul of n tokens without LoRA (lm_head), as a group's would be.
 GroupPlan plan_device_matmul(const DispatchTable& table, int64_t n, int64_t in, DType weights, bool split_activations);

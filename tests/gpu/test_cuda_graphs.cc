@@ -214,9 +214,9 @@ TEST_F(CudaGraphs, MixedAdaptersEveryBucketMatchEager) {
   }
 }
 
-// fp8 weights (--quantization fp8): the GEMV (1-16 tokens; the shrink fused at 1-2, beside
-// it on the side stream at 3-16) and cuBLASLt's FP8 GEMM (17 and up), replayed from graphs,
-// give the eager bits.
+// fp8 weights (--quantization fp8): the GEMV (1-2 tokens), the skinny kernel (3-16) and
+// cuBLASLt's FP8 GEMM (17 and up), each with its LoRA pairing, replayed from graphs give
+// the eager bits.
 TEST_F(CudaGraphs, Fp8WeightsEveryBucketMatchEager) {
   const auto adapters = adapter_names();
   for (int n : {1, 2, 5, 13, 17, 33}) {

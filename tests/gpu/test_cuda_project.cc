@@ -37,7 +37,7 @@ std::vector<GroupPlan> candidate_plans(const Case& c) {
   const bool fp8 = c.wt == DType::kF8E4M3;
   std::vector<MatmulKernel> matmuls;
   if (n <= 16) matmuls.push_back(MatmulKernel::kGemv);
-  if (n >= 3 && n <= 16 && is_16bit_float(c.wt) && c.in % 8 == 0) matmuls.push_back(MatmulKernel::kSkinny);
+  if (n >= 3 && n <= 16 && (is_16bit_float(c.wt) || fp8) && c.in % 8 == 0) matmuls.push_back(MatmulKernel::kSkinny);
   if (fp8) {
     matmuls.push_back(MatmulKernel::kCublasFp8);
   } else {
@@ -53,7 +53,8 @@ std::vector<GroupPlan> candidate_plans(const Case& c) {
   for (MatmulKernel m : matmuls) add(m, ShrinkKernel::kNone, ExpandKernel::kNone);
   if (n <= 2 && rows_ok && (c.st == c.wt || c.st == DType::kF32 || (fp8 && c.st == DType::kBF16)))
     add(MatmulKernel::kGemv, ShrinkKernel::kFused, ExpandKernel::kNextOp);
-  if (n >= 3 && n <= 16 && is_16bit_float(c.wt) && c.st == c.wt && c.in % 8 == 0 && rows_ok)
+  if (n >= 3 && n <= 16 && (fp8 ? is_16bit_float(c.st) : is_16bit_float(c.wt) && c.st == c.wt) && c.in % 8 == 0 &&
+      rows_ok)
     add(MatmulKernel::kSkinny, ShrinkKernel::kFused, ExpandKernel::kNextOp);
   for (MatmulKernel m : {matmuls.front(), matmuls.back()}) {
     if (rows_ok) add(m, ShrinkKernel::kTokenRows, ExpandKernel::kNextOp);
@@ -92,7 +93,7 @@ class CudaProject : public CudaTest {
     lora_sorted_tokens(slots, &order);
     const bool fp8 = c.wt == DType::kF8E4M3;
     HostTensor x = random_tensor(rng_, DType::kF32, {n, in});
-    HostTensor x16 = host_f32({n, in}, x.as_f32(), is_16bit_float(c.wt) ? c.wt : DType::kBF16);  // x rounded
+    HostTensor x16 = host_f32({n, in}, x.as_f32(), matmul_input_type(MatmulKernel::kSkinny, c.wt, false));  // x rounded
     HostTensor hslots = host_i32({n}, ref_slots);
     std::vector<HostTensor> w, bias, a, b, y;
     // fp8: w holds the e4m3 values in bf16 (exact) for the reference, wq the bytes the GPU
@@ -240,7 +241,8 @@ class CudaProject : public CudaTest {
 const std::pair<DType, DType> kTypes[] = {{DType::kF32, DType::kF32},     {DType::kBF16, DType::kBF16},
                                           {DType::kF16, DType::kF16},     {DType::kBF16, DType::kF32},
                                           {DType::kF16, DType::kF32},     {DType::kBF16, DType::kF16},
-                                          {DType::kF8E4M3, DType::kBF16}, {DType::kF8E4M3, DType::kF32}};
+                                          {DType::kF8E4M3, DType::kBF16}, {DType::kF8E4M3, DType::kF16},
+                                          {DType::kF8E4M3, DType::kF32}};
 
 TEST_F(CudaProject, DecodeSizes) {
   for (const auto& [wt, st] : kTypes)

@@ -78,26 +78,30 @@ TEST(StepPlan, SevenBAcrossTokenCounts) {
   }
 }
 
-// fp8 weights: the GEMV (f32 x, each weight widened once for all tokens) up to 16 tokens,
-// cuBLASLt's FP8 GEMM above (x quantized by the kernel itself, so no 16-bit copy); LoRA
-// fused into the GEMV at 1-2 tokens with bf16 or f32 stacks, token rows beside it and
-// beside the FP8 GEMM to 64, the tiles past that (on tensor cores for bf16 stacks and
-// one-adapter runs: project() makes their bf16 x). --matmul-precision highest keeps x in
-// f32: the GEMV at every size.
+// fp8 weights: the GEMV (f32 x) at 1-2 tokens, the skinny kernel (x's f16 copy, weights
+// widened exactly to f16 in registers) to 16, cuBLASLt's FP8 GEMM above (x quantized by the
+// kernel itself, so no 16-bit copy); LoRA fused into the GEMV at 1-2 tokens with bf16 or
+// f32 stacks and into the skinny kernel with 16-bit stacks, token rows beside them
+// otherwise and beside the FP8 GEMM to 64, the tiles past that (on tensor cores for bf16
+// stacks and one-adapter runs: project() makes their bf16 x). --matmul-precision highest
+// keeps x in f32: the GEMV at every size.
 TEST(StepPlan, Fp8WeightsAcrossTokenCounts) {
   const DispatchTable t;
   for (int64_t n = 1; n <= 2048; n += n < 40 ? 1 : 37) {
-    for (DType stacks : {DType::kBF16, DType::kF32}) {
+    for (DType stacks : {DType::kBF16, DType::kF16, DType::kF32}) {
       const std::string at = "n=" + std::to_string(n) + " stacks " + std::string(dtype_name(stacks));
       const StepPlan base = plan_device_step(t, shape_7b(n, false, DType::kF8E4M3, stacks), false);
       const StepPlan lora = plan_device_step(t, shape_7b(n, true, DType::kF8E4M3, stacks), false);
       const StepPlan highest = plan_device_step(t, shape_7b(n, true, DType::kF8E4M3, stacks), true);
       for (int g = 0; g < kNumProjGroups; ++g) {
-        const MatmulKernel want = n <= 16 ? MatmulKernel::kGemv : MatmulKernel::kCublasFp8;
+        const MatmulKernel want = n <= 2    ? MatmulKernel::kGemv
+                                  : n <= 16 ? MatmulKernel::kSkinny
+                                            : MatmulKernel::kCublasFp8;
         EXPECT_EQ(base.group[g].matmul, want) << at;
-        EXPECT_EQ(base.group[g].x_type, DType::kF32) << at;
+        EXPECT_EQ(base.group[g].x_type, want == MatmulKernel::kSkinny ? DType::kF16 : DType::kF32) << at;
         EXPECT_EQ(lora.group[g].matmul, want) << at;
-        const ShrinkKernel shrink = n <= 2                                ? ShrinkKernel::kFused
+        const bool fused = n <= 2 ? stacks != DType::kF16 : n <= 16 && stacks != DType::kF32;
+        const ShrinkKernel shrink = fused                                 ? ShrinkKernel::kFused
                                     : n <= 64                             ? ShrinkKernel::kTokenRows
                                     : n >= 512 && stacks == DType::kBF16 ? ShrinkKernel::kTiledMma
                                                                           : ShrinkKernel::kTiled;
@@ -108,7 +112,7 @@ TEST(StepPlan, Fp8WeightsAcrossTokenCounts) {
     }
   }
   DispatchTable narrow;
-  narrow.fp8_gemv_max_n = 4;
+  narrow.fp8_skinny_max_n = 4;
   EXPECT_EQ(plan_device_step(narrow, shape_7b(5, false, DType::kF8E4M3), false).group[0].matmul,
             MatmulKernel::kCublasFp8);
   EXPECT_EQ(plan_device_step(narrow, shape_7b(5, true, DType::kF8E4M3), false).group[0].shrink,

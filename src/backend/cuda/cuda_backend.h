@@ -135,7 +135,7 @@ class CudaBackend : public Backend {
   // The project() kernels (their shrinks write lora.t, the expand left to the next op):
   // - gemv_lora: 1 or 2 tokens, one GEMV launch whose extra blocks compute the shrink
   //   (ShrinkKernel::kFused beside MatmulKernel::kGemv; gemv_lora.cu);
-  // - skinny_project: 3..16 tokens with 16-bit weights on tensor cores, lora's shrink in
+  // - skinny_project: 3..16 tokens with 16-bit or fp8 weights on tensor cores, lora's shrink in
   //   the same launch (kFused beside kSkinny), or the matmul alone (lora null; gemm_skinny.cu);
   // - token_shrink: the shrink alone, one token per block, on `stream` (kTokenRows).
   // Each returns false, with nothing launched, where it does not take the operands; the

@@ -174,30 +174,47 @@ __device__ __forceinline__ uint4 load16_stream(const void* p) {
   return r;
 }
 
-// 16 fp8 e4m3 weights (a 16-byte vector) as floats over 2^8, exactly: an e4m3 value's bits
-// moved into f16's places (sign to bit 15, exponent and mantissa to bits 7-13) are that value
-// times 2^-8, subnormals included (f16's exponent range holds e4m3's shifted by 8), and f16
-// widens exactly to f32. A byte permute and two logic ops a pair instead of the fp8 conversion
-// instruction, whose rate kept the 7B batch-1 GEMV at 2.63 ms a step (conversion-bound: 1.5
-// conversions an element at 16 an SM a clock). The GEMV multiplies the 2^8 back with the
-// row's scale.
+// load16_stream's 8-byte form (a lane's 8 fp8 weights, gemm_skinny.cu).
+__device__ __forceinline__ uint2 load8_stream(const void* p) {
+  uint2 r;
+  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(r.x), "=r"(r.y) : "l"(p));
+  return r;
+}
+
+// Bytes 2h and 2h + 1 of w, two fp8 e4m3 values, as an f16 pair over 2^8, exactly: an e4m3
+// value's bits moved into f16's places (sign to bit 15, exponent and mantissa to bits 7-13)
+// are that value times 2^-8, subnormals included (f16's exponent range holds e4m3's shifted
+// by 8). A byte permute puts the two bytes in the high bytes of the halves, two logic ops
+// move each half's bits down one place under the sign: instead of the fp8 conversion
+// instruction, whose rate kept the 7B batch-1 GEMV at 2.63 ms a step on the H200
+// (conversion-bound: 1.5 conversions an element at 16 an SM a clock). The kernels multiply
+// the 2^8 back with the row's scale (gemv_store).
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2_over256(uint32_t w, int h) {
+  const uint32_t t = __byte_perm(w, 0, h == 0 ? 0x1404 : 0x3424);
+  return (t & 0x80008000u) | ((t >> 1) & 0x3f803f80u);
+}
+
+// 16 e4m3 weights (a 16-byte vector) as floats over 2^8 (the GEMV; f16 widens exactly).
 __device__ __forceinline__ void unpack_e4m3_over256(const uint4& raw, float (&f)[16]) {
   const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      // Bytes 2h and 2h + 1 into the high bytes of two 16-bit halves, then each half's bits
-      // moved down one place under the sign.
-      const uint32_t t = __byte_perm(w[i], 0, h == 0 ? 0x1404 : 0x3424);
-      const uint32_t bits = (t & 0x80008000u) | ((t >> 1) & 0x3f803f80u);
+      const uint32_t bits = e4m3x2_to_f16x2_over256(w[i], h);
       const float2 v = __half22float2(*reinterpret_cast<const __half2*>(&bits));
       f[4 * i + 2 * h] = v.x;
       f[4 * i + 2 * h + 1] = v.y;
     }
   }
 }
-inline constexpr float kE4m3Over256 = 256.f;  // what unpack_e4m3_over256's values are multiplied by
+
+// 8 e4m3 weights (8 bytes) as 8 f16 over 2^8 in column order (the skinny kernel's mma).
+__device__ __forceinline__ uint4 e4m3x8_to_f16x8_over256(uint2 raw) {
+  return make_uint4(e4m3x2_to_f16x2_over256(raw.x, 0), e4m3x2_to_f16x2_over256(raw.x, 1),
+                    e4m3x2_to_f16x2_over256(raw.y, 0), e4m3x2_to_f16x2_over256(raw.y, 1));
+}
+inline constexpr float kE4m3Over256 = 256.f;  // what the widened e4m3 values above are multiplied by
 
 // c += A B on tensor cores (sm_80+), one m16n8k16 step with f32 accumulators: A 16 x 16
 // row-major in a0..a3, B 16 x 8 column-major in b0, b1, W (bf16 or f16) the inputs' type;

@@ -95,8 +95,11 @@ void CudaBackend::run_matmul(MatmulKernel kernel, const MatmulGroup& g, Tensor x
     case MatmulKernel::kGemv: gemv(g, x, pdl); return;  // members without rows get no blocks
     case MatmulKernel::kSkinny:
       // The plan has checked the shapes and types; only a weight view off 16-byte
-      // alignment (never an imported weight: cudaMalloc aligns to 256) is left to cuBLAS.
-      if (!skinny_project(g, nullptr, x, pdl)) matmul_cublas(g, x, cublas_small_);
+      // alignment (never an imported weight: cudaMalloc aligns to 256) is left to cuBLAS,
+      // or for fp8 weights to the GEMV (which takes them up to 16 tokens).
+      if (skinny_project(g, nullptr, x, pdl)) return;
+      if (g.w[0].dtype == DType::kF8E4M3) gemv(g, x, pdl);
+      else matmul_cublas(g, x, cublas_small_);
       return;
     case MatmulKernel::kCublasSmall: matmul_cublas(g, x, cublas_small_); return;
     case MatmulKernel::kCublasFp8: matmul_fp8(g, x); return;

@@ -1,6 +1,9 @@
 // The decode matmul of 3..16 tokens on tensor cores, with the LoRA shrink as extra blocks of
 // the same launch:
-//   y_g[n, :] = x16[n] @ w_g^T (+ bias_g)   16-bit weights, x's copy in their type (as cuBLAS)
+//   y_g[n, :] = x16[n] @ w_g^T (+ bias_g)   16-bit weights, x's copy in their type (as cuBLAS);
+//                                            fp8 weights widened exactly to f16 over 2^8 in
+//                                            registers, x's f16 copy, each sum times its row's
+//                                            scale and the 2^8
 //   t_g[n, :] = a_g[slot_n] @ x[n]           lora_shrink_rows.cuh's blocks, f32 x (as in gemv_lora.cu)
 // and the expand left to the op after it (ExpandKernel::kNextOp), so a decode projection of
 // 3..16 tokens needs no side stream, fork or join (those cost 0.39 ms of a 7B batch-8 step
@@ -33,20 +36,32 @@ constexpr int kStepCols = 64;
 // (4096 x 4096: 15.5 us against 16.6 and 15.6; 11008 x 4096: 31.6 against 34.5 and 33.6).
 constexpr int kSkinnyRounds = 2;
 
+// A lane's 8 weights at a row pointer (W's bytes) in the mma's type: 16-bit W as stored,
+// fp8 widened to f16 over 2^8 (a byte permute and two logic ops a pair; the bf16 widening
+// through the conversion instruction made this kernel conversion-bound: a 7B batch-8 step
+// at 9.60 ms against 4.69 for bf16 weights on the H200).
+template <typename W>
+__device__ __forceinline__ uint4 load_w8(const char* p) {
+  if constexpr (sizeof(W) == 1) return cuda::e4m3x8_to_f16x8_over256(cuda::load8_stream(p));
+  else return cuda::load16_stream(p);
+}
+
 // One step's loads of a lane: halves h of rows q, q + 8 and of the tiles' tokens; zeros
 // past `in` (in % 8 == 0: a lane's 8 columns are all in or all out) and for tokens past n.
+// W: the weights' storage type.
 template <int TILES>
 struct SkinnyStep {
   uint4 wa[2], wb[2], x[TILES][2];
 
+  template <typename W>
   __device__ __forceinline__ void load_w(const char* wa_row, const char* wb_row, int k, int in) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int kh = k + 32 * h;
       const bool ok = kh < in;
-      const char *pa = wa_row + int64_t{kh} * 2, *pb = wb_row + int64_t{kh} * 2;
-      wa[h] = ok ? cuda::load16_stream(pa) : make_uint4(0, 0, 0, 0);
-      wb[h] = ok ? cuda::load16_stream(pb) : make_uint4(0, 0, 0, 0);
+      const char *pa = wa_row + int64_t{kh} * sizeof(W), *pb = wb_row + int64_t{kh} * sizeof(W);
+      wa[h] = ok ? load_w8<W>(pa) : make_uint4(0, 0, 0, 0);
+      wb[h] = ok ? load_w8<W>(pb) : make_uint4(0, 0, 0, 0);
     }
   }
   __device__ __forceinline__ void load_x(const char* const (&xrow)[TILES], const bool (&tok_ok)[TILES], int k,
@@ -76,14 +91,16 @@ struct SkinnyStep {
 };
 
 // Blocks [0, lora.blocks): the shrink (token_shrink_block); the rest: 16 rows of the group
-// each. NT: 8 or 16 tokens (one or two n-tiles); U: steps a warp has in flight.
-template <typename W, int NT, int U>
+// each. NT: 8 or 16 tokens (one or two n-tiles); U: steps a warp has in flight. W: the
+// weights' storage type; M: the tensor cores' input type (x16's), W's own for 16-bit
+// weights and f16 for fp8 ones; S: the LoRA stacks' type.
+template <typename W, typename M, typename S, int NT, int U>
 __global__ void __launch_bounds__(kGemvWarps * 32)
-    skinny_kernel(GemvGroup grp, ShrinkRows lora, const W* __restrict__ x16,
+    skinny_kernel(GemvGroup grp, ShrinkRows lora, const M* __restrict__ x16,
                   const float* __restrict__ x, int n, int in) {
   constexpr int kTiles = NT / 8;
   if (static_cast<int>(blockIdx.x) < lora.blocks) {  // block-uniform
-    cuda::token_shrink_block<W>(lora, x, n, in, blockIdx.x);
+    cuda::token_shrink_block<S>(lora, x, n, in, blockIdx.x);
     return;
   }
   __shared__ float red[kGemvWarps][kTileRows * NT];
@@ -94,8 +111,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, q = lane >> 2, c = lane & 3;
   const char* w = static_cast<const char*>(cuda::group_pick(g, grp.w));
   // Rows past out repeat the last (computed, never stored).
-  const char* wa_row = w + (int64_t{min(row0 + q, out - 1)} * in + 8 * c) * 2;
-  const char* wb_row = w + (int64_t{min(row0 + q + 8, out - 1)} * in + 8 * c) * 2;
+  const char* wa_row = w + (int64_t{min(row0 + q, out - 1)} * in + 8 * c) * sizeof(W);
+  const char* wb_row = w + (int64_t{min(row0 + q + 8, out - 1)} * in + 8 * c) * sizeof(W);
   const char* xrow[kTiles];
   bool tok_ok[kTiles];
 #pragma unroll
@@ -114,7 +131,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int su = s0 + u * kGemvWarps;
-      if (su < steps) st[u].load_w(wa_row, wb_row, su * kStepCols, in - 8 * c);
+      if (su < steps) st[u].template load_w<W>(wa_row, wb_row, su * kStepCols, in - 8 * c);
     }
     if (!waited) {
       cuda::pdl_enter();  // launched with pdl (cuda_common.h); x is the previous kernel's output
@@ -127,7 +144,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
     }
 #pragma unroll
     for (int u = 0; u < U; ++u)
-      if (s0 + u * kGemvWarps < steps) st[u].template mma<W>(acc);
+      if (s0 + u * kGemvWarps < steps) st[u].template mma<M>(acc);
   }
   if (!waited) cuda::pdl_wait();  // a warp without steps: the block still writes after the wait
   // acc[j]: rows q (0, 1) and q + 8 (2, 3), tokens 8j + 2c (+1).
@@ -147,29 +164,43 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
 bool CudaBackend::skinny_project(const MatmulGroup& g, const GroupLora* lora, Tensor x, bool pdl) {
   const int64_t n = x.dim(0), in = x.dim(1);
   const DType wt = g.w[0].dtype;
-  if (n < 3 || n > 16 || (wt != DType::kBF16 && wt != DType::kF16) || in % 8 != 0 || options_.gemm_split_activations)
-    return false;
+  const bool fp8 = wt == DType::kF8E4M3;
+  const DType mt = fp8 ? DType::kF16 : wt;  // the tensor cores' input type
+  if (n < 3 || n > 16 || !is_16bit_float(mt) || in % 8 != 0 || options_.gemm_split_activations) return false;
   bool aligned = cuda::aligned16(x.data);
+  // fp8 rows are read 8 bytes a lane: 8-byte alignment of each row start (in % 8 == 0) suffices.
   GemvGroup grp = cuda::gemv_group(g, &aligned);
   if (!aligned) return false;
   ShrinkRows args;
+  DType st = fp8 ? DType::kBF16 : wt;  // the stacks' type (any, without LoRA)
   if (lora != nullptr) {
-    if (lora->a_stack[0].dtype != wt || !cuda::lora_matches_outputs(g, *lora) || !shrink_args(*lora, x, &args))
+    st = lora->a_stack[0].dtype;
+    if ((fp8 ? !is_16bit_float(st) : st != wt) || !cuda::lora_matches_outputs(g, *lora) ||
+        !shrink_args(*lora, x, &args))
       return false;
   }
-  const Tensor x16 = !g.x16.empty() && g.x16.dtype == wt ? g.x16 : convert_for_gemm(x, wt, nullptr);
+  const Tensor x16 = !g.x16.empty() && g.x16.dtype == mt ? g.x16 : convert_for_gemm(x, mt, nullptr);
   if (!cuda::aligned16(x16.data)) return false;
   const int blocks = cuda::gemv_blocks<kTileRows>(grp, g.count) + args.blocks;
   const int ni = static_cast<int>(n), ii = static_cast<int>(in);
-  cuda::dispatch_float(wt, [&](auto tag) {
-    using W = typename decltype(tag)::type;
-    if constexpr (!std::is_same_v<W, float>) {
-      auto kernel = n <= 8 ? skinny_kernel<W, 8, kSkinnyRounds> : skinny_kernel<W, 16, kSkinnyRounds>;
-      cuda::launch_kernel(kernel, static_cast<unsigned>(blocks),
-                          kGemvWarps * 32, 0, stream_, pdl, grp, args, static_cast<const W*>(x16.data),
-                          x.ptr<float>(), ni, ii);
-    }
-  }, "matmul: weight must be F32, F16 or BF16");
+  auto launch = [&](auto w_tag, auto m_tag, auto s_tag) {
+    using W = typename decltype(w_tag)::type;
+    using M = typename decltype(m_tag)::type;
+    using S = typename decltype(s_tag)::type;
+    auto kernel = n <= 8 ? skinny_kernel<W, M, S, 8, kSkinnyRounds> : skinny_kernel<W, M, S, 16, kSkinnyRounds>;
+    cuda::launch_kernel(kernel, static_cast<unsigned>(blocks), kGemvWarps * 32, 0, stream_, pdl, grp, args,
+                        static_cast<const M*>(x16.data), x.ptr<float>(), ni, ii);
+  };
+  if (fp8) {
+    cuda::dispatch_float(st, [&](auto s_tag) {
+      if constexpr (!std::is_same_v<typename decltype(s_tag)::type, float>)
+        launch(cuda::TypeTag<__nv_fp8_e4m3>{}, cuda::TypeTag<__half>{}, s_tag);
+    }, "matmul: LoRA stacks beside fp8 weights must be F16 or BF16");
+  } else {
+    cuda::dispatch_float(wt, [&](auto tag) {
+      if constexpr (!std::is_same_v<typename decltype(tag)::type, float>) launch(tag, tag, tag);
+    }, "matmul: weight must be F32, F16 or BF16");
+  }
   return true;
 }
 
