@@ -47,7 +47,7 @@ struct BenchOptions {
   std::string request_rate = "inf";  // online: Poisson arrivals per second, or inf
   int num_iters = 1;           // measured passes (offline)
   int warmup_steps = 4;        // decode steps of the unmeasured warm-up pass (0: none)
-  double mem_bandwidth_gbs = 0;      // 0: measured on the host (bandwidth_ceiling), 4260 on cuda
+  double mem_bandwidth_gbs = 0;      // 0: measured at start (bandwidth_ceiling)
   std::string json_output;
   std::string adapter_dir;     // keep the synthesized adapters here (default: a temp folder, removed)
   std::string commit;          // recorded as git_commit when given (trees copied without .git)

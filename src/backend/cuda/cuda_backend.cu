@@ -82,6 +82,39 @@ int64_t CudaBackend::device_memory_free() const {
   return static_cast<int64_t>(free);
 }
 
+double CudaBackend::measure_read_gbs() {
+  // A device-to-device copy, counted as bytes read plus bytes written (the H200 moves 4.26
+  // TB/s so; DESIGN.md section 5), best of 10. 256 MiB each way is 5x an H100's or H200's
+  // L2, and fits beside a KV cache planned at --gpu-memory-utilization 0.9.
+  constexpr size_t kBytes = size_t{256} << 20;
+  void* src = nullptr;
+  void* dst = nullptr;
+  if (cudaMalloc(&src, kBytes) != cudaSuccess) return 0;
+  if (cudaMalloc(&dst, kBytes) != cudaSuccess) {
+    cudaFree(src);
+    return 0;
+  }
+  cudaEvent_t start, stop;
+  cuda_check(cudaEventCreate(&start));
+  cuda_check(cudaEventCreate(&stop));
+  cuda_check(cudaMemsetAsync(src, 0, kBytes, stream_));
+  double best = 0;
+  for (int pass = 0; pass < 11; ++pass) {  // the first warms up
+    cuda_check(cudaEventRecord(start, stream_));
+    cuda_check(cudaMemcpyAsync(dst, src, kBytes, cudaMemcpyDeviceToDevice, stream_));
+    cuda_check(cudaEventRecord(stop, stream_));
+    cuda_check(cudaEventSynchronize(stop));
+    float ms = 0;
+    cuda_check(cudaEventElapsedTime(&ms, start, stop));
+    if (pass > 0 && ms > 0) best = std::max(best, 2.0 * static_cast<double>(kBytes) / (ms * 1e-3) / 1e9);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaFree(src);
+  cudaFree(dst);
+  return best;
+}
+
 void CudaBackend::free(void* ptr) {
   // cudaFree waits for the device, so work still reading ptr finishes first.
   if (ptr) cuda_check(cudaFree(ptr));

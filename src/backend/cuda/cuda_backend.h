@@ -43,6 +43,7 @@ class CudaBackend : public Backend {
   std::string device_name() const override { return device_name_; }
   int64_t device_memory_bytes() const override { return device_memory_bytes_; }
   int64_t device_memory_free() const override;  // cudaMemGetInfo
+  double measure_read_gbs() override;            // a device-to-device copy
 
   // ---- memory (cuda_backend.cu) ----
   void* alloc(size_t bytes) override;
