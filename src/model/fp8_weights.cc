@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "io/peft_adapter.h"
+
 namespace quiver {
 
 namespace {
@@ -77,13 +79,13 @@ Result<Tensor> quantize_fp8_projection(const Tensor& w, const std::string& name,
 }
 
 Status quantize_projections_fp8(LlamaWeights& w, Backend* backend) {
-  static constexpr const char* kNames[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
   for (size_t l = 0; l < w.layers.size(); ++l) {
     const auto projections = w.layers[l].projections();
     for (size_t p = 0; p < projections.size(); ++p) {
       Tensor* t = projections[p];
       std::vector<Buffer> memory;
-      const std::string name = "layer " + std::to_string(l) + " " + kNames[p];
+      // projections() is in LoraTarget order (q, k, v, o, gate, up, down).
+      const std::string name = "layer " + std::to_string(l) + " " + lora_target_name(static_cast<LoraTarget>(p));
       QV_ASSIGN_OR_RETURN(const Tensor q, quantize_fp8_projection(*t, name, backend, &memory));
       // quantize_fp8_projection appends the values' buffer last: the one that replaces the
       // float weight's; the scales' go to the weights' other buffers.
