@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backend/communicator.h"
+#include "engine/engine_rank.h"
 #include "engine/model_runner.h"
 #include "io/model_config.h"
 #include "io/safetensors.h"
@@ -48,7 +49,7 @@ struct TensorParallelRanks {
       for (int r = 0; r < world; ++r) rank[static_cast<size_t>(r)].comm = std::move(comms[static_cast<size_t>(r)]);
     }
     threads.run([&](int r) {
-      Rank& k = rank[static_cast<size_t>(r)];
+      EngineRank& k = rank[static_cast<size_t>(r)];
       Backend* backend = k.backend.get();
       backend->bind_thread();
       const ShardSpec spec{r, world};
@@ -58,13 +59,13 @@ struct TensorParallelRanks {
           kBlockSize * kMaxBlocks, k.comm.get());
       KvCacheShape shape{rc.num_layers, rc.num_kv_heads, rc.head_dim, kBlockSize, kv_dtype};
       k.kv = std::make_unique<KvCache>(backend, shape, 8 * 16);  // 8 blocks for each of 16 sequences
-      k.pool = std::make_unique<LoraSlotPool>(backend, rc, kMaxLoras, 64, DType::kF32);
+      k.slots = std::make_unique<LoraSlotPool>(backend, rc, kMaxLoras, 64, DType::kF32);
       RunnerLimits limits;
       limits.max_num_batched_tokens = 128;
       limits.max_num_seqs = 16;
       limits.max_blocks_per_seq = kMaxBlocks;
       limits.max_model_len = kBlockSize * kMaxBlocks;
-      k.runner = std::make_unique<ModelRunner>(k.model.get(), k.pool.get(), limits);
+      k.runner = std::make_unique<ModelRunner>(k.model.get(), k.slots.get(), limits);
       k.runner->set_kv_cache(k.kv.get());
       if (graphs) k.runner->capture_graphs();
     });
@@ -75,9 +76,9 @@ struct TensorParallelRanks {
     const int world = static_cast<int>(rank.size());
     std::vector<int> got(rank.size());
     threads.run([&](int r) {
-      Rank& k = rank[static_cast<size_t>(r)];
-      got[static_cast<size_t>(r)] = k.pool->acquire(uid, shard_lora_adapter(adapter, config, {r, world})).value();
-      k.pool->release(got[static_cast<size_t>(r)]);
+      EngineRank& k = rank[static_cast<size_t>(r)];
+      got[static_cast<size_t>(r)] = k.slots->acquire(uid, shard_lora_adapter(adapter, config, {r, world})).value();
+      k.slots->release(got[static_cast<size_t>(r)]);
     });
     for (int g : got) check(g == got[0], "ranks disagree on slots");
     return got[0];
@@ -94,17 +95,9 @@ struct TensorParallelRanks {
 
   int64_t logits_width() const { return rank[0].runner->logits_width(); }
 
-  struct Rank {
-    std::unique_ptr<Backend> backend;
-    std::unique_ptr<Communicator> comm;
-    std::unique_ptr<LlamaModel> model;
-    std::unique_ptr<KvCache> kv;
-    std::unique_ptr<LoraSlotPool> pool;
-    std::unique_ptr<ModelRunner> runner;
-  };
   ModelConfig config;
   RankThreads threads;
-  std::vector<Rank> rank;
+  std::vector<EngineRank> rank;
 };
 
 // One prefill of every prompt, then greedy decode steps (tokens from set 0's first runs);
