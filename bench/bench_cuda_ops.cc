@@ -4,6 +4,8 @@
 // - BM_CudaMatmul: one matmul under each MatmulKernel at 1 .. 2,048 tokens (the GEMV, the
 //   skinny tensor-core kernel, cuBLAS without and with a workspace), weight GB/s and the
 //   fraction of the H200's measured copy ceiling (4.26 TB/s, DESIGN.md section 5);
+// - BM_CudaMatmulPrefill: the prefill GEMMs of one layer at 2,048 tokens, bf16 weights on
+//   cuBLAS against the same weights in e4m3 on cuBLASLt's FP8 GEMM (kCublasFp8), TFLOP/s;
 // - BM_CudaLoraPlan: a projection group with LoRA (q/k/v: 3 x 4096 from 4096; down: 4096
 //   from 11008; rank 16, and 64 / 128 for the prefill tiles; 64 slots) under each
 //   shrink/expand pairing the kernels take at that size, plus the op that reads its outputs
@@ -100,6 +102,20 @@ double timed_rounds(benchmark::State& state, Backend* gpu, Fn&& call) {
   return total / (static_cast<double>(state.iterations()) * kCallsPerRound);  // seconds per call
 }
 
+// A one-member group: random f32 x [n, in], y [n, out] f32 (the weights are the caller's).
+struct OneMatmul {
+  Buffer x, y;
+  MatmulGroup g;
+  Tensor x_f32;
+  OneMatmul(Backend* gpu, int64_t out, int64_t in, int64_t n)
+      : x(random_buffer(gpu, DType::kF32, static_cast<size_t>(n * in), 1.f, 2)),
+        y(gpu, static_cast<size_t>(n * out) * 4) {
+    g.count = 1;
+    g.y[0] = y.tensor(DType::kF32, {n, out});
+    x_f32 = x.tensor(DType::kF32, {n, in});
+  }
+};
+
 const MatmulKernel kMatmuls[] = {MatmulKernel::kGemv, MatmulKernel::kSkinny, MatmulKernel::kCublasSmall,
                                  MatmulKernel::kCublas};
 
@@ -117,16 +133,11 @@ void BM_CudaMatmul(benchmark::State& state) {
     return;
   }
   std::vector<Buffer> w = rotating_copies(gpu, DType::kBF16, static_cast<size_t>(out * in), 0.05f);
-  Buffer x = random_buffer(gpu, DType::kF32, static_cast<size_t>(n * in), 1.f, 2);
-  Buffer y(gpu, static_cast<size_t>(n * out) * 4);
-  MatmulGroup g;
-  g.count = 1;
-  g.y[0] = y.tensor(DType::kF32, {n, out});
-  const Tensor xt = x.tensor(DType::kF32, {n, in});
+  OneMatmul m(gpu, out, in, n);
   const GroupPlan plan = matmul_plan(kernel);
   const double s = timed_rounds(state, gpu, [&](size_t i) {
-    g.w[0] = w[i % w.size()].tensor(DType::kBF16, {out, in});
-    gpu->project(plan, g, GroupLora(), xt);
+    m.g.w[0] = w[i % w.size()].tensor(DType::kBF16, {out, in});
+    gpu->project(plan, m.g, GroupLora(), m.x_f32);
   });
   const double weight_bytes = static_cast<double>(out * in) * 2;
   const double bytes = weight_bytes + static_cast<double>(n * (in + out)) * 4;
@@ -151,6 +162,53 @@ void matmul_args(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_CudaMatmul)->Apply(matmul_args)->UseManualTime()->Unit(benchmark::kMicrosecond)
     ->ArgNames({"out", "in", "n", "kernel"});
+
+// Args: out, in, n, fp8 (0: bf16 weights on cuBLAS; 1: the same weights quantized to e4m3
+// with a scale per row, on cuBLASLt's FP8 GEMM, x quantized per token in the same call).
+// Prefill-sized: the tensor cores' rate, against the H100/H200's 989 (bf16) and 1,979 (FP8)
+// dense TFLOP/s.
+void BM_CudaMatmulPrefill(benchmark::State& state) {
+  const int64_t out = state.range(0), in = state.range(1), n = state.range(2);
+  const bool fp8 = state.range(3) == 1;
+  Backend* gpu = backend();
+  if (gpu == nullptr) {
+    state.SkipWithError("no CUDA device");
+    return;
+  }
+  std::vector<Buffer> w = rotating_copies(gpu, DType::kBF16, static_cast<size_t>(out * in), 0.05f);
+  std::vector<Buffer> q, scale;
+  if (fp8) {
+    for (Buffer& b : w) {
+      q.emplace_back(gpu, static_cast<size_t>(out * in));
+      scale.emplace_back(gpu, static_cast<size_t>(out) * 4);
+      gpu->quantize_fp8_rows(q.back().tensor(DType::kF8E4M3, {out, in}), scale.back().tensor(DType::kF32, {out}),
+                             b.tensor(DType::kBF16, {out, in}));
+    }
+    gpu->synchronize();
+  }
+  OneMatmul m(gpu, out, in, n);
+  const MatmulKernel kernel = fp8 ? MatmulKernel::kCublasFp8 : MatmulKernel::kCublas;
+  const DType wt = fp8 ? DType::kF8E4M3 : DType::kBF16;
+  const GroupPlan plan{kernel, ShrinkKernel::kNone, ExpandKernel::kNone, matmul_input_type(kernel, wt, false)};
+  const double s = timed_rounds(state, gpu, [&](size_t i) {
+    if (fp8) {
+      m.g.w[0] = q[i % q.size()].tensor(DType::kF8E4M3, {out, in});
+      m.g.w[0].row_scale = scale[i % scale.size()].tensor(DType::kF32, {out}).ptr<float>();
+    } else {
+      m.g.w[0] = w[i % w.size()].tensor(DType::kBF16, {out, in});
+    }
+    gpu->project(plan, m.g, GroupLora(), m.x_f32);
+  });
+  state.counters["us"] = s * 1e6;
+  state.counters["TFLOP/s"] = 2.0 * static_cast<double>(n * in * out) / s / 1e12;
+  state.SetLabel(to_string(kernel));
+}
+BENCHMARK(BM_CudaMatmulPrefill)
+    ->ArgsProduct({{12288}, {4096}, {2048}, {0, 1}})
+    ->ArgsProduct({{4096}, {4096}, {2048}, {0, 1}})
+    ->ArgsProduct({{22016}, {4096}, {2048}, {0, 1}})
+    ->ArgsProduct({{4096}, {11008}, {2048}, {0, 1}})
+    ->UseManualTime()->Unit(benchmark::kMicrosecond)->ArgNames({"out", "in", "n", "fp8"});
 
 // The LoRA pairings of BM_CudaLoraPlan: shrink, expand (the matmul is the table's for n
 // without LoRA, or the one the fused shrink rides on).
