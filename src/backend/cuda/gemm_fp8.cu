@@ -6,13 +6,14 @@
 // xq[t, k] = e4m3(x[t, k] / xs[t]) (vLLM's dynamic per-token activation scales), then
 //   y[t, o] = xs[t] * row_scale[o] * sum_k xq[t, k] q[o, k]
 // with f32 accumulation and f32 output, the two scales applied by cuBLASLt's outer-vector
-// scaling. The H200 runs e4m3 products at twice the bf16 rate (1,979 against 989 dense
-// TFLOP/s), so a prefill's linear layers take about half the time; the cost is x's own
-// rounding to 3 mantissa bits (docs/numerics.md bounds it). Where this cuBLASLt has no
-// outer-vector kernel for the shape, the GEMM runs with unit scales and one pass applies
-// them (scale_rows_kernel); shapes cuBLASLt's FP8 kernels do not take (`in` or `out` not a
-// multiple of 16, none in a real model, or no kernel found) run the decode GEMV 16 tokens
-// at a time.
+// scaling where it has a kernel for them. The H100/H200 run e4m3 products at twice the bf16
+// rate (1,979 against 989 dense TFLOP/s); the cost is x's own rounding to 3 mantissa bits
+// (docs/numerics.md bounds it). cuBLASLt 13.0 has no outer-vector kernel for sm_90, so there
+// the GEMM runs with unit scales and one pass applies them (scale_rows_kernel): at 2,048
+// tokens on an H100, q/k/v (12,288 x 4,096) takes the FP8 kernel 164 us (the bf16 GEMM
+// 342), the pass 86 us and x's quantization 30 us (bench/RESULTS.md). Shapes cuBLASLt's FP8
+// kernels do not take (`in` or `out` not a multiple of 16, none in a real model, or no
+// kernel found) run the decode GEMV 16 tokens at a time.
 #include <algorithm>
 
 #include "backend/cuda/cuda_backend.h"
