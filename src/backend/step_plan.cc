@@ -33,7 +33,7 @@ GroupPlan plan_group(const DispatchTable& t, const StepShape& s, const GroupShap
   const bool gemv_stacks = s.stacks == s.weights || s.stacks == DType::kF32 ||
                            (s.weights == DType::kF8E4M3 && s.stacks == DType::kBF16);
   if (next_op && rows_ok && n <= 2 && p.matmul == MatmulKernel::kGemv && gemv_stacks) {
-    p.matmul = MatmulKernel::kGemv;  // batch 1-2: one launch for the GEMV and the shrink
+    // batch 1-2: one launch for the GEMV and the shrink
     p.shrink = ShrinkKernel::kFused;
     p.expand = ExpandKernel::kNextOp;
   } else if (next_op && rows_ok && n >= 3 && n <= t.skinny_lora_max_n && !split &&

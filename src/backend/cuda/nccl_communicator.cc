@@ -67,8 +67,8 @@ std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(const std::ve
     }
     devices.push_back(cuda->options().device);
   }
-  // NVLink SHARP (multicast) buffers are off unless asked for: the lent GPU hosts do not
-  // support them, and NCCL falls back to ring and tree for these sizes anyway.
+  // NVLink SHARP (multicast) is off unless the environment asks for it: a decode step's
+  // all-reduces are a few KiB, which NCCL's ring and tree algorithms serve.
   setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
   std::vector<ncclComm_t> comms(backends.size());
   const ncclResult_t r = ncclCommInitAll(comms.data(), static_cast<int>(comms.size()), devices.data());
