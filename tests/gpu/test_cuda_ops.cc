@@ -82,10 +82,12 @@ TEST_F(CudaOps, FillUniformMatchesHostBitwise) {
 
 // --quantization fp8 gives the same bytes and scales on the GPU as on the host (the CPU and
 // the GPU serve one model): rows of every float type and of awkward lengths, a zero row,
-// tiny values (e4m3 subnormals), and rows holding a NaN or an infinity (scale NaN).
+// tiny values (e4m3 subnormals), and rows holding a NaN or an infinity (scale NaN). f32
+// rows of 4,096 / 5,000 / 11,008 take the register-resident kernel that kCublasFp8 runs on
+// its activations (4 / 8 / 16 float4 a thread), 77 and 20,000 the two-pass one.
 TEST_F(CudaOps, QuantizeFp8RowsMatchesHostBitwise) {
   for (DType t : {DType::kF32, DType::kF16, DType::kBF16})
-    for (const int64_t k : {int64_t{1}, int64_t{77}, int64_t{4096}}) {
+    for (const int64_t k : {int64_t{1}, int64_t{77}, int64_t{4096}, int64_t{5000}, int64_t{11008}, int64_t{20000}}) {
       const int64_t rows = 37;
       HostTensor w = random_tensor(rng_, t, {rows, k}, 3.f);
       std::vector<float> v = w.as_f32();
