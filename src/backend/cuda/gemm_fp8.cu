@@ -156,9 +156,10 @@ unsigned grid_for(int64_t work, int num_sms) {
 // x [n, in] f32 -> e4m3 codes [n, in] and row scales [n] (a zero row's scale is 1 where
 // `unit`): the register-resident kernel where the rows allow it.
 void quantize_f32_rows(uint8_t* q, float* xs, const float* x, int64_t n, int64_t in, bool unit, cudaStream_t stream) {
+  if (n == 0) return;
   const int64_t k4 = in / 4, per_thread = cuda::ceil_div(k4, kThreads);
   const unsigned grid = static_cast<unsigned>(n);
-  if (in % 4 != 0 || !cuda::aligned16(x) || per_thread > 16) {
+  if (in % 4 != 0 || !cuda::aligned16(x) || reinterpret_cast<uintptr_t>(q) % 4 != 0 || per_thread > 16) {
     quantize_rows_kernel<float><<<grid, kThreads, 0, stream>>>(q, xs, x, in, unit);
   } else if (per_thread <= 4) {
     quantize_f32_rows_vec_kernel<4><<<grid, kThreads, 0, stream>>>(q, xs, x, k4, unit);
@@ -173,6 +174,7 @@ void quantize_f32_rows(uint8_t* q, float* xs, const float* x, int64_t n, int64_t
 // y [n, out] f32 *= xs[t] * ws[o] (+ bias[o]).
 void scale_rows(float* y, const float* xs, const float* ws, const Tensor& bias, int64_t n, int64_t out,
                 cudaStream_t stream, int num_sms) {
+  if (n == 0 || out == 0) return;
   const void* b = bias.empty() ? nullptr : bias.data;
   if (out % 4 == 0 && cuda::aligned16(y) && cuda::aligned16(ws)) {
     const int64_t out4 = out / 4;
