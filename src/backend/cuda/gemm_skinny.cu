@@ -32,36 +32,50 @@ using cuda::ShrinkRows;
 
 constexpr int kTileRows = 16;
 constexpr int kStepCols = 64;
-// Steps a warp has in flight (U): on the H200 2 beat 3 and 4 at 8 tokens
-// (4096 x 4096: 15.5 us against 16.6 and 15.6; 11008 x 4096: 31.6 against 34.5 and 33.6).
-constexpr int kSkinnyRounds = 2;
-
-// A lane's 8 weights at a row pointer (W's bytes) in the mma's type: 16-bit W as stored,
-// fp8 widened to f16 over 2^8 (a byte permute and two logic ops a pair; the bf16 widening
-// through the conversion instruction made this kernel conversion-bound: a 7B batch-8 step
-// at 9.60 ms against 4.69 for bf16 weights on the H200).
+// Steps a warp has in flight (U), so a lane has as many weight bytes outstanding with fp8
+// weights as with 16-bit ones. 16-bit: on the H200 2 beat 3 and 4 at 8 tokens (4096 x
+// 4096: 15.5 us against 16.6 and 15.6; 11008 x 4096: 31.6 against 34.5 and 33.6).
 template <typename W>
-__device__ __forceinline__ uint4 load_w8(const char* p) {
-  if constexpr (sizeof(W) == 1) return cuda::e4m3x8_to_f16x8_over256(cuda::load8_stream(p));
-  else return cuda::load16_stream(p);
+constexpr int skinny_rounds() {
+  return sizeof(W) == 1 ? 4 : 2;
+}
+
+// A lane's 8 weights as loaded: 16 bytes of 16-bit W, 8 of fp8.
+template <typename W>
+using RawW8 = std::conditional_t<sizeof(W) == 1, uint2, uint4>;
+
+// Those 8 weights in the mma's type: 16-bit W as stored, fp8 widened to f16 over 2^8 (a
+// byte permute and two logic ops a pair; the bf16 widening through the conversion
+// instruction made this kernel conversion-bound: a 7B batch-8 step at 9.60 ms against 4.69
+// for bf16 weights on the H200). Widened where the mma reads them, after the round's loads
+// are all issued, so no widening waits on a load the next steps' loads could overlap.
+template <typename W>
+__device__ __forceinline__ uint4 widen_w8(const RawW8<W>& raw) {
+  if constexpr (sizeof(W) == 1) return cuda::e4m3x8_to_f16x8_over256(raw);
+  else return raw;
 }
 
 // One step's loads of a lane: halves h of rows q, q + 8 and of the tiles' tokens; zeros
 // past `in` (in % 8 == 0: a lane's 8 columns are all in or all out) and for tokens past n.
 // W: the weights' storage type.
-template <int TILES>
+template <typename W, int TILES>
 struct SkinnyStep {
-  uint4 wa[2], wb[2], x[TILES][2];
+  RawW8<W> wa[2], wb[2];
+  uint4 x[TILES][2];
 
-  template <typename W>
   __device__ __forceinline__ void load_w(const char* wa_row, const char* wb_row, int k, int in) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int kh = k + 32 * h;
       const bool ok = kh < in;
       const char *pa = wa_row + int64_t{kh} * sizeof(W), *pb = wb_row + int64_t{kh} * sizeof(W);
-      wa[h] = ok ? load_w8<W>(pa) : make_uint4(0, 0, 0, 0);
-      wb[h] = ok ? load_w8<W>(pb) : make_uint4(0, 0, 0, 0);
+      if constexpr (sizeof(W) == 1) {
+        wa[h] = ok ? cuda::load8_stream(pa) : make_uint2(0, 0);
+        wb[h] = ok ? cuda::load8_stream(pb) : make_uint2(0, 0);
+      } else {
+        wa[h] = ok ? cuda::load16_stream(pa) : make_uint4(0, 0, 0, 0);
+        wb[h] = ok ? cuda::load16_stream(pb) : make_uint4(0, 0, 0, 0);
+      }
     }
   }
   __device__ __forceinline__ void load_x(const char* const (&xrow)[TILES], const bool (&tok_ok)[TILES], int k,
@@ -74,17 +88,18 @@ struct SkinnyStep {
         x[j][h] = tok_ok[j] && kh < in ? cuda::load16_fresh(xrow[j] + int64_t{kh} * 2) : make_uint4(0, 0, 0, 0);
       }
   }
-  template <typename W>
+  template <typename M>
   __device__ __forceinline__ void mma(float (&acc)[TILES][4]) const {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const uint32_t ra[4] = {wa[h].x, wa[h].y, wa[h].z, wa[h].w}, rb[4] = {wb[h].x, wb[h].y, wb[h].z, wb[h].w};
+      const uint4 va = widen_w8<W>(wa[h]), vb = widen_w8<W>(wb[h]);
+      const uint32_t ra[4] = {va.x, va.y, va.z, va.w}, rb[4] = {vb.x, vb.y, vb.z, vb.w};
 #pragma unroll
       for (int j = 0; j < TILES; ++j) {
         const uint32_t xv[4] = {x[j][h].x, x[j][h].y, x[j][h].z, x[j][h].w};
 #pragma unroll
         for (int e = 0; e < 2; ++e)  // fragments: row q, row q + 8, the same at k + 8; x
-          cuda::mma16<W>(acc[j], ra[2 * e], rb[2 * e], ra[2 * e + 1], rb[2 * e + 1], xv[2 * e], xv[2 * e + 1]);
+          cuda::mma16<M>(acc[j], ra[2 * e], rb[2 * e], ra[2 * e + 1], rb[2 * e + 1], xv[2 * e], xv[2 * e + 1]);
       }
     }
   }
@@ -124,14 +139,15 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
   float acc[kTiles][4] = {};
   const int steps = (in + kStepCols - 1) / kStepCols;
   // Rounds of U steps a warp (steps s0 + u * kGemvWarps): all U steps' weight loads are in
-  // flight before the first product of the round (64 * U bytes a lane).
+  // flight before the first product of the round (4 * U loads a lane: 64 * U bytes of 16-bit
+  // weights, 32 * U of fp8).
   bool waited = false;
   for (int s0 = warp; s0 < steps; s0 += kGemvWarps * U) {
-    SkinnyStep<kTiles> st[U];
+    SkinnyStep<W, kTiles> st[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int su = s0 + u * kGemvWarps;
-      if (su < steps) st[u].template load_w<W>(wa_row, wb_row, su * kStepCols, in - 8 * c);
+      if (su < steps) st[u].load_w(wa_row, wb_row, su * kStepCols, in - 8 * c);
     }
     if (!waited) {
       cuda::pdl_enter();  // launched with pdl (cuda_common.h); x is the previous kernel's output
@@ -187,7 +203,8 @@ bool CudaBackend::skinny_project(const MatmulGroup& g, const GroupLora* lora, Te
     using W = typename decltype(w_tag)::type;
     using M = typename decltype(m_tag)::type;
     using S = typename decltype(s_tag)::type;
-    auto kernel = n <= 8 ? skinny_kernel<W, M, S, 8, kSkinnyRounds> : skinny_kernel<W, M, S, 16, kSkinnyRounds>;
+    constexpr int U = skinny_rounds<W>();
+    auto kernel = n <= 8 ? skinny_kernel<W, M, S, 8, U> : skinny_kernel<W, M, S, 16, U>;
     cuda::launch_kernel(kernel, static_cast<unsigned>(blocks), kGemvWarps * 32, 0, stream_, pdl, grp, args,
                         static_cast<const M*>(x16.data), x.ptr<float>(), ni, ii);
   };
