@@ -10,8 +10,9 @@
 // rate (1,979 against 989 dense TFLOP/s); the cost is x's own rounding to 3 mantissa bits
 // (docs/numerics.md bounds it). cuBLASLt 13.0 has no outer-vector kernel for sm_90, so there
 // the GEMM runs with unit scales and one pass applies them (scale_rows_kernel): at 2,048
-// tokens on an H100, q/k/v (12,288 x 4,096) takes the FP8 kernel 164 us (the bf16 GEMM
-// 342), the pass 86 us and x's quantization 30 us (bench/RESULTS.md). Shapes cuBLASLt's FP8
+// tokens on an H100, q/k/v (12,288 x 4,096) takes 264 us against the bf16 GEMM's 342: the
+// FP8 kernel 164, the pass and x's quantization at the copy rate the rest (bench/RESULTS.md;
+// 86 and 30 us with one element a thread). Shapes cuBLASLt's FP8
 // kernels do not take (`in` or `out` not a multiple of 16, none in a real model, or no
 // kernel found) run the decode GEMV 16 tokens at a time.
 #include <algorithm>
