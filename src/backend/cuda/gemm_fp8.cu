@@ -8,8 +8,9 @@
 // with f32 accumulation and f32 output, the two scales applied by cuBLASLt's outer-vector
 // scaling where it has a kernel for them. The H100/H200 run e4m3 products at twice the bf16
 // rate (1,979 against 989 dense TFLOP/s); the cost is x's own rounding to 3 mantissa bits
-// (docs/numerics.md bounds it). cuBLASLt 13.0 has no outer-vector kernel for sm_90, so there
-// the GEMM runs with unit scales and one pass applies them (scale_rows_kernel): at 2,048
+// (docs/numerics.md bounds it). fp8_algo asks for an outer-vector kernel with the scale
+// pointers unset, and on sm_90 cuBLASLt (13.1) then offers none, so there the GEMM runs
+// with unit scales and one pass applies them (scale_rows_kernel): at 2,048
 // tokens on an H100, q/k/v (12,288 x 4,096) takes 264 us against the bf16 GEMM's 342: the
 // FP8 kernel 164, the pass and x's quantization at the copy rate the rest (bench/RESULTS.md;
 // 86 and 30 us with one element a thread). Shapes cuBLASLt's FP8
