@@ -4,6 +4,9 @@
 // - BM_CudaMatmul: one matmul under each MatmulKernel at 1 .. 2,048 tokens (the GEMV, the
 //   skinny tensor-core kernel, cuBLAS without and with a workspace), weight GB/s and the
 //   fraction of the H200's measured copy ceiling (4.26 TB/s, DESIGN.md section 5);
+// - BM_CudaMatmulFp8: the same shapes in e4m3 (a scale per row, as --quantization fp8
+//   loads them) on the GEMV and the skinny kernel at 1 .. 16 tokens, weight GB/s and the
+//   fraction of the copy ceiling;
 // - BM_CudaMatmulPrefill: the prefill GEMMs of one layer at 2,048 tokens, bf16 weights on
 //   cuBLAS against the same weights in e4m3 on cuBLASLt's FP8 GEMM (kCublasFp8), TFLOP/s;
 // - BM_CudaLoraPlan: a projection group with LoRA (q/k/v: 3 x 4096 from 4096; down: 4096
@@ -15,8 +18,8 @@
 // The table's choice at each size is the fastest row of its group; a kernel no size picks
 // has no place in the table.
 //
-// Every benchmark cycles through enough copies of its weights (>= 512 MiB) that they cannot
-// sit in the 60 MB L2, so GB/s is HBM bandwidth. Timing: kCallsPerRound calls enqueued
+// Every benchmark cycles through enough copies of its weights (>= 512 MiB, 256 MiB in e4m3)
+// that they cannot sit in the 60 MB L2, so GB/s is HBM bandwidth. Timing: kCallsPerRound calls enqueued
 // back to back, then one synchronize, host clock around both; so per-call times include
 // the launch gaps a CUDA graph would remove (~1-2 us per kernel).
 // Run:  build/bench_cuda_ops --benchmark_out=bench_cuda_ops.json --benchmark_out_format=json
@@ -25,6 +28,7 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -163,6 +167,62 @@ void matmul_args(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_CudaMatmul)->Apply(matmul_args)->UseManualTime()->Unit(benchmark::kMicrosecond)
     ->ArgNames({"out", "in", "n", "kernel"});
 
+// Every buffer of w quantized to e4m3 with a scale per row, as --quantization fp8 loads them.
+struct Fp8Copies {
+  std::vector<Buffer> q, scale;
+  int64_t out, in;
+  Fp8Copies(Backend* gpu, const std::vector<Buffer>& w, int64_t out_, int64_t in_) : out(out_), in(in_) {
+    for (const Buffer& b : w) {
+      q.emplace_back(gpu, static_cast<size_t>(out * in));
+      scale.emplace_back(gpu, static_cast<size_t>(out) * 4);
+      gpu->quantize_fp8_rows(q.back().tensor(DType::kF8E4M3, {out, in}), scale.back().tensor(DType::kF32, {out}),
+                             b.tensor(DType::kBF16, {out, in}));
+    }
+    gpu->synchronize();
+  }
+  Tensor get(size_t i) const {
+    Tensor t = q[i % q.size()].tensor(DType::kF8E4M3, {out, in});
+    t.row_scale = scale[i % scale.size()].tensor(DType::kF32, {out}).ptr<float>();
+    return t;
+  }
+};
+
+// Args: out, in, n, kernel (0: the GEMV, 1: the skinny kernel), e4m3 weights.
+void BM_CudaMatmulFp8(benchmark::State& state) {
+  const int64_t out = state.range(0), in = state.range(1), n = state.range(2);
+  const MatmulKernel kernel = state.range(3) == 0 ? MatmulKernel::kGemv : MatmulKernel::kSkinny;
+  Backend* gpu = backend();
+  if (gpu == nullptr) {
+    state.SkipWithError("no CUDA device");
+    return;
+  }
+  // The e4m3 copies hold half the bf16 working set: 256 MiB, still past any L2.
+  const Fp8Copies q(gpu, rotating_copies(gpu, DType::kBF16, static_cast<size_t>(out * in), 0.05f), out, in);
+  OneMatmul m(gpu, out, in, n);
+  const GroupPlan plan{kernel, ShrinkKernel::kNone, ExpandKernel::kNone,
+                       matmul_input_type(kernel, DType::kF8E4M3, false)};
+  const double s = timed_rounds(state, gpu, [&](size_t i) {
+    m.g.w[0] = q.get(i);
+    gpu->project(plan, m.g, GroupLora(), m.x_f32);
+  });
+  const double bytes = static_cast<double>(out * in) + static_cast<double>(out) * 4 +
+                       static_cast<double>(n * (in + out)) * 4;
+  state.counters["us"] = s * 1e6;
+  state.counters["GB/s"] = bytes / s / 1e9;
+  state.counters["frac_of_4.26TB/s"] = bytes / s / kCeilingBytesPerSecond;
+  state.SetLabel(to_string(kernel) + " e4m3");
+}
+
+void matmul_fp8_args(benchmark::internal::Benchmark* b) {
+  for (const auto& s : kShapes)
+    for (int64_t n : {1, 2, 4, 8, 16}) {
+      if (n <= 2) b->Args({s[0], s[1], n, 0});
+      if (n >= 3) b->Args({s[0], s[1], n, 1});
+    }
+}
+BENCHMARK(BM_CudaMatmulFp8)->Apply(matmul_fp8_args)->UseManualTime()->Unit(benchmark::kMicrosecond)
+    ->ArgNames({"out", "in", "n", "kernel"});
+
 // Args: out, in, n, fp8 (0: bf16 weights on cuBLAS; 1: the same weights quantized to e4m3
 // with a scale per row, on cuBLASLt's FP8 GEMM, x quantized per token in the same call).
 // Prefill-sized: the tensor cores' rate, against the H100/H200's 989 (bf16) and 1,979 (FP8)
@@ -176,27 +236,14 @@ void BM_CudaMatmulPrefill(benchmark::State& state) {
     return;
   }
   std::vector<Buffer> w = rotating_copies(gpu, DType::kBF16, static_cast<size_t>(out * in), 0.05f);
-  std::vector<Buffer> q, scale;
-  if (fp8) {
-    for (Buffer& b : w) {
-      q.emplace_back(gpu, static_cast<size_t>(out * in));
-      scale.emplace_back(gpu, static_cast<size_t>(out) * 4);
-      gpu->quantize_fp8_rows(q.back().tensor(DType::kF8E4M3, {out, in}), scale.back().tensor(DType::kF32, {out}),
-                             b.tensor(DType::kBF16, {out, in}));
-    }
-    gpu->synchronize();
-  }
+  std::optional<Fp8Copies> q;
+  if (fp8) q.emplace(gpu, w, out, in);
   OneMatmul m(gpu, out, in, n);
   const MatmulKernel kernel = fp8 ? MatmulKernel::kCublasFp8 : MatmulKernel::kCublas;
   const DType wt = fp8 ? DType::kF8E4M3 : DType::kBF16;
   const GroupPlan plan{kernel, ShrinkKernel::kNone, ExpandKernel::kNone, matmul_input_type(kernel, wt, false)};
   const double s = timed_rounds(state, gpu, [&](size_t i) {
-    if (fp8) {
-      m.g.w[0] = q[i % q.size()].tensor(DType::kF8E4M3, {out, in});
-      m.g.w[0].row_scale = scale[i % scale.size()].tensor(DType::kF32, {out}).ptr<float>();
-    } else {
-      m.g.w[0] = w[i % w.size()].tensor(DType::kBF16, {out, in});
-    }
+    m.g.w[0] = fp8 ? q->get(i) : w[i % w.size()].tensor(DType::kBF16, {out, in});
     gpu->project(plan, m.g, GroupLora(), m.x_f32);
   });
   state.counters["us"] = s * 1e6;
