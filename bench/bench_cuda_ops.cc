@@ -19,9 +19,9 @@
 // has no place in the table.
 //
 // Every benchmark cycles through enough copies of its weights (>= 512 MiB, 256 MiB in e4m3)
-// that they cannot sit in the 60 MB L2, so GB/s is HBM bandwidth. Timing: kCallsPerRound calls enqueued
-// back to back, then one synchronize, host clock around both; so per-call times include
-// the launch gaps a CUDA graph would remove (~1-2 us per kernel).
+// that they cannot sit in the 60 MB L2, so GB/s is HBM bandwidth. Timing: kCallsPerRound
+// calls enqueued back to back, then one synchronize, host clock around both; so per-call
+// times include the launch gaps a CUDA graph would remove (~1-2 us per kernel).
 // Run:  build/bench_cuda_ops --benchmark_out=bench_cuda_ops.json --benchmark_out_format=json
 #include <benchmark/benchmark.h>
 

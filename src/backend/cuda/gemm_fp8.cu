@@ -10,12 +10,12 @@
 // rate (1,979 against 989 dense TFLOP/s); the cost is x's own rounding to 3 mantissa bits
 // (docs/numerics.md bounds it). fp8_algo asks for an outer-vector kernel with the scale
 // pointers unset, and on sm_90 cuBLASLt (13.1) then offers none, so there the GEMM runs
-// with unit scales and one pass applies them (scale_rows_kernel): at 2,048
-// tokens on an H100, q/k/v (12,288 x 4,096) takes 264 us against the bf16 GEMM's 342: the
-// FP8 kernel 164, the pass and x's quantization at the copy rate the rest (bench/RESULTS.md;
-// 86 and 30 us with one element a thread). Shapes cuBLASLt's FP8
-// kernels do not take (`in` or `out` not a multiple of 16, none in a real model, or no
-// kernel found) run the decode GEMV 16 tokens at a time.
+// with unit scales and one pass applies them (scale_rows_kernel): at 2,048 tokens on an
+// H100, q/k/v (12,288 x 4,096) takes 264 us against the bf16 GEMM's 342: the FP8 kernel
+// 164, the pass and x's quantization at the copy rate the rest (bench/RESULTS.md; 86 and
+// 30 us with one element a thread). Shapes cuBLASLt's FP8 kernels do not take (`in` or
+// `out` not a multiple of 16, none in a real model, or no kernel found) run the decode
+// GEMV 16 tokens at a time.
 #include <algorithm>
 
 #include "backend/cuda/cuda_backend.h"
@@ -27,10 +27,6 @@ namespace {
 constexpr int kThreads = 256;
 constexpr float kE4m3Max = 448.f;
 
-// One block per row r of src [rows, k]: scale[r] = max |src[r, :]| / 448 (NaN when the row
-// holds a NaN or an infinity; `unit` turns a zero row's 0 into 1) and dst[r, k] =
-// e4m3(src[r, k] / scale[r]), 0 where the scale is 0. The same two roundings as the host's
-// quantize_fp8_rows (backend.cc): IEEE division, then nearest even, saturating.
 // The row scale of a block's row from each thread's share of max |x| and of "not finite":
 // max / 448, NaN when any element was not finite (fmaxf passes NaN over), 1 for a zero row
 // where `unit`; thread 0 stores it in scale[blockIdx.x].
@@ -57,6 +53,10 @@ __device__ float row_scale_of(float amax, float bad, float* __restrict__ scale, 
   return s;
 }
 
+// One block per row r of src [rows, k]: scale[r] = max |src[r, :]| / 448 (NaN when the row
+// holds a NaN or an infinity; `unit` turns a zero row's 0 into 1) and dst[r, k] =
+// e4m3(src[r, k] / scale[r]), 0 where the scale is 0. The same two roundings as the host's
+// quantize_fp8_rows (backend.cc): IEEE division, then nearest even, saturating.
 template <typename T>
 __global__ void quantize_rows_kernel(uint8_t* __restrict__ dst, float* __restrict__ scale, const T* __restrict__ src,
                                      int64_t k, bool unit) {
