@@ -8,7 +8,9 @@
 //   loads them) on the GEMV and the skinny kernel at 1 .. 16 tokens, weight GB/s and the
 //   fraction of the copy ceiling;
 // - BM_CudaMatmulPrefill: the prefill GEMMs of one layer at 2,048 tokens, bf16 weights on
-//   cuBLAS against the same weights in e4m3 on cuBLASLt's FP8 GEMM (kCublasFp8), TFLOP/s;
+//   cuBLAS against the same weights in e4m3 on cuBLASLt's FP8 GEMM, the scales applied by a
+//   pass (kCublasFp8) or in its epilogue (kCublasFp8Outer), TFLOP/s; and q/k/v at 128-1,024
+//   tokens on the two FP8 kernels (the table's fp8_outer_min_n);
 // - BM_CudaLoraPlan: a projection group with LoRA (q/k/v: 3 x 4096 from 4096; down: 4096
 //   from 11008; rank 16, and 64 / 128 for the prefill tiles; 64 slots) under each
 //   shrink/expand pairing the kernels take at that size, plus the op that reads its outputs
@@ -223,13 +225,14 @@ void matmul_fp8_args(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_CudaMatmulFp8)->Apply(matmul_fp8_args)->UseManualTime()->Unit(benchmark::kMicrosecond)
     ->ArgNames({"out", "in", "n", "kernel"});
 
-// Args: out, in, n, fp8 (0: bf16 weights on cuBLAS; 1: the same weights quantized to e4m3
-// with a scale per row, on cuBLASLt's FP8 GEMM, x quantized per token in the same call).
+// Args: out, in, n, kernel (0: bf16 weights on cuBLAS; 1 / 2: the same weights quantized to
+// e4m3 with a scale per row, on kCublasFp8 / kCublasFp8Outer, x quantized per token in the
+// same call).
 // Prefill-sized: the tensor cores' rate, against the H100/H200's 989 (bf16) and 1,979 (FP8)
 // dense TFLOP/s.
 void BM_CudaMatmulPrefill(benchmark::State& state) {
   const int64_t out = state.range(0), in = state.range(1), n = state.range(2);
-  const bool fp8 = state.range(3) == 1;
+  const bool fp8 = state.range(3) >= 1;
   Backend* gpu = backend();
   if (gpu == nullptr) {
     state.SkipWithError("no CUDA device");
@@ -239,7 +242,9 @@ void BM_CudaMatmulPrefill(benchmark::State& state) {
   std::optional<Fp8Copies> q;
   if (fp8) q.emplace(gpu, w, out, in);
   OneMatmul m(gpu, out, in, n);
-  const MatmulKernel kernel = fp8 ? MatmulKernel::kCublasFp8 : MatmulKernel::kCublas;
+  const MatmulKernel kernel = state.range(3) == 2   ? MatmulKernel::kCublasFp8Outer
+                             : state.range(3) == 1 ? MatmulKernel::kCublasFp8
+                                                   : MatmulKernel::kCublas;
   const DType wt = fp8 ? DType::kF8E4M3 : DType::kBF16;
   const GroupPlan plan{kernel, ShrinkKernel::kNone, ExpandKernel::kNone, matmul_input_type(kernel, wt, false)};
   const double s = timed_rounds(state, gpu, [&](size_t i) {
@@ -251,11 +256,12 @@ void BM_CudaMatmulPrefill(benchmark::State& state) {
   state.SetLabel(to_string(kernel));
 }
 BENCHMARK(BM_CudaMatmulPrefill)
-    ->ArgsProduct({{12288}, {4096}, {2048}, {0, 1}})
-    ->ArgsProduct({{4096}, {4096}, {2048}, {0, 1}})
-    ->ArgsProduct({{22016}, {4096}, {2048}, {0, 1}})
-    ->ArgsProduct({{4096}, {11008}, {2048}, {0, 1}})
-    ->UseManualTime()->Unit(benchmark::kMicrosecond)->ArgNames({"out", "in", "n", "fp8"});
+    ->ArgsProduct({{12288}, {4096}, {2048}, {0, 1, 2}})
+    ->ArgsProduct({{4096}, {4096}, {2048}, {0, 1, 2}})
+    ->ArgsProduct({{22016}, {4096}, {2048}, {0, 1, 2}})
+    ->ArgsProduct({{4096}, {11008}, {2048}, {0, 1, 2}})
+    ->ArgsProduct({{12288}, {4096}, {128, 256, 512, 1024}, {1, 2}})
+    ->UseManualTime()->Unit(benchmark::kMicrosecond)->ArgNames({"out", "in", "n", "kernel"});
 
 // The LoRA pairings of BM_CudaLoraPlan: shrink, expand (the matmul is the table's for n
 // without LoRA, or the one the fused shrink rides on).

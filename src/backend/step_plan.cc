@@ -14,7 +14,7 @@ MatmulKernel base_matmul(const DispatchTable& t, int64_t n, const GroupShape& g,
   if (w == DType::kF8E4M3) {  // split: f32 x at every size, the GEMV 16 tokens a pass
     if (split) return MatmulKernel::kGemv;
     if (n <= t.fp8_skinny_max_n) return g.in % 8 == 0 ? MatmulKernel::kSkinny : MatmulKernel::kGemv;
-    return MatmulKernel::kCublasFp8;
+    return n >= t.fp8_outer_min_n ? MatmulKernel::kCublasFp8Outer : MatmulKernel::kCublasFp8;
   }
   if (n >= 3 && n <= t.skinny_max_n && is_16bit_float(w) && g.in % 8 == 0 && !split) return MatmulKernel::kSkinny;
   return n <= t.cublas_small_max_n ? MatmulKernel::kCublasSmall : MatmulKernel::kCublas;
@@ -47,8 +47,8 @@ GroupPlan plan_group(const DispatchTable& t, const StepShape& s, const GroupShap
     p.expand = ExpandKernel::kNextOp;
   } else {
     const bool mma = s.lora_run_tokens >= t.lora_mma_min_n && s.stacks == DType::kBF16;
-    // fp8 weights' kCublasFp8 reads x in f32; project() makes the bf16 copy these tiles read.
-    const bool x_bf16 = p.x_type == DType::kBF16 || (p.matmul == MatmulKernel::kCublasFp8 && !split);
+    // fp8 weights on cuBLASLt read x in f32; project() makes the bf16 copy these tiles read.
+    const bool x_bf16 = p.x_type == DType::kBF16 || (is_cublas_fp8(p.matmul) && !split);
     p.shrink = mma && x_bf16 && g.in % 8 == 0 ? ShrinkKernel::kTiledMma : ShrinkKernel::kTiled;
     bool outs16 = s.rank % 16 == 0;
     for (int i = 0; i < g.count; ++i) outs16 &= g.out[i] % 16 == 0;
@@ -80,6 +80,7 @@ std::string to_string(MatmulKernel k) {
     case MatmulKernel::kCublasSmall: return "cublas-small";
     case MatmulKernel::kCublas: return "cublas";
     case MatmulKernel::kCublasFp8: return "cublas-fp8";
+    case MatmulKernel::kCublasFp8Outer: return "cublas-fp8-outer";
   }
   return "?";
 }
@@ -157,7 +158,7 @@ void check_dispatch_table(const DispatchTable& t) {
             t.fp8_skinny_max_n <= 16,
         "dispatch table: gemv_max_n, skinny_max_n, skinny_lora_max_n and fp8_skinny_max_n must be in [0, 16]");
   check(t.cublas_small_max_n >= 0 && t.expand_next_op_max_n >= 0 && t.lora_mma_min_n >= 0 &&
-            t.lora_mma_expand_min_rank >= 0,
+            t.lora_mma_expand_min_rank >= 0 && t.fp8_outer_min_n >= 0,
         "dispatch table: thresholds must be >= 0");
 }
 

@@ -27,7 +27,10 @@ enum class MatmulKernel : uint8_t {
   kSkinny,       // 16-bit tensor-core tiles of up to 16 tokens (gemm_skinny.cu)
   kCublasSmall,  // cuBLAS on a handle without workspace (no split-K reduce kernel)
   kCublas,       // cuBLAS with its workspace
-  kCublasFp8,    // fp8 weights: cuBLASLt's FP8 GEMM, x quantized per token (gemm_fp8.cu)
+  kCublasFp8,    // fp8 weights: cuBLASLt's FP8 GEMM, x quantized per token, a pass applies
+                 // the scales (gemm_fp8.cu)
+  kCublasFp8Outer,  // kCublasFp8 with the scales in cuBLASLt's epilogue (outer-vector
+                    // scales) where it has such a kernel, else as kCublasFp8
 };
 
 enum class ShrinkKernel : uint8_t {
@@ -47,13 +50,17 @@ enum class ExpandKernel : uint8_t {
   kTiledMma,  // kTiled with one-adapter tiles on tensor cores (lora_expand_mma.cu)
 };
 
+// The fp8 kernels on cuBLASLt's FP8 GEMM.
+inline bool is_cublas_fp8(MatmulKernel k) { return k == MatmulKernel::kCublasFp8 || k == MatmulKernel::kCublasFp8Outer; }
+
 struct GroupPlan {
   MatmulKernel matmul = MatmulKernel::kHost;
   ShrinkKernel shrink = ShrinkKernel::kNone;
   ExpandKernel expand = ExpandKernel::kNone;
   // The type the matmul multiplies x in: kF32, or a 16-bit type (the weights' own, f16
   // beside fp8 weights), in which case the op that produces x writes that copy beside it
-  // (MatmulGroup::x16) where it can. kCublasFp8 quantizes x itself and reads it in f32.
+  // (MatmulGroup::x16) where it can. The kCublasFp8 kernels quantize x themselves and read
+  // it in f32.
   DType x_type = DType::kF32;
   bool lora() const { return shrink != ShrinkKernel::kNone; }
   bool expand_in_next_op() const { return expand == ExpandKernel::kNextOp; }
@@ -148,6 +155,14 @@ struct DispatchTable {
   // a 7B step at 4 / 8 / 16 tokens 6.77 / 11.33 / 24.26 ms against bf16's 5.72 / 5.93 /
   // 7.02 (H100, base model). At most 16.
   int fp8_skinny_max_n = 16;
+  // fp8 weights on cuBLASLt from this many tokens: the per-token and per-channel scales in
+  // the GEMM's epilogue (kCublasFp8Outer) instead of a pass over y after a unit-scale GEMM.
+  // H100, q/k/v (12,288 x 4,096) through the backend, x's quantization included
+  // (bench_cuda_ops BM_CudaMatmulPrefill): 219 us against 269 at 2,048 tokens, 112 against
+  // 136 at 1,024, 60.9 against 72.3 at 512, but 43.3 against 42.0 at 256 (31.5 against 34.1
+  // at 128, 27.8 against 25.5 at 32 called directly): the epilogue costs about a tenth of the
+  // kernel, the pass y's bytes, which outweigh it from 512 tokens on.
+  int fp8_outer_min_n = 512;
 };
 
 // Refuses a table the kernels cannot follow (the GEMV and skinny kernels take at most 16

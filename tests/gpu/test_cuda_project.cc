@@ -40,6 +40,7 @@ std::vector<GroupPlan> candidate_plans(const Case& c) {
   if (n >= 3 && n <= 16 && (is_16bit_float(c.wt) || fp8) && c.in % 8 == 0) matmuls.push_back(MatmulKernel::kSkinny);
   if (fp8) {
     matmuls.push_back(MatmulKernel::kCublasFp8);
+    matmuls.push_back(MatmulKernel::kCublasFp8Outer);
   } else {
     matmuls.push_back(MatmulKernel::kCublasSmall);
     if (n > 16) matmuls.push_back(MatmulKernel::kCublas);
@@ -59,7 +60,7 @@ std::vector<GroupPlan> candidate_plans(const Case& c) {
   for (MatmulKernel m : {matmuls.front(), matmuls.back()}) {
     if (rows_ok) add(m, ShrinkKernel::kTokenRows, ExpandKernel::kNextOp);
     add(m, ShrinkKernel::kTiled, ExpandKernel::kTiled);
-    const bool x_bf16 = x_type(m) == DType::kBF16 || m == MatmulKernel::kCublasFp8;  // project() makes the copy
+    const bool x_bf16 = x_type(m) == DType::kBF16 || is_cublas_fp8(m);  // project() makes the copy
     const bool mma_shrink = c.st == DType::kBF16 && x_bf16 && c.in % 8 == 0;
     const bool mma_expand = c.st == DType::kBF16 && outs16;
     if (mma_shrink) add(m, ShrinkKernel::kTiledMma, ExpandKernel::kTiled);
@@ -202,7 +203,7 @@ class CudaProject : public CudaTest {
           dl.meta.token_slot = gs.t;
           dl.meta.sorted_tokens = sorted ? go.t : Tensor();
           gpu->project(p, dg, dl, gx.t);
-          const bool lt = p.matmul == MatmulKernel::kCublasFp8 && lt_fits;
+          const bool lt = is_cublas_fp8(p.matmul) && lt_fits;
           const auto& want_base = lt ? base_yq : base_y;
           const auto& want_full = lt ? full_yq : full_y;
           const double tol = p.x_type != DType::kF32 || p.shrink == ShrinkKernel::kTiledMma ? 1e-2 : lt ? 1e-3 : 1e-4;

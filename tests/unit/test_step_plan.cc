@@ -80,7 +80,7 @@ TEST(StepPlan, SevenBAcrossTokenCounts) {
 
 // fp8 weights: the GEMV (f32 x) at 1-2 tokens, the skinny kernel (x's f16 copy, weights
 // widened exactly to f16 in registers) to 16, cuBLASLt's FP8 GEMM above (x quantized by the
-// kernel itself, so no 16-bit copy); LoRA fused into the GEMV at 1-2 tokens with bf16 or
+// kernel itself, so no 16-bit copy; the scales in its epilogue from 512 tokens); LoRA fused into the GEMV at 1-2 tokens with bf16 or
 // f32 stacks and into the skinny kernel with 16-bit stacks, token rows beside them
 // otherwise and beside the FP8 GEMM to 64, the tiles past that (on tensor cores for bf16
 // stacks and one-adapter runs: project() makes their bf16 x). --matmul-precision highest
@@ -94,9 +94,10 @@ TEST(StepPlan, Fp8WeightsAcrossTokenCounts) {
       const StepPlan lora = plan_device_step(t, shape_7b(n, true, DType::kF8E4M3, stacks), false);
       const StepPlan highest = plan_device_step(t, shape_7b(n, true, DType::kF8E4M3, stacks), true);
       for (int g = 0; g < kNumProjGroups; ++g) {
-        const MatmulKernel want = n <= 2    ? MatmulKernel::kGemv
-                                  : n <= 16 ? MatmulKernel::kSkinny
-                                            : MatmulKernel::kCublasFp8;
+        const MatmulKernel want = n <= 2     ? MatmulKernel::kGemv
+                                  : n <= 16  ? MatmulKernel::kSkinny
+                                  : n < 512 ? MatmulKernel::kCublasFp8
+                                             : MatmulKernel::kCublasFp8Outer;
         EXPECT_EQ(base.group[g].matmul, want) << at;
         EXPECT_EQ(base.group[g].x_type, want == MatmulKernel::kSkinny ? DType::kF16 : DType::kF32) << at;
         EXPECT_EQ(lora.group[g].matmul, want) << at;
@@ -117,6 +118,14 @@ TEST(StepPlan, Fp8WeightsAcrossTokenCounts) {
             MatmulKernel::kCublasFp8);
   EXPECT_EQ(plan_device_step(narrow, shape_7b(5, true, DType::kF8E4M3), false).group[0].shrink,
             ShrinkKernel::kTokenRows);
+  narrow.fp8_outer_min_n = 17;
+  EXPECT_EQ(plan_device_step(narrow, shape_7b(17, false, DType::kF8E4M3), false).group[0].matmul,
+            MatmulKernel::kCublasFp8Outer);
+  // The tensor-core shrink reads the bf16 copy of x that project() makes for either FP8 GEMM.
+  EXPECT_EQ(plan_device_step(narrow, shape_7b(2048, true, DType::kF8E4M3), false).group[0].shrink,
+            ShrinkKernel::kTiledMma);
+  narrow.fp8_outer_min_n = -1;
+  EXPECT_DEATH(check_dispatch_table(narrow), "thresholds must be >= 0");
 }
 
 TEST(StepPlan, PlansArePureFunctionsOfTheShape) {

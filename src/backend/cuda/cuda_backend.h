@@ -118,19 +118,20 @@ class CudaBackend : public Backend {
   // serialisation or not (project() turns it off beside the LoRA shrink, see there).
   void run_matmul(MatmulKernel kernel, const MatmulGroup& g, Tensor x, bool pdl);
   void gemv(const MatmulGroup& g, Tensor x, bool pdl);
-  // MatmulKernel::kCublasFp8 (gemm_fp8.cu): fp8 weights on cuBLASLt's FP8 GEMM, x quantized
-  // per token; shapes it does not take (fp8_gemm_fits) on the GEMV, 16 tokens at a time.
-  void matmul_fp8(const MatmulGroup& g, Tensor x);
+  // MatmulKernel::kCublasFp8 and kCublasFp8Outer (gemm_fp8.cu): fp8 weights on cuBLASLt's
+  // FP8 GEMM, x quantized per token, the scales by a pass over y or (outer) in the GEMM's
+  // epilogue; shapes it does not take (fp8_gemm_fits) on the GEMV, 16 tokens at a time.
+  void matmul_fp8(const MatmulGroup& g, Tensor x, bool outer);
   bool fp8_gemm_fits(const MatmulGroup& g, Tensor x) const;
   // The cuBLASLt algorithm of one FP8 GEMM shape, found once (so a shape always runs the same
-  // kernel, eager or captured); outer: with outer-vector scales, else unit scales; found:
-  // false where cuBLASLt has none (the GEMV runs it).
+  // kernel, eager or captured); want_outer: outer-vector scales asked for; outer: with
+  // them, else unit scales; found: false where cuBLASLt has none (the GEMV runs it).
   struct Fp8Algo {
     int64_t out = 0, n = 0, in = 0;
-    bool found = false, outer = true;
+    bool want_outer = false, found = false, outer = false;
     cublasLtMatmulAlgo_t algo{};
   };
-  const Fp8Algo& fp8_algo(int64_t out, int64_t n, int64_t in);
+  Fp8Algo fp8_algo(int64_t out, int64_t n, int64_t in, bool want_outer);
   // The shape checks of a matmul group (gemm.cu).
   void check_group(const MatmulGroup& g, Tensor x) const;
   // The project() kernels (their shrinks write lora.t, the expand left to the next op):

@@ -102,7 +102,8 @@ void CudaBackend::run_matmul(MatmulKernel kernel, const MatmulGroup& g, Tensor x
       else matmul_cublas(g, x, cublas_small_);
       return;
     case MatmulKernel::kCublasSmall: matmul_cublas(g, x, cublas_small_); return;
-    case MatmulKernel::kCublasFp8: matmul_fp8(g, x); return;
+    case MatmulKernel::kCublasFp8: matmul_fp8(g, x, false); return;
+    case MatmulKernel::kCublasFp8Outer: matmul_fp8(g, x, true); return;
     case MatmulKernel::kCublas: matmul_cublas(g, x, cublas_); return;
     case MatmulKernel::kHost: break;
   }

@@ -1,21 +1,23 @@
 // fp8 e4m3 projection weights on the GPU, past the decode kernels' 16 tokens
-// (MatmulKernel::kCublasFp8), and their quantization at load (--quantization fp8).
+// (MatmulKernel::kCublasFp8, kCublasFp8Outer), and their quantization at load
+// (--quantization fp8).
 //
 // y[n, out] = x[n, in] @ w[out, in]^T (+ bias) with w = q * row_scale runs on the FP8 tensor
 // cores (cuBLASLt): x is quantized per token first, xs[t] = max_k |x[t, k]| / 448 and
 // xq[t, k] = e4m3(x[t, k] / xs[t]) (vLLM's dynamic per-token activation scales), then
 //   y[t, o] = xs[t] * row_scale[o] * sum_k xq[t, k] q[o, k]
-// with f32 accumulation and f32 output, the two scales applied by cuBLASLt's outer-vector
-// scaling where it has a kernel for them. The H100/H200 run e4m3 products at twice the bf16
-// rate (1,979 against 989 dense TFLOP/s); the cost is x's own rounding to 3 mantissa bits
-// (docs/numerics.md bounds it). fp8_algo asks for an outer-vector kernel with the scale
-// pointers unset, and on sm_90 cuBLASLt (13.1) then offers none, so there the GEMM runs
-// with unit scales and one pass applies them (scale_rows_kernel): at 2,048 tokens on an
-// H100, q/k/v (12,288 x 4,096) takes 264 us against the bf16 GEMM's 342: the FP8 kernel
-// 164, the pass and x's quantization at the copy rate the rest (bench/RESULTS.md; 86 and
-// 30 us with one element a thread). Shapes cuBLASLt's FP8 kernels do not take (`in` or
-// `out` not a multiple of 16, none in a real model, or no kernel found) run the decode
-// GEMV 16 tokens at a time.
+// with f32 accumulation and f32 output. kCublasFp8Outer has cuBLASLt apply the two scales
+// in the GEMM's epilogue (outer-vector scales), kCublasFp8 runs the GEMM with unit scales
+// and one pass applies them (scale_rows_kernel; kCublasFp8Outer too where cuBLASLt offers
+// no outer-vector kernel). The epilogue costs about a tenth of the kernel, the pass y's
+// bytes read and written, so the dispatch table (fp8_outer_min_n) takes the epilogue for
+// prefill-sized steps: at 2,048 tokens on an H100, q/k/v (12,288 x 4,096) takes 219 us on the
+// outer-vector kernel, 269 on the unit-scale kernel and the pass, against the bf16 GEMM's 344
+// (x's quantization included; bench/RESULTS.md). The H100/H200 run e4m3 products at twice
+// the bf16 rate (1,979 against 989 dense TFLOP/s); the cost is x's own rounding to 3
+// mantissa bits (docs/numerics.md bounds it). Shapes cuBLASLt's FP8 kernels do not take
+// (`in` or `out` not a multiple of 16, none in a real model, or no kernel found) run the
+// decode GEMV 16 tokens at a time.
 #include <algorithm>
 
 #include "backend/cuda/cuda_backend.h"
@@ -257,10 +259,10 @@ bool CudaBackend::fp8_gemm_fits(const MatmulGroup& g, Tensor x) const {
   return true;
 }
 
-void CudaBackend::matmul_fp8(const MatmulGroup& g, Tensor x) {
+void CudaBackend::matmul_fp8(const MatmulGroup& g, Tensor x, bool outer) {
   const int64_t n = x.dim(0), in = x.dim(1);
   bool found = fp8_gemm_fits(g, x);
-  for (int i = 0; i < g.count && found; ++i) found = fp8_algo(g.w[i].dim(0), n, in).found;
+  for (int i = 0; i < g.count && found; ++i) found = fp8_algo(g.w[i].dim(0), n, in, outer).found;
   if (!found) {  // the decode GEMV, 16 tokens a pass
     gemv(g, x, false);
     return;
@@ -275,7 +277,7 @@ void CudaBackend::matmul_fp8(const MatmulGroup& g, Tensor x) {
     const Tensor &y = g.y[i], &w = g.w[i];
     const int64_t out = w.dim(0);
     if (out == 0) continue;
-    const Fp8Algo algo = fp8_algo(out, n, in);
+    const Fp8Algo algo = fp8_algo(out, n, in, outer);
     LtGemm op(out, n, in, algo.outer);
     if (algo.outer) op.set_scales(w.row_scale, xs);
     lt_check(cublasLtMatmul(cublas_lt_, op.desc, &one, w.data, op.a, buf, op.b, &zero, y.data, op.c, y.data, op.c,
@@ -289,9 +291,9 @@ void CudaBackend::matmul_fp8(const MatmulGroup& g, Tensor x) {
   }
 }
 
-const CudaBackend::Fp8Algo& CudaBackend::fp8_algo(int64_t out, int64_t n, int64_t in) {
-  for (Fp8Algo& a : fp8_algos_)
-    if (a.out == out && a.n == n && a.in == in) return a;
+CudaBackend::Fp8Algo CudaBackend::fp8_algo(int64_t out, int64_t n, int64_t in, bool want_outer) {
+  for (const Fp8Algo& a : fp8_algos_)
+    if (a.out == out && a.n == n && a.in == in && a.want_outer == want_outer) return a;
   cublasLtMatmulPreference_t pref = nullptr;
   lt_check(cublasLtMatmulPreferenceCreate(&pref), "preference");
   const size_t ws = options_.cublas_workspace_bytes;
@@ -301,11 +303,19 @@ const CudaBackend::Fp8Algo& CudaBackend::fp8_algo(int64_t out, int64_t n, int64_
   found.out = out;
   found.n = n;
   found.in = in;
-  // Outer-vector scales first; unit scales and scale_rows_kernel where there is no kernel
-  // for them; the GEMV where there is none at all.
-  found.found = false;
+  found.want_outer = want_outer;
+  // Outer-vector scales where asked for; unit scales and scale_rows_kernel where there is no
+  // kernel for them or they were not; the GEMV where there is none at all.
   for (const bool outer : {true, false}) {
+    if (outer && !want_outer) continue;
     LtGemm op(out, n, in, outer);
+    // cuBLASLt 13.1 on sm_90 reports an unsupported value, and offers no kernel, for vector
+    // scale modes queried with their pointers unset. Any device address will do here; the
+    // call sets the real ones.
+    if (outer) {
+      const auto* any = static_cast<const float*>(cublas_workspace_);
+      op.set_scales(any, any);
+    }
     cublasLtMatmulHeuristicResult_t result{};
     int count = 0;
     const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(cublas_lt_, op.desc, op.a, op.b, op.c, op.c, pref, 1,
@@ -319,7 +329,7 @@ const CudaBackend::Fp8Algo& CudaBackend::fp8_algo(int64_t out, int64_t n, int64_
   }
   cublasLtMatmulPreferenceDestroy(pref);
   fp8_algos_.push_back(found);
-  return fp8_algos_.back();
+  return found;
 }
 
 }  // namespace quiver
