@@ -51,7 +51,9 @@ enum class ExpandKernel : uint8_t {
 };
 
 // The fp8 kernels on cuBLASLt's FP8 GEMM.
-inline bool is_cublas_fp8(MatmulKernel k) { return k == MatmulKernel::kCublasFp8 || k == MatmulKernel::kCublasFp8Outer; }
+inline bool is_cublas_fp8(MatmulKernel k) {
+  return k == MatmulKernel::kCublasFp8 || k == MatmulKernel::kCublasFp8Outer;
+}
 
 struct GroupPlan {
   MatmulKernel matmul = MatmulKernel::kHost;

@@ -80,11 +80,11 @@ TEST(StepPlan, SevenBAcrossTokenCounts) {
 
 // fp8 weights: the GEMV (f32 x) at 1-2 tokens, the skinny kernel (x's f16 copy, weights
 // widened exactly to f16 in registers) to 16, cuBLASLt's FP8 GEMM above (x quantized by the
-// kernel itself, so no 16-bit copy; the scales in its epilogue from 512 tokens); LoRA fused into the GEMV at 1-2 tokens with bf16 or
-// f32 stacks and into the skinny kernel with 16-bit stacks, token rows beside them
-// otherwise and beside the FP8 GEMM to 64, the tiles past that (on tensor cores for bf16
-// stacks and one-adapter runs: project() makes their bf16 x). --matmul-precision highest
-// keeps x in f32: the GEMV at every size.
+// kernel itself, so no 16-bit copy; the scales in its epilogue from 512 tokens); LoRA fused
+// into the GEMV at 1-2 tokens with bf16 or f32 stacks and into the skinny kernel with
+// 16-bit stacks, token rows beside them otherwise and beside the FP8 GEMM to 64, the tiles
+// past that (on tensor cores for bf16 stacks and one-adapter runs: project() makes their
+// bf16 x). --matmul-precision highest keeps x in f32: the GEMV at every size.
 TEST(StepPlan, Fp8WeightsAcrossTokenCounts) {
   const DispatchTable t;
   for (int64_t n = 1; n <= 2048; n += n < 40 ? 1 : 37) {
