@@ -4,7 +4,8 @@
 // activations (--matmul-precision highest) and with activations rounded to bf16
 // (matmul_x16: the AVX512-BF16 dot-product kernel where the CPU has it, label "bf16-dot",
 // and the same on weights packed for it as the engine packs projections, "bf16-packed").
-// Also LoRA shrink+expand at decode (rank 16) next to the base GEMV it rides on.
+// int8 weights (BM_MatmulInt8) row-major and packed. Also LoRA shrink+expand at decode
+// (rank 16) next to the base GEMV it rides on.
 //
 // Each benchmark cycles through enough copies of the weight that they cannot sit in the
 // last-level cache, so GB/s is memory bandwidth, not L3 bandwidth.
@@ -31,7 +32,7 @@ struct Weights {
   bool packed;
   Tensor get(size_t i) {
     Tensor t(copies[i % copies.size()].data(), DType::kBF16, {out, in});
-    if (packed) t.layout = WeightLayout::kBf16Block16;
+    if (packed) t.layout = WeightLayout::kBlock16;
     return t;
   }
   size_t bytes() const { return static_cast<size_t>(out * in) * 2; }
@@ -67,6 +68,12 @@ std::vector<float> random_vec(size_t n) {
   return v;
 }
 
+std::vector<uint16_t> to_bf16(const std::vector<float>& x) {
+  std::vector<uint16_t> h(x.size());
+  for (size_t j = 0; j < x.size(); ++j) h[j] = f32_to_bf16(x[j]);
+  return h;
+}
+
 CpuBackend& backend(int threads) {
   static std::unique_ptr<CpuBackend> b;  // one pool per thread count, reused across runs
   static int b_threads = -1;
@@ -83,14 +90,13 @@ void BM_MatmulBf16(benchmark::State& state) {
   const bool x16 = state.range(4) >= 1;
   CpuBackend& cpu = backend(static_cast<int>(state.range(3)));
   const bool pack = state.range(4) == 2;
-  if (pack && cpu.projection_layout(Tensor(nullptr, DType::kBF16, {out, in})) != WeightLayout::kBf16Block16) {
+  if (pack && cpu.projection_layout(Tensor(nullptr, DType::kBF16, {out, in})) != WeightLayout::kBlock16) {
     state.SkipWithError("no packed layout on this CPU");
     return;
   }
   Weights& w = make_weights(out, in, pack ? &cpu : nullptr);
   std::vector<float> x = random_vec(static_cast<size_t>(n * in)), y(static_cast<size_t>(n * out));
-  std::vector<uint16_t> xh(x.size());
-  for (size_t j = 0; j < x.size(); ++j) xh[j] = f32_to_bf16(x[j]);
+  std::vector<uint16_t> xh = to_bf16(x);
   Tensor xt(x.data(), DType::kF32, {n, in}), yt(y.data(), DType::kF32, {n, out});
   Tensor xht(xh.data(), DType::kBF16, {n, in});
   size_t i = 0;
@@ -118,6 +124,76 @@ void matmul_args(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_MatmulBf16)->Apply(matmul_args)->UseRealTime()->Unit(benchmark::kMicrosecond)
     ->ArgNames({"out", "in", "n", "threads", "x16"});
+
+// int8 weights with row scales (--quantization int8), activations in bf16: row-major (the
+// dot-product kernel widening each tile's weights in registers, packed:0) and packed as the
+// engine packs projections (packed:1). GB/s counts the int8 bytes.
+struct Int8Weights {
+  std::vector<std::vector<int8_t>> copies;
+  std::vector<float> scales;
+  int64_t out = 0, in = 0;
+  bool packed = false;
+};
+
+Int8Weights& make_int8_weights(int64_t out, int64_t in, CpuBackend* packer) {
+  static Int8Weights w;
+  if (w.out == out && w.in == in && w.packed == (packer != nullptr)) return w;
+  w = Int8Weights{{}, std::vector<float>(static_cast<size_t>(out), 1e-3f), out, in, packer != nullptr};
+  const size_t one = static_cast<size_t>(out * in);
+  std::mt19937 rng(1);
+  std::uniform_int_distribution<int> q(-127, 127);
+  std::vector<int8_t> base(one);
+  for (auto& v : base) v = static_cast<int8_t>(q(rng));
+  if (packer != nullptr) {
+    std::vector<int8_t> packed(one);
+    Tensor t(base.data(), DType::kI8, {out, in});
+    t.row_scale = w.scales.data();
+    packer->pack_projection(packed.data(), t);
+    base = std::move(packed);
+  }
+  const size_t n = std::max<size_t>(2, kMinWorkingSetBytes / one + 1);
+  for (size_t i = 0; i < n; ++i) w.copies.push_back(base);
+  return w;
+}
+
+// Args: out, in, n (tokens), packed
+void BM_MatmulInt8(benchmark::State& state) {
+  const int64_t out = state.range(0), in = state.range(1), n = state.range(2);
+  const bool pack = state.range(3) == 1;
+  CpuBackend& cpu = backend(0);
+  Tensor probe(nullptr, DType::kI8, {out, in});
+  const float one_scale = 1.f;
+  probe.row_scale = &one_scale;
+  if (!cpu.has_bf16_dot() || (pack && cpu.projection_layout(probe) != WeightLayout::kBlock16)) {
+    state.SkipWithError("no AVX512-BF16 int8 kernel on this CPU");
+    return;
+  }
+  Int8Weights& w = make_int8_weights(out, in, pack ? &cpu : nullptr);
+  std::vector<float> x = random_vec(static_cast<size_t>(n * in)), y(static_cast<size_t>(n * out));
+  std::vector<uint16_t> xh = to_bf16(x);
+  Tensor xht(xh.data(), DType::kBF16, {n, in}), yt(y.data(), DType::kF32, {n, out});
+  size_t i = 0;
+  for (auto _ : state) {
+    Tensor wt(w.copies[i++ % w.copies.size()].data(), DType::kI8, {out, in});
+    wt.row_scale = w.scales.data();
+    if (pack) wt.layout = WeightLayout::kBlock16;
+    cpu.matmul_x16(yt, xht, wt, Tensor());
+    benchmark::DoNotOptimize(y.data());
+  }
+  const double iters = static_cast<double>(state.iterations());
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(out * in) * iters / 1e9, benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * static_cast<double>(n * in * out) * iters / 1e9, benchmark::Counter::kIsRate);
+  state.SetLabel(pack ? "int8-packed" : "int8-dot");
+}
+
+void int8_args(benchmark::internal::Benchmark* b) {
+  for (int64_t pack : {0, 1})
+    for (int64_t n : {1, 2, 4, 8, 16, 128})
+      for (int s = 0; s < 4; ++s) b->Args({kShapes[s][0], kShapes[s][1], n, pack});
+}
+BENCHMARK(BM_MatmulInt8)->Apply(int8_args)->UseRealTime()->Unit(benchmark::kMicrosecond)
+    ->ArgNames({"out", "in", "n", "packed"});
 
 // The cores' peak bf16 multiply-add rate, the ceiling of the compute-bound cases above:
 // 16 independent vdpbf16ps chains per thread in registers, nothing loaded. Compiled for

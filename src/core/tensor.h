@@ -15,10 +15,10 @@ namespace quiver {
 
 enum class Device : uint8_t { kCpu, kCuda };
 
-// The element order of a 2-D weight. kRows: row-major. kBf16Block16: the CPU backend's
-// AVX512-BF16 order (backend/cpu/packed_weights.h); only that backend reads it, and only
-// through its matmul.
-enum class WeightLayout : uint8_t { kRows, kBf16Block16 };
+// The element order of a 2-D weight. kRows: row-major. kBlock16: the CPU backend's
+// AVX512-BF16 order for bf16 or int8 elements (backend/cpu/packed_weights.h); only that
+// backend reads it, and only through its matmul.
+enum class WeightLayout : uint8_t { kRows, kBlock16 };
 
 struct Tensor {
   static constexpr int kMaxDims = 4;

@@ -39,13 +39,15 @@ int64_t quantize_rows_int8(const Tensor& w, int64_t row_begin, int64_t row_end, 
 
 namespace {
 
-// The quantized copy of one weight: q then the scales, in *buf, a buffer of the backend's.
-Result<Tensor> quantize_tensor(const Tensor& w, const std::string& name, Backend* backend, Buffer* buf) {
+// The quantized copy of one weight: q in *q_buf and its scales in *scale_buf, buffers of the
+// backend's; the scales have their own so that packing q (Backend::pack_projection) keeps them.
+Result<Tensor> quantize_tensor(const Tensor& w, const std::string& name, Backend* backend, Buffer* q_buf,
+                               Buffer* scale_buf) {
   const int64_t rows = w.dim(0), k = w.dim(1);
-  const size_t q_bytes = (static_cast<size_t>(rows * k) + 63) / 64 * 64;
-  *buf = Buffer(backend, q_bytes + static_cast<size_t>(rows) * sizeof(float));
-  auto* q = static_cast<int8_t*>(buf->data());
-  auto* scale = reinterpret_cast<float*>(static_cast<char*>(buf->data()) + q_bytes);
+  *q_buf = Buffer(backend, static_cast<size_t>(rows * k));
+  *scale_buf = Buffer(backend, static_cast<size_t>(rows) * sizeof(float));
+  auto* q = static_cast<int8_t*>(q_buf->data());
+  auto* scale = static_cast<float*>(scale_buf->data());
   // Rows in chunks over the machine's cores: a 1.1B model's 1e9 weights take ~1 s a core.
   std::atomic<int64_t> bad{-1};
   ThreadPool(0).parallel_for(rows, [&](int64_t b, int64_t e, int) {
@@ -72,9 +74,10 @@ Status quantize_projections_int8(LlamaWeights& w, Backend* backend) {
     const auto members = w.layers[l].projections();
     for (size_t i = 0; i < members.size(); ++i) {
       const std::string name = "model.layers." + std::to_string(l) + "." + kNames[i] + ".weight";
-      Buffer buf;
-      QV_ASSIGN_OR_RETURN(const Tensor quantized, quantize_tensor(*members[i], name, backend, &buf));
-      w.replace(members[i], quantized, std::move(buf));
+      Buffer q, scales;
+      QV_ASSIGN_OR_RETURN(const Tensor quantized, quantize_tensor(*members[i], name, backend, &q, &scales));
+      w.replace(members[i], quantized, std::move(q));
+      w.owned.push_back(std::move(scales));
     }
   }
   return Status::ok();

@@ -153,6 +153,23 @@ void expect_alone_as_batched(CpuBackend& cpu, const Buf& got, const Tensor& x16,
   }
 }
 
+// pw, w packed, against the oracle on w (wd: w's values, for the bound) for random bf16 x:
+// within the dot-product bound, and each token alone as in the batch. Returns x and what the
+// packed kernel gave.
+std::pair<Buf, Buf> expect_packed_agrees(CpuBackend& cpu, RefBackend& ref, std::mt19937& rng, const Buf& w,
+                                         const Buf& wd, const Tensor& pw, const Tensor& bias, int64_t n,
+                                         const std::string& what) {
+  const int64_t out = w.t.dim(0), in = w.t.dim(1);
+  Buf x = random_buf(rng, DType::kBF16, {n, in});
+  Buf want(DType::kF32, {n, out}), got(DType::kF32, {n, out});
+  ref.matmul_x16(want.t, x.t, w.t, bias);
+  poison(got);
+  cpu.matmul_x16(got.t, x.t, pw, bias);
+  expect_within(got, want, dot_tolerance(x, wd, n, in, out), what);
+  expect_alone_as_batched(cpu, got, x.t, pw, bias, {0, n / 2, n - 1}, what);
+  return {std::move(x), std::move(got)};
+}
+
 TEST_P(CpuOps, Matmul) {
   const std::pair<int64_t, int64_t> shapes[] = {{1, 1},   {17, 97},  {130, 17}, {97, 130},
                                                 {64, 64}, {256, 48}, {512, 300}, {2048, 33}};
@@ -296,21 +313,56 @@ TEST_P(CpuOps, MatmulX16Packed) {
   for (int64_t n : {1, 2, 7, 8, 9, 17, 97, 140}) {
     for (auto [in, out] : shapes) {
       Buf w = random_buf(rng_, DType::kBF16, {out, in});
-      if (cpu_->projection_layout(w.t) != WeightLayout::kBf16Block16) GTEST_SKIP() << "no packed layout here";
+      if (cpu_->projection_layout(w.t) != WeightLayout::kBlock16) GTEST_SKIP() << "no packed layout here";
       Buf packed(DType::kBF16, {out, in});
       const Tensor pw = cpu_->pack_projection(packed.t.data, w.t);
-      ASSERT_EQ(pw.layout, WeightLayout::kBf16Block16);
+      ASSERT_EQ(pw.layout, WeightLayout::kBlock16);
       for (bool bias_on : {false, true}) {
-        Buf x = random_buf(rng_, DType::kBF16, {n, in});
         Buf bias = bias_on ? random_buf(rng_, DType::kF32, {out}) : Buf();
-        Buf want(DType::kF32, {n, out}), got(DType::kF32, {n, out});
-        ref_.matmul_x16(want.t, x.t, w.t, bias.t);
-        poison(got);
-        cpu_->matmul_x16(got.t, x.t, pw, bias.t);
-        const std::string what = "packed n=" + std::to_string(n) + " in=" + std::to_string(in) +
+        expect_packed_agrees(*cpu_, ref_, rng_, w, w, pw, bias.t, n,
+                             "packed n=" + std::to_string(n) + " in=" + std::to_string(in) +
+                                 " out=" + std::to_string(out) + (bias_on ? " bias" : ""));
+      }
+    }
+  }
+}
+
+// int8 weights packed like bf16 ones (--quantization int8 on AVX512-BF16 machines): against
+// the oracle's dequantized product, each token alone as in the batch, and bitwise the bf16
+// packed kernel's result on the same values (int8 widens exactly to bf16, and both add the
+// same products in the same order) with the scales applied alike.
+TEST_P(CpuOps, MatmulInt8Packed) {
+  const std::pair<int64_t, int64_t> shapes[] = {{2, 16}, {34, 48}, {130, 112}, {258, 240}, {2048, 32}, {96, 160}};
+  std::uniform_int_distribution<int> q(-127, 127);
+  std::uniform_real_distribution<float> scale(1e-4f, 2e-2f);
+  for (int64_t n : {1, 2, 8, 9, 17, 140}) {
+    for (auto [in, out] : shapes) {
+      Buf w(DType::kI8, {out, in}), wb(DType::kBF16, {out, in});
+      std::vector<float> scales(static_cast<size_t>(out));
+      for (int64_t o = 0; o < out; ++o) {
+        scales[static_cast<size_t>(o)] = o % 7 == 3 ? 0.f : scale(rng_);
+        for (int64_t k = 0; k < in; ++k) {
+          const float v = static_cast<float>(q(rng_));
+          w.set(o * in + k, v);
+          wb.set(o * in + k, v);
+        }
+      }
+      w.t.row_scale = wb.t.row_scale = scales.data();
+      if (cpu_->projection_layout(w.t) != WeightLayout::kBlock16) GTEST_SKIP() << "no packed layout here";
+      Buf packed(DType::kI8, {out, in}), packed_b(DType::kBF16, {out, in});
+      const Tensor pw = cpu_->pack_projection(packed.t.data, w.t);
+      const Tensor pwb = cpu_->pack_projection(packed_b.t.data, wb.t);
+      ASSERT_EQ(pw.layout, WeightLayout::kBlock16);
+      ASSERT_EQ(pw.row_scale, scales.data());
+      const Buf wd = dequantized(w);
+      for (bool bias_on : {false, true}) {
+        Buf bias = bias_on ? random_buf(rng_, DType::kF32, {out}) : Buf();
+        const std::string what = "int8 packed n=" + std::to_string(n) + " in=" + std::to_string(in) +
                                  " out=" + std::to_string(out) + (bias_on ? " bias" : "");
-        expect_within(got, want, dot_tolerance(x, w, n, in, out), what);
-        expect_alone_as_batched(*cpu_, got, x.t, pw, bias.t, {0, n / 2, n - 1}, what);
+        const auto [x, got] = expect_packed_agrees(*cpu_, ref_, rng_, w, wd, pw, bias.t, n, what);
+        Buf as_bf16(DType::kF32, {n, out});
+        cpu_->matmul_x16(as_bf16.t, x.t, pwb, bias.t);
+        EXPECT_EQ(0, std::memcmp(got.t.data, as_bf16.t.data, got.t.bytes())) << what << ": differs from bf16 packed";
       }
     }
   }
@@ -324,7 +376,7 @@ TEST_P(CpuOps, LmHeadRoundsXLikeAGroup) {
     const int64_t in = 64, out = 4096;
     Buf w = random_buf(rng_, DType::kBF16, {out, in});
     Buf packed(DType::kBF16, {out, in});
-    const Tensor pw = cpu_->projection_layout(w.t) == WeightLayout::kBf16Block16
+    const Tensor pw = cpu_->projection_layout(w.t) == WeightLayout::kBlock16
                           ? cpu_->pack_projection(packed.t.data, w.t)
                           : w.t;
     Buf x = random_buf(rng_, DType::kF32, {n, in});

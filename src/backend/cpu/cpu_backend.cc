@@ -97,6 +97,7 @@ CpuBackend::CpuBackend(int num_threads, CpuIsa isa, bool round_x16)
     bf16_dot_ = cpu::avx512bf16_matmul_bf16_dot();
     bf16_packed_ = cpu::avx512bf16_matmul_bf16_packed();
     i8_dot_ = cpu::avx512bf16_matmul_i8_dot();
+    i8_packed_ = cpu::avx512bf16_matmul_i8_packed();
   }
 }
 
@@ -110,20 +111,26 @@ void* CpuBackend::huge_pages(void* p, size_t bytes) {
 }
 
 WeightLayout CpuBackend::projection_layout(const Tensor& w) const {
-  const bool packable = w.ndim == 2 && w.dtype == DType::kBF16 && w.layout == WeightLayout::kRows &&
-                        cpu::packable_bf16(w.dim(0), w.dim(1));
-  return packable && bf16_packed_ != nullptr && rounds_x16() ? WeightLayout::kBf16Block16 : WeightLayout::kRows;
+  // int8 weights (with their row scales) pack like bf16: the kernel widens them to bf16.
+  const bool element = w.dtype == DType::kBF16 || (w.dtype == DType::kI8 && w.row_scale != nullptr);
+  const bool packable = w.ndim == 2 && element && w.layout == WeightLayout::kRows &&
+                        cpu::packable_block16(w.dim(0), w.dim(1));
+  return packable && bf16_packed_ != nullptr && rounds_x16() ? WeightLayout::kBlock16 : WeightLayout::kRows;
 }
 
 Tensor CpuBackend::pack_projection(void* dst, const Tensor& w) {
-  check(projection_layout(w) == WeightLayout::kBf16Block16, "cpu backend: this weight is not packed");
+  check(projection_layout(w) == WeightLayout::kBlock16, "cpu backend: this weight is not packed");
   const int64_t k = w.dim(1);
+  const bool i8 = w.dtype == DType::kI8;
   parallel(w.dim(0) / cpu::kPackRows, cpu::kPackRows * k, 1, [&](int64_t b, int64_t e, int) {
-    cpu::pack_bf16_block16(static_cast<uint16_t*>(dst), w.ptr<uint16_t>(), k, b, e);
+    if (i8) cpu::pack_block16(static_cast<int8_t*>(dst), w.ptr<int8_t>(), k, b, e);
+    else cpu::pack_block16(static_cast<uint16_t*>(dst), w.ptr<uint16_t>(), k, b, e);
   });
-  Tensor t(dst, DType::kBF16, {w.dim(0), k});
-  t.layout = WeightLayout::kBf16Block16;
-  t.row_scale = w.row_scale;  // in memory of their own (FP8 checkpoints, model/fp8_weights.h)
+  Tensor t(dst, w.dtype, {w.dim(0), k});
+  t.layout = WeightLayout::kBlock16;
+  // The scales stay where they are, in memory of their own (model/int8_weights.cc,
+  // model/fp8_weights.h).
+  t.row_scale = w.row_scale;
   return t;
 }
 

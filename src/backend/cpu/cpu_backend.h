@@ -132,6 +132,7 @@ class CpuBackend : public HostBackend {
   cpu::MatmulFn bf16_dot_ = nullptr;     // the AVX512-BF16 matmul, where the CPU has it
   cpu::MatmulFn bf16_packed_ = nullptr;  // the same on packed weights
   cpu::MatmulFn i8_dot_ = nullptr;       // the same on int8 weights
+  cpu::MatmulFn i8_packed_ = nullptr;    // the same on packed int8 weights
   std::unique_ptr<ThreadPool> pool_;
   std::vector<float> weight_scratch_;
   std::vector<float> bias_scratch_[kMaxGroup];  // a group's biases widened to f32

@@ -103,5 +103,7 @@ MatmulFn avx512bf16_matmul_i8_dot();
 // The same on weights packed for it (packed_weights.h; cpu_packed_avx512bf16.cc): row
 // ranges are multiples of 16.
 MatmulFn avx512bf16_matmul_bf16_packed();
+// The same on packed int8 weights (MatmulArgs::w_scale), widened exactly to bf16.
+MatmulFn avx512bf16_matmul_i8_packed();
 
 }  // namespace quiver::cpu

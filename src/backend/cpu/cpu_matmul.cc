@@ -139,11 +139,12 @@ CpuBackend::MatmulJob CpuBackend::matmul_x16_job(Tensor y, Tensor x16, Tensor w,
   check(x16.ndim == 2 && w.ndim == 2 && w.dim(1) == in && y.dim(0) == n && y.dim(1) == out,
         "matmul_x16: shape mismatch");
   check(bf16_dot_ != nullptr, "matmul_x16: no bf16 dot-product kernel (widen x16 first)");
-  const bool packed = w.layout == WeightLayout::kBf16Block16;
+  const bool packed = w.layout == WeightLayout::kBlock16;
   const cpu::MatmulArgs a{.y = y.ptr<float>(), .ldy = out, .x = nullptr, .ldx = in, .w = w.data, .ldw = in,
                           .bias = bias.empty() ? nullptr : as_f32(bias, out, scratch), .k = in,
                           .accumulate = false, .x16 = x16.ptr<uint16_t>(), .w_scale = w.row_scale};
-  return plan_matmul(packed ? bf16_packed_ : i8 ? i8_dot_ : bf16_dot_, a, out, n);
+  const cpu::MatmulFn fn = packed ? (i8 ? i8_packed_ : bf16_packed_) : i8 ? i8_dot_ : bf16_dot_;
+  return plan_matmul(fn, a, out, n);
 }
 
 CpuBackend::MatmulJob CpuBackend::shrink_job(Tensor t, Tensor x, Tensor a_stack) const {

@@ -1,10 +1,12 @@
 // The bf16 matmul on packed weights (packed_weights.h): y[t, r] = x16[t, :] . w[r, :] with
-// vdpbf16ps, weights in WeightLayout::kBf16Block16 order, activations rounded to bf16
+// vdpbf16ps, weights in WeightLayout::kBlock16 order, activations rounded to bf16
 // (MatmulArgs::x16). Compiled with -mavx512bf16 by CMake and called only when the CPU has
-// it (CpuBackend).
+// it (CpuBackend). int8 weights (with row scales) take the same products on their values
+// widened exactly to bf16.
 //
 // Every output is one f32 lane that adds its pairs in order from zero, in the GEMV and in
-// every tile shape, so a token's outputs do not depend on how many tokens share the step.
+// every tile shape, for bf16 and int8 weights alike, so a token's outputs do not depend on
+// how many tokens share the step.
 //
 // GCC 12's AVX-512 intrinsics trip -Wuninitialized (see cpu_kernels_avx512.cc).
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -29,12 +31,21 @@ constexpr int kNB = 3, kT = 8;
 // TinyLlama step in 6 alternating rounds: min 28.2-28.4 ms against 29.5-30.1 (and 42 ms in
 // three rounds where 4 stayed at 28.3); 2 streams and 4 fetched 32 groups ahead: 29.1-29.7.
 constexpr int kGemvNB = 4;
-// Prefetch distances within a block's stream, in pair groups (64 B each).
-constexpr int kGemvAhead = 16, kTileAhead = 64;
+// Prefetch distances within a block's stream, in bytes (16 and 64 bf16 groups).
+constexpr int kGemvAhead = 1024, kTileAhead = 4096;
 
 inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 inline __m512bh load_group(const uint16_t* p) { return reinterpret_cast<__m512bh>(_mm512_loadu_si512(p)); }
+// 32 int8 weights, one packed group, as the bf16 group of the same values: int8 -> int32 ->
+// f32 -> bf16 is exact for |q| <= 127 (vcvtne2ps2bf16 puts its second operand in lanes 0-15).
+inline __m512bh load_group(const int8_t* p) {
+  const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  const __m512 hi =
+      _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16))));
+  return _mm512_cvtne2ps_pbh(hi, lo);
+}
+
 inline __m512bh broadcast_pair(const uint16_t* x, int64_t p) {
   return reinterpret_cast<__m512bh>(_mm512_set1_epi32(reinterpret_cast<const PairBits*>(x)[p]));
 }
@@ -51,14 +62,15 @@ inline void store_block(const MatmulArgs& a, __m512 v, int64_t t, int64_t r) {
   _mm512_storeu_ps(y, v);
 }
 
-// NB blocks from row r0 x T tokens from t0. kAhead > 0: this tile is the first to read the
-// blocks, which then come from memory, kAhead groups ahead; later tiles find them in L2.
-template <int NB, int T, int kAhead>
+// NB blocks from row r0 x T tokens from t0, W: uint16_t (bf16) or int8_t weights. kAhead > 0:
+// this tile is the first to read the blocks, which then come from memory, kAhead bytes
+// ahead; later tiles find them in L2.
+template <class W, int NB, int T, int kAhead>
 inline void packed_tile(const MatmulArgs& a, int64_t r0, int64_t t0) {
   const int64_t pairs = a.k / 2;
-  const uint16_t* w[NB];
+  const W* w[NB];
   const uint16_t* x[T];
-  for (int b = 0; b < NB; ++b) w[b] = static_cast<const uint16_t*>(a.w) + (r0 + b * kPackRows) * a.k;
+  for (int b = 0; b < NB; ++b) w[b] = static_cast<const W*>(a.w) + (r0 + b * kPackRows) * a.k;
   for (int t = 0; t < T; ++t) x[t] = a.x16 + (t0 + t) * a.ldx;
   __m512 acc[NB][T];
   for (int b = 0; b < NB; ++b)
@@ -66,7 +78,7 @@ inline void packed_tile(const MatmulArgs& a, int64_t r0, int64_t t0) {
   for (int64_t p = 0; p < pairs; ++p) {
     __m512bh wv[NB];
     for (int b = 0; b < NB; ++b) {
-      if constexpr (kAhead > 0) _mm_prefetch(reinterpret_cast<const char*>(w[b] + (p + kAhead) * 32), _MM_HINT_T0);
+      if constexpr (kAhead > 0) _mm_prefetch(reinterpret_cast<const char*>(w[b] + p * 32) + kAhead, _MM_HINT_T0);
       wv[b] = load_group(w[b] + p * 32);
     }
     for (int t = 0; t < T; ++t) {
@@ -79,29 +91,31 @@ inline void packed_tile(const MatmulArgs& a, int64_t r0, int64_t t0) {
 }
 
 // Rows [r0, r1) of tokens [t0, t1): r0 and r1 are multiples of kPackRows.
-void matmul_bf16_packed(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
+template <class W>
+void matmul_packed(const MatmulArgs& a, int64_t r0, int64_t r1, int64_t t0, int64_t t1) {
   if (t1 - t0 == 1) {  // GEMV: bandwidth-bound, kGemvNB sequential streams at once
     int64_t r = r0;
-    for (; r + kGemvNB * kPackRows <= r1; r += kGemvNB * kPackRows) packed_tile<kGemvNB, 1, kGemvAhead>(a, r, t0);
-    for (; r + 2 * kPackRows <= r1; r += 2 * kPackRows) packed_tile<2, 1, kGemvAhead>(a, r, t0);
-    for (; r < r1; r += kPackRows) packed_tile<1, 1, kGemvAhead>(a, r, t0);
+    for (; r + kGemvNB * kPackRows <= r1; r += kGemvNB * kPackRows) packed_tile<W, kGemvNB, 1, kGemvAhead>(a, r, t0);
+    for (; r + 2 * kPackRows <= r1; r += 2 * kPackRows) packed_tile<W, 2, 1, kGemvAhead>(a, r, t0);
+    for (; r < r1; r += kPackRows) packed_tile<W, 1, 1, kGemvAhead>(a, r, t0);
     return;
   }
   l2_token_blocks<kT>(t0, t1, a.k * 2, [&](int64_t tb, int64_t te) {
     int64_t r = r0;
     for (; r + kNB * kPackRows <= r1; r += kNB * kPackRows) {
-      exact_tile<kT>(min64(kT, te - tb), [&]<int T>() { packed_tile<kNB, T, kTileAhead>(a, r, tb); });
+      exact_tile<kT>(min64(kT, te - tb), [&]<int T>() { packed_tile<W, kNB, T, kTileAhead>(a, r, tb); });
       for (int64_t t = tb + kT; t < te; t += kT)
-        exact_tile<kT>(min64(kT, te - t), [&]<int T>() { packed_tile<kNB, T, 0>(a, r, t); });
+        exact_tile<kT>(min64(kT, te - t), [&]<int T>() { packed_tile<W, kNB, T, 0>(a, r, t); });
     }
     for (; r < r1; r += kPackRows)
       for (int64_t t = tb; t < te; t += kT)
-        exact_tile<kT>(min64(kT, te - t), [&]<int T>() { packed_tile<1, T, 0>(a, r, t); });
+        exact_tile<kT>(min64(kT, te - t), [&]<int T>() { packed_tile<W, 1, T, 0>(a, r, t); });
   });
 }
 
 }  // namespace
 
-MatmulFn avx512bf16_matmul_bf16_packed() { return &matmul_bf16_packed; }
+MatmulFn avx512bf16_matmul_bf16_packed() { return &matmul_packed<uint16_t>; }
+MatmulFn avx512bf16_matmul_i8_packed() { return &matmul_packed<int8_t>; }
 
 }  // namespace quiver::cpu
