@@ -3,12 +3,13 @@
 // A bf16 or int8 weight [rows, k] (rows a multiple of 16, k even) is cut into blocks of 16
 // rows. Block b is one contiguous run of k/2 groups of 32 elements (64 bytes of bf16, 32 of
 // int8); group p holds elements 2p and 2p+1 of the block's 16 rows, row r's pair at offsets
-// 2r and 2r+1. An int8 group widened in order is the bf16 group of the same values. One vdpbf16ps
-// of group p against token x's pair (x[2p], x[2p+1]), broadcast to all 16 lanes, adds
-// that pair's products to the 16 rows' outputs at once: the outputs of a tile are whole
-// vectors (no horizontal sums), a tile of NB blocks x T tokens loads NB weight vectors and
-// T 4-byte broadcasts per NB*T instructions (the row-major dot-product kernel loads NB+T
-// full vectors), and one token streams each thread's rows as a single sequential run.
+// 2r and 2r+1. An int8 group widened in order is the bf16 group of the same values. One
+// vdpbf16ps of group p against token x's pair (x[2p], x[2p+1]), broadcast to all 16 lanes,
+// adds that pair's products to the 16 rows' outputs at once: the outputs of a tile are
+// whole vectors (no horizontal sums), a tile of NB blocks x T tokens loads NB weight
+// vectors and T 4-byte broadcasts per NB*T instructions (the row-major dot-product kernel
+// loads NB+T full vectors), and one token streams each thread's rows as a single sequential
+// run.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +19,9 @@ namespace quiver::cpu {
 inline constexpr int64_t kPackRows = 16;  // rows per block: one zmm of f32 outputs
 
 // Whether a [rows, k] weight can be packed.
-inline bool packable_block16(int64_t rows, int64_t k) { return rows > 0 && k > 0 && rows % kPackRows == 0 && k % 2 == 0; }
+inline bool packable_block16(int64_t rows, int64_t k) {
+  return rows > 0 && k > 0 && rows % kPackRows == 0 && k % 2 == 0;
+}
 
 // Packs blocks [block_begin, block_end) of src ([rows, k] row-major) into dst.
 void pack_block16(uint16_t* dst, const uint16_t* src, int64_t k, int64_t block_begin, int64_t block_end);
