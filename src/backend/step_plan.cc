@@ -185,8 +185,7 @@ StepPlan plan_host_step(const StepShape& shape, bool round_x16) {
   p.tokens = shape.tokens;
   for (GroupPlan& g : p.group) {
     g.matmul = MatmulKernel::kHost;
-    const bool bf16 = shape.weights == DType::kBF16 || (shape.weights == DType::kI8 && shape.weights_source == DType::kBF16);
-    if (round_x16 && bf16) g.x_type = DType::kBF16;
+    if (round_x16 && host_x_is_bf16(shape.weights, shape.weights_source)) g.x_type = DType::kBF16;
     if (shape.lora && shape.rank > 0) {
       g.shrink = ShrinkKernel::kHost;
       g.expand = ExpandKernel::kHost;

@@ -185,5 +185,11 @@ GroupPlan plan_device_matmul(const DispatchTable& table, int64_t n, int64_t in, 
 // bf16 weights at every token count, so that a request's numerics do not depend on how
 // many others share its step (each element is rounded alone; sums run per token).
 StepPlan plan_host_step(const StepShape& shape, bool round_x16);
+// Whether plan_host_step, with round_x16, rounds x to bf16 for weights of this type
+// (`source`: what int8 weights were quantized from): bf16 weights, and int8 ones quantized
+// from bf16, which keep their checkpoint's rounding.
+inline bool host_x_is_bf16(DType weights, DType source) {
+  return weights == DType::kBF16 || (weights == DType::kI8 && source == DType::kBF16);
+}
 
 }  // namespace quiver

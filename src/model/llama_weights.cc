@@ -100,9 +100,9 @@ class Loader {
 void pack_projections(LlamaWeights& w, Backend* backend) {
   const auto pack = [&](Tensor* t) {
     if (t->empty() || backend->projection_layout(*t) == WeightLayout::kRows) return;
-    // int8 weights meet activations rounded to bf16 only where they were quantized from bf16
-    // (plan_host_step); a packed weight takes no others.
-    if (t->dtype == DType::kI8 && w.quantized_from != DType::kBF16) return;
+    // A packed weight takes activations rounded to bf16 alone: int8 weights get those only
+    // where they were quantized from bf16.
+    if (!host_x_is_bf16(t->dtype, w.quantized_from)) return;
     Buffer packed(backend, t->bytes());
     const Tensor p = backend->pack_projection(packed.data(), *t);
     w.replace(t, p, std::move(packed));
