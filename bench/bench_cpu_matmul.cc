@@ -26,36 +26,53 @@ namespace {
 
 constexpr size_t kMinWorkingSetBytes = size_t{512} << 20;  // well past any L3
 
+// Copies of one weight: bf16 (E = uint16_t) or int8 with row scales (E = int8_t), row-major
+// or packed as the engine packs projections.
+template <class E>
 struct Weights {
-  std::vector<std::vector<uint16_t>> copies;
-  int64_t out, in;
-  bool packed;
+  static constexpr DType kType = sizeof(E) == 1 ? DType::kI8 : DType::kBF16;
+  std::vector<std::vector<E>> copies;
+  std::vector<float> scales;  // int8's row scales
+  int64_t out = 0, in = 0;
+  bool packed = false;
+  Tensor view(E* data) const {
+    Tensor t(data, kType, {out, in});
+    if (!scales.empty()) t.row_scale = scales.data();
+    return t;
+  }
   Tensor get(size_t i) {
-    Tensor t(copies[i % copies.size()].data(), DType::kBF16, {out, in});
+    Tensor t = view(copies[i % copies.size()].data());
     if (packed) t.layout = WeightLayout::kBlock16;
     return t;
   }
-  size_t bytes() const { return static_cast<size_t>(out * in) * 2; }
+  size_t bytes() const { return static_cast<size_t>(out * in) * sizeof(E); }
 };
 
 // The last shape's weights are kept: google-benchmark calls a benchmark several times
 // (iteration-count probes, repetitions) and building 512 MiB of copies is slow.
-Weights& make_weights(int64_t out, int64_t in, CpuBackend* packer) {
-  static Weights w{{}, 0, 0, false};
+template <class E>
+Weights<E>& make_weights(int64_t out, int64_t in, CpuBackend* packer) {
+  static Weights<E> w;
   if (w.out == out && w.in == in && w.packed == (packer != nullptr)) return w;
-  w = Weights{{}, out, in, false};
+  w = Weights<E>{{}, {}, out, in, false};
   const size_t one = static_cast<size_t>(out * in);
-  const size_t n = std::max<size_t>(2, kMinWorkingSetBytes / (one * 2) + 1);
   std::mt19937 rng(1);
-  std::uniform_real_distribution<float> u(-0.05f, 0.05f);
-  std::vector<uint16_t> base(one);
-  for (auto& v : base) v = f32_to_bf16(u(rng));
+  std::vector<E> base(one);
+  if constexpr (sizeof(E) == 1) {
+    w.scales.assign(static_cast<size_t>(out), 1e-3f);
+    std::uniform_int_distribution<int> q(-127, 127);
+    for (auto& v : base) v = static_cast<E>(q(rng));
+  } else {
+    std::uniform_real_distribution<float> u(-0.05f, 0.05f);
+    for (auto& v : base) v = f32_to_bf16(u(rng));
+  }
   if (packer != nullptr) {
-    std::vector<uint16_t> packed(one);
-    packer->pack_projection(packed.data(), Tensor(base.data(), DType::kBF16, {out, in}));
+    std::vector<E> packed(one);
+    packer->pack_projection(packed.data(), w.view(base.data()));
     base = std::move(packed);
     w.packed = true;
   }
+  const size_t n = std::max<size_t>(2, kMinWorkingSetBytes / w.bytes() + 1);
   for (size_t i = 0; i < n; ++i) w.copies.push_back(base);
   return w;
 }
@@ -72,6 +89,15 @@ std::vector<uint16_t> to_bf16(const std::vector<float>& x) {
   std::vector<uint16_t> h(x.size());
   for (size_t j = 0; j < x.size(); ++j) h[j] = f32_to_bf16(x[j]);
   return h;
+}
+
+// GB/s of the weight's bytes and GFLOP/s of its multiply-adds, per iteration.
+void set_rates(benchmark::State& state, size_t weight_bytes, int64_t macs) {
+  const double iters = static_cast<double>(state.iterations());
+  state.counters["GB/s"] =
+      benchmark::Counter(static_cast<double>(weight_bytes) * iters / 1e9, benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * static_cast<double>(macs) * iters / 1e9, benchmark::Counter::kIsRate);
 }
 
 CpuBackend& backend(int threads) {
@@ -94,7 +120,7 @@ void BM_MatmulBf16(benchmark::State& state) {
     state.SkipWithError("no packed layout on this CPU");
     return;
   }
-  Weights& w = make_weights(out, in, pack ? &cpu : nullptr);
+  Weights<uint16_t>& w = make_weights<uint16_t>(out, in, pack ? &cpu : nullptr);
   std::vector<float> x = random_vec(static_cast<size_t>(n * in)), y(static_cast<size_t>(n * out));
   std::vector<uint16_t> xh = to_bf16(x);
   Tensor xt(x.data(), DType::kF32, {n, in}), yt(y.data(), DType::kF32, {n, out});
@@ -105,10 +131,7 @@ void BM_MatmulBf16(benchmark::State& state) {
     else cpu.matmul(yt, xt, w.get(i++), Tensor());
     benchmark::DoNotOptimize(y.data());
   }
-  const double iters = static_cast<double>(state.iterations());
-  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(w.bytes()) * iters / 1e9, benchmark::Counter::kIsRate);
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(2.0 * static_cast<double>(n * in * out) * iters / 1e9, benchmark::Counter::kIsRate);
+  set_rates(state, w.bytes(), n * in * out);
   const char* kernel = !x16 ? "" : pack ? " bf16-packed" : cpu.has_bf16_dot() ? " bf16-dot" : " bf16 x";
   state.SetLabel(std::string(cpu_isa_name(cpu.isa())) + kernel);
 }
@@ -128,34 +151,6 @@ BENCHMARK(BM_MatmulBf16)->Apply(matmul_args)->UseRealTime()->Unit(benchmark::kMi
 // int8 weights with row scales (--quantization int8), activations in bf16: row-major (the
 // dot-product kernel widening each tile's weights in registers, packed:0) and packed as the
 // engine packs projections (packed:1). GB/s counts the int8 bytes.
-struct Int8Weights {
-  std::vector<std::vector<int8_t>> copies;
-  std::vector<float> scales;
-  int64_t out = 0, in = 0;
-  bool packed = false;
-};
-
-Int8Weights& make_int8_weights(int64_t out, int64_t in, CpuBackend* packer) {
-  static Int8Weights w;
-  if (w.out == out && w.in == in && w.packed == (packer != nullptr)) return w;
-  w = Int8Weights{{}, std::vector<float>(static_cast<size_t>(out), 1e-3f), out, in, packer != nullptr};
-  const size_t one = static_cast<size_t>(out * in);
-  std::mt19937 rng(1);
-  std::uniform_int_distribution<int> q(-127, 127);
-  std::vector<int8_t> base(one);
-  for (auto& v : base) v = static_cast<int8_t>(q(rng));
-  if (packer != nullptr) {
-    std::vector<int8_t> packed(one);
-    Tensor t(base.data(), DType::kI8, {out, in});
-    t.row_scale = w.scales.data();
-    packer->pack_projection(packed.data(), t);
-    base = std::move(packed);
-  }
-  const size_t n = std::max<size_t>(2, kMinWorkingSetBytes / one + 1);
-  for (size_t i = 0; i < n; ++i) w.copies.push_back(base);
-  return w;
-}
-
 // Args: out, in, n (tokens), packed
 void BM_MatmulInt8(benchmark::State& state) {
   const int64_t out = state.range(0), in = state.range(1), n = state.range(2);
@@ -168,22 +163,16 @@ void BM_MatmulInt8(benchmark::State& state) {
     state.SkipWithError("no AVX512-BF16 int8 kernel on this CPU");
     return;
   }
-  Int8Weights& w = make_int8_weights(out, in, pack ? &cpu : nullptr);
+  Weights<int8_t>& w = make_weights<int8_t>(out, in, pack ? &cpu : nullptr);
   std::vector<float> x = random_vec(static_cast<size_t>(n * in)), y(static_cast<size_t>(n * out));
   std::vector<uint16_t> xh = to_bf16(x);
   Tensor xht(xh.data(), DType::kBF16, {n, in}), yt(y.data(), DType::kF32, {n, out});
   size_t i = 0;
   for (auto _ : state) {
-    Tensor wt(w.copies[i++ % w.copies.size()].data(), DType::kI8, {out, in});
-    wt.row_scale = w.scales.data();
-    if (pack) wt.layout = WeightLayout::kBlock16;
-    cpu.matmul_x16(yt, xht, wt, Tensor());
+    cpu.matmul_x16(yt, xht, w.get(i++), Tensor());
     benchmark::DoNotOptimize(y.data());
   }
-  const double iters = static_cast<double>(state.iterations());
-  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(out * in) * iters / 1e9, benchmark::Counter::kIsRate);
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(2.0 * static_cast<double>(n * in * out) * iters / 1e9, benchmark::Counter::kIsRate);
+  set_rates(state, w.bytes(), n * in * out);
   state.SetLabel(pack ? "int8-packed" : "int8-dot");
 }
 
