@@ -20,6 +20,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <map>
+#include <tuple>
 #include <vector>
 
 #include "backend/backend.h"
@@ -124,14 +126,16 @@ class CudaBackend : public Backend {
   void matmul_fp8(const MatmulGroup& g, Tensor x, bool outer);
   bool fp8_gemm_fits(const MatmulGroup& g, Tensor x) const;
   // The cuBLASLt algorithm of one FP8 GEMM shape, found once (so a shape always runs the same
-  // kernel, eager or captured); want_outer: outer-vector scales asked for; outer: with
-  // them, else unit scales; found: false where cuBLASLt has none (the GEMV runs it).
+  // kernel, eager or captured); outer: with outer-vector scales, else unit scales; found:
+  // false where cuBLASLt has none (the GEMV runs it). Looked up by (out, n, in, want_outer)
+  // in a map: a server meets every token count up to its batch limit, times every
+  // projection shape, and each FP8 GEMM looks its shape up.
   struct Fp8Algo {
-    int64_t out = 0, n = 0, in = 0;
-    bool want_outer = false, found = false, outer = false;
+    bool found = false, outer = false;
     cublasLtMatmulAlgo_t algo{};
   };
-  Fp8Algo fp8_algo(int64_t out, int64_t n, int64_t in, bool want_outer);
+  using Fp8Shape = std::tuple<int64_t, int64_t, int64_t, bool>;  // out, n, in, want_outer
+  const Fp8Algo& fp8_algo(int64_t out, int64_t n, int64_t in, bool want_outer);
   // The shape checks of a matmul group (gemm.cu).
   void check_group(const MatmulGroup& g, Tensor x) const;
   // The project() kernels (their shrinks write lora.t, the expand left to the next op):
@@ -172,7 +176,7 @@ class CudaBackend : public Backend {
   cublasHandle_t cublas_ = nullptr;
   cublasHandle_t cublas_small_ = nullptr;  // no workspace (MatmulKernel::kCublasSmall)
   cublasLtHandle_t cublas_lt_ = nullptr;     // FP8 GEMMs (MatmulKernel::kCublasFp8), on cublas_workspace_
-  std::vector<Fp8Algo> fp8_algos_;
+  std::map<Fp8Shape, Fp8Algo> fp8_algos_;
   void* cublas_workspace_ = nullptr;
   Scratch matmul_scratch_;     // x converted to 16 bits: [n, in] (twice that when split)
   Scratch fp8_scratch_;        // x quantized per token for kCublasFp8: [n, in] e4m3, then [n] f32 scales

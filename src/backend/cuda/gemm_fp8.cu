@@ -261,8 +261,12 @@ bool CudaBackend::fp8_gemm_fits(const MatmulGroup& g, Tensor x) const {
 
 void CudaBackend::matmul_fp8(const MatmulGroup& g, Tensor x, bool outer) {
   const int64_t n = x.dim(0), in = x.dim(1);
+  const Fp8Algo* algos[kMaxGroup] = {};
   bool found = fp8_gemm_fits(g, x);
-  for (int i = 0; i < g.count && found; ++i) found = fp8_algo(g.w[i].dim(0), n, in, outer).found;
+  for (int i = 0; i < g.count && found; ++i) {
+    algos[i] = &fp8_algo(g.w[i].dim(0), n, in, outer);
+    found = algos[i]->found;
+  }
   if (!found) {  // the decode GEMV, 16 tokens a pass
     gemv(g, x, false);
     return;
@@ -277,7 +281,7 @@ void CudaBackend::matmul_fp8(const MatmulGroup& g, Tensor x, bool outer) {
     const Tensor &y = g.y[i], &w = g.w[i];
     const int64_t out = w.dim(0);
     if (out == 0) continue;
-    const Fp8Algo algo = fp8_algo(out, n, in, outer);
+    const Fp8Algo& algo = *algos[i];
     LtGemm op(out, n, in, algo.outer);
     if (algo.outer) op.set_scales(w.row_scale, xs);
     lt_check(cublasLtMatmul(cublas_lt_, op.desc, &one, w.data, op.a, buf, op.b, &zero, y.data, op.c, y.data, op.c,
@@ -291,19 +295,15 @@ void CudaBackend::matmul_fp8(const MatmulGroup& g, Tensor x, bool outer) {
   }
 }
 
-CudaBackend::Fp8Algo CudaBackend::fp8_algo(int64_t out, int64_t n, int64_t in, bool want_outer) {
-  for (const Fp8Algo& a : fp8_algos_)
-    if (a.out == out && a.n == n && a.in == in && a.want_outer == want_outer) return a;
+const CudaBackend::Fp8Algo& CudaBackend::fp8_algo(int64_t out, int64_t n, int64_t in, bool want_outer) {
+  const Fp8Shape shape{out, n, in, want_outer};
+  if (auto it = fp8_algos_.find(shape); it != fp8_algos_.end()) return it->second;
   cublasLtMatmulPreference_t pref = nullptr;
   lt_check(cublasLtMatmulPreferenceCreate(&pref), "preference");
   const size_t ws = options_.cublas_workspace_bytes;
   lt_check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
            "workspace");
   Fp8Algo found;
-  found.out = out;
-  found.n = n;
-  found.in = in;
-  found.want_outer = want_outer;
   // Outer-vector scales where asked for; unit scales and scale_rows_kernel where there is no
   // kernel for them or they were not; the GEMV where there is none at all.
   for (const bool outer : {true, false}) {
@@ -328,8 +328,7 @@ CudaBackend::Fp8Algo CudaBackend::fp8_algo(int64_t out, int64_t n, int64_t in, b
     }
   }
   cublasLtMatmulPreferenceDestroy(pref);
-  fp8_algos_.push_back(found);
-  return found;
+  return fp8_algos_.emplace(shape, found).first->second;
 }
 
 }  // namespace quiver
