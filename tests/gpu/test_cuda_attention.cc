@@ -4,8 +4,13 @@
 // q_len, chunked prefill with cached context), for every kv dtype, block sizes 1/4/16,
 // GQA groups 1..16 and head_dim 8..256 (8 and 16 are the HF fixture models' heads: one to
 // four 16-byte vectors per K/V row). Tolerance 1e-4 of max |ref| (f32 math against a
-// double reference; both read the same cache values). Skips without a GPU.
+// double reference; both read the same cache values), except where the prefill runs on
+// tensor cores (16-bit and fp8 caches, head_dim 16..128): q and P rounded to bf16 (bf16 and
+// fp8 caches, <= 2^-8 relative) or f16 (2^-11) hold it to 1e-2 or 2e-3, and the same case
+// reruns on a backend with --matmul-precision highest, which keeps the f32 kernel, at 1e-4.
+// Skips without a GPU.
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "gpu/cuda_test_util.h"
@@ -66,20 +71,39 @@ class CudaAttention : public CudaTest {
                         max_q + c.query_bound_extra, max_len + c.seq_bound_extra};
     ref_.attention(out.view(), q.view(), KvLayer{kc.view(), vc.view(), c.k_scale, c.v_scale}, hmeta, scale);
 
-    DeviceTensor gkc = upload(gpu_.get(), kc), gvc = upload(gpu_.get(), vc), gq = upload(gpu_.get(), q);
-    DeviceTensor go = upload(gpu_.get(), out), gqs = upload(gpu_.get(), hqs), glens = upload(gpu_.get(), hlens);
-    DeviceTensor gtables = upload(gpu_.get(), htables);
-    AttentionMeta gmeta{gqs.t, glens.t, gtables.t, hmeta.num_seqs, hmeta.max_query_len, hmeta.max_seq_len};
-    poison(gpu_.get(), go.t);
-    gpu_->attention(go.t, gq.t, KvLayer{gkc.t, gvc.t, c.k_scale, c.v_scale}, gmeta, scale);
-
     char tag[200];
     std::snprintf(tag, sizeof tag, "attention[%s] %s bs=%lld heads=%lld/%lld hd=%lld n=%lld seqs=%lld", label.c_str(),
                   name_of(c.kv_type), static_cast<long long>(c.block_size), static_cast<long long>(c.num_heads),
                   static_cast<long long>(c.num_kv), static_cast<long long>(c.head_dim), static_cast<long long>(n),
                   static_cast<long long>(num_seqs));
-    expect_close(tag, download(gpu_.get(), go.t), out.as_f32(), 1e-4);
+    const auto on = [&](Backend* gpu, const std::string& what, double tol) {
+      DeviceTensor gkc = upload(gpu, kc), gvc = upload(gpu, vc), gq = upload(gpu, q);
+      DeviceTensor go = upload(gpu, out), gqs = upload(gpu, hqs), glens = upload(gpu, hlens);
+      DeviceTensor gtables = upload(gpu, htables);
+      AttentionMeta gmeta{gqs.t, glens.t, gtables.t, hmeta.num_seqs, hmeta.max_query_len, hmeta.max_seq_len};
+      poison(gpu, go.t);
+      gpu->attention(go.t, gq.t, KvLayer{gkc.t, gvc.t, c.k_scale, c.v_scale}, gmeta, scale);
+      expect_close(what, download(gpu, go.t), out.as_f32(), tol);
+    };
+    const bool tensor_cores = max_q > 1 && c.kv_type != DType::kF32 && c.head_dim % 16 == 0 && c.head_dim <= 128;
+    if (!tensor_cores) {
+      on(gpu_.get(), tag, 1e-4);
+      return;
+    }
+    on(gpu_.get(), tag, c.kv_type == DType::kF16 ? 2e-3 : 1e-2);
+    on(precise(), std::string(tag) + " highest", 1e-4);
   }
+
+  // --matmul-precision highest: f32 prefill throughout.
+  Backend* precise() {
+    if (!precise_) {
+      CudaBackendOptions o;
+      o.gemm_split_activations = true;
+      precise_ = variant_backend(o);
+    }
+    return precise_.get();
+  }
+  std::unique_ptr<Backend> precise_;
 };
 
 // q_len 1 everywhere: the split-K decode kernel. 256 and 257 straddle a partition edge.
@@ -107,6 +131,52 @@ TEST_F(CudaAttention, Fp8CacheDecodeAndMixed) {
   }
   run({DType::kF8E4M3, 16, 32, 32, 128, {{1, 3001}}, 0, 4096, 1.f, 1.f}, "decode fp8 long");
   for (auto [h, kv] : kGqa) run({DType::kF8E4M3, 16, h, kv, 128, kMixedLongSeqs, 0, 0, 0.3f, 0.7f}, "mixed fp8 gqa");
+}
+
+// Every e4m3 code, NaNs included, read exactly by each kernel that reads an fp8 cache: a
+// query that sees one key puts out that key's V row times v_scale (a power of two) exactly,
+// NaN where the code is NaN. Sequences 0-15 are one decode query over one key;
+// 16-31 prompts of 2, whose first query sees its first key only (the prefill kernels: tensor
+// cores on the default backend, f32 on the precise one). V row s % 16 holds codes 16 (s % 16)
+// up to 16 (s % 16) + 15; K is zeros.
+TEST_F(CudaAttention, Fp8CacheReadsEveryCodeExactly) {
+  constexpr int64_t kHd = 16, kSeqs = 32;
+  constexpr float kVScale = 2.f;
+  std::vector<int32_t> query_start{0}, seq_lens, tables;
+  for (int s = 0; s < kSeqs; ++s) {
+    const int len = s < 16 ? 1 : 2;
+    query_start.push_back(query_start.back() + len);
+    seq_lens.push_back(len);
+    tables.push_back(s);
+  }
+  const int64_t n = query_start.back();
+  HostTensor kc = host_f32({kSeqs, 2, 1, kHd}, {}, DType::kF8E4M3), vc = kc;  // zeros
+  for (int64_t s = 0; s < kSeqs; ++s)
+    for (int64_t e = 0; e < kHd; ++e)
+      vc.bytes[static_cast<size_t>(s * 2 * kHd + e)] = static_cast<uint8_t>((s % 16) * kHd + e);
+  HostTensor q = random_tensor(rng_, DType::kF32, {n, 1, kHd});
+  HostTensor hqs = host_i32({kSeqs + 1}, query_start), hlens = host_i32({kSeqs}, seq_lens);
+  HostTensor htables = host_i32({kSeqs, 1}, tables);
+  for (Backend* gpu : {gpu_.get(), precise()}) {
+    DeviceTensor gkc = upload(gpu, kc), gvc = upload(gpu, vc), gq = upload(gpu, q);
+    DeviceTensor go = upload(gpu, q), gqs = upload(gpu, hqs), glens = upload(gpu, hlens);
+    DeviceTensor gtables = upload(gpu, htables);
+    AttentionMeta meta{gqs.t, glens.t, gtables.t, static_cast<int>(kSeqs), 2, 2};
+    gpu->attention(go.t, gq.t, KvLayer{gkc.t, gvc.t, 1.f, kVScale}, meta, 0.25f);
+    const std::vector<float> got = download(gpu, go.t);
+    int wrong = 0;
+    for (int64_t s = 0; s < kSeqs; ++s) {
+      const int64_t row = query_start[static_cast<size_t>(s)];  // the query that sees key 0 only
+      for (int64_t e = 0; e < kHd; ++e) {
+        const float want = vc.get(s * 2 * kHd + e) * kVScale, have = got[static_cast<size_t>(row * kHd + e)];
+        const bool same = std::isnan(want) ? std::isnan(have) : have == want;  // -0 sums to +0
+        if (!same && ++wrong <= 5)
+          ADD_FAILURE() << "code " << (s % 16) * kHd + e << (s < 16 ? " decode" : " prefill") << ": " << have
+                        << " for " << want;
+      }
+    }
+    EXPECT_EQ(wrong, 0);
+  }
 }
 
 TEST_F(CudaAttention, DecodeHeadDims) {
@@ -181,6 +251,17 @@ TEST_F(CudaAttention, PrefillSmallHeadsLooseBoundsAndSingles) {
     run({DType::kF16, 1, 8, 2, hd, {{2, 2}}}, "prefill small two tokens");
     run({DType::kBF16, 16, 4, 1, hd, {{31, 1000}, {33, 33}}}, "small chunk after long context");
   }
+}
+
+// The tensor-core prefill's edges: prompts ending on either side of its 64-key tiles and
+// 64-query blocks, chunks starting mid-tile after cached context, every cache type it takes.
+TEST_F(CudaAttention, PrefillTileEdges) {
+  const std::vector<SeqSpec> edges = {{2, 2}, {63, 63}, {64, 64}, {65, 65}, {128, 128}, {129, 129},
+                                      {200, 329}, {64, 127}, {70, 134}, {1, 90}};
+  for (DType t : {DType::kBF16, DType::kF16, DType::kF8E4M3})
+    for (int64_t hd : {64, 128}) run({t, 16, 8, 2, hd, edges, 0, 0, 0.5f, 2.f}, "prefill edges");
+  run({DType::kBF16, 1, 4, 4, 128, edges}, "prefill edges bs1");
+  run({DType::kBF16, 16, 32, 32, 128, {{700, 700}}}, "prefill long");
 }
 
 TEST_F(CudaAttention, PrefillLooseBoundsAndSingles) {

@@ -402,7 +402,8 @@ void CudaBackend::attention(Tensor out, Tensor q, const KvLayer& cache, const At
     // their keys across blocks; in the prefill kernel each would be one block walking all
     // its keys for one query row.
     p.mixed = true;
-    cuda::attention_prefill(p, k_cache.dtype, static_cast<int>(hd), meta.max_query_len, stream_);
+    cuda::attention_prefill(p, k_cache.dtype, static_cast<int>(hd), meta.max_query_len,
+                            !options_.gemm_split_activations, stream_);
   }
   check(meta.max_seq_len >= 1, "attention: meta.max_seq_len must bound the sequence lengths");
   const int gc = heads_per_block(p.group);

@@ -73,7 +73,13 @@ constexpr bool kv_type_fits = HD % Vec16<T>::E == 0;
 
 // Variable-length causal attention for steps with a sequence of more than one query
 // (attention_prefill.cu). Grid from max_query_len, a host upper bound of q_len.
-void attention_prefill(const AttentionParams& p, DType kv_type, int head_dim, int max_query_len,
+// tensor_cores: on attention_prefill_mma where it takes the cache (false: f32 math
+// throughout, --matmul-precision highest).
+void attention_prefill(const AttentionParams& p, DType kv_type, int head_dim, int max_query_len, bool tensor_cores,
                        cudaStream_t stream);
+// The same on tensor cores (attention_prefill_mma.cu): 16-bit and fp8 caches, head_dim a
+// multiple of 16 up to 128; false, with nothing launched, for any other.
+bool attention_prefill_mma(const AttentionParams& p, DType kv_type, int head_dim, int max_query_len,
+                           cudaStream_t stream);
 
 }  // namespace quiver::cuda

@@ -1,7 +1,8 @@
 // CUDA paged attention for the multi-token sequences of a step (prefill, chunked prefill;
 // the one-query sequences mixed in go to the decode kernel): variable-length causal
-// attention, FlashAttention-2 style on the CUDA cores in f32. Correctness first; a
-// tensor-core version can replace it.
+// attention, FlashAttention-2 style on the CUDA cores in f32: for f32 caches, head sizes
+// the tensor-core kernel (attention_prefill_mma.cu) does not take, and --matmul-precision
+// highest.
 //
 // A block owns (sequence, query head, 32 consecutive queries of that sequence): its 4 warps
 // take 8 query rows each. K/V tiles of 32 keys are gathered through the block table into
@@ -157,7 +158,9 @@ void set_smem_limits(std::integer_sequence<int, HDs...>) {
 
 }  // namespace
 
-void attention_prefill(const AttentionParams& p, DType kv_type, int head_dim, int max_query_len, cudaStream_t stream) {
+void attention_prefill(const AttentionParams& p, DType kv_type, int head_dim, int max_query_len, bool tensor_cores,
+                       cudaStream_t stream) {
+  if (tensor_cores && attention_prefill_mma(p, kv_type, head_dim, max_query_len, stream)) return;
   const dim3 grid(static_cast<unsigned>(ceil_div(max_query_len, kBq)), static_cast<unsigned>(p.num_heads),
                   static_cast<unsigned>(p.num_seqs));
   dispatch_kv(kv_type, [&](auto tag) {
