@@ -11,7 +11,6 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -20,6 +19,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "cuda_bench_timing.h"
 #if defined(QUIVER_HAS_CUDA)
 #include "backend/cuda/cuda_backend_factory.h"
 #endif
@@ -114,22 +114,6 @@ struct AttentionStep {
   void run(Backend* gpu) const { gpu->attention(out_t, q_t, cache, meta, 1.f / std::sqrt(float{kHeadDim})); }
 };
 
-// Seconds per call of step.run, kCallsPerRound calls a timed round.
-double time_calls(benchmark::State& state, Backend* gpu, const AttentionStep& step) {
-  step.run(gpu);
-  gpu->synchronize();
-  double total = 0;
-  for (auto _ : state) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < kCallsPerRound; ++i) step.run(gpu);
-    gpu->synchronize();
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    state.SetIterationTime(s / kCallsPerRound);
-    total += s;
-  }
-  return total / (static_cast<double>(state.iterations()) * kCallsPerRound);
-}
-
 DType cache_type(int64_t i) { return i == 0 ? DType::kBF16 : i == 1 ? DType::kF16 : DType::kF8E4M3; }
 
 // Args: prompts, prompt length, cache type (0 bf16, 1 f16, 2 fp8 e4m3), kernel (0: tensor
@@ -143,7 +127,7 @@ void BM_CudaAttentionPrefill(benchmark::State& state) {
     return;
   }
   const AttentionStep step(gpu, t, seqs, len, len);
-  const double s = time_calls(state, gpu, step);
+  const double s = timed_rounds(state, gpu, kCallsPerRound, [&](size_t) { step.run(gpu); });
   const double pairs = static_cast<double>(seqs) * static_cast<double>(len) * static_cast<double>(len + 1) / 2;
   state.counters["us"] = s * 1e6;
   state.counters["TFLOP/s"] = pairs * 4.0 * kHeadDim * kHeads / s / 1e12;
@@ -167,7 +151,7 @@ void BM_CudaAttentionDecode(benchmark::State& state) {
     return;
   }
   const AttentionStep step(gpu, t, seqs, len, 1);
-  const double s = time_calls(state, gpu, step);
+  const double s = timed_rounds(state, gpu, kCallsPerRound, [&](size_t) { step.run(gpu); });
   const double bytes = 2.0 * static_cast<double>(seqs * len * kHeads * kHeadDim) * static_cast<double>(dtype_size(t));
   state.counters["us"] = s * 1e6;
   state.counters["GB/s"] = bytes / s / 1e9;

@@ -28,7 +28,6 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
-#include <chrono>
 #include <memory>
 #include <optional>
 #include <random>
@@ -36,6 +35,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "cuda_bench_timing.h"
 #if defined(QUIVER_HAS_CUDA)
 #include "backend/cuda/cuda_backend_factory.h"
 #endif
@@ -89,25 +89,6 @@ std::vector<Buffer> rotating_copies(Backend* gpu, DType t, size_t count, float s
   return out;
 }
 
-// Runs `call(i)` kCallsPerRound times per benchmark iteration and reports the mean time
-// of one call as the iteration time.
-template <typename Fn>
-double timed_rounds(benchmark::State& state, Backend* gpu, Fn&& call) {
-  for (int i = 0; i < kCallsPerRound; ++i) call(i);  // warm-up (module load, cuBLAS heuristics)
-  gpu->synchronize();
-  double total = 0;
-  size_t k = 0;
-  for (auto _ : state) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < kCallsPerRound; ++i) call(k++);
-    gpu->synchronize();
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    state.SetIterationTime(s / kCallsPerRound);
-    total += s;
-  }
-  return total / (static_cast<double>(state.iterations()) * kCallsPerRound);  // seconds per call
-}
-
 // A one-member group: random f32 x [n, in], y [n, out] f32 (the weights are the caller's).
 struct OneMatmul {
   Buffer x, y;
@@ -141,7 +122,7 @@ void BM_CudaMatmul(benchmark::State& state) {
   std::vector<Buffer> w = rotating_copies(gpu, DType::kBF16, static_cast<size_t>(out * in), 0.05f);
   OneMatmul m(gpu, out, in, n);
   const GroupPlan plan = matmul_plan(kernel);
-  const double s = timed_rounds(state, gpu, [&](size_t i) {
+  const double s = timed_rounds(state, gpu, kCallsPerRound, [&](size_t i) {
     m.g.w[0] = w[i % w.size()].tensor(DType::kBF16, {out, in});
     gpu->project(plan, m.g, GroupLora(), m.x_f32);
   });
@@ -203,7 +184,7 @@ void BM_CudaMatmulFp8(benchmark::State& state) {
   OneMatmul m(gpu, out, in, n);
   const GroupPlan plan{kernel, ShrinkKernel::kNone, ExpandKernel::kNone,
                        matmul_input_type(kernel, DType::kF8E4M3, false)};
-  const double s = timed_rounds(state, gpu, [&](size_t i) {
+  const double s = timed_rounds(state, gpu, kCallsPerRound, [&](size_t i) {
     m.g.w[0] = q.get(i);
     gpu->project(plan, m.g, GroupLora(), m.x_f32);
   });
@@ -247,7 +228,7 @@ void BM_CudaMatmulPrefill(benchmark::State& state) {
                                                    : MatmulKernel::kCublas;
   const DType wt = fp8 ? DType::kF8E4M3 : DType::kBF16;
   const GroupPlan plan{kernel, ShrinkKernel::kNone, ExpandKernel::kNone, matmul_input_type(kernel, wt, false)};
-  const double s = timed_rounds(state, gpu, [&](size_t i) {
+  const double s = timed_rounds(state, gpu, kCallsPerRound, [&](size_t i) {
     m.g.w[0] = fp8 ? q->get(i) : w[i % w.size()].tensor(DType::kBF16, {out, in});
     gpu->project(plan, m.g, GroupLora(), m.x_f32);
   });
@@ -327,7 +308,7 @@ void BM_CudaLoraPlan(benchmark::State& state) {
   const Tensor xt = x.tensor(DType::kF32, {n, in});
   const Tensor cache_t(cache.data(), DType::kBF16, {1, 16, heads, hd}, Device::kCuda);
   const size_t copies = std::min({w.size(), a.size(), b.size()});
-  const double s = timed_rounds(state, gpu, [&](size_t i) {
+  const double s = timed_rounds(state, gpu, kCallsPerRound, [&](size_t i) {
     const size_t c = i % copies;
     for (int m = 0; m < g.count; ++m) {
       g.w[m] = Tensor(static_cast<char*>(w[c].data()) + static_cast<size_t>(m) * out * in * 2, DType::kBF16,
