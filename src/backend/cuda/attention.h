@@ -71,6 +71,39 @@ constexpr bool has_attention_head_dim(int64_t hd) { return has_head_dim_in(hd, A
 template <typename T, int HD>
 constexpr bool kv_type_fits = HD % Vec16<T>::E == 0;
 
+// What a block of either prefill kernel owns, from its place in the grid
+// (ceil(max_query_len / BQ), num_heads, num_seqs): query head h of sequence s, queries
+// [q0, q0 + BQ) of the sequence's chunk. Query j of the chunk sits at position ctx + j and
+// sees keys [0, ctx + j].
+struct PrefillBlock {
+  int s, h, kvh;
+  int q_begin;   // the chunk's first row of q and out
+  int q_len;     // queries in the chunk
+  int q0;        // the block's first query in the chunk
+  int ctx;       // keys before the chunk
+  int last_key;  // the last key any of the block's queries sees
+  template <int BQ>
+  __device__ static PrefillBlock at(const AttentionParams& p) {
+    PrefillBlock b;
+    b.s = blockIdx.z;
+    b.h = blockIdx.y;
+    b.kvh = b.h / p.group;
+    b.q_begin = p.query_start[b.s];
+    b.q_len = p.query_start[b.s + 1] - b.q_begin;
+    b.q0 = blockIdx.x * BQ;
+    b.ctx = p.seq_lens[b.s] - b.q_len;
+    b.last_key = b.ctx + min(b.q0 + BQ, b.q_len) - 1;
+    return b;
+  }
+  // Past the chunk, or a single query of a mixed step (the decode kernel's).
+  __device__ bool idle(const AttentionParams& p) const { return q0 >= q_len || (p.mixed && q_len == 1); }
+};
+
+// Whether the tensor-core prefill kernel (attention_prefill_mma.cu) takes a cache of T with
+// heads of HD: 16-bit and fp8 caches, head_dim a multiple of 16 up to 128.
+template <typename T, int HD>
+constexpr bool prefill_mma_takes = !std::is_same_v<T, float> && HD % 16 == 0 && HD <= 128;
+
 // Variable-length causal attention for steps with a sequence of more than one query
 // (attention_prefill.cu). Grid from max_query_len, a host upper bound of q_len.
 // tensor_cores: on attention_prefill_mma where it takes the cache (false: f32 math

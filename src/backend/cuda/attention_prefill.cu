@@ -43,13 +43,9 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(AttentionParams p) {
   float* k_s = q_s + kBq * HD;     // [kBk][KS]
   float* v_s = k_s + kBk * KS;     // [kBk][HD]
 
-  const int s = blockIdx.z, h = blockIdx.y, kvh = h / p.group;
-  const int q_begin = p.query_start[s];
-  const int q_len = p.query_start[s + 1] - q_begin;
-  const int q0 = blockIdx.x * kBq;
-  if (q0 >= q_len || (p.mixed && q_len == 1)) return;  // single queries: the decode kernel's
-  const int ctx = p.seq_lens[s] - q_len;  // keys before this chunk
-  const int last_key = ctx + min(q0 + kBq, q_len) - 1;
+  const PrefillBlock block = PrefillBlock::at<kBq>(p);
+  if (block.idle(p)) return;
+  const auto [s, h, kvh, q_begin, q_len, q0, ctx, last_key] = block;
   const T* k_cache = static_cast<const T*>(p.k_cache);
   const T* v_cache = static_cast<const T*>(p.v_cache);
 

@@ -98,17 +98,13 @@ __global__ void __launch_bounds__(kThreads, 3) prefill_mma_kernel(AttentionParam
   constexpr int KT = HD / 16;  // k-steps of q K^T
   constexpr int NT = kBk / 8;  // key tiles of the scores
   constexpr int DT = HD / 8;   // head-dim tiles of the output
-  static_assert(HD % 16 == 0 && HD <= 128, "tensor-core prefill: head_dim a multiple of 16 up to 128");
+  static_assert(prefill_mma_takes<T, HD>, "tensor-core prefill: a cache and head size it does not take");
   __shared__ __align__(16) uint16_t k_s[kBk * KS];  // [key][dim]
   __shared__ __align__(16) uint16_t v_s[HD * VS];   // [dim][key]
 
-  const int s = blockIdx.z, h = blockIdx.y, kvh = h / p.group;
-  const int q_begin = p.query_start[s];
-  const int q_len = p.query_start[s + 1] - q_begin;
-  const int q0 = blockIdx.x * kBq;
-  if (q0 >= q_len || (p.mixed && q_len == 1)) return;  // single queries: the decode kernel's
-  const int ctx = p.seq_lens[s] - q_len;                // keys before this chunk
-  const int last_key = ctx + min(q0 + kBq, q_len) - 1;
+  const PrefillBlock block = PrefillBlock::at<kBq>(p);
+  if (block.idle(p)) return;
+  const auto [s, h, kvh, q_begin, q_len, q0, ctx, last_key] = block;
   const T* k_cache = static_cast<const T*>(p.k_cache);
   const T* v_cache = static_cast<const T*>(p.v_cache);
 
@@ -262,22 +258,20 @@ __global__ void __launch_bounds__(kThreads, 3) prefill_mma_kernel(AttentionParam
 
 bool attention_prefill_mma(const AttentionParams& p, DType kv_type, int head_dim, int max_query_len,
                            cudaStream_t stream) {
-  if (kv_type == DType::kF32 || head_dim % 16 != 0 || head_dim > 128 || !has_attention_head_dim(head_dim)) return false;
+  if (!has_attention_head_dim(head_dim)) return false;
   const dim3 grid(static_cast<unsigned>(ceil_div(max_query_len, kBq)), static_cast<unsigned>(p.num_heads),
                   static_cast<unsigned>(p.num_seqs));
   bool launched = false;
   dispatch_kv(kv_type, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    if constexpr (!std::is_same_v<T, float>) {
-      dispatch_head_dim(head_dim, [&](auto hd_c) {
-        constexpr int HD = decltype(hd_c)::value;
-        if constexpr (HD % 16 == 0 && HD <= 128) {
-          prefill_mma_kernel<T, HD><<<grid, kThreads, 0, stream>>>(p);
-          launch_check();
-          launched = true;
-        }
-      });
-    }
+    dispatch_head_dim(head_dim, [&](auto hd_c) {
+      constexpr int HD = decltype(hd_c)::value;
+      if constexpr (prefill_mma_takes<T, HD>) {
+        prefill_mma_kernel<T, HD><<<grid, kThreads, 0, stream>>>(p);
+        launch_check();
+        launched = true;
+      }
+    });
   }, "attention: cache must be F32, F16, BF16 or F8_E4M3");
   return launched;
 }
