@@ -72,9 +72,23 @@ struct MatmulGroup {
   Tensor w[kMaxGroup];     // [out_g, in]
   Tensor bias[kMaxGroup];  // [out_g] or empty
   // x already rounded to the plan's x_type ([n, in]), or empty: a backend that rounds x
-  // before multiplying then takes this copy instead of converting x again.
+  // before multiplying then takes this copy instead of converting x again. For x_type
+  // e4m3: the codes, with the per-token scales as row_scale (fp8_copy).
   Tensor x16;
 };
+
+// The bytes of x's [n, d] e4m3 codes rounded up to 16; an fp8 copy (GroupPlan::x_type
+// e4m3, written by the op that writes x) keeps its n f32 row scales from there on.
+inline size_t fp8_codes_bytes(int64_t count) { return static_cast<size_t>((count + 15) / 16 * 16); }
+inline size_t fp8_copy_bytes(int64_t n, int64_t d) {
+  return fp8_codes_bytes(n * d) + sizeof(float) * static_cast<size_t>(n);
+}
+// The fp8 copy of an [n, d] x laid out in `data` (fp8_copy_bytes(n, d) bytes).
+inline Tensor fp8_copy(void* data, int64_t n, int64_t d, Device device) {
+  Tensor t(data, DType::kF8E4M3, {n, d}, device);
+  t.row_scale = reinterpret_cast<const float*>(static_cast<char*>(data) + fp8_codes_bytes(n * d));
+  return t;
+}
 
 // The LoRA of a projection group, built once by the model and handed to Backend::project
 // and to the op that reads the group's outputs next:
@@ -255,8 +269,9 @@ class Backend {
   virtual void embedding_lora(Tensor out, Tensor ids, Tensor token_slot, const VocabLora& lora) = 0;
 
   // out = x / sqrt(mean(x^2) + eps) * w        out, x: [n, d] f32; w: [d]
-  // out16: empty, or [n, d] in a 16-bit type: out rounded to it as well (the next group's
-  // MatmulGroup::x16, when its plan's x_type is 16-bit).
+  // out16: empty, or [n, d] in a 16-bit type: out rounded to it as well, or an fp8 copy
+  // (fp8_copy; device backends): out's codes and row scales (the next group's
+  // MatmulGroup::x16, when its plan's x_type is not f32).
   virtual void rms_norm(Tensor out, Tensor out16, Tensor x, Tensor w, float eps) = 0;
 
   // x += its group's pending expand; residual += x; out = rms_norm(residual, w) (+ out16).
@@ -383,6 +398,11 @@ class Buffer {
     Tensor v(ptr_, t, dims, backend_->device());
     check(v.bytes() <= bytes_, "tensor view larger than its buffer");
     return v;
+  }
+  // An fp8 copy of an [n, d] x (fp8_copy) over the start of the buffer.
+  Tensor fp8_copy_view(int64_t n, int64_t d) const {
+    check(fp8_copy_bytes(n, d) <= bytes_, "fp8 copy larger than its buffer");
+    return fp8_copy(ptr_, n, d, backend_->device());
   }
 
  private:

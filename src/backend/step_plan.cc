@@ -61,7 +61,10 @@ GroupPlan plan_group(const DispatchTable& t, const StepShape& s, const GroupShap
 }  // namespace
 
 DType matmul_input_type(MatmulKernel k, DType weights, bool split_activations) {
-  if (weights == DType::kF8E4M3) return k == MatmulKernel::kSkinny && !split_activations ? DType::kF16 : DType::kF32;
+  if (weights == DType::kF8E4M3) {
+    if (split_activations) return DType::kF32;
+    return k == MatmulKernel::kSkinny ? DType::kF16 : is_cublas_fp8(k) ? DType::kF8E4M3 : DType::kF32;
+  }
   const bool rounds = k != MatmulKernel::kGemv && k != MatmulKernel::kHost && !split_activations;
   return rounds && is_16bit_float(weights) ? weights : DType::kF32;
 }

@@ -59,10 +59,10 @@ struct GroupPlan {
   MatmulKernel matmul = MatmulKernel::kHost;
   ShrinkKernel shrink = ShrinkKernel::kNone;
   ExpandKernel expand = ExpandKernel::kNone;
-  // The type the matmul multiplies x in: kF32, or a 16-bit type (the weights' own, f16
-  // beside fp8 weights), in which case the op that produces x writes that copy beside it
-  // (MatmulGroup::x16) where it can. The kCublasFp8 kernels quantize x themselves and read
-  // it in f32.
+  // The type the matmul multiplies x in: kF32, a 16-bit type (the weights' own, f16 for
+  // the skinny kernel on fp8 weights), or e4m3 (the kCublasFp8 kernels: codes with a scale
+  // per token), in which case the op that produces x writes that copy beside it
+  // (MatmulGroup::x16) where it can; a matmul without it converts x itself.
   DType x_type = DType::kF32;
   bool lora() const { return shrink != ShrinkKernel::kNone; }
   bool expand_in_next_op() const { return expand == ExpandKernel::kNextOp; }
@@ -176,7 +176,8 @@ void check_dispatch_table(const DispatchTable& table);
 StepPlan plan_device_step(const DispatchTable& table, const StepShape& shape, bool split_activations);
 // The type kernel k multiplies x in with weights of type `weights` (GroupPlan::x_type):
 // their 16-bit type for the kernels that round x (skinny, cuBLAS; not under
-// split_activations), f16 for the skinny kernel on fp8 weights, otherwise f32.
+// split_activations), f16 for the skinny kernel on fp8 weights and e4m3 for cuBLASLt's
+// FP8 GEMM, otherwise f32.
 DType matmul_input_type(MatmulKernel k, DType weights, bool split_activations);
 // The plan of one matmul of n tokens without LoRA (lm_head), as a group's would be.
 GroupPlan plan_device_matmul(const DispatchTable& table, int64_t n, int64_t in, DType weights, bool split_activations);

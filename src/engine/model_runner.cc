@@ -46,10 +46,10 @@ InputLayout input_layout(int64_t tokens, int64_t seqs, int64_t segments, int64_t
   return l;
 }
 
-// The 16-bit type the plans of steps up to max_tokens tokens multiply x in, or kF32 when
-// none does (the Workspace then holds no copies). A plan rounds x from some token count up
-// (DispatchTable::gemv_max_n), so the largest step decides, with or without LoRA; with fp8
-// weights only the skinny kernel's 3-16 tokens do (cuBLASLt's FP8 GEMM quantizes x itself).
+// A type other than f32 that the plans of steps up to max_tokens tokens multiply x in, or
+// kF32 when none does (the Workspace then holds no copies; its copies fit a 16-bit or an
+// fp8 one). A plan rounds x from some token count up (DispatchTable::gemv_max_n), so the
+// largest step and the skinny kernel's 16 decide, with or without LoRA.
 DType gemm_copy_type(const LlamaModel& model, int max_tokens, const LoraSlotPool* lora) {
   for (const int n : {max_tokens, std::min(max_tokens, 16)})
     for (bool on : {false, true}) {

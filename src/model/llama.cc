@@ -19,9 +19,10 @@ Workspace::Workspace(Backend* b, const ModelConfig& c, DType x16, int max_tokens
       up(b, sizeof(float) * max_tokens_ * c.intermediate_size),
       lora_tmp(b, sizeof(float) * kMaxGroup * max_tokens_ * std::max(1, max_lora_rank)),
       selected(b, sizeof(float) * max_tokens_ * c.hidden_size) {
-  if (x16 != DType::kF32) {
-    normed16 = Buffer(b, size_t{2} * max_tokens_ * c.hidden_size);
-    gate16 = Buffer(b, size_t{2} * max_tokens_ * c.intermediate_size);
+  if (x16 != DType::kF32) {  // a 16-bit copy or an fp8 one, whichever the step's plan asks for
+    auto copy_bytes = [&](int64_t d) { return std::max(size_t{2} * max_tokens_ * d, fp8_copy_bytes(max_tokens_, d)); };
+    normed16 = Buffer(b, copy_bytes(c.hidden_size));
+    gate16 = Buffer(b, copy_bytes(c.intermediate_size));
   }
 }
 
@@ -129,11 +130,12 @@ void LlamaModel::forward(const StepTensors& step, Workspace& ws, const KvCacheVi
   check(plan.tokens == n, "forward: the step's plan is for another token count");
   const GroupPlan &qkv = plan[ProjGroup::kQkv], &o = plan[ProjGroup::kO], &gate_up = plan[ProjGroup::kGateUp],
                   &down = plan[ProjGroup::kDown];
-  // The 16-bit copies of the q/k/v, gate/up and down inputs, where the plan multiplies them
-  // in 16 bits (the norms and silu_mul write them); the o input is left to the backend.
+  // The copies of the q/k/v, gate/up and down inputs in the type the plan multiplies them
+  // in, 16-bit or e4m3 (the norms and silu_mul write them); the o input is left to the backend.
   check(qkv.x_type == gate_up.x_type, "forward: q/k/v and gate/up read one normed copy");
   auto copy = [&](const Buffer& buf, DType t, int64_t d) {
-    return t != DType::kF32 && buf.data() != nullptr ? buf.tensor(t, {n, d}) : Tensor();
+    if (t == DType::kF32 || buf.data() == nullptr) return Tensor();
+    return t == DType::kF8E4M3 ? buf.fp8_copy_view(n, d) : buf.tensor(t, {n, d});
   };
   const Tensor normed16 = copy(ws.normed16, qkv.x_type, c.hidden_size);
   const Tensor gate16 = copy(ws.gate16, down.x_type, c.intermediate_size);

@@ -36,10 +36,10 @@ struct StepTensors {
   StepPlan plan;
 };
 
-// Activation buffers for up to max_tokens tokens per step, allocated once. x16: the
-// 16-bit type the plan of a max_tokens step multiplies x in (GroupPlan::x_type), or kF32;
-// when 16-bit, normed16 and gate16 hold the copies the norms and silu_mul write beside
-// their f32 outputs.
+// Activation buffers for up to max_tokens tokens per step, allocated once. x16: the type
+// some plan multiplies x in (GroupPlan::x_type), or kF32; when not kF32, normed16 and
+// gate16 hold the copies the norms and silu_mul write beside their f32 outputs (16-bit,
+// or an fp8 copy: e4m3 codes and row scales, fp8_copy), sized for either.
 struct Workspace {
   Workspace(Backend* backend, const ModelConfig& c, DType x16, int max_tokens, int max_lora_rank);
   size_t bytes() const;
@@ -47,7 +47,7 @@ struct Workspace {
   Buffer hidden, residual, normed;  // [T, hidden]
   Buffer q, k, v, attn_out;         // [T, q_size], [T, kv_size] x2, [T, q_size]
   Buffer gate, up;                  // [T, intermediate]
-  Buffer normed16, gate16;          // [T, hidden], [T, intermediate] 16-bit, or none
+  Buffer normed16, gate16;          // [T, hidden], [T, intermediate] copies, or none
   Buffer lora_tmp;                  // [3, T, max_lora_rank]: a group's shrink results (GroupLora::t)
   Buffer selected;                  // [T, hidden] rows whose logits are wanted
   // Tensor parallelism (LlamaModel::size_head_buffers): this rank's lm_head rows of the

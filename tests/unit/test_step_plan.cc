@@ -79,8 +79,9 @@ TEST(StepPlan, SevenBAcrossTokenCounts) {
 }
 
 // fp8 weights: the GEMV (f32 x) at 1-2 tokens, the skinny kernel (x's f16 copy, weights
-// widened exactly to f16 in registers) to 16, cuBLASLt's FP8 GEMM above (x quantized by the
-// kernel itself, so no 16-bit copy; the scales in its epilogue from 512 tokens); LoRA fused
+// widened exactly to f16 in registers) to 16, cuBLASLt's FP8 GEMM above (x's e4m3 copy, with
+// its per-token scales, written by the norms and silu_mul; the scales in its epilogue from
+// 512 tokens); LoRA fused
 // into the GEMV at 1-2 tokens with bf16 or f32 stacks and into the skinny kernel with
 // 16-bit stacks, token rows beside them otherwise and beside the FP8 GEMM to 64, the tiles
 // past that (on tensor cores for bf16 stacks and one-adapter runs: project() makes their
@@ -99,7 +100,10 @@ TEST(StepPlan, Fp8WeightsAcrossTokenCounts) {
                                   : n < 512 ? MatmulKernel::kCublasFp8
                                              : MatmulKernel::kCublasFp8Outer;
         EXPECT_EQ(base.group[g].matmul, want) << at;
-        EXPECT_EQ(base.group[g].x_type, want == MatmulKernel::kSkinny ? DType::kF16 : DType::kF32) << at;
+        const DType x_type = want == MatmulKernel::kSkinny ? DType::kF16
+                             : want == MatmulKernel::kGemv ? DType::kF32
+                                                           : DType::kF8E4M3;  // the norms' fp8 copy
+        EXPECT_EQ(base.group[g].x_type, x_type) << at;
         EXPECT_EQ(lora.group[g].matmul, want) << at;
         const bool fused = n <= 2 ? stacks != DType::kF16 : n <= 16 && stacks != DType::kF32;
         const ShrinkKernel shrink = fused                                 ? ShrinkKernel::kFused

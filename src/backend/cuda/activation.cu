@@ -5,6 +5,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/fp8_rows.cuh"
 #include "backend/cuda/lora_delta.cuh"
 
 namespace quiver {
@@ -43,6 +44,27 @@ __global__ void silu_mul_kernel(float* out, void* __restrict__ out16, bool bf16,
       cuda::store_x16(out16, i, out[i], bf16);
     }
   }
+}
+
+// silu_mul with an fp8 copy (fp8_rows.cuh): one block per row of f elements, the row
+// written, then read back for its scale and codes. out may be gate (in place).
+__global__ void silu_mul_fp8_kernel(float* out, cuda::OutCopy copy, const float* gate, const float* up, int64_t f,
+                                    bool vec) {
+  cuda::pdl_enter();  // launched with pdl (cuda_common.h)
+  const int64_t r = blockIdx.x;
+  float* o = out + r * f;
+  const float *g = gate + r * f, *u = up + r * f;
+  if (vec) {
+    for (int64_t j = threadIdx.x; j < f / 4; j += blockDim.x) {
+      const float4 a = reinterpret_cast<const float4*>(g)[j];
+      const float4 b = reinterpret_cast<const float4*>(u)[j];
+      reinterpret_cast<float4*>(o)[j] =
+          make_float4(silu_mul1(a.x, b.x), silu_mul1(a.y, b.y), silu_mul1(a.z, b.z), silu_mul1(a.w, b.w));
+    }
+  } else {
+    for (int64_t j = threadIdx.x; j < f; j += blockDim.x) o[j] = silu_mul1(g[j], u[j]);
+  }
+  cuda::fp8_quantize_written_row(o, f, copy.codes + r * f, copy.scales + r, vec);
 }
 
 // silu_mul with a pending LoRA term on gate (member 0) and up (member 1), rows of f
@@ -95,10 +117,12 @@ void CudaBackend::silu_mul(Tensor out, Tensor out16, Tensor gate, Tensor up, con
   cuda::check_f32(out, "silu_mul: out must be f32 on the GPU");
   cuda::check_f32(gate, "silu_mul: gate must be f32 on the GPU");
   cuda::check_f32(up, "silu_mul: up must be f32 on the GPU");
-  cuda::check_x16(out16, out, "silu_mul: out16 must be bf16 or f16 on the GPU, out's shape");
+  cuda::check_x16(out16, out, "silu_mul: out16 must be bf16, f16 or an fp8 copy on the GPU, out's shape");
   const int64_t count = out.numel();
   check(gate.numel() == count && up.numel() == count, "silu_mul: shape mismatch");
   if (count == 0) return;
+  const bool fp8 = out16.dtype == DType::kF8E4M3 && !out16.empty();
+  check(!fp8 || (gate.ndim >= 1 && out16.dim(0) == gate.dim(0)), "silu_mul: an fp8 copy needs gate as [n, f]");
   if (plan.expand_in_next_op()) {
     check(gate.ndim >= 1, "silu_mul: gate must be [n, f]");
     const int64_t n = gate.dim(0), f = count / std::max<int64_t>(n, 1);
@@ -107,12 +131,20 @@ void CudaBackend::silu_mul(Tensor out, Tensor out16, Tensor gate, Tensor up, con
     constexpr int kDeltaThreads = 64;
     const auto blocks = static_cast<unsigned>(
         std::clamp<int64_t>(cuda::ceil_div(count, kDeltaThreads), 1, int64_t{num_sms_} * 32));
-    cuda::launch_kernel(silu_mul_delta_kernel, blocks, kDeltaThreads, 0, stream_, pdl_, out.ptr<float>(), out16.data,
-                        out16.dtype == DType::kBF16, gate.ptr<float>(), up.ptr<float>(), count, f, d);
+    const cuda::OutCopy c = cuda::out_copy(out16);  // its kernel writes 16-bit copies; an fp8 one in a pass after it
+    cuda::launch_kernel(silu_mul_delta_kernel, blocks, kDeltaThreads, 0, stream_, pdl_, out.ptr<float>(), c.x16, c.bf16,
+                        gate.ptr<float>(), up.ptr<float>(), count, f, d);
+    if (fp8) cuda::write_fp8_copy(out, out16, stream_);
     return;
   }
   const bool vec = count % 4 == 0 && cuda::aligned16(out.data) && cuda::aligned16(gate.data) &&
                    cuda::aligned16(up.data);
+  if (fp8) {
+    const int64_t n = gate.dim(0), f = count / n;
+    cuda::launch_kernel(silu_mul_fp8_kernel, static_cast<unsigned>(n), kThreads, 0, stream_, pdl_, out.ptr<float>(),
+                        cuda::out_copy(out16), gate.ptr<float>(), up.ptr<float>(), f, vec && f % 4 == 0);
+    return;
+  }
   cuda::launch_kernel(silu_mul_kernel, grid_for(vec ? count / 4 : count, num_sms_), kThreads, 0, stream_, pdl_,
                       out.ptr<float>(), out16.data, out16.dtype == DType::kBF16, gate.ptr<float>(), up.ptr<float>(),
                       count, vec);

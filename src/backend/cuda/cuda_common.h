@@ -82,11 +82,33 @@ __device__ __forceinline__ void store_x16(void* p, int64_t i, float v, bool bf16
   }
 }
 
-// Checks an op's optional 16-bit copy of `out` (out16): empty, or bf16/f16 on the GPU with
-// out's shape.
+// Checks an op's optional copy of `out` for the next matmul (out16): empty, bf16/f16, or
+// e4m3 codes with their row scales (fp8_copy), on the GPU with out's shape.
 inline void check_x16(const Tensor& out16, const Tensor& out, const char* what) {
   if (out16.empty()) return;
-  check(is_16bit_float(out16.dtype) && out16.device == Device::kCuda && out16.numel() == out.numel(), what);
+  const bool fp8 = out16.dtype == DType::kF8E4M3 && out16.row_scale != nullptr;
+  check((is_16bit_float(out16.dtype) || fp8) && out16.device == Device::kCuda && out16.numel() == out.numel(), what);
+}
+
+// out16 as the kernels take it: a 16-bit copy (x16, bf16: its type) or an fp8 copy (codes
+// and one scale per row, fp8_rows.cuh); null where it is not that kind, or empty.
+struct OutCopy {
+  void* x16 = nullptr;
+  bool bf16 = false;
+  uint8_t* codes = nullptr;
+  float* scales = nullptr;
+};
+inline OutCopy out_copy(const Tensor& out16) {
+  OutCopy c;
+  if (out16.empty()) return c;
+  if (out16.dtype == DType::kF8E4M3) {
+    c.codes = static_cast<uint8_t*>(out16.data);
+    c.scales = const_cast<float*>(out16.row_scale);  // the op writes them: it owns the copy
+  } else {
+    c.x16 = out16.data;
+    c.bf16 = out16.dtype == DType::kBF16;
+  }
+  return c;
 }
 
 // A 16-byte vector of T, unpacked to floats. E = elements per vector.

@@ -4,7 +4,8 @@
 //
 // y[n, out] = x[n, in] @ w[out, in]^T (+ bias) with w = q * row_scale runs on the FP8 tensor
 // cores (cuBLASLt): x is quantized per token first, xs[t] = max_k |x[t, k]| / 448 and
-// xq[t, k] = e4m3(x[t, k] / xs[t]) (vLLM's dynamic per-token activation scales), then
+// xq[t, k] = e4m3(x[t, k] / xs[t]) (vLLM's dynamic per-token activation scales; written by
+// the norm or silu_mul that wrote x, where the plan asks them to, fp8_rows.cuh), then
 //   y[t, o] = xs[t] * row_scale[o] * sum_k xq[t, k] q[o, k]
 // with f32 accumulation and f32 output. kCublasFp8Outer has cuBLASLt apply the two scales
 // in the GEMM's epilogue (outer-vector scales), kCublasFp8 runs the GEMM with unit scales
@@ -22,38 +23,15 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.h"
+#include "backend/cuda/fp8_rows.cuh"
 
 namespace quiver {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr float kE4m3Max = 448.f;
 
-// The row scale of a block's row from each thread's share of max |x| and of "not finite":
-// max / 448, NaN when any element was not finite (fmaxf passes NaN over), 1 for a zero row
-// where `unit`; thread 0 stores it in scale[blockIdx.x].
-__device__ float row_scale_of(float amax, float bad, float* __restrict__ scale, bool unit) {
-  __shared__ float red[32];
-  __shared__ float bad_red[32];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  amax = cuda::warp_max(amax);
-  bad = cuda::warp_max(bad);
-  if (lane == 0) {
-    red[warp] = amax;
-    bad_red[warp] = bad;
-  }
-  __syncthreads();
-  amax = 0.f;
-  bad = 0.f;
-  for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) {
-    amax = fmaxf(amax, red[w]);
-    bad = fmaxf(bad, bad_red[w]);
-  }
-  float s = amax / kE4m3Max;
-  if (unit && s == 0.f) s = 1.f;
-  if (threadIdx.x == 0) scale[blockIdx.x] = bad != 0.f ? __int_as_float(0x7fc00000) : s;
-  return s;
-}
+using cuda::fp8_code;
+using cuda::fp8_row_scale;
 
 // One block per row r of src [rows, k]: scale[r] = max |src[r, :]| / 448 (NaN when the row
 // holds a NaN or an infinity; `unit` turns a zero row's 0 into 1) and dst[r, k] =
@@ -69,12 +47,9 @@ __global__ void quantize_rows_kernel(uint8_t* __restrict__ dst, float* __restric
     if (!isfinite(v)) bad = 1.f;
     amax = fmaxf(amax, fabsf(v));
   }
-  const float s = row_scale_of(amax, bad, scale, unit);
+  const float s = fp8_row_scale(amax, bad, scale + blockIdx.x, unit);
   uint8_t* out = dst + blockIdx.x * k;
-  for (int64_t j = threadIdx.x; j < k; j += blockDim.x) {
-    const float v = s > 0.f ? cuda::to_f32(row[j]) / s : 0.f;
-    out[j] = __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
-  }
+  for (int64_t j = threadIdx.x; j < k; j += blockDim.x) out[j] = static_cast<uint8_t>(fp8_code(cuda::to_f32(row[j]), s));
 }
 
 // quantize_rows_kernel for the activations of kCublasFp8: f32 rows of k = 4 * k4 elements,
@@ -98,10 +73,8 @@ quantize_f32_rows_vec_kernel(uint8_t* __restrict__ dst, float* __restrict__ scal
       amax = fmaxf(amax, fabsf(e));
     }
   }
-  const float s = row_scale_of(amax, bad, scale, unit);
-  auto code = [s](float e) -> uint32_t {
-    return __nv_cvt_float_to_fp8(s > 0.f ? e / s : 0.f, __NV_SATFINITE, __NV_E4M3);
-  };
+  const float s = fp8_row_scale(amax, bad, scale + blockIdx.x, unit);
+  auto code = [s](float e) { return fp8_code(e, s); };
   uint32_t* out = reinterpret_cast<uint32_t*>(dst + blockIdx.x * k4 * 4);
 #pragma unroll
   for (int i = 0; i < kVec; ++i) {
@@ -157,9 +130,9 @@ unsigned grid_for(int64_t work, int num_sms) {
   return static_cast<unsigned>(std::clamp<int64_t>(cuda::ceil_div(work, kThreads), 1, int64_t{num_sms} * 16));
 }
 
-// x [n, in] f32 -> e4m3 codes [n, in] and row scales [n] (a zero row's scale is 1 where
-// `unit`): the register-resident kernel where the rows allow it.
-void quantize_f32_rows(uint8_t* q, float* xs, const float* x, int64_t n, int64_t in, bool unit, cudaStream_t stream) {
+}  // namespace
+
+void cuda::quantize_f32_rows(uint8_t* q, float* xs, const float* x, int64_t n, int64_t in, bool unit, cudaStream_t stream) {
   if (n == 0) return;
   const int64_t k4 = in / 4, per_thread = cuda::ceil_div(k4, kThreads);
   const unsigned grid = static_cast<unsigned>(n);
@@ -174,6 +147,8 @@ void quantize_f32_rows(uint8_t* q, float* xs, const float* x, int64_t n, int64_t
   }
   cuda::launch_check();
 }
+
+namespace {
 
 // y [n, out] f32 *= xs[t] * ws[o] (+ bias[o]).
 void scale_rows(float* y, const float* xs, const float* ws, const Tensor& bias, int64_t n, int64_t out,
@@ -241,7 +216,7 @@ void CudaBackend::quantize_fp8_rows(Tensor q, Tensor scale, Tensor w) {
   check(rows < (int64_t{1} << 31), "quantize_fp8_rows: rows above 2^31");
   if (rows == 0) return;
   if (w.dtype == DType::kF32) {
-    quantize_f32_rows(static_cast<uint8_t*>(q.data), scale.ptr<float>(), w.ptr<float>(), rows, k, false, stream_);
+    cuda::quantize_f32_rows(static_cast<uint8_t*>(q.data), scale.ptr<float>(), w.ptr<float>(), rows, k, false, stream_);
     return;
   }
   cuda::dispatch_float(w.dtype, [&](auto tag) {
@@ -271,11 +246,22 @@ void CudaBackend::matmul_fp8(const MatmulGroup& g, Tensor x, bool outer) {
     gemv(g, x, false);
     return;
   }
-  // x quantized per token: [n, in] e4m3 (rounded up to 16 bytes), then [n] f32 scales.
-  const size_t q_bytes = static_cast<size_t>(cuda::ceil_div(n * in, 16) * 16);
-  char* buf = static_cast<char*>(scratch(fp8_scratch_, q_bytes + static_cast<size_t>(n) * sizeof(float), "fp8 matmul"));
-  auto* xs = reinterpret_cast<float*>(buf + q_bytes);
-  quantize_f32_rows(reinterpret_cast<uint8_t*>(buf), xs, x.ptr<float>(), n, in, true, stream_);
+  // x quantized per token: [n, in] e4m3, [n] f32 scales; the codes the op that wrote x
+  // wrote beside it (MatmulGroup::x16, GroupPlan::x_type e4m3), else quantized here.
+  const void* xq = nullptr;
+  const float* xs = nullptr;
+  if (g.x16.dtype == DType::kF8E4M3 && g.x16.row_scale != nullptr && cuda::aligned16(g.x16.data)) {
+    check(g.x16.numel() == n * in, "matmul_fp8: x's e4m3 copy has another shape");
+    xq = g.x16.data;
+    xs = g.x16.row_scale;
+  } else {
+    const size_t q_bytes = fp8_codes_bytes(n * in);
+    char* buf = static_cast<char*>(scratch(fp8_scratch_, q_bytes + static_cast<size_t>(n) * sizeof(float), "fp8 matmul"));
+    auto* scales = reinterpret_cast<float*>(buf + q_bytes);
+    cuda::quantize_f32_rows(reinterpret_cast<uint8_t*>(buf), scales, x.ptr<float>(), n, in, true, stream_);
+    xq = buf;
+    xs = scales;
+  }
   const float one = 1.f, zero = 0.f;
   for (int i = 0; i < g.count; ++i) {
     const Tensor &y = g.y[i], &w = g.w[i];
@@ -284,7 +270,7 @@ void CudaBackend::matmul_fp8(const MatmulGroup& g, Tensor x, bool outer) {
     const Fp8Algo& algo = *algos[i];
     LtGemm op(out, n, in, algo.outer);
     if (algo.outer) op.set_scales(w.row_scale, xs);
-    lt_check(cublasLtMatmul(cublas_lt_, op.desc, &one, w.data, op.a, buf, op.b, &zero, y.data, op.c, y.data, op.c,
+    lt_check(cublasLtMatmul(cublas_lt_, op.desc, &one, w.data, op.a, xq, op.b, &zero, y.data, op.c, y.data, op.c,
                             &algo.algo, cublas_workspace_, options_.cublas_workspace_bytes, stream_),
              "FP8 matmul");
     if (!algo.outer) {

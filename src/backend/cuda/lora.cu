@@ -395,17 +395,22 @@ void CudaBackend::project(const GroupPlan& p, const MatmulGroup& g, const GroupL
   check(rows == p.expand_in_next_op(), "project: a token-rows shrink goes with the next op's expand, and only it");
   check(rows || p.shrink == ShrinkKernel::kTiled || p.shrink == ShrinkKernel::kTiledMma,
         "project: the plan names a host LoRA kernel on the cuda backend");
-  // A group multiplied in bf16 that came without x's bf16 copy (o: the attention output)
-  // gets it here, before the fork, so the tensor-core shrink can read it.
+  // The tensor-core shrink reads x's bf16 copy: made here, before the fork, where the group
+  // came without it (o: the attention output; fp8 weights, whose copy is e4m3); a group
+  // multiplied in bf16 takes it too.
   MatmulGroup gm = g;
   const bool mma_shrink = p.shrink == ShrinkKernel::kTiledMma;
-  if (mma_shrink && (gm.x16.empty() || gm.x16.dtype != DType::kBF16)) gm.x16 = convert_for_gemm(x, DType::kBF16, nullptr);
+  Tensor x_bf16 = g.x16.dtype == DType::kBF16 ? g.x16 : Tensor();
+  if (mma_shrink && x_bf16.empty()) {
+    x_bf16 = convert_for_gemm(x, DType::kBF16, nullptr);
+    if (gm.x16.empty()) gm.x16 = x_bf16;
+  }
   cuda::cuda_check(cudaEventRecord(fork_, stream_));
   cuda::cuda_check(cudaStreamWaitEvent(side_stream_, fork_, 0));
   int chunks = 0;
   const float* part = nullptr;
   if (rows) check(token_shrink(lora, x, side_stream_), "project: the operands do not fit the plan's token-rows shrink");
-  else part = lora_shrink_parts(lora, x, gm.x16, mma_shrink, &chunks, side_stream_);
+  else part = lora_shrink_parts(lora, x, x_bf16, mma_shrink, &chunks, side_stream_);
   cuda::cuda_check(cudaEventRecord(join_, side_stream_));
   run_matmul(p.matmul, gm, x, false);
   cuda::cuda_check(cudaStreamWaitEvent(stream_, join_, 0));

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/fp8_rows.cuh"
 #include "backend/cuda/norm.cuh"
 
 namespace quiver {
@@ -21,13 +22,14 @@ using cuda::store_normed4;
 constexpr int kNormVecs = 4;
 
 // out: [n, d] f32; x: [n, d] f32; w: [d] W. ADD: residual[n, d] += x first, and the norm
-// is taken of the updated residual. out16 (or null): out again, rounded (store_x16). Each
-// thread reads back only elements it wrote itself (same index mapping in both passes), so
-// no barrier is needed between write and read.
+// is taken of the updated residual. copy: out again, rounded to 16 bits (store_x16) or
+// quantized to e4m3 per row (fp8_rows.cuh), or neither. Each thread reads back only
+// elements it wrote itself (same index mapping in both passes), so no barrier is needed
+// between write and read; the fp8 codes take one after the row is written.
 // vec: d % 4 == 0 and every row pointer 16-byte aligned (float4 path).
 template <typename W, bool ADD>
-__global__ void rms_norm_kernel(float* __restrict__ out, void* __restrict__ out16, bool bf16, float* residual,
-                                const float* x, const W* __restrict__ w, int64_t d, float eps, bool vec) {
+__global__ void rms_norm_kernel(float* __restrict__ out, cuda::OutCopy copy, float* residual, const float* x,
+                                const W* __restrict__ w, int64_t d, float eps, bool vec) {
   __shared__ float red[32];
   const int64_t row = blockIdx.x, d4 = d / 4;
   const bool in_regs = vec && d4 <= int64_t{kNormVecs} * blockDim.x;
@@ -71,41 +73,43 @@ __global__ void rms_norm_kernel(float* __restrict__ out, void* __restrict__ out1
     for (int u = 0; u < kNormVecs; ++u) {
       const int64_t j = threadIdx.x + int64_t{u} * blockDim.x;
       if (j >= d4) break;
-      store_normed4(o, out16, bf16, wv[u], row, d, j, a[u], inv);
-    }
-    return;
-  }
-  if (vec) {
-    for (int64_t j = threadIdx.x; j < d4; j += blockDim.x) {
-      float4 a = reinterpret_cast<const float4*>(xr)[j];
-      if constexpr (ADD) {
-        float4 r = reinterpret_cast<float4*>(rr)[j];
-        a = make_float4(r.x + a.x, r.y + a.y, r.z + a.z, r.w + a.w);
-        reinterpret_cast<float4*>(rr)[j] = a;
-      }
-      ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
+      store_normed4(o, copy.x16, copy.bf16, wv[u], row, d, j, a[u], inv);
     }
   } else {
-    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
-      float a = xr[j];
-      if constexpr (ADD) {
-        a = rr[j] + a;
-        rr[j] = a;
+    if (vec) {
+      for (int64_t j = threadIdx.x; j < d4; j += blockDim.x) {
+        float4 a = reinterpret_cast<const float4*>(xr)[j];
+        if constexpr (ADD) {
+          float4 r = reinterpret_cast<float4*>(rr)[j];
+          a = make_float4(r.x + a.x, r.y + a.y, r.z + a.z, r.w + a.w);
+          reinterpret_cast<float4*>(rr)[j] = a;
+        }
+        ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w;
       }
-      ss += a * a;
+    } else {
+      for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+        float a = xr[j];
+        if constexpr (ADD) {
+          a = rr[j] + a;
+          rr[j] = a;
+        }
+        ss += a * a;
+      }
+    }
+    const float total = cuda::block_sum(ss, red);
+    const float inv = 1.0f / sqrtf(total / static_cast<float>(d) + eps);
+    if (vec) {
+      for (int64_t j = threadIdx.x; j < d4; j += blockDim.x)
+        store_normed4(o, copy.x16, copy.bf16, load_w4(w, j), row, d, j, reinterpret_cast<const float4*>(src)[j],
+                      inv);
+    } else {
+      for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
+        o[j] = cuda::to_f32(w[j]) * (src[j] * inv);
+        cuda::store_x16(copy.x16, row * d + j, o[j], copy.bf16);
+      }
     }
   }
-  const float total = cuda::block_sum(ss, red);
-  const float inv = 1.0f / sqrtf(total / static_cast<float>(d) + eps);
-  if (vec) {
-    for (int64_t j = threadIdx.x; j < d4; j += blockDim.x)
-      store_normed4(o, out16, bf16, load_w4(w, j), row, d, j, reinterpret_cast<const float4*>(src)[j], inv);
-  } else {
-    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
-      o[j] = cuda::to_f32(w[j]) * (src[j] * inv);
-      cuda::store_x16(out16, row * d + j, o[j], bf16);
-    }
-  }
+  if (copy.codes != nullptr) cuda::fp8_quantize_written_row(o, d, copy.codes + row * d, copy.scales + row, vec);
 }
 
 // Whether rows of width d take the float4 paths: d % 4 == 0 and every row 16-byte aligned
@@ -120,7 +124,7 @@ void launch_rms_norm(cudaStream_t stream, bool pdl, bool clusters, int64_t smem_
                      Tensor residual, Tensor x, Tensor w, float eps, const GroupPlan& plan,
                      const GroupLora& lora) {
   cuda::check_f32(out, "rms_norm: out must be f32 on the GPU");
-  cuda::check_x16(out16, out, "rms_norm: out16 must be bf16 or f16 on the GPU, out's shape");
+  cuda::check_x16(out16, out, "rms_norm: out16 must be bf16, f16 or an fp8 copy on the GPU, out's shape");
   cuda::check_f32(x, "rms_norm: x must be f32 on the GPU");
   check(x.ndim == 2 && out.ndim == 2, "rms_norm: x and out must be [n, d]");
   const int64_t n = x.dim(0), d = x.dim(1);
@@ -132,8 +136,11 @@ void launch_rms_norm(cudaStream_t stream, bool pdl, bool clusters, int64_t smem_
   if (n == 0 || d == 0) return;
   const bool vec = rows_vec(out, x, ADD ? residual : Tensor(), d);
   const cuda::LoraDeltaArgs da = cuda::lora_delta_args(plan, lora, {x}, n, "add_rms_norm");
-  if (da.count > 0) {
-    cuda::launch_add_rms_norm_delta(stream, pdl, clusters, smem_max, out, out16, residual, x, w, eps, da);
+  if (da.count > 0) {  // its kernels write 16-bit copies; an fp8 copy in a pass after them
+    const bool fp8 = out16.dtype == DType::kF8E4M3 && !out16.empty();
+    cuda::launch_add_rms_norm_delta(stream, pdl, clusters, smem_max, out, fp8 ? Tensor() : out16, residual, x, w, eps,
+                                    da);
+    if (fp8) cuda::write_fp8_copy(out, out16, stream);
     return;
   }
   const int64_t work = vec ? d / 4 : d;
@@ -141,8 +148,8 @@ void launch_rms_norm(cudaStream_t stream, bool pdl, bool clusters, int64_t smem_
   cuda::dispatch_float(w.dtype, [&](auto tag) {
     using W = typename decltype(tag)::type;
     cuda::launch_kernel(rms_norm_kernel<W, ADD>, static_cast<unsigned>(n), threads, 0, stream, pdl, out.ptr<float>(),
-                        out16.data, out16.dtype == DType::kBF16, ADD ? residual.ptr<float>() : nullptr,
-                        x.ptr<float>(), w.ptr<W>(), d, eps, vec);
+                        cuda::out_copy(out16), ADD ? residual.ptr<float>() : nullptr, x.ptr<float>(), w.ptr<W>(), d,
+                        eps, vec);
   }, "rms_norm: weight must be F32, F16 or BF16");
 }
 
