@@ -2,9 +2,11 @@
 // The fp8 copies that the norms and silu_mul write beside their f32 outputs for cuBLASLt's
 // FP8 GEMM (GroupPlan::x_type e4m3, fp8_copy): the f32 outputs are bitwise those without a
 // copy, the codes and row scales bitwise the host's quantize_fp8_rows of those outputs (a
-// zero row's scale is 1, as for every activation), and a projection handed the copy gives
-// bitwise the y of quantizing x itself. Widths cover the scalar rows (17), the norm's
-// register rows (132, 4,096) and its two-pass rows (11,008). Skips without a GPU.
+// zero row's scale is 1 and its zeros keep their signs, as for every activation), and a
+// projection handed the copy gives bitwise the y of quantizing x itself. Widths cover the
+// scalar rows (17), the norm's register rows (132, 4,096) and its two-pass rows (11,008).
+// Skips without a GPU.
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -43,7 +45,13 @@ class CudaFp8Copies : public CudaTest {
       const float want = scale[static_cast<size_t>(r)] == 0.f ? 1.f : scale[static_cast<size_t>(r)];
       EXPECT_EQ(got_scale[static_cast<size_t>(r)], want) << what << " row " << r;
     }
-    for (size_t i = 0; i < codes.size(); ++i) differ += codes[i] != q.bytes[i];
+    // A zero row: the host's scale 0 writes +0 codes, the activations' scale 1 keeps each
+    // zero's sign (e4m3 of -0 is 0x80), as cuBLASLt's own quantization of x does.
+    for (size_t i = 0; i < codes.size(); ++i) {
+      const bool zero_row = scale[i / static_cast<size_t>(d)] == 0.f;
+      const uint8_t want = zero_row ? (std::signbit(out[i]) ? 0x80 : 0x00) : q.bytes[i];
+      differ += codes[i] != want;
+    }
     EXPECT_EQ(differ, 0u) << what << ": codes differ from the host's";
     std::printf("%s: %lld rows, codes and scales as the host's\n", what.c_str(), static_cast<long long>(n));
   }
