@@ -121,7 +121,8 @@ void CudaBackend::silu_mul(Tensor out, Tensor out16, Tensor gate, Tensor up, con
   const int64_t count = out.numel();
   check(gate.numel() == count && up.numel() == count, "silu_mul: shape mismatch");
   if (count == 0) return;
-  const bool fp8 = out16.dtype == DType::kF8E4M3 && !out16.empty();
+  const cuda::OutCopy c = cuda::out_copy(out16);
+  const bool fp8 = c.codes != nullptr;
   check(!fp8 || (gate.ndim >= 1 && out16.dim(0) == gate.dim(0)), "silu_mul: an fp8 copy needs gate as [n, f]");
   if (plan.expand_in_next_op()) {
     check(gate.ndim >= 1, "silu_mul: gate must be [n, f]");
@@ -131,7 +132,7 @@ void CudaBackend::silu_mul(Tensor out, Tensor out16, Tensor gate, Tensor up, con
     constexpr int kDeltaThreads = 64;
     const auto blocks = static_cast<unsigned>(
         std::clamp<int64_t>(cuda::ceil_div(count, kDeltaThreads), 1, int64_t{num_sms_} * 32));
-    const cuda::OutCopy c = cuda::out_copy(out16);  // its kernel writes 16-bit copies; an fp8 one in a pass after it
+    // Its kernel writes 16-bit copies; an fp8 one in a pass after it.
     cuda::launch_kernel(silu_mul_delta_kernel, blocks, kDeltaThreads, 0, stream_, pdl_, out.ptr<float>(), c.x16, c.bf16,
                         gate.ptr<float>(), up.ptr<float>(), count, f, d);
     if (fp8) cuda::write_fp8_copy(out, out16, stream_);
@@ -141,13 +142,12 @@ void CudaBackend::silu_mul(Tensor out, Tensor out16, Tensor gate, Tensor up, con
                    cuda::aligned16(up.data);
   if (fp8) {
     const int64_t n = gate.dim(0), f = count / n;
-    cuda::launch_kernel(silu_mul_fp8_kernel, static_cast<unsigned>(n), kThreads, 0, stream_, pdl_, out.ptr<float>(),
-                        cuda::out_copy(out16), gate.ptr<float>(), up.ptr<float>(), f, vec && f % 4 == 0);
+    cuda::launch_kernel(silu_mul_fp8_kernel, static_cast<unsigned>(n), kThreads, 0, stream_, pdl_, out.ptr<float>(), c,
+                        gate.ptr<float>(), up.ptr<float>(), f, vec && f % 4 == 0);
     return;
   }
   cuda::launch_kernel(silu_mul_kernel, grid_for(vec ? count / 4 : count, num_sms_), kThreads, 0, stream_, pdl_,
-                      out.ptr<float>(), out16.data, out16.dtype == DType::kBF16, gate.ptr<float>(), up.ptr<float>(),
-                      count, vec);
+                      out.ptr<float>(), c.x16, c.bf16, gate.ptr<float>(), up.ptr<float>(), count, vec);
 }
 
 void CudaBackend::gather_rows(Tensor out, Tensor x, Tensor rows) {

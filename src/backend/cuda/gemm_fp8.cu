@@ -246,22 +246,15 @@ void CudaBackend::matmul_fp8(const MatmulGroup& g, Tensor x, bool outer) {
     gemv(g, x, false);
     return;
   }
-  // x quantized per token: [n, in] e4m3, [n] f32 scales; the codes the op that wrote x
-  // wrote beside it (MatmulGroup::x16, GroupPlan::x_type e4m3), else quantized here.
-  const void* xq = nullptr;
-  const float* xs = nullptr;
-  if (g.x16.dtype == DType::kF8E4M3 && g.x16.row_scale != nullptr && cuda::aligned16(g.x16.data)) {
-    check(g.x16.numel() == n * in, "matmul_fp8: x's e4m3 copy has another shape");
-    xq = g.x16.data;
-    xs = g.x16.row_scale;
-  } else {
-    const size_t q_bytes = fp8_codes_bytes(n * in);
-    char* buf = static_cast<char*>(scratch(fp8_scratch_, q_bytes + static_cast<size_t>(n) * sizeof(float), "fp8 matmul"));
-    auto* scales = reinterpret_cast<float*>(buf + q_bytes);
-    cuda::quantize_f32_rows(reinterpret_cast<uint8_t*>(buf), scales, x.ptr<float>(), n, in, true, stream_);
-    xq = buf;
-    xs = scales;
+  // x quantized per token (fp8_copy: [n, in] e4m3 codes, [n] f32 scales): the copy the op
+  // that wrote x wrote beside it (MatmulGroup::x16, GroupPlan::x_type e4m3), else made here.
+  Tensor xq = g.x16;
+  if (xq.dtype != DType::kF8E4M3 || xq.row_scale == nullptr || !cuda::aligned16(xq.data)) {
+    xq = fp8_copy(scratch(fp8_scratch_, fp8_copy_bytes(n, in), "fp8 matmul"), n, in, Device::kCuda);
+    cuda::write_fp8_copy(x, xq, stream_);
   }
+  check(xq.numel() == n * in, "matmul_fp8: x's e4m3 copy has another shape");
+  const float* xs = xq.row_scale;
   const float one = 1.f, zero = 0.f;
   for (int i = 0; i < g.count; ++i) {
     const Tensor &y = g.y[i], &w = g.w[i];
@@ -270,7 +263,7 @@ void CudaBackend::matmul_fp8(const MatmulGroup& g, Tensor x, bool outer) {
     const Fp8Algo& algo = *algos[i];
     LtGemm op(out, n, in, algo.outer);
     if (algo.outer) op.set_scales(w.row_scale, xs);
-    lt_check(cublasLtMatmul(cublas_lt_, op.desc, &one, w.data, op.a, xq, op.b, &zero, y.data, op.c, y.data, op.c,
+    lt_check(cublasLtMatmul(cublas_lt_, op.desc, &one, w.data, op.a, xq.data, op.b, &zero, y.data, op.c, y.data, op.c,
                             &algo.algo, cublas_workspace_, options_.cublas_workspace_bytes, stream_),
              "FP8 matmul");
     if (!algo.outer) {

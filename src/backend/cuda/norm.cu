@@ -135,9 +135,10 @@ void launch_rms_norm(cudaStream_t stream, bool pdl, bool clusters, int64_t smem_
   }
   if (n == 0 || d == 0) return;
   const bool vec = rows_vec(out, x, ADD ? residual : Tensor(), d);
+  const cuda::OutCopy c = cuda::out_copy(out16);
   const cuda::LoraDeltaArgs da = cuda::lora_delta_args(plan, lora, {x}, n, "add_rms_norm");
   if (da.count > 0) {  // its kernels write 16-bit copies; an fp8 copy in a pass after them
-    const bool fp8 = out16.dtype == DType::kF8E4M3 && !out16.empty();
+    const bool fp8 = c.codes != nullptr;
     cuda::launch_add_rms_norm_delta(stream, pdl, clusters, smem_max, out, fp8 ? Tensor() : out16, residual, x, w, eps,
                                     da);
     if (fp8) cuda::write_fp8_copy(out, out16, stream);
@@ -147,8 +148,8 @@ void launch_rms_norm(cudaStream_t stream, bool pdl, bool clusters, int64_t smem_
   const int threads = static_cast<int>(std::clamp<int64_t>((work + 31) / 32 * 32, 32, 512));
   cuda::dispatch_float(w.dtype, [&](auto tag) {
     using W = typename decltype(tag)::type;
-    cuda::launch_kernel(rms_norm_kernel<W, ADD>, static_cast<unsigned>(n), threads, 0, stream, pdl, out.ptr<float>(),
-                        cuda::out_copy(out16), ADD ? residual.ptr<float>() : nullptr, x.ptr<float>(), w.ptr<W>(), d,
+    cuda::launch_kernel(rms_norm_kernel<W, ADD>, static_cast<unsigned>(n), threads, 0, stream, pdl, out.ptr<float>(), c,
+                        ADD ? residual.ptr<float>() : nullptr, x.ptr<float>(), w.ptr<W>(), d,
                         eps, vec);
   }, "rms_norm: weight must be F32, F16 or BF16");
 }
