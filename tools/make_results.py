@@ -341,7 +341,7 @@ KINDS = {"decode": decode, "throughput": throughput, "prefill": prefill, "checks
          "cpu-precision": cpu_modes, "cpu-int8": cpu_modes, "fp8-h200": cpu_modes, "fp8-h100": cpu_modes,
          "attention-h100": cpu_modes, "tokenizer": tokenizer, "cpu-python": cpu_python, "python-h200": cpu_python,
          "before-after": before_after, "structured-h200": structured, "structured-cpu": structured,
-         "serving-h200": serving, "vocab-h200": vocab, "cpu-peer": cpu_peer, "cpu-kernels": cpu_kernels}
+         "serving-h200": serving, "serving-h100": serving, "vocab-h200": vocab, "cpu-peer": cpu_peer, "cpu-kernels": cpu_kernels}
 
 INTRO = """\
 # quiver benchmark results
@@ -411,7 +411,7 @@ def render(machines, records):
     return "\n".join(lines).rstrip() + "\n"
 
 
-ORDER = ["decode", "fp8-h200", "fp8-h100", "attention-h100", "throughput", "serving-h200", "prefill",
+ORDER = ["decode", "fp8-h200", "fp8-h100", "attention-h100", "throughput", "serving-h200", "serving-h100", "prefill",
          "structured-h200", "vocab-h200", "before-after", "checks", "python-h200", "cpu-peer", "cpu-decode",
          "cpu-kernels", "cpu-int8", "cpu-precision", "cpu-lora", "cpu-online", "cpu-python", "structured-cpu",
          "tokenizer"]
