@@ -341,7 +341,8 @@ KINDS = {"decode": decode, "throughput": throughput, "prefill": prefill, "checks
          "cpu-precision": cpu_modes, "cpu-int8": cpu_modes, "fp8-h200": cpu_modes, "fp8-h100": cpu_modes,
          "attention-h100": cpu_modes, "tokenizer": tokenizer, "cpu-python": cpu_python, "python-h200": cpu_python,
          "before-after": before_after, "structured-h200": structured, "structured-cpu": structured,
-         "serving-h200": serving, "serving-h100": serving, "vocab-h200": vocab, "cpu-peer": cpu_peer, "cpu-kernels": cpu_kernels}
+         "serving-h200": serving, "serving-h100": serving, "vocab-h200": vocab, "cpu-peer": cpu_peer,
+         "cpu-kernels": cpu_kernels}
 
 INTRO = """\
 # quiver benchmark results
