@@ -6,7 +6,8 @@
 //   and P V, 4 * head_dim flop a query-key pair a head), against the H100/H200's 989 dense
 //   bf16 TFLOP/s;
 // - BM_CudaAttentionDecode: the decode kernel, bf16 against fp8 e4m3 caches, at the serving
-//   benchmark's 256 sequences (320 and 1,024 keys) and 32 of 4,096; GB/s of K and V.
+//   benchmark's 256 sequences (320 and 1,024 keys) and 32 of 4,096, with Llama-2-7B's heads
+//   and with GQA groups of 2, 4 and 7 query heads a KV head; GB/s of K and V.
 // Run:  build/bench_cuda_attention --benchmark_out=bench_cuda_attention.json --benchmark_out_format=json
 #include <benchmark/benchmark.h>
 
@@ -29,7 +30,7 @@ namespace {
 
 #if defined(QUIVER_HAS_CUDA)
 
-constexpr int64_t kHeads = 32, kHeadDim = 128, kBlockSize = 16;
+constexpr int64_t kHeads = 32, kHeadDim = 128, kBlockSize = 16;  // Llama-2-7B (decode cases: GQA too)
 constexpr int kCallsPerRound = 20;
 
 // The default backend and the --matmul-precision highest one, created once. nullptr: no GPU.
@@ -75,18 +76,20 @@ std::vector<uint8_t> random_cache(DType t, size_t count, uint32_t seed) {
 }
 
 // One step's attention over `seqs` sequences of `len` keys, the last q_len of them queries
-// (q_len = len: whole prompts; 1: decode), Llama-2-7B's heads, on a fresh cache.
+// (q_len = len: whole prompts; 1: decode), `heads` query heads over `kv_heads` KV heads of
+// 128, on a fresh cache.
 struct AttentionStep {
   Buffer k, v, q, out, starts, lens, tables;
   KvLayer cache;
   AttentionMeta meta;
   Tensor out_t, q_t;
-  AttentionStep(Backend* gpu, DType t, int64_t seqs, int64_t len, int64_t q_len) {
+  AttentionStep(Backend* gpu, DType t, int64_t seqs, int64_t len, int64_t q_len, int64_t heads = kHeads,
+                int64_t kv_heads = kHeads) {
     const int64_t n = seqs * q_len, blocks_per_seq = (len + kBlockSize - 1) / kBlockSize;
     const int64_t num_blocks = seqs * blocks_per_seq;
-    const size_t cache_count = static_cast<size_t>(num_blocks * kBlockSize * kHeads * kHeadDim);
+    const size_t cache_count = static_cast<size_t>(num_blocks * kBlockSize * kv_heads * kHeadDim);
     const std::vector<uint8_t> kc = random_cache(t, cache_count, 1), vc = random_cache(t, cache_count, 2);
-    std::vector<float> qh(static_cast<size_t>(n * kHeads * kHeadDim));
+    std::vector<float> qh(static_cast<size_t>(n * heads * kHeadDim));
     std::mt19937 rng(3);
     std::uniform_real_distribution<float> u(-2.f, 2.f);
     for (float& x : qh) x = u(rng);
@@ -103,13 +106,13 @@ struct AttentionStep {
     starts = upload(gpu, sh.data(), sh.size() * 4);
     lens = upload(gpu, lh.data(), lh.size() * 4);
     tables = upload(gpu, th.data(), th.size() * 4);
-    cache = KvLayer{k.tensor(t, {num_blocks, kBlockSize, kHeads, kHeadDim}),
-                    v.tensor(t, {num_blocks, kBlockSize, kHeads, kHeadDim}), 1.f, 1.f};
+    cache = KvLayer{k.tensor(t, {num_blocks, kBlockSize, kv_heads, kHeadDim}),
+                    v.tensor(t, {num_blocks, kBlockSize, kv_heads, kHeadDim}), 1.f, 1.f};
     meta = AttentionMeta{starts.tensor(DType::kI32, {seqs + 1}), lens.tensor(DType::kI32, {seqs}),
                          tables.tensor(DType::kI32, {seqs, blocks_per_seq}), static_cast<int>(seqs),
                          static_cast<int>(q_len), static_cast<int>(len)};
-    out_t = out.tensor(DType::kF32, {n, kHeads, kHeadDim});
-    q_t = q.tensor(DType::kF32, {n, kHeads, kHeadDim});
+    out_t = out.tensor(DType::kF32, {n, heads, kHeadDim});
+    q_t = q.tensor(DType::kF32, {n, heads, kHeadDim});
   }
   void run(Backend* gpu) const { gpu->attention(out_t, q_t, cache, meta, 1.f / std::sqrt(float{kHeadDim})); }
 };
@@ -140,27 +143,34 @@ BENCHMARK(BM_CudaAttentionPrefill)
     ->UseManualTime()->Unit(benchmark::kMicrosecond)->ArgNames({"prompts", "len", "cache", "kernel"});
 
 // A decode step's attention: one query each over `len` keys. Args: sequences, keys, cache
-// type. GB/s of K and V, against the card's copy ceiling (H200 4,260 GB/s, H100 2,950:
-// bench/records/machines.json).
+// type, query heads, KV heads: 32 / 32 (Llama-2-7B), 32 / 8 (Llama-3-8B, Mistral-7B: 4 query
+// heads a KV head), 28 / 4 (Qwen2-7B: 7), 32 / 16 (2). GB/s of K and V, against the card's
+// copy ceiling (H200 4,260 GB/s, H100 2,950: bench/records/machines.json).
 void BM_CudaAttentionDecode(benchmark::State& state) {
-  const int64_t seqs = state.range(0), len = state.range(1);
+  const int64_t seqs = state.range(0), len = state.range(1), heads = state.range(3), kv_heads = state.range(4);
   const DType t = cache_type(state.range(2));
   Backend* gpu = backend(false);
   if (gpu == nullptr) {
     state.SkipWithError("no CUDA device");
     return;
   }
-  const AttentionStep step(gpu, t, seqs, len, 1);
+  const AttentionStep step(gpu, t, seqs, len, 1, heads, kv_heads);
   const double s = timed_rounds(state, gpu, kCallsPerRound, [&](size_t) { step.run(gpu); });
-  const double bytes = 2.0 * static_cast<double>(seqs * len * kHeads * kHeadDim) * static_cast<double>(dtype_size(t));
+  const double bytes =
+      2.0 * static_cast<double>(seqs * len * kv_heads * kHeadDim) * static_cast<double>(dtype_size(t));
   state.counters["us"] = s * 1e6;
   state.counters["GB/s"] = bytes / s / 1e9;
   state.SetLabel(std::string(dtype_name(t)));
 }
 BENCHMARK(BM_CudaAttentionDecode)
-    ->ArgsProduct({{256}, {320, 1024}, {0, 2}})
-    ->ArgsProduct({{32}, {4096}, {0, 2}})
-    ->UseManualTime()->Unit(benchmark::kMicrosecond)->ArgNames({"seqs", "len", "cache"});
+    ->ArgsProduct({{256}, {320, 1024}, {0, 2}, {32}, {32}})
+    ->ArgsProduct({{32}, {4096}, {0, 2}, {32}, {32}})
+    ->ArgsProduct({{256}, {320, 1024}, {0, 2}, {32}, {8}})
+    ->ArgsProduct({{32}, {4096}, {0, 2}, {32}, {8}})
+    ->ArgsProduct({{256}, {1024}, {0, 2}, {28}, {4}})
+    ->ArgsProduct({{32}, {4096}, {0, 2}, {28}, {4}})
+    ->ArgsProduct({{256}, {1024}, {0, 2}, {32}, {16}})
+    ->UseManualTime()->Unit(benchmark::kMicrosecond)->ArgNames({"seqs", "len", "cache", "heads", "kv_heads"});
 
 #endif  // QUIVER_HAS_CUDA
 
