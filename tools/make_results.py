@@ -339,10 +339,10 @@ def notes(rec, lines):
 KINDS = {"decode": decode, "throughput": throughput, "prefill": prefill, "checks": checks,
          "cpu-decode": cpu_decode, "cpu-lora": cpu_lora, "cpu-online": cpu_online,
          "cpu-precision": cpu_modes, "cpu-int8": cpu_modes, "fp8-h200": cpu_modes, "fp8-h100": cpu_modes,
-         "attention-h100": cpu_modes, "tokenizer": tokenizer, "cpu-python": cpu_python, "python-h200": cpu_python,
-         "before-after": before_after, "structured-h200": structured, "structured-cpu": structured,
-         "serving-h200": serving, "serving-h100": serving, "vocab-h200": vocab, "cpu-peer": cpu_peer,
-         "cpu-kernels": cpu_kernels}
+         "attention-h100": cpu_modes, "attention-gqa-h100": cpu_modes, "tokenizer": tokenizer,
+         "cpu-python": cpu_python, "python-h200": cpu_python, "before-after": before_after,
+         "structured-h200": structured, "structured-cpu": structured, "serving-h200": serving,
+         "serving-h100": serving, "vocab-h200": vocab, "cpu-peer": cpu_peer, "cpu-kernels": cpu_kernels}
 
 INTRO = """\
 # quiver benchmark results
@@ -412,10 +412,10 @@ def render(machines, records):
     return "\n".join(lines).rstrip() + "\n"
 
 
-ORDER = ["decode", "fp8-h200", "fp8-h100", "attention-h100", "throughput", "serving-h200", "serving-h100", "prefill",
-         "structured-h200", "vocab-h200", "before-after", "checks", "python-h200", "cpu-peer", "cpu-decode",
-         "cpu-kernels", "cpu-int8", "cpu-precision", "cpu-lora", "cpu-online", "cpu-python", "structured-cpu",
-         "tokenizer"]
+ORDER = ["decode", "fp8-h200", "fp8-h100", "attention-h100", "attention-gqa-h100", "throughput", "serving-h200",
+         "serving-h100", "prefill", "structured-h200", "vocab-h200", "before-after", "checks", "python-h200",
+         "cpu-peer", "cpu-decode", "cpu-kernels", "cpu-int8", "cpu-precision", "cpu-lora", "cpu-online",
+         "cpu-python", "structured-cpu", "tokenizer"]
 
 
 def main():
