@@ -188,6 +188,20 @@ TEST_F(CudaAttention, DecodeGqaGroups) {
   for (auto [h, kv] : kGqa) run({DType::kF16, 16, h, kv, 128, kDecodeSeqs}, "decode");
 }
 
+// The large-batch decode kernels with 2-8 heads a block (no loads before the PDL wait):
+// enough sequences that each (sequence, KV head) gets fewer than 8 partitions on a 132-SM
+// card, at Mistral's and Llama-3's 32 / 8 heads, Qwen2-7B's 28 / 4 and a group of 2, every
+// cache type; contexts up to 281 keys keep the CPU reference short.
+TEST_F(CudaAttention, DecodeManyGqa) {
+  std::vector<SeqSpec> many;
+  for (int i = 0; i < 41; ++i) many.push_back({1, 1 + 7 * i});
+  const std::pair<int64_t, int64_t> groups[] = {{32, 8}, {28, 4}, {32, 16}};
+  for (auto [h, kv] : groups) {
+    for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) run({t, 16, h, kv, 128, many}, "decode many gqa");
+    run({DType::kF8E4M3, 16, h, kv, 128, many, 0, 0, 0.5f, 2.f}, "decode many gqa fp8");
+  }
+}
+
 TEST_F(CudaAttention, DecodeLooseBoundsAndBatchOne) {
   // Bounds far above the actual lengths: the extra partitions must exit cleanly.
   run({DType::kBF16, 16, 8, 2, 128, kDecodeSeqs, 0, 3000}, "decode loose");

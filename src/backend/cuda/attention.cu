@@ -154,8 +154,20 @@ __device__ __forceinline__ void score_key(float* sc, const float* q_s, const T* 
 // flight to stream the cache (H100, 32 heads of 128: 256 sequences of 320 keys 284 us
 // against 352, of 1,024 keys 802 against 933, 32 of 4,096 418 against 476; 8 blocks, 64
 // registers and a 4-byte spill, 281 / 829 / 428).
+// With 2-8 heads a block (GQA) ptxas left free took 145-218 registers, 2-3 blocks an SM.
+// Held to 4-5 blocks (bf16 2 / 4 / 8 heads: 4 / 5 / 4 blocks, 128 / 96 / 118 registers, a
+// 16-byte spill at 2 heads; fp8 2 / 4 heads: 5 / 4 blocks, 94 / 123 registers) they stream
+// 9-37% faster (H100, 256 sequences of 1,024 keys: 32 / 8 heads of 128 bf16 459 us against
+// 555, fp8 368 against 414; 32 / 16 bf16 883 against 1,202, fp8 506 against 800; 28 / 4
+// bf16 323 against 364). bf16 8 heads at 5 blocks spills 192 bytes and loses (416 us). The
+// fp8 8-head kernel (8 x 16 accumulators a thread) spills 280 bytes at 3 blocks and gains
+// nothing (28 / 4 heads, 408 against 417 us), so it stays free.
 template <typename T, int HD, int GMAX, bool PREWAIT>
-constexpr int kDecodeMinBlocks = GMAX != 1 || PREWAIT || HD > 128 ? 1 : sizeof(T) == 2 ? 8 : sizeof(T) == 1 ? 6 : 1;
+constexpr int kDecodeMinBlocks = PREWAIT || HD > 128 || sizeof(T) == 4 ? 1
+                                 : GMAX == 1 ? (sizeof(T) == 2 ? 8 : 6)
+                                 : GMAX == 2 ? (sizeof(T) == 2 ? 4 : 5)
+                                 : GMAX == 4 ? (sizeof(T) == 2 ? 5 : 4)
+                                             : (sizeof(T) == 2 ? 4 : 1);
 
 // part: [num_seqs, num_heads, max_splits, HD + 2] f32 (o unnormalised, max, sum) and
 // counts: [num_seqs, num_heads / gc] i32, zero; both used when max_splits > 1.
