@@ -344,10 +344,10 @@ void BM_CudaLoraPlan(benchmark::State& state) {
 void lora_plan_args(benchmark::internal::Benchmark* b) {
   for (int64_t group : {0, 1})
     for (int64_t distinct : {0, 1})
-      for (int64_t n : {1, 2, 4, 8, 16, 32, 64, 128, 512, 2048})
+      for (int64_t n : {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 2048})
         for (int64_t p = 0; p < 6; ++p) {
           if (p == 0 && n > 16) continue;       // fused: decode sizes only
-          if (p == 1 && n > 128) continue;      // one token per block
+          if (p == 1 && n > 256) continue;      // one token per block: up to the largest decode bucket
           if (p >= 3 && n < 64) continue;       // tensor-core tiles: prefill sizes
           b->Args({group, n, p, distinct, 16});
         }
