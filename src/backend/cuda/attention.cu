@@ -147,7 +147,8 @@ __device__ __forceinline__ void score_key(float* sc, const float* q_s, const T* 
     if (g < gc) sc[g * kPart + tl] = acc[g];
 }
 
-// Blocks per SM that ptxas must fit in the large-batch kernel, one head per block. 16-bit
+// Blocks per SM that ptxas must fit in the large-batch kernel (1: no bound; f32 caches,
+// head_dim above 128 and the early-load kernel are left free). One head per block: 16-bit
 // caches keep the 8 they had before the partition loop (58 registers then, 68 with the loop
 // unbounded, 64 and an 8-byte spill bounded; sm_90, bf16, head_dim 128). fp8 caches get 6
 // (72 registers, no spill): left free, ptxas took 102, 4 blocks an SM, too few loads in
@@ -155,13 +156,14 @@ __device__ __forceinline__ void score_key(float* sc, const float* q_s, const T* 
 // against 352, of 1,024 keys 802 against 933, 32 of 4,096 418 against 476; 8 blocks, 64
 // registers and a 4-byte spill, 281 / 829 / 428).
 // With 2-8 heads a block (GQA) ptxas left free took 145-218 registers, 2-3 blocks an SM.
-// Held to 4-5 blocks (bf16 2 / 4 / 8 heads: 4 / 5 / 4 blocks, 128 / 96 / 118 registers, a
-// 16-byte spill at 2 heads; fp8 2 / 4 heads: 5 / 4 blocks, 94 / 123 registers) they stream
-// 9-37% faster (H100, 256 sequences of 1,024 keys: 32 / 8 heads of 128 bf16 459 us against
-// 555, fp8 368 against 414; 32 / 16 bf16 883 against 1,202, fp8 506 against 800; 28 / 4
-// bf16 323 against 364). bf16 8 heads at 5 blocks spills 192 bytes and loses (416 us). The
-// fp8 8-head kernel (8 x 16 accumulators a thread) spills 280 bytes at 3 blocks and gains
-// nothing (28 / 4 heads, 408 against 417 us), so it stays free.
+// Held to 4-5 blocks (16-bit caches, 2 / 4 / 8 heads: 4 / 5 / 4 blocks, bf16 128 / 96 /
+// 118 registers, a 16-byte spill at 2 heads, f16 84 bytes there; fp8 2 / 4 heads: 5 / 4
+// blocks, 94 / 123 registers) they stream 9-37% faster (H100, 256 sequences of 1,024 keys:
+// 32 / 8 heads of 128 bf16 459 us against 555, fp8 368 against 414; 32 / 16 bf16 883
+// against 1,202, fp8 506 against 800; 28 / 4 bf16 323 against 364). bf16 8 heads at 5
+// blocks spills 192 bytes and loses (416 us against 323). The fp8 8-head kernel (8 x 16
+// accumulators a thread) spills 280 bytes at 3 blocks and gains nothing (28 / 4 heads, 408
+// against 417 us), so it stays free.
 template <typename T, int HD, int GMAX, bool PREWAIT>
 constexpr int kDecodeMinBlocks = PREWAIT || HD > 128 || sizeof(T) == 4 ? 1
                                  : GMAX == 1 ? (sizeof(T) == 2 ? 8 : 6)
