@@ -136,7 +136,12 @@ struct DispatchTable {
   // beside the matmul: q/k/v at 32 / 64 tokens 49.9 / 52.3 us against 51.5 / 55.2 tiled
   // (one adapter), 53.0 / 61.4 against 60.1 / 69.5 (an adapter a token); down 41.1 / 38.9
   // against 45.2 / 43.4. At 128 tokens down with one adapter is faster tiled (55.3 against
-  // 58.3), q/k/v and an adapter a token still with token rows (79.4 against 83.6).
+  // 58.3), q/k/v and an adapter a token still with token rows (79.4 against 83.6). At 256
+  // the tiled kernels win in both (H100: q/k/v 120.8 against 127.5 us an adapter a token,
+  // 111.8 against 116.1 one adapter), and the 256-request step over 64 adapters (Llama-2-7B,
+  // prompt 256) took 22.6 ms with this limit against 25.4 with it at 256 (fp8 cache; bf16
+  // cache 30.0 against 32.0). The token-rows shrink and the next op read a token's A and B
+  // slices per token, the tiled kernels once per run of tokens on one adapter (4 there).
   int expand_next_op_max_n = 64;
   // From this many tokens in one-adapter runs (StepShape::lora_run_tokens), with bf16
   // stacks and x rounded to bf16, the shrink takes those tiles on tensor cores: r=16, all
