@@ -30,6 +30,10 @@ void send_final_answer(int fd, const char* status) {
   (void)::send(fd, r.data(), r.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
+// Bytes a lingering connection may send between two polls before the loop moves on to
+// the others (it is polled again; its time limit bounds the total).
+constexpr size_t kDrainPerPoll = size_t{1} << 20;
+
 // The 408 a connection gets when it is dropped in the middle of a head (none when idle).
 const char* timeout_answer(const std::string& buf) { return buf.empty() ? nullptr : "408 Request Timeout"; }
 
@@ -50,6 +54,8 @@ HttpListener::~HttpListener() {
   for (Conn& c : waiting_) ::close(c.fd);
   for (Conn& c : ready_) ::close(c.fd);
   for (Conn& c : returned_) ::close(c.fd);
+  for (const Lingering& l : lingering_) ::close(l.fd);
+  for (int fd : to_linger_) ::close(fd);
   if (listen_fd_ >= 0) ::close(listen_fd_);
   if (wake_fd_ >= 0) ::close(wake_fd_);
 }
@@ -121,6 +127,52 @@ void HttpListener::close_conn(int fd, const char* answer) {
   --open_;
 }
 
+void HttpListener::linger(int fd) {
+  ::shutdown(fd, SHUT_WR);
+  lingering_.push_back({fd, Clock::now() + options_.linger});
+}
+
+void HttpListener::drain_lingering(const std::vector<pollfd>& fds, size_t first, size_t count) {
+  const Clock::time_point now = Clock::now();
+  char block[16384];
+  size_t kept = 0;
+  for (size_t i = 0; i < lingering_.size(); ++i) {
+    Lingering& l = lingering_[i];
+    bool done = l.until <= now;
+    if (!done && i < count && fds[first + i].revents != 0) {
+      // Until the client's end of stream (0), an error, or this poll's share.
+      for (size_t got = 0; got < kDrainPerPoll;) {
+        const ssize_t n = ::recv(l.fd, block, sizeof block, MSG_DONTWAIT);
+        if (n > 0) {
+          got += static_cast<size_t>(n);
+          continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        done = !(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
+        break;
+      }
+    }
+    if (done) {
+      ::close(l.fd);
+      --open_;
+    } else {
+      lingering_[kept++] = l;
+    }
+  }
+  lingering_.resize(kept);
+}
+
+bool HttpListener::close_oldest_lingering() {
+  if (lingering_.empty()) return false;
+  auto oldest = std::min_element(lingering_.begin(), lingering_.end(),
+                                 [](const Lingering& a, const Lingering& b) { return a.until < b.until; });
+  ::close(oldest->fd);
+  --open_;
+  *oldest = lingering_.back();
+  lingering_.pop_back();
+  return true;
+}
+
 void HttpListener::run() {
   if (listen_fd_ < 0 || stopping_) return;
   const int n = std::max(1, options_.workers);
@@ -132,6 +184,8 @@ void HttpListener::run() {
   std::lock_guard<std::mutex> lock(mu_);
   for (Conn& c : returned_) close_conn(c.fd);
   returned_.clear();
+  for (int fd : to_linger_) close_conn(fd);  // handed over as the loop ended
+  to_linger_.clear();
 }
 
 void HttpListener::loop() {
@@ -149,6 +203,8 @@ void HttpListener::loop() {
         else waiting_.push_back(std::move(c));
       }
       returned_.clear();
+      for (int fd : to_linger_) linger(fd);
+      to_linger_.clear();
     }
     for (int i = 0; i < dispatched; ++i) ready_cv_.notify_one();
     const Clock::time_point now = Clock::now();
@@ -165,14 +221,19 @@ void HttpListener::loop() {
       next = std::min(next, waiting_[i].deadline);
       ++i;
     }
+    for (const Lingering& l : lingering_) next = std::min(next, l.until);
     const bool accepting = now >= accept_paused_until;
     if (!accepting) next = std::min(next, accept_paused_until);
     fds.clear();
     fds.push_back({wake_fd_, POLLIN, 0});
     fds.push_back({accepting ? listen_fd_ : -1, POLLIN, 0});
     for (const Conn& c : waiting_) fds.push_back({c.fd, POLLIN, 0});
+    const size_t polled_waiting = waiting_.size(), polled_lingering = lingering_.size();
+    for (const Lingering& l : lingering_) fds.push_back({l.fd, POLLIN, 0});
     const int r = ::poll(fds.data(), fds.size(), poll_timeout_ms(now, next));
     if (r < 0 && errno != EINTR) break;
+    // Before the waiting connections, which may add lingering ones (431) past those polled.
+    drain_lingering(fds, 2 + polled_waiting, r > 0 ? polled_lingering : 0);
     if (r <= 0) continue;
     if (fds[0].revents) {
       uint64_t v;
@@ -193,6 +254,13 @@ void HttpListener::loop() {
   }
   for (Conn& c : waiting_) close_conn(c.fd);
   waiting_.clear();
+  for (const Lingering& l : lingering_) close_conn(l.fd);
+  lingering_.clear();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (int fd : to_linger_) close_conn(fd);
+    to_linger_.clear();
+  }
   ::close(listen_fd_);
   listen_fd_ = -1;
 }
@@ -204,10 +272,11 @@ bool HttpListener::accept_all() {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       return errno == EAGAIN || errno == EWOULDBLOCK;  // else out of descriptors or the like
     }
-    if (open_.load() >= options_.max_connections) {
-      // Full: the connection that has waited longest for its head makes room (a slow
-      // client loses its place, not a new one); with none waiting, every connection is
-      // being answered and the new one is told to come back.
+    if (open_.load() >= options_.max_connections && !close_oldest_lingering()) {
+      // Full: a lingering connection made room if there was one; else the one that has
+      // waited longest for its head does (a slow client loses its place, not a new one);
+      // with none waiting, every connection is being answered and the new one is told to
+      // come back.
       auto oldest = std::min_element(waiting_.begin(), waiting_.end(), [](const Conn& a, const Conn& b) {
         return a.waiting_since < b.waiting_since;
       });
@@ -250,7 +319,8 @@ bool HttpListener::read_some(Conn& c) {
     return false;
   }
   if (head_arrived(c) ? c.head->head_bytes > options_.max_head_bytes : c.buf.size() > options_.max_head_bytes) {
-    close_conn(c.fd, "431 Request Header Fields Too Large");
+    send_final_answer(c.fd, "431 Request Header Fields Too Large");
+    linger(c.fd);  // the client may still be sending the head
     return false;
   }
   return !dispatch(c);
@@ -303,7 +373,16 @@ void HttpListener::work() {
     // A body the handler did not read (an early error answer) would be taken for the
     // next request: close instead.
     if (!ok || closed || last || stopping_ || stream.bytes_read() < whole) {
-      close_conn(c.fd);
+      if (stopping_ || (stream.bytes_read() >= whole && !head.chunked)) {
+        close_conn(c.fd);
+        continue;
+      }
+      // Answered before its body was read: the client may still be sending it.
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        to_linger_.push_back(c.fd);
+      }
+      wake();
       continue;
     }
     c.buf = stream.take_unread();

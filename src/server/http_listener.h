@@ -9,7 +9,16 @@
 // keep-alive connection closes after `keep_alive`, and at most `max_connections` are open;
 // past that the loop closes the connection that has waited longest for its head, or
 // answers 503 when every connection is being served.
+//
+// A connection answered before its request's body arrived (413, 401, 431) is not closed at
+// once: closing a socket with unread bytes sends a reset, and a client still sending the
+// body (curl uploading a body over --max-body-bytes) then fails on its next write without
+// reading the answer that is already in its buffer. Its write side is shut instead (the
+// answer, then end of stream) and the loop reads and drops what still comes until the
+// client closes or `linger` has passed.
 #pragma once
+
+#include <poll.h>
 
 #include <atomic>
 #include <chrono>
@@ -38,6 +47,9 @@ struct ListenerOptions {
   size_t max_head_bytes = 64u << 10;
   size_t max_body_bytes = 32u << 20;   // bodies up to this size are read by the loop
   int max_requests_per_connection = 1000;
+  // How long an answered connection is drained before it is closed regardless: the client
+  // has the answer once it reads, so it only needs time to stop sending.
+  std::chrono::milliseconds linger{2000};
 };
 
 class HttpListener {
@@ -84,6 +96,13 @@ class HttpListener {
   void work();
   // Closes a counted connection, first sending `answer` (a status line) when given.
   void close_conn(int fd, const char* answer = nullptr);
+  // The loop's: shuts fd's write side and drains it until the client closes (see above).
+  void linger(int fd);
+  // Reads and drops what the lingering connections sent (polled: revents from fds, one entry
+  // each from `first`), closing those that ended or whose time is up.
+  void drain_lingering(const std::vector<pollfd>& fds, size_t first, size_t count);
+  // Closes the lingering connection closest to its end; false when there is none.
+  bool close_oldest_lingering();
   void wake();
 
   ListenerOptions options_;
@@ -93,11 +112,17 @@ class HttpListener {
   std::atomic<bool> stopping_{false};
   std::atomic<int> open_{0};  // every connection not yet closed, in the loop or a worker
   std::vector<Conn> waiting_;  // the loop's: reading heads, or idle between requests
+  struct Lingering {
+    int fd = -1;
+    Clock::time_point until;
+  };
+  std::vector<Lingering> lingering_;  // the loop's: answered, drained until closed
 
   std::mutex mu_;
   std::condition_variable ready_cv_;
   std::deque<Conn> ready_;     // whole requests for the workers
   std::vector<Conn> returned_; // kept-alive connections back to the loop
+  std::vector<int> to_linger_; // answered before their body arrived, for the loop to drain
   std::vector<std::thread> workers_;
 };
 

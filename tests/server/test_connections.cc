@@ -6,7 +6,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <string>
 #include <thread>
 
@@ -160,6 +162,34 @@ TEST_F(Listener, SlowHeadGets408WhileOthersAreServed) {
   EXPECT_EQ(read_to_end(slow).substr(0, 12), "HTTP/1.1 408");
   EXPECT_LT(std::chrono::steady_clock::now() - t, 2s);
   ::close(slow);
+}
+
+// A request refused on its head (the stand-in answers without reading the body) while the
+// client is still sending a body of 4 MiB: the client must be able to finish sending and
+// then read the answer. A socket closed with unread bytes sends a reset instead, and the
+// client's next write fails (curl then reports no answer at all).
+TEST_F(Listener, ClientStillSendingItsBodyReadsTheEarlyAnswer) {
+  ListenerOptions o;
+  o.workers = 1;
+  o.max_body_bytes = 1024;  // the body is not gathered: the head is answered at once
+  start(o);
+  const int fd = connect_client();
+  constexpr size_t kBody = size_t{4} << 20, kPiece = size_t{64} << 10;
+  send_all(fd, "POST / HTTP/1.1\r\nContent-Length: " + std::to_string(kBody) + "\r\n\r\n");
+  const std::string piece(kPiece, ' ');
+  size_t sent = 0;
+  int error = 0;
+  for (; sent < kBody; sent += kPiece) {
+    if (::send(fd, piece.data(), piece.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(piece.size())) {
+      error = errno;
+      break;
+    }
+    std::this_thread::sleep_for(1ms);  // the answer and the server's close come meanwhile
+  }
+  EXPECT_EQ(sent, kBody) << "send failed: " << std::strerror(error);
+  const std::string got = read_to_end(fd);
+  ::close(fd);
+  EXPECT_EQ(got.substr(0, 15), "HTTP/1.1 200 OK");
 }
 
 TEST_F(Listener, FullListenerClosesTheLongestWaiting) {
