@@ -7,8 +7,13 @@ CMAKE_FLAGS ?=
 # everything in $(BUILD): no tests, no server, and no CUDA kernels unless a GPU is visible
 # (the demo runs on the CPU without one).
 RUN_BUILD ?= build-demo
-RUN_FLAGS := -DBUILD_TESTING=OFF -DQUIVER_SERVER=OFF \
-	$(shell nvidia-smi -L >/dev/null 2>&1 || echo -DQUIVER_CUDA=OFF)
+HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
+RUN_FLAGS := -DBUILD_TESTING=OFF -DQUIVER_SERVER=OFF $(if $(HAS_GPU),,-DQUIVER_CUDA=OFF)
+# Without a GPU, `make test` builds the CUDA code to show that it compiles: machine code for
+# sm_90 (ptxas and its limits) and sm_80 as PTX only (its code paths still compiled), about a
+# third less nvcc time than machine code for both (attention.cu: 337 against 500 s, 2 cores).
+# CMAKE_FLAGS, which come after, may name other architectures.
+BUILD_FLAGS := $(if $(HAS_GPU),,'-DCMAKE_CUDA_ARCHITECTURES=80-virtual;90-real')
 
 .PHONY: run test build python deps clean
 
@@ -24,13 +29,13 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) --timeout 900
 
 build: deps
-	cmake -S . -B $(BUILD) -G Ninja $(CMAKE_FLAGS)
+	cmake -S . -B $(BUILD) -G Ninja $(BUILD_FLAGS) $(CMAKE_FLAGS)
 	cmake --build $(BUILD) -j$(JOBS)
 
 # The Python package (vLLM's offline API) under $(BUILD)/python:
 #   PYTHONPATH=$(BUILD)/python python3 -c "import quiver"
 python: deps
-	cmake -S . -B $(BUILD) -G Ninja $(CMAKE_FLAGS)
+	cmake -S . -B $(BUILD) -G Ninja $(BUILD_FLAGS) $(CMAKE_FLAGS)
 	@grep -q '^build python:' $(BUILD)/build.ninja || { echo "make python: cmake skipped the package (pybind11 or the Python headers missing; see its output)"; exit 1; }
 	cmake --build $(BUILD) -j$(JOBS) --target python
 
