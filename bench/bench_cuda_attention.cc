@@ -140,7 +140,8 @@ BENCHMARK(BM_CudaAttentionPrefill)
     ->ArgsProduct({{16}, {128}, {0, 1, 2}, {0, 1}})
     ->ArgsProduct({{4}, {512}, {0, 1, 2}, {0, 1}})
     ->ArgsProduct({{1}, {2048}, {0, 1, 2}, {0, 1}})
-    ->UseManualTime()->Unit(benchmark::kMicrosecond)->ArgNames({"prompts", "len", "cache", "kernel"});
+    ->UseManualTime()->MinTime(kMinCallSeconds)->Unit(benchmark::kMicrosecond)
+    ->ArgNames({"prompts", "len", "cache", "kernel"});
 
 // A decode step's attention: one query each over `len` keys. Args: sequences, keys, cache
 // type, query heads, KV heads: 32 / 32 (Llama-2-7B), 32 / 8 (Llama-3-8B, Mistral-7B: 4 query
@@ -171,7 +172,8 @@ BENCHMARK(BM_CudaAttentionDecode)
     ->ArgsProduct({{32}, {4096}, {0, 2}, {28}, {4}})
     ->ArgsProduct({{256}, {1024}, {0, 2}, {32}, {16}})
     ->ArgsProduct({{256}, {1024}, {1}, {32}, {16, 8}})  // f16: its 2-head kernel spills 84 bytes at 4 blocks
-    ->UseManualTime()->Unit(benchmark::kMicrosecond)->ArgNames({"seqs", "len", "cache", "heads", "kv_heads"});
+    ->UseManualTime()->MinTime(kMinCallSeconds)->Unit(benchmark::kMicrosecond)
+    ->ArgNames({"seqs", "len", "cache", "heads", "kv_heads"});
 
 #endif  // QUIVER_HAS_CUDA
 

@@ -147,7 +147,7 @@ void matmul_args(benchmark::internal::Benchmark* b) {
     }
   b->Args({4096, 4096, 2048, 3});  // prefill-sized: tensor-core rate, not bandwidth
 }
-BENCHMARK(BM_CudaMatmul)->Apply(matmul_args)->UseManualTime()->Unit(benchmark::kMicrosecond)
+BENCHMARK(BM_CudaMatmul)->Apply(matmul_args)->UseManualTime()->MinTime(kMinCallSeconds)->Unit(benchmark::kMicrosecond)
     ->ArgNames({"out", "in", "n", "kernel"});
 
 // Every buffer of w quantized to e4m3 with a scale per row, as --quantization fp8 loads them.
@@ -203,7 +203,8 @@ void matmul_fp8_args(benchmark::internal::Benchmark* b) {
       if (n >= 3) b->Args({s[0], s[1], n, 1});
     }
 }
-BENCHMARK(BM_CudaMatmulFp8)->Apply(matmul_fp8_args)->UseManualTime()->Unit(benchmark::kMicrosecond)
+BENCHMARK(BM_CudaMatmulFp8)->Apply(matmul_fp8_args)->UseManualTime()->MinTime(kMinCallSeconds)
+    ->Unit(benchmark::kMicrosecond)
     ->ArgNames({"out", "in", "n", "kernel"});
 
 // Args: out, in, n, kernel (0: bf16 weights on cuBLAS; 1 / 2: the same weights quantized to
@@ -242,7 +243,8 @@ BENCHMARK(BM_CudaMatmulPrefill)
     ->ArgsProduct({{22016}, {4096}, {2048}, {0, 1, 2}})
     ->ArgsProduct({{4096}, {11008}, {2048}, {0, 1, 2}})
     ->ArgsProduct({{12288}, {4096}, {128, 256, 512, 1024}, {1, 2}})
-    ->UseManualTime()->Unit(benchmark::kMicrosecond)->ArgNames({"out", "in", "n", "kernel"});
+    ->UseManualTime()->MinTime(kMinCallSeconds)->Unit(benchmark::kMicrosecond)
+    ->ArgNames({"out", "in", "n", "kernel"});
 
 // The LoRA pairings of BM_CudaLoraPlan: shrink, expand (the matmul is the table's for n
 // without LoRA, or the one the fused shrink rides on).
@@ -358,7 +360,8 @@ void lora_plan_args(benchmark::internal::Benchmark* b) {
       for (int64_t n : {128, 512, 2048})
         for (int64_t p = 2; p < 6; ++p) b->Args({group, n, p, 0, rank});
 }
-BENCHMARK(BM_CudaLoraPlan)->Apply(lora_plan_args)->UseManualTime()->Unit(benchmark::kMicrosecond)
+BENCHMARK(BM_CudaLoraPlan)->Apply(lora_plan_args)->UseManualTime()->MinTime(kMinCallSeconds)
+    ->Unit(benchmark::kMicrosecond)
     ->ArgNames({"group", "n", "pairing", "distinct", "rank"});
 
 #endif  // QUIVER_HAS_CUDA

@@ -12,6 +12,11 @@
 
 namespace quiver {
 
+// Each benchmark's MinTime. Google Benchmark counts the iteration time, which is one call's
+// here, so its default 0.5 s ran 0.5 s worth of calls `calls` times over: 25 s of wall time
+// for a 100-us call at 50 calls a round. 0.01 s of call time is 5,000 such calls, 500 of 1 ms.
+inline constexpr double kMinCallSeconds = 0.01;
+
 // Runs `call(i)` `calls` times per benchmark iteration (after as many unmeasured ones: module
 // load, cuBLAS heuristics) and reports the mean time of one call as the iteration time.
 // Returns the seconds per call over all iterations.
