@@ -152,12 +152,8 @@ void HttpListener::drain_lingering(const std::vector<pollfd>& fds, size_t first,
         break;
       }
     }
-    if (done) {
-      ::close(l.fd);
-      --open_;
-    } else {
-      lingering_[kept++] = l;
-    }
+    if (done) close_conn(l.fd);
+    else lingering_[kept++] = l;
   }
   lingering_.resize(kept);
 }
@@ -166,8 +162,7 @@ bool HttpListener::close_oldest_lingering() {
   if (lingering_.empty()) return false;
   auto oldest = std::min_element(lingering_.begin(), lingering_.end(),
                                  [](const Lingering& a, const Lingering& b) { return a.until < b.until; });
-  ::close(oldest->fd);
-  --open_;
+  close_conn(oldest->fd);
   *oldest = lingering_.back();
   lingering_.pop_back();
   return true;
@@ -184,7 +179,7 @@ void HttpListener::run() {
   std::lock_guard<std::mutex> lock(mu_);
   for (Conn& c : returned_) close_conn(c.fd);
   returned_.clear();
-  for (int fd : to_linger_) close_conn(fd);  // handed over as the loop ended
+  for (int fd : to_linger_) close_conn(fd);  // handed over after the loop's last take
   to_linger_.clear();
 }
 
@@ -256,11 +251,6 @@ void HttpListener::loop() {
   waiting_.clear();
   for (const Lingering& l : lingering_) close_conn(l.fd);
   lingering_.clear();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (int fd : to_linger_) close_conn(fd);
-    to_linger_.clear();
-  }
   ::close(listen_fd_);
   listen_fd_ = -1;
 }
@@ -371,13 +361,14 @@ void HttpListener::work() {
     bool closed = false;
     const bool ok = process_(stream, last, closed);
     // A body the handler did not read (an early error answer) would be taken for the
-    // next request: close instead.
-    if (!ok || closed || last || stopping_ || stream.bytes_read() < whole) {
-      if (stopping_ || (stream.bytes_read() >= whole && !head.chunked)) {
+    // next request: close instead, by the loop's drain, since the client may still be
+    // sending it (a chunked body's end is not known either way).
+    const bool unread = stream.bytes_read() < whole || head.chunked;
+    if (!ok || closed || last || stopping_ || unread) {
+      if (stopping_ || !unread) {
         close_conn(c.fd);
         continue;
       }
-      // Answered before its body was read: the client may still be sending it.
       {
         std::lock_guard<std::mutex> lock(mu_);
         to_linger_.push_back(c.fd);
