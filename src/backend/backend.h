@@ -224,6 +224,13 @@ class Backend {
   // Makes a host tensor (e.g. an mmap'd weight) usable by ops. Host backends return it
   // unchanged (no copy); device backends upload into memory they own until destruction.
   virtual Tensor import_weight(const Tensor& host) = 0;
+  // Frees an import_weight upload before destruction (a weight moved elsewhere). Host
+  // backends: nothing (their imports are the caller's memory).
+  virtual void release_weight(const Tensor& imported) { (void)imported; }
+  // Whether project() multiplies a group's members of one output width as one product where
+  // their weights, and their outputs, lie at one stride each: the loader then places q/k/v
+  // and gate/up back to back (LlamaWeights::place_groups).
+  virtual bool batches_adjacent_members() const { return false; }
   // --quantization fp8 (model/fp8_weights.h), row by row of w ([rows, k] f32/f16/bf16, this
   // backend's memory, row-major): scale[r] = max_k |w[r, k]| / 448 and q[r, k] =
   // e4m3(w[r, k] / scale[r]), IEEE division then nearest even, saturating (0 where the
@@ -397,6 +404,12 @@ class Buffer {
   Tensor tensor(DType t, std::initializer_list<int64_t> dims) const {
     Tensor v(ptr_, t, dims, backend_->device());
     check(v.bytes() <= bytes_, "tensor view larger than its buffer");
+    return v;
+  }
+  // A tensor view `offset` bytes into the buffer.
+  Tensor tensor_at(size_t offset, DType t, std::initializer_list<int64_t> dims) const {
+    Tensor v(static_cast<char*>(ptr_) + offset, t, dims, backend_->device());
+    check(offset <= bytes_ && v.bytes() <= bytes_ - offset, "tensor view past the end of its buffer");
     return v;
   }
   // An fp8 copy of an [n, d] x (fp8_copy) over the start of the buffer.

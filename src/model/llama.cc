@@ -8,15 +8,15 @@ namespace quiver {
 
 Workspace::Workspace(Backend* b, const ModelConfig& c, DType x16, int max_tokens_, int max_lora_rank)
     : max_tokens(max_tokens_),
+      q_size(c.q_size()),
+      kv_size(c.kv_size()),
+      intermediate(c.intermediate_size),
       hidden(b, sizeof(float) * max_tokens_ * c.hidden_size),
       residual(b, sizeof(float) * max_tokens_ * c.hidden_size),
       normed(b, sizeof(float) * max_tokens_ * c.hidden_size),
-      q(b, sizeof(float) * max_tokens_ * c.q_size()),
-      k(b, sizeof(float) * max_tokens_ * c.kv_size()),
-      v(b, sizeof(float) * max_tokens_ * c.kv_size()),
+      qkv(b, sizeof(float) * max_tokens_ * (c.q_size() + 2 * c.kv_size())),
+      gate_up(b, sizeof(float) * max_tokens_ * 2 * c.intermediate_size),
       attn_out(b, sizeof(float) * max_tokens_ * c.q_size()),
-      gate(b, sizeof(float) * max_tokens_ * c.intermediate_size),
-      up(b, sizeof(float) * max_tokens_ * c.intermediate_size),
       lora_tmp(b, sizeof(float) * kMaxGroup * max_tokens_ * std::max(1, max_lora_rank)),
       selected(b, sizeof(float) * max_tokens_ * c.hidden_size) {
   if (x16 != DType::kF32) {  // a 16-bit copy or an fp8 one, whichever the step's plan asks for
@@ -28,7 +28,7 @@ Workspace::Workspace(Backend* b, const ModelConfig& c, DType x16, int max_tokens
 
 size_t Workspace::bytes() const {
   size_t n = 0;
-  for (const Buffer* b : {&hidden, &residual, &normed, &q, &k, &v, &attn_out, &gate, &up, &normed16, &gate16, &lora_tmp,
+  for (const Buffer* b : {&hidden, &residual, &normed, &qkv, &attn_out, &gate_up, &normed16, &gate16, &lora_tmp,
                           &selected, &head_part, &head_all})
     n += b->bytes();
   return n;
@@ -119,12 +119,9 @@ void LlamaModel::forward(const StepTensors& step, Workspace& ws, const KvCacheVi
   Tensor hidden = ws.hidden.tensor(DType::kF32, {n, c.hidden_size});      // the residual stream
   Tensor normed = ws.normed.tensor(DType::kF32, {n, c.hidden_size});
   Tensor branch = ws.residual.tensor(DType::kF32, {n, c.hidden_size});    // attention / MLP output
-  Tensor q = ws.q.tensor(DType::kF32, {n, c.q_size()});
-  Tensor k = ws.k.tensor(DType::kF32, {n, c.kv_size()});
-  Tensor v = ws.v.tensor(DType::kF32, {n, c.kv_size()});
+  Tensor q = ws.q(n), k = ws.k(n), v = ws.v(n);
   Tensor attn = ws.attn_out.tensor(DType::kF32, {n, c.q_size()});
-  Tensor gate = ws.gate.tensor(DType::kF32, {n, c.intermediate_size});
-  Tensor up = ws.up.tensor(DType::kF32, {n, c.intermediate_size});
+  Tensor gate = ws.gate(n), up = ws.up(n);
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   const StepPlan& plan = step.plan;
   check(plan.tokens == n, "forward: the step's plan is for another token count");

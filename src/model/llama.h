@@ -44,15 +44,30 @@ struct Workspace {
   Workspace(Backend* backend, const ModelConfig& c, DType x16, int max_tokens, int max_lora_rank);
   size_t bytes() const;
   int max_tokens;
+  int64_t q_size, kv_size, intermediate;
   Buffer hidden, residual, normed;  // [T, hidden]
-  Buffer q, k, v, attn_out;         // [T, q_size], [T, kv_size] x2, [T, q_size]
-  Buffer gate, up;                  // [T, intermediate]
+  // q [T, q_size], k and v [T, kv_size] back to back, and gate and up [T, intermediate]:
+  // members of one width at one stride, which the CUDA matmul runs as one batched GEMM
+  // (gemm.cu), as it does their weights (LlamaWeights::place_groups).
+  Buffer qkv, gate_up;
+  Buffer attn_out;                  // [T, q_size]
+  Tensor q(int64_t n) const { return part(qkv, 0, n, q_size); }
+  Tensor k(int64_t n) const { return part(qkv, max_tokens * q_size, n, kv_size); }
+  Tensor v(int64_t n) const { return part(qkv, max_tokens * (q_size + kv_size), n, kv_size); }
+  Tensor gate(int64_t n) const { return part(gate_up, 0, n, intermediate); }
+  Tensor up(int64_t n) const { return part(gate_up, max_tokens * intermediate, n, intermediate); }
   Buffer normed16, gate16;          // [T, hidden], [T, intermediate] copies, or none
   Buffer lora_tmp;                  // [3, T, max_lora_rank]: a group's shrink results (GroupLora::t)
   Buffer selected;                  // [T, hidden] rows whose logits are wanted
   // Tensor parallelism (LlamaModel::size_head_buffers): this rank's lm_head rows of the
   // logits, and every rank's, gathered.
   Buffer head_part, head_all;       // [rows, vocab shard], [world, rows, vocab shard]
+
+ private:
+  // [n, width] f32 from `offset` floats into b.
+  static Tensor part(const Buffer& b, int64_t offset, int64_t n, int64_t width) {
+    return b.tensor_at(sizeof(float) * static_cast<size_t>(offset), DType::kF32, {n, width});
+  }
 };
 
 struct KvCacheView {

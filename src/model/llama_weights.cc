@@ -15,6 +15,8 @@ namespace {
 
 std::string layer_prefix(int64_t l) { return "model.layers." + std::to_string(l) + "."; }
 
+size_t padded(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
 class Loader {
  public:
   Loader(const Checkpoint& ckpt, Backend* backend, const Fp8Config& fp8, WeightQuantization quant,
@@ -112,7 +114,47 @@ void pack_projections(LlamaWeights& w, Backend* backend) {
   if (w.lm_head.data != w.embed.data) pack(&w.lm_head);
 }
 
+// Puts each layer's q/k/v and gate/up weights back to back in one allocation, in that
+// order, where the backend multiplies members of one width as one product
+// (Backend::batches_adjacent_members): gate and up always share a width, k and v too, and
+// q with them without grouped-query attention. Each member starts 256 bytes aligned, as an
+// upload of its own would (the tensor-core kernels take 16-byte aligned rows).
+void place_groups(LlamaWeights& w, Backend* backend) {
+  if (!backend->batches_adjacent_members()) return;
+  const auto place = [&](std::initializer_list<Tensor*> group) {
+    const Tensor& first = **group.begin();
+    size_t total = 0;
+    for (const Tensor* t : group) {
+      if (t->empty() || t->row_scale != nullptr || t->layout != WeightLayout::kRows || t->dtype != first.dtype ||
+          t->device != backend->device())
+        return;
+      total += padded(t->bytes());
+    }
+    Buffer memory(backend, total);
+    size_t at = 0;
+    for (Tensor* t : group) {
+      Tensor moved = *t;
+      moved.data = static_cast<char*>(memory.data()) + at;
+      backend->copy(moved.data, t->data, t->bytes());
+      w.release(*t, backend);
+      *t = moved;
+      at += padded(t->bytes());
+    }
+    w.owned.push_back(std::move(memory));
+  };
+  for (auto& l : w.layers) {
+    place({&l.wq, &l.wk, &l.wv});
+    place({&l.w_gate, &l.w_up});
+  }
+}
+
 }  // namespace
+
+void LlamaWeights::release(const Tensor& t, Backend* backend) {
+  const auto it = std::find_if(owned.begin(), owned.end(), [&](const Buffer& b) { return b.data() == t.data; });
+  if (it != owned.end()) owned.erase(it);
+  else backend->release_weight(t);
+}
 
 void LlamaWeights::replace(Tensor* t, const Tensor& with, Buffer memory) {
   const auto it = std::find_if(owned.begin(), owned.end(), [&](const Buffer& b) { return b.data() == t->data; });
@@ -176,6 +218,7 @@ Result<LlamaWeights> load_llama_weights(const ModelConfig& c, std::shared_ptr<Ch
   if (quant == WeightQuantization::kFp8) w.quantized_from = c.dtype;
   if (quant == WeightQuantization::kInt8) QV_RETURN_IF_ERROR(quantize_projections_int8(w, backend));
   pack_projections(w, backend);
+  place_groups(w, backend);
   return w;
 }
 
@@ -230,6 +273,7 @@ LlamaWeights dummy_llama_weights(const ModelConfig& full, DType dtype, Backend* 
     check(s.is_ok(), s.message());  // random weights are finite
   }
   pack_projections(w, backend);
+  place_groups(w, backend);
   return w;
 }
 

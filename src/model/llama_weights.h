@@ -47,6 +47,8 @@ struct LlamaWeights {
   // here (a dummy weight's): the peak is one matrix more, not the model twice. A weight of
   // the mapped checkpoint leaves its file pages to the page cache.
   void replace(Tensor* t, const Tensor& with, Buffer memory);
+  // Frees the memory behind projection weight t: an owned buffer, or the backend's upload.
+  void release(const Tensor& t, Backend* backend);
 };
 
 // Every tensor the config implies must be present with the right shape. `progress`, if set,

@@ -29,6 +29,10 @@ struct Case {
   std::vector<int64_t> outs;
   int64_t rank;
   DType wt, st;
+  // The members' weights back to back (256-byte aligned) and their outputs at a stride of
+  // n + 5 rows, as the loader and the model's workspace place them: members of one width
+  // then run as one strided-batched GEMM on cuBLAS.
+  bool adjacent = false;
 };
 
 // Every plan the CUDA kernels can run this case with (the dispatch table picks one of them).
@@ -173,8 +177,30 @@ class CudaProject : public CudaTest {
     gpu->quantize_fp8_rows(make_view(gx8.data, DType::kF8E4M3, {n, in}, Device::kCuda),
                            make_view(const_cast<float*>(gx8.row_scale), DType::kF32, {n}, Device::kCuda), gx.t);
     std::vector<DeviceTensor> gw, gscale, gbias, ga, gb, gy;
+    Buffer w_all, y_all;  // c.adjacent: the members' weights and outputs
+    std::vector<size_t> w_at, y_at;
+    if (c.adjacent) {
+      size_t wb = 0, yb = 0;
+      for (int64_t out : c.outs) {
+        w_at.push_back(wb);
+        y_at.push_back(yb);
+        wb += (static_cast<size_t>(out * in) * dtype_size(c.wt) + 255) / 256 * 256;
+        yb += static_cast<size_t>((n + 5) * out) * sizeof(float);
+      }
+      w_all = Buffer(gpu, wb);
+      y_all = Buffer(gpu, yb);
+    }
+    // A device copy of host tensor h at `at` bytes into `all`.
+    const auto place = [&](const Buffer& all, size_t at, const HostTensor& h) {
+      DeviceTensor d;
+      d.t = make_view(static_cast<char*>(all.data()) + at, h.dtype, h.shape, gpu->device());
+      gpu->copy_from_host(d.t.data, h.bytes.data(), static_cast<size_t>(h.numel()) * dtype_size(h.dtype));
+      return d;
+    };
     for (int i = 0; i < count; ++i) {
-      if (fp8) {
+      if (c.adjacent) {
+        gw.push_back(place(w_all, w_at[static_cast<size_t>(i)], w[static_cast<size_t>(i)]));
+      } else if (fp8) {
         gw.push_back(upload(gpu, wq[static_cast<size_t>(i)]));
         gscale.push_back(upload(gpu, host_f32({c.outs[static_cast<size_t>(i)]}, wscale[static_cast<size_t>(i)])));
         gw.back().t.row_scale = gscale.back().t.ptr<float>();
@@ -184,7 +210,8 @@ class CudaProject : public CudaTest {
       gbias.push_back(upload(gpu, bias[static_cast<size_t>(i)]));
       ga.push_back(upload(gpu, a[static_cast<size_t>(i)]));
       gb.push_back(upload(gpu, b[static_cast<size_t>(i)]));
-      gy.push_back(upload(gpu, y[static_cast<size_t>(i)]));
+      gy.push_back(c.adjacent ? place(y_all, y_at[static_cast<size_t>(i)], y[static_cast<size_t>(i)])
+                              : upload(gpu, y[static_cast<size_t>(i)]));
     }
     for (const GroupPlan& p : candidate_plans(c)) {
       for (bool sorted : {false, true}) {
@@ -263,6 +290,17 @@ TEST_F(CudaProject, DecodeSizes) {
     run({n, 300, {200}, 16, DType::kBF16, DType::kBF16});  // in % 8 != 0: tiled only
     run({n, 256, {96}, 512, DType::kBF16, DType::kF32});   // the largest rank
   }
+}
+
+// Members of one width placed back to back (one strided-batched GEMM on cuBLAS, gemm.cu):
+// q/k/v without and with grouped-query attention (k and v alone batched), gate/up.
+TEST_F(CudaProject, AdjacentMembers) {
+  for (DType wt : {DType::kBF16, DType::kF16, DType::kF32})
+    for (int64_t n : {2, 17, 64, 65, 80, 256}) {
+      run({n, 512, {512, 512, 512}, 16, wt, wt, true});
+      run({n, 512, {512, 128, 128}, 16, wt, wt, true});
+      run({n, 304, {700, 700}, 16, wt, wt, true});
+    }
 }
 
 TEST_F(CudaProject, SevenBWidths) {  // the reference takes seconds here

@@ -166,6 +166,13 @@ Tensor CudaBackend::import_weight(const Tensor& host) {
   return t;
 }
 
+void CudaBackend::release_weight(const Tensor& imported) {
+  const auto it = std::find(weights_.begin(), weights_.end(), imported.data);
+  check(it != weights_.end(), "release_weight: not a weight this backend imported");
+  weights_.erase(it);
+  free(imported.data);
+}
+
 bool CudaBackend::capturing() const {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   cuda_check(cudaStreamIsCapturing(stream_, &status));

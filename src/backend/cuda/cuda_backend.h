@@ -60,6 +60,8 @@ class CudaBackend : public Backend {
   // cudaMemcpy2DAsync on the stream: one graph node for lm_head's gathered shards.
   void copy_2d(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width, size_t rows) override;
   Tensor import_weight(const Tensor& host) override;
+  void release_weight(const Tensor& imported) override;
+  bool batches_adjacent_members() const override { return true; }  // gemm.cu
   void quantize_fp8_rows(Tensor q, Tensor scale, Tensor w) override;  // gemm_fp8.cu
 
   // ---- the plan (step_plan.h: DispatchTable) and the ops (one .cu file per family) ----
