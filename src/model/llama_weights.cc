@@ -117,8 +117,9 @@ void pack_projections(LlamaWeights& w, Backend* backend) {
 // Puts each layer's q/k/v and gate/up weights back to back in one allocation, in that
 // order, where the backend multiplies members of one width as one product
 // (Backend::batches_adjacent_members): gate and up always share a width, k and v too, and
-// q with them without grouped-query attention. Each member starts 256 bytes aligned, as an
-// upload of its own would (the tensor-core kernels take 16-byte aligned rows).
+// q with them without grouped-query attention. Each member starts a multiple of 256 bytes
+// into the allocation, so as aligned as an upload of its own (cudaMalloc: 256 bytes; the
+// tensor-core kernels take 16-byte aligned rows).
 void place_groups(LlamaWeights& w, Backend* backend) {
   if (!backend->batches_adjacent_members()) return;
   const auto place = [&](std::initializer_list<Tensor*> group) {
