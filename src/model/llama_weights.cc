@@ -17,6 +17,14 @@ std::string layer_prefix(int64_t l) { return "model.layers." + std::to_string(l)
 
 size_t padded(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
+// Frees the owned buffer that starts at data, if there is one.
+bool erase_owned(std::vector<Buffer>& owned, const void* data) {
+  const auto it = std::find_if(owned.begin(), owned.end(), [&](const Buffer& b) { return b.data() == data; });
+  if (it == owned.end()) return false;
+  owned.erase(it);
+  return true;
+}
+
 class Loader {
  public:
   Loader(const Checkpoint& ckpt, Backend* backend, const Fp8Config& fp8, WeightQuantization quant,
@@ -152,14 +160,11 @@ void place_groups(LlamaWeights& w, Backend* backend) {
 }  // namespace
 
 void LlamaWeights::release(const Tensor& t, Backend* backend) {
-  const auto it = std::find_if(owned.begin(), owned.end(), [&](const Buffer& b) { return b.data() == t.data; });
-  if (it != owned.end()) owned.erase(it);
-  else backend->release_weight(t);
+  if (!erase_owned(owned, t.data)) backend->release_weight(t);
 }
 
 void LlamaWeights::replace(Tensor* t, const Tensor& with, Buffer memory) {
-  const auto it = std::find_if(owned.begin(), owned.end(), [&](const Buffer& b) { return b.data() == t->data; });
-  if (it != owned.end()) owned.erase(it);
+  erase_owned(owned, t->data);
   *t = with;
   owned.push_back(std::move(memory));
 }

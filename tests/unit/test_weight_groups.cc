@@ -2,10 +2,10 @@
 // Where the backend multiplies a group's members of one width as one product
 // (Backend::batches_adjacent_members: the CUDA backend's strided-batched GEMM), the loader
 // places each layer's q/k/v and gate/up weights back to back, each member a multiple of
-// 256 bytes after the one before, with the same values; elsewhere each weight keeps its own memory. Weights with
-// row scales (fp8) are left where they are. Checked on the reference backend, told to
-// batch, with dummy weights (owned buffers, freed once moved) and a checkpoint's
-// (mapped file views, left to the mapping).
+// 256 bytes after the one before, with the same values; elsewhere each weight keeps its
+// own memory. Weights with row scales (fp8) are left where they are. Checked on the
+// reference backend, told to batch, with dummy weights (owned buffers, freed once moved)
+// and a checkpoint's (mapped file views, left to the mapping).
 #include <gtest/gtest.h>
 
 #include <cstring>

@@ -190,7 +190,6 @@ void CudaBackend::matmul_cublas(const MatmulGroup& g, Tensor x, cublasHandle_t h
   }
 }
 
-
 Tensor CudaBackend::convert_for_gemm(Tensor x, DType wt, void** low) {
   const int64_t n = x.dim(0), in = x.dim(1);
   const bool split = options_.gemm_split_activations;
