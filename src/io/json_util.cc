@@ -33,18 +33,21 @@ Result<std::string> read_text_file(const std::string& path) {
   return ss.str();
 }
 
-std::string json_parse_error_text(const Json::parse_error& e) {
-  // nlohmann's what() ends in "last read: '<bytes>'": the file's own bytes, which must not
-  // reach a client (the file may be a link to something it should not see).
-  return "syntax error at byte " + std::to_string(e.byte);
+std::string json_error_text(const Json::exception& e) {
+  // nlohmann's what() quotes the file's own bytes ("last read: '<bytes>'", "number overflow
+  // parsing '<bytes>'"), which must not reach a client (the file may be a link to something
+  // it should not see).
+  if (const auto* p = dynamic_cast<const Json::parse_error*>(&e)) return "syntax error at byte " + std::to_string(p->byte);
+  if (e.id == 406) return "a number out of range";
+  return "error " + std::to_string(e.id);
 }
 
 Result<Json> parse_json_object(const std::string& text, const std::string& what) {
   Json j;
   try {
     j = Json::parse(text);
-  } catch (const Json::parse_error& e) {
-    return Status::error(what + ": not valid JSON (" + json_parse_error_text(e) + ")");
+  } catch (const Json::exception& e) {
+    return Status::error(what + ": not valid JSON (" + json_error_text(e) + ")");
   }
   if (!j.is_object()) return Status::error(what + ": expected a JSON object at the top level, got " + json_describe(j));
   return j;

@@ -20,8 +20,11 @@ using Json = nlohmann::json;
 // The whole file as bytes; the error names the path and the OS reason.
 Result<std::string> read_text_file(const std::string& path);
 
-// A parse error as "syntax error at byte N", without quoting the input.
-std::string json_parse_error_text(const Json::parse_error& e);
+// Why a text is not valid JSON, without quoting the input: "syntax error at byte N", or "a
+// number out of range" (nlohmann's out_of_range 406, thrown for a literal such as 1e999).
+// Callers catch Json::exception, the base of both: catching parse_error alone let a number
+// literal's overflow escape as an uncaught exception.
+std::string json_error_text(const Json::exception& e);
 
 // Parses `text`, which must hold a JSON object. `what` (e.g. a file name) prefixes errors.
 Result<Json> parse_json_object(const std::string& text, const std::string& what);

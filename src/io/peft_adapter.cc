@@ -208,8 +208,8 @@ Result<LoraAdapter> load_impl(const std::string& dir, const std::string& name, c
   OJson config;
   try {
     config = OJson::parse(files.config_text);
-  } catch (const nlohmann::json::parse_error& e) {
-    return Status::error("adapter_config.json is not valid JSON: " + json_parse_error_text(e));
+  } catch (const nlohmann::json::exception& e) {
+    return Status::error("adapter_config.json is not valid JSON: " + json_error_text(e));
   }
   QV_ASSIGN_OR_RETURN(std::optional<PeftVocab> peft_vocab, load_peft_vocab(config, file.tensors(), base));
   const std::vector<std::string> vocab_tensors = peft_vocab ? peft_vocab->tensors : std::vector<std::string>();

@@ -132,8 +132,8 @@ Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open_fd(int fd, const 
   Json header;
   try {
     header = Json::parse(bytes + 8, bytes + 8 + header_bytes);
-  } catch (const Json::parse_error& e) {
-    return Status::error(path + ": header is not valid JSON (" + json_parse_error_text(e) + ")");
+  } catch (const Json::exception& e) {
+    return Status::error(path + ": header is not valid JSON (" + json_error_text(e) + ")");
   }
   if (!header.is_object()) return Status::error(path + ": header must be a JSON object, got " + json_describe(header));
 

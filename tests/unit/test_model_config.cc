@@ -424,6 +424,11 @@ TEST(ModelConfig, EosListMergedWithGenerationConfig) {
 TEST(ModelConfig, ConfigTextErrors) {
   EXPECT_HAS(parse_model_config("{not json", "").message(), "config.json: not valid JSON");
   EXPECT_HAS(parse_model_config("[]", "").message(), "expected a JSON object");
+  // A number literal past double's range: nlohmann throws out_of_range, not parse_error.
+  const std::string huge = parse_model_config("{\"rope_theta\": 1e999}", "").message();
+  EXPECT_HAS(huge, "config.json: not valid JSON (a number out of range)");
+  EXPECT_EQ(huge.find("1e999"), std::string::npos) << "the file's bytes stay out of the message";
+  EXPECT_HAS(parse_model_config(kQwen2, "{\"temperature\": -1e400}").message(), "generation_config.json");
 }
 
 TEST(ModelConfig, LoadFromFolder) {

@@ -336,6 +336,8 @@ TEST_F(PeftAdapterTest, RefusesMalformedJson) {
   std::ofstream(dir_ + "/adapter_config.json") << "{\"peft_type\": \"LORA\", \"r\": ";
   lora_test::write_safetensors(dir_ + "/adapter_model.safetensors", adapter_tensors(base_, {LoraTarget::kQ}, 2, 1));
   expect_error(load_peft_adapter(dir_, "ad", base_, kMaxRank), {"adapter_config.json", "not valid JSON"});
+  std::ofstream(dir_ + "/adapter_config.json") << "{\"peft_type\": \"LORA\", \"lora_alpha\": 1e400}";
+  expect_error(load_peft_adapter(dir_, "ad", base_, kMaxRank), {"adapter_config.json", "a number out of range"});
 }
 
 TEST_F(PeftAdapterTest, RefusesWrongJsonType) {

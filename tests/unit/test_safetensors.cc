@@ -251,6 +251,11 @@ TEST_F(SafetensorsTest, HeaderLengthAbove100MB) {
 
 TEST_F(SafetensorsTest, HeaderNotValidJson) { EXPECT_HAS(open_header_error("{\"w\": {\"dtype\": "), "not valid JSON"); }
 
+TEST_F(SafetensorsTest, HeaderNumberOutOfRange) {
+  EXPECT_HAS(open_header_error("{\"__metadata__\": {}, \"w\": {\"data_offsets\": [0, 11e1111111111111111111111111]}}"),
+             "header is not valid JSON (a number out of range)");
+}
+
 TEST_F(SafetensorsTest, HeaderNotAnObject) { EXPECT_HAS(open_header_error("[1, 2]"), "header must be a JSON object"); }
 
 TEST_F(SafetensorsTest, EntryNotAnObject) {
