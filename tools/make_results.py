@@ -387,7 +387,9 @@ RERUN = """\
   invariance suite every change to CUDA code passes; `TREES="main other"
   tools/gpu/compare_trees.sh` builds, tests and benchmarks trees exported into
   `build-trees/<name>` in one run (a host varies by about 3%: never compare across runs);
-  `tools/gpu/bench_switch.sh` compares settings of one binary; `tools/gpu/peer_hf_peft.py`
+  `tools/gpu/bench_switch.sh` compares settings of one binary; `tools/gpu/variant_binaries.sh`
+  links a build's binaries again against older versions of a few source files (a kernel
+  before and after a change, in one run, without a second tree); `tools/gpu/peer_hf_peft.py`
   measures the HF + PEFT peer and `tools/gpu/run_python.sh` the Python package.
 """
 
