@@ -23,10 +23,11 @@ for pair in "$@"; do
   file=${pair%%=*} old=$(cd "$(dirname "${pair#*=}")" && pwd)/$(basename "${pair#*=}")
   [ -f "$old" ] || { echo "variant_binaries.sh: $old: no such file" >&2; exit 2; }
   obj=$out/$(basename "$file").o
+  input=" -c [^ ]*${file//./\\.}( |$)"  # FILE as the compile command's input, dots escaped
   # The compile command of FILE in the first target's build, with its input and output swapped.
-  cmd=$(cd "$build" && ninja -t commands "${targets[0]}" | grep -E " -c [^ ]*${file//./\\.}( |$)" | head -1 || true)
+  cmd=$(cd "$build" && ninja -t commands "${targets[0]}" | grep -E "$input" | head -1 || true)
   [ -n "$cmd" ] || { echo "variant_binaries.sh: ${targets[0]} does not compile $file" >&2; exit 2; }
-  cmd=$(sed -E "s# -c [^ ]*${file//./\\.}( |$)# -c $old #; s# -o [^ ]+# -o $obj#; s# -MD##; s# -MT [^ ]+##; s# -MF [^ ]+##" <<<"$cmd")
+  cmd=$(sed -E "s#$input# -c $old #; s# -o [^ ]+# -o $obj#; s# -MD##; s# -MT [^ ]+##; s# -MF [^ ]+##" <<<"$cmd")
   (cd "$build" && eval "$cmd") >"$obj.log" 2>&1 &
   pids+=($!)
   objects+=("$obj")
