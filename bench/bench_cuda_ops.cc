@@ -11,6 +11,7 @@
 //   cuBLAS against the same weights in e4m3 on cuBLASLt's FP8 GEMM, the scales applied by a
 //   pass (kCublasFp8) or in its epilogue (kCublasFp8Outer), TFLOP/s; and q/k/v at 128-1,024
 //   tokens on the two FP8 kernels (the table's fp8_outer_min_n);
+// - BM_CudaRopeKvWrite: rope_kv_write of one layer at 1 .. 16,384 tokens, GB/s;
 // - BM_CudaLoraPlan: a projection group with LoRA (q/k/v: 3 x 4096 from 4096; down: 4096
 //   from 11008; rank 16, and 64 / 128 for the prefill tiles; 64 slots) under each
 //   shrink/expand pairing the kernels take at that size, plus the op that reads its outputs
@@ -245,6 +246,46 @@ BENCHMARK(BM_CudaMatmulPrefill)
     ->ArgsProduct({{12288}, {4096}, {128, 256, 512, 1024}, {1, 2}})
     ->UseManualTime()->MinTime(kMinCallSeconds)->Unit(benchmark::kMicrosecond)
     ->ArgNames({"out", "in", "n", "kernel"});
+
+// rope_kv_write of one Llama-2-7B layer (32 heads of 128 for q, k and v), n tokens at
+// positions i % 4,096 into a bf16 cache, every token stored (slot i): q and k read and
+// written, v read, k and v written to the cache, the table's rows read. The data fit the L2
+// up to a few hundred tokens, so small n time launch and latency, not HBM.
+void BM_CudaRopeKvWrite(benchmark::State& state) {
+  const int64_t n = state.range(0), heads = 32, hd = 128, max_pos = 4096, elems = n * heads * hd;
+  Backend* gpu = backend();
+  if (gpu == nullptr) {
+    state.SkipWithError("no CUDA device");
+    return;
+  }
+  Buffer q = random_buffer(gpu, DType::kF32, static_cast<size_t>(elems), 1.f, 2);
+  Buffer k = random_buffer(gpu, DType::kF32, static_cast<size_t>(elems), 1.f, 3);
+  Buffer v = random_buffer(gpu, DType::kF32, static_cast<size_t>(elems), 1.f, 4);
+  Buffer table = random_buffer(gpu, DType::kF32, static_cast<size_t>(max_pos * hd), 1.f, 5);
+  Buffer kc(gpu, static_cast<size_t>(elems) * 2), vc(gpu, static_cast<size_t>(elems) * 2);
+  std::vector<int32_t> pos(static_cast<size_t>(n)), slots(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    pos[static_cast<size_t>(i)] = static_cast<int32_t>(i % max_pos);
+    slots[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+  }
+  Buffer ps(gpu, pos.size() * 4), ss(gpu, slots.size() * 4);
+  gpu->copy_from_host(ps.data(), pos.data(), pos.size() * 4);
+  gpu->copy_from_host(ss.data(), slots.data(), slots.size() * 4);
+  const KvLayer cache{kc.tensor(DType::kBF16, {n, 1, heads, hd}), vc.tensor(DType::kBF16, {n, 1, heads, hd})};
+  const double s = timed_rounds(state, gpu, kCallsPerRound, [&](size_t) {
+    gpu->rope_kv_write(q.tensor(DType::kF32, {n, heads, hd}), k.tensor(DType::kF32, {n, heads, hd}),
+                       v.tensor(DType::kF32, {n, heads, hd}), ps.tensor(DType::kI32, {n}),
+                       table.tensor(DType::kF32, {max_pos, hd}), cache, ss.tensor(DType::kI32, {n}), GroupPlan(),
+                       GroupLora());
+  });
+  const double bytes = static_cast<double>(elems) * (4 * 2 + 4 * 2 + 4 + 2 * 2) +
+                       static_cast<double>(std::min(n, max_pos) * hd) * 4;
+  state.counters["us"] = s * 1e6;
+  state.counters["GB/s"] = bytes / s / 1e9;
+  state.counters["frac_of_4.26TB/s"] = bytes / s / kCeilingBytesPerSecond;
+}
+BENCHMARK(BM_CudaRopeKvWrite)->Arg(1)->Arg(16)->Arg(64)->Arg(256)->Arg(2048)->Arg(16384)->UseManualTime()
+    ->MinTime(kMinCallSeconds)->Unit(benchmark::kMicrosecond)->ArgNames({"n"});
 
 // The LoRA pairings of BM_CudaLoraPlan: shrink, expand (the matmul is the table's for n
 // without LoRA, or the one the fused shrink rides on).
