@@ -219,17 +219,16 @@ void launch_rope(cudaStream_t stream, bool pdl, Tensor q, Tensor k, float* v, Te
   const bool quads = delta.count == 0 && hd % 8 == 0 && cuda::aligned16(q.data) && cuda::aligned16(k.data) &&
                      cuda::aligned16(v) && cuda::aligned16(cos_sin.data) && cuda::aligned16(k_cache) &&
                      cuda::aligned16(v_cache);
+  const int64_t pairs_per_thread = quads ? 4 : 1;
+  const int64_t units = (q.dim(1) + 2 * num_kv) * (hd / (2 * pairs_per_thread));
+  const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(cuda::ceil_div(units, kThreads)));
   if (quads) {
-    const int64_t units = (q.dim(1) + 2 * num_kv) * (hd / 8);
-    const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(cuda::ceil_div(units, kThreads)));
     cuda::launch_kernel(rope_kv_write4_kernel<T>, grid, kThreads, 0, stream, pdl, q.ptr<float>(), k.ptr<float>(), v,
                         positions.ptr<int32_t>(), cos_sin.ptr<float>(), k_cache, v_cache, slot_mapping,
                         static_cast<int>(q.dim(1)), static_cast<int>(num_kv), static_cast<int>(hd),
                         static_cast<int>(cos_sin.dim(0)), num_slots, k_scale, v_scale);
     return;
   }
-  const int64_t units = (q.dim(1) + 2 * num_kv) * (hd / 2);
-  const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>(cuda::ceil_div(units, kThreads)));
   cuda::launch_kernel(delta.count > 0 ? rope_kv_write_kernel<T, true> : rope_kv_write_kernel<T, false>, grid, kThreads,
                       0, stream, pdl, q.ptr<float>(), k.ptr<float>(), v,
                       positions.ptr<int32_t>(), cos_sin.ptr<float>(), k_cache, v_cache, slot_mapping,
