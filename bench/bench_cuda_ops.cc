@@ -343,6 +343,7 @@ void BM_CudaLoraPlan(benchmark::State& state) {
   lora.t = t.tensor(DType::kF32, {kMaxGroup, n, rank});
   lora.meta.token_slot = ts.tensor(DType::kI32, {n});
   lora.meta.sorted_tokens = os.tensor(DType::kI32, {n});
+  lora.meta.run_tokens = lora_run_tokens(token_slot, order);  // as the engine counts them
   MatmulGroup g;
   g.count = lora.count;
   g.x16 = x16.tensor(DType::kBF16, {n, in});

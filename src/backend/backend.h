@@ -52,6 +52,11 @@ struct LoraMeta {
   // Kernels that tile tokens walk this order, so a tile mostly holds one adapter and reads
   // its weights once however the batch interleaves adapters. Empty: 0, 1, 2, ... order.
   Tensor sorted_tokens;
+  // The tokens in tiles of sorted_tokens that are one-adapter runs (lora_run_tokens), where
+  // the host counted them; -1 where it did not (graph buckets, callers without the count).
+  // Where it is the token count, the tensor-core LoRA tiles take every token, and the
+  // CUDA-core kernels, which would only find those tiles and skip them, are not launched.
+  int64_t run_tokens = -1;
 };
 
 // LoraMeta::sorted_tokens for per-token slots: the indices 0..n-1 stably sorted by slot,

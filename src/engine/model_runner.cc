@@ -243,7 +243,8 @@ StepTensors ModelRunner::prepare(const ForwardBatch& b, bool padded, const Devic
   st.lora_active = any_lora && lora_ != nullptr;
   // Padded steps take their bucket's plan, the one captured (decode tokens, no runs).
   const bool runs = st.lora_active && !padded;
-  st.plan = plan(n, st.lora_active, runs ? lora_run_tokens(b.token_lora_slot, sorted_tokens_) : 0);
+  st.lora.run_tokens = runs ? lora_run_tokens(b.token_lora_slot, sorted_tokens_) : -1;
+  st.plan = plan(n, st.lora_active, runs ? st.lora.run_tokens : 0);
   st.num_logit_rows = rows;
   st.logit_rows = i32(l.logit_rows, std::max(rows, 1));
   st.logit_slot = i32(l.logit_slot, std::max(rows, 1));

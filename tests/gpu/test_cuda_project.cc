@@ -6,7 +6,8 @@
 // the matmul, tiled, tiled on tensor cores) runs on the same operands. Where the plan
 // leaves the expand to the next op, y must be the base product and t the shrink (rows
 // with an adapter); otherwise y must be the whole projection. Slots include -1 and one past
-// the stack (no adapter); tiled kernels walk the tokens in their own order and slot-sorted.
+// the stack (no adapter), or one adapter for all; tiled kernels walk the tokens in their own
+// order and slot-sorted, with the host's count of one-adapter run tokens.
 // The ops that take the left expand (rope_kv_write, add_rms_norm, silu_mul) are
 // test_cuda_lora_delta.cc's. Tolerance: 1e-4 of max |ref| with f32 activations, 1e-2 where
 // the plan multiplies x in 16 bits. fp8 weights are random ones quantized per row (the
@@ -33,6 +34,8 @@ struct Case {
   // n + 5 rows, as the loader and the model's workspace place them: members of one width
   // then run as one strided-batched GEMM on cuBLAS.
   bool adjacent = false;
+  // Every token on one adapter (a prefill chunk), instead of random runs.
+  bool one_adapter = false;
 };
 
 // Every plan the CUDA kernels can run this case with (the dispatch table picks one of them).
@@ -92,7 +95,7 @@ class CudaProject : public CudaTest {
     Backend* gpu = gpu_.get();
     const int64_t n = c.n, in = c.in, R = c.rank;
     const int count = static_cast<int>(c.outs.size());
-    const std::vector<int32_t> slots = slots_for(n);
+    const std::vector<int32_t> slots = c.one_adapter ? std::vector<int32_t>(static_cast<size_t>(n), 2) : slots_for(n);
     std::vector<int32_t> ref_slots = slots, order;
     for (auto& s : ref_slots) s = s < kSlots ? s : -1;
     lora_sorted_tokens(slots, &order);
@@ -235,6 +238,9 @@ class CudaProject : public CudaTest {
           dl.t = gt.t;
           dl.meta.token_slot = gs.t;
           dl.meta.sorted_tokens = sorted ? go.t : Tensor();
+          // Sorted, the host's count of run tokens too, as the engine passes it (with all
+          // tiles runs, the CUDA-core LoRA kernels are not launched).
+          dl.meta.run_tokens = sorted ? lora_run_tokens(slots, order) : -1;
           gpu->project(p, dg, dl, gx.t);
           const bool lt = is_cublas_fp8(p.matmul) && lt_fits;
           const auto& want_base = lt ? base_yq : base_y;
@@ -325,6 +331,12 @@ TEST_F(CudaProject, PrefillSizes) {
     run({n, 4096, {512, 128, 128}, 16, DType::kF8E4M3, DType::kBF16});
     run({n, 1096, {304}, 96, DType::kF8E4M3, DType::kBF16});  // in % 16 != 0: the GEMV, 16 tokens a pass
     run({n, 512, {1040}, 64, DType::kF8E4M3, DType::kF32});
+  }
+  // One adapter for every token: all tiles runs where n is a multiple of 16.
+  for (int64_t n : {512, 520, 1024}) {
+    run({n, 4096, {512, 128, 128}, 16, DType::kBF16, DType::kBF16, false, true});
+    run({n, 512, {1040}, 64, DType::kBF16, DType::kBF16, false, true});
+    run({n, 4096, {512, 128, 128}, 16, DType::kF8E4M3, DType::kBF16, false, true});
   }
 }
 
