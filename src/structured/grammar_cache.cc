@@ -13,9 +13,9 @@ Result<std::string> spec_to_regex(const StructuredOutputSpec& spec) {
     case Kind::kChoice: {
       if (spec.choice.empty()) return Status::error("choice: must list at least one string");
       std::string r;
-      for (const std::string& c : spec.choice) {
-        if (!r.empty()) r += "|";
-        r += regex_escape(c);
+      for (size_t i = 0; i < spec.choice.size(); ++i) {
+        if (i > 0) r += "|";  // by position: an empty first choice still takes its place
+        r += regex_escape(spec.choice[i]);
       }
       return r;
     }

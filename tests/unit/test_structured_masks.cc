@@ -254,6 +254,21 @@ TEST(StructuredMasks, ChoiceSamplesAreChoices) {
   EXPECT_TRUE(m.allows(static_cast<int32_t>('r')));
 }
 
+// An empty choice keeps its place wherever it stands in the list.
+TEST(StructuredMasks, EmptyChoiceIsAChoiceInAnyPosition) {
+  GrammarCache cache(synthetic_vocab());
+  for (const std::vector<std::string>& choices :
+       {std::vector<std::string>{"", "a"}, std::vector<std::string>{"a", ""}, std::vector<std::string>{""}}) {
+    StructuredOutputSpec spec;
+    spec.kind = StructuredOutputSpec::Kind::kChoice;
+    spec.choice = choices;
+    auto g = grammar(cache, spec);
+    EXPECT_TRUE(g->dfa().matches("")) << choices.size() << " choices, first '" << choices[0] << "'";
+    EXPECT_EQ(g->dfa().matches("a"), choices.size() == 2);
+    EXPECT_TRUE(g->mask(g->start()).allows(0));  // EOS at once: the empty choice
+  }
+}
+
 TEST(StructuredMasks, UnsupportedKeywordsAreNamed) {
   GrammarCache cache(synthetic_vocab());
   auto bad = [&](const std::string& schema) {
