@@ -14,6 +14,8 @@
 namespace quiver::structured {
 
 inline constexpr int32_t kDead = -1;
+// Steps of the subset construction allowed per state of the bound (dfa.cc says why).
+inline constexpr int64_t kWorkPerState = 800;
 
 class Dfa {
  public:
@@ -27,8 +29,9 @@ class Dfa {
   int32_t walk(int32_t state, std::string_view bytes) const;
   bool matches(std::string_view text) const;
 
-  // max_states bounds the subset construction (and the NFA, at 64x), so a pathological
-  // pattern fails with an error rather than exhausting memory.
+  // max_states bounds the subset construction (and the NFA, at 64x), and with it the
+  // construction's work (kWorkPerState a state), so a pathological pattern fails with an
+  // error rather than exhausting memory or holding the engine's thread.
   static Result<Dfa> compile(const RegexNode& root, int max_states);
 
  private:
