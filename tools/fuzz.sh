@@ -13,12 +13,14 @@
 #                  unpickler), seeds tests/fuzz/torch_bin_seeds (tools/make_torch_bin.py seeds)
 #   tokenizer      tests/fuzz/fuzz_tokenizer.cc: tokenizer.json and chat templates (src/tokenizer),
 #                  seeds tests/fuzz/tokenizer_seeds
+#   structured     tests/fuzz/fuzz_structured.cc: structured outputs' regexes, JSON schemas and
+#                  choice lists compiled to automata (src/structured), seeds tests/fuzz/structured_seeds
 #
 # The corpus grows in BUILD_DIR/TARGET_corpus; a finding leaves BUILD_DIR/crash-* (or
 # leak-*, timeout-*) and a non-zero exit status. The binary is rebuilt only when a source
 # is newer.
 set -euo pipefail
-TARGET=${1:?usage: fuzz.sh io|openai_parser|torch_bin|tokenizer [SECONDS] [BUILD_DIR]}
+TARGET=${1:?usage: fuzz.sh io|openai_parser|torch_bin|tokenizer|structured [SECONDS] [BUILD_DIR]}
 SECONDS_TO_RUN=${2:-60}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${3:-$ROOT/build-fuzz}
@@ -55,7 +57,15 @@ case "$TARGET" in
     LIBS=($(pkg-config --cflags --libs libpcre2-8) -lpthread)
     RUN=(-max_len=16384)
     ;;
-  *) echo "unknown target '$TARGET' (io, openai_parser, torch_bin, tokenizer)"; exit 2 ;;
+  structured)
+    SOURCES=("$ROOT"/tests/fuzz/fuzz_structured.cc "$ROOT"/src/core/check.cc "$ROOT"/src/structured/regex_parser.cc
+             "$ROOT"/src/structured/json_schema_regex.cc "$ROOT"/src/structured/dfa.cc
+             "$ROOT"/src/structured/grammar_cache.cc "$ROOT"/src/tokenizer/utf8.cc)
+    SEEDS=$ROOT/tests/fuzz/structured_seeds
+    LIBS=(-lpthread)
+    RUN=(-max_len=4096)
+    ;;
+  *) echo "unknown target '$TARGET' (io, openai_parser, torch_bin, tokenizer, structured)"; exit 2 ;;
 esac
 
 mkdir -p "$BUILD/${TARGET}_corpus"
