@@ -15,7 +15,7 @@ namespace quiver::structured {
 
 inline constexpr int32_t kDead = -1;
 // Steps of the subset construction allowed per state of the bound (dfa.cc says why).
-inline constexpr int64_t kWorkPerState = 800;
+inline constexpr int64_t kWorkPerState = 400;
 
 class Dfa {
  public:
