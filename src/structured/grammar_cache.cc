@@ -32,6 +32,14 @@ Result<std::string> spec_to_regex(const StructuredOutputSpec& spec) {
   return Status::error("no structured output constraint given");
 }
 
+Result<Dfa> compile_spec(const StructuredOutputSpec& spec) {
+  auto regex = spec_to_regex(spec);
+  if (!regex.is_ok()) return regex.status();
+  auto tree = parse_regex(regex.value());
+  if (!tree.is_ok()) return tree.status();
+  return Dfa::compile(*tree.value(), kMaxDfaStates);
+}
+
 Result<std::shared_ptr<Grammar>> GrammarCache::get(const StructuredOutputSpec& spec) {
   const std::string key = spec.cache_key();
   auto it = entries_.find(key);
@@ -39,11 +47,7 @@ Result<std::shared_ptr<Grammar>> GrammarCache::get(const StructuredOutputSpec& s
     order_.splice(order_.begin(), order_, it->second.second);
     return it->second.first;
   }
-  auto regex = spec_to_regex(spec);
-  if (!regex.is_ok()) return regex.status();
-  auto tree = parse_regex(regex.value());
-  if (!tree.is_ok()) return tree.status();
-  auto dfa = Dfa::compile(*tree.value(), kMaxDfaStates);
+  auto dfa = compile_spec(spec);
   if (!dfa.is_ok()) return dfa.status();
   auto g = std::make_shared<Grammar>(std::move(dfa).value(), vocab_);
   order_.push_front(key);

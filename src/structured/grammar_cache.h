@@ -21,6 +21,9 @@ inline constexpr int kMaxDfaStates = 20000;
 // The regex a spec compiles through (JSON schemas, choices and json_object become
 // regexes first). Errors name the problem in the spec.
 Result<std::string> spec_to_regex(const StructuredOutputSpec& spec);
+// The spec's automaton (spec_to_regex, parse_regex, Dfa::compile at kMaxDfaStates), or the
+// error naming what is refused.
+Result<Dfa> compile_spec(const StructuredOutputSpec& spec);
 
 class GrammarCache {
  public:

@@ -1,7 +1,7 @@
 // libFuzzer target for structured outputs: what a request's regex, JSON schema or choice
-// list compiles through (grammar_cache.cc's spec_to_regex, regex_parser, json_schema_regex,
-// dfa). Not part of the CMake build: tools/fuzz.sh structured compiles it with clang's
-// -fsanitize=fuzzer,address,undefined together with those files.
+// list compiles through (grammar_cache.cc's compile_spec: spec_to_regex, regex_parser,
+// json_schema_regex, dfa). Not part of the CMake build: tools/fuzz.sh structured compiles
+// it with clang's -fsanitize=fuzzer,address,undefined together with those files.
 // The first byte picks the spec's kind (regex, JSON schema, choice list split at '\n',
 // or a literal to escape); the rest is its text. Besides not crashing or hanging, the
 // checks: a compiled automaton accepts every choice of a choice list, and regex_escape(t)
@@ -15,50 +15,23 @@
 #include "structured/dfa.h"
 #include "structured/grammar_cache.h"
 #include "structured/regex_parser.h"
+#include "tokenizer/utf8.h"
 
 namespace {
 
 using quiver::StructuredOutputSpec;
 namespace st = quiver::structured;
 
-// The automaton of a spec, or nothing where the spec is refused (with a message).
+// The automaton of a spec, as the engine compiles it, or nothing where the spec is refused
+// (with a message).
 bool compile(const StructuredOutputSpec& spec, st::Dfa* out) {
-  auto regex = st::spec_to_regex(spec);
-  if (!regex.is_ok()) {
-    if (regex.status().message().empty()) __builtin_trap();
-    return false;
-  }
-  auto tree = st::parse_regex(regex.value());
-  if (!tree.is_ok()) {
-    if (tree.status().message().empty()) __builtin_trap();
-    return false;
-  }
-  auto dfa = st::Dfa::compile(*tree.value(), st::kMaxDfaStates);
+  auto dfa = st::compile_spec(spec);
   if (!dfa.is_ok()) {
     if (dfa.status().message().empty()) __builtin_trap();
     return false;
   }
   *out = std::move(dfa).value();
   if (out->num_states() < 1 || out->num_states() > st::kMaxDfaStates) __builtin_trap();
-  return true;
-}
-
-bool valid_utf8(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<uint8_t>(s[i]);
-    const int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (n == 0 || i + n > s.size()) return false;
-    uint32_t cp = n == 1 ? c : n == 2 ? c & 0x1F : n == 3 ? c & 0x0F : c & 0x07;
-    for (int k = 1; k < n; ++k) {
-      const auto d = static_cast<uint8_t>(s[i + k]);
-      if ((d >> 6) != 2) return false;
-      cp = cp << 6 | (d & 0x3F);
-    }
-    const uint32_t least[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < least[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    i += static_cast<size_t>(n);
-  }
   return true;
 }
 
@@ -91,11 +64,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       if (compile(spec, &dfa))
         for (const std::string& c : spec.choice)
-          if (valid_utf8(c) && !dfa.matches(c)) __builtin_trap();
+          if (quiver::utf8::is_valid(c) && !dfa.matches(c)) __builtin_trap();
       break;
     }
     default: {
-      if (!valid_utf8(text)) break;
+      if (!quiver::utf8::is_valid(text)) break;
       spec.kind = StructuredOutputSpec::Kind::kRegex;
       spec.regex = st::regex_escape(text);
       if (!compile(spec, &dfa)) break;  // a long literal may pass the state bound
