@@ -193,7 +193,7 @@ void run_generation(ServerContext& ctx, const httplib::Request& req, httplib::Re
 
 ModelView model_view(const ServerContext& ctx) {
   return ModelView{ctx.model_name, ctx.loop->max_model_len(), ctx.loop->tokenizer(), ctx.loop,
-                   ctx.options.chat_template.get(), ctx.options.tools};
+                   ctx.options.chat_template.get(), ctx.options.tools, &ctx.automata};
 }
 
 void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {

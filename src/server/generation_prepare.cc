@@ -1,6 +1,7 @@
-// Request -> engine jobs. Tokenizing here, on the HTTP thread, keeps that work off the
-// engine thread (the tokenizer is const and guards its cache) and lets a too-long prompt
-// be answered with a 400 before anything is queued. Context messages follow vLLM's.
+// Request -> engine jobs. Tokenizing and compiling constraints here, on the HTTP thread,
+// keeps that work off the engine thread (the tokenizer is const and guards its cache; the
+// automaton cache locks) and lets a too-long prompt or a refused constraint be answered
+// with a 400 before anything is queued. Context messages follow vLLM's.
 #include "server/generation_prepare.h"
 
 #include "tokenizer/tokenizer.h"
@@ -30,6 +31,16 @@ std::optional<ApiError> fit_context(size_t prompt_len, std::optional<int> reques
   params->max_tokens = static_cast<int>(max_tokens);
   if (params->min_tokens > params->max_tokens)
     return ApiError::bad_request("min_tokens must not exceed max_tokens", "min_tokens");
+  return std::nullopt;
+}
+
+// Attaches the constraint's automaton to `params`; the engine's own message for a refusal.
+std::optional<ApiError> compile_constraint(const ModelView& view, SamplingParams* params) {
+  StructuredOutputSpec& spec = params->structured_outputs;
+  if (!spec.active() || view.automata == nullptr) return std::nullopt;
+  auto dfa = view.automata->get(spec);
+  if (!dfa.is_ok()) return ApiError::bad_request(dfa.status().with_context("structured_outputs").message());
+  spec.compiled = std::move(dfa).value();
   return std::nullopt;
 }
 
@@ -69,6 +80,7 @@ ApiResult<PreparedGeneration> prepare_completion(const ModelView& view, Completi
   // Echo with logprobs shows the prompt's logprobs too (vLLM does the same).
   if (r.echo && r.params.logprobs >= 0 && r.params.prompt_logprobs < 0) r.params.prompt_logprobs = r.params.logprobs;
   g.assembler.prompt_logprobs = r.params.prompt_logprobs >= 0;
+  if (auto e = compile_constraint(view, &r.params)) return *e;  // once for all the prompts
   for (const PromptSpec& p : r.prompts) {
     EngineJob job;
     job.lora = m.lora;
@@ -133,6 +145,7 @@ ApiResult<PreparedGeneration> prepare_chat(const ModelView& view, ChatRequest r)
     job.params.structured_outputs = plan.value().constraint;
   }
   g.tools = plan.value();
+  if (auto e = compile_constraint(view, &job.params)) return *e;
   if (auto e = fit_context(job.prompt_token_ids.size(), r.max_tokens, -1, view.max_model_len, "messages", &job.params))
     return *e;
   g.jobs.push_back(std::move(job));

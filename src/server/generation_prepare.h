@@ -1,6 +1,7 @@
 // From a parsed completion/chat request to engine jobs: resolve the model name to the base
-// model or an adapter (404 otherwise), tokenize text and chat prompts, apply defaults and
-// the context-length check (400), and fix how the response will be assembled.
+// model or an adapter (404 otherwise), tokenize text and chat prompts, compile a
+// structured-output constraint, apply defaults and the context-length check (400), and fix
+// how the response will be assembled.
 #pragma once
 
 #include <memory>
@@ -12,6 +13,7 @@
 #include "server/openai_response.h"
 #include "server/output_assembler.h"
 #include "server/tool_calls.h"
+#include "structured/automaton_cache.h"
 
 namespace quiver {
 
@@ -41,6 +43,8 @@ struct ModelView {
   const EngineLoop* loop = nullptr;            // for adapter names and their tokenizers
   const ChatTemplate* chat_template = nullptr;  // --chat-template; null = the tokenizer's
   ToolOptions tools;
+  // Compiles the jobs' constraints here, off the engine thread; null: the engine compiles them.
+  const structured::AutomatonCache* automata = nullptr;
 };
 
 // What a "model" field names: the adapter ("" for the base model, also for an empty field)

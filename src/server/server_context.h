@@ -8,6 +8,7 @@
 
 #include "server/engine_loop.h"
 #include "server/server_options.h"
+#include "structured/automaton_cache.h"
 
 namespace quiver {
 
@@ -17,6 +18,9 @@ struct ServerContext {
   std::string model_name;  // the base model's id in the API
   std::string model_path;  // its folder (the "root" in /v1/models)
   int64_t started_unix = 0;
+
+  // Structured-output constraints, compiled on the HTTP threads (generation_prepare.h).
+  structured::AutomatonCache automata;
 
   std::atomic<int> open_streams{0};  // SSE responses not yet fully written
 

@@ -11,14 +11,15 @@ const TokenMask& Grammar::mask(int32_t state) {
 
 int32_t Grammar::advance(int32_t state, int32_t token) const {
   if (state == kDead || token < 0 || token >= vocab_->size()) return kDead;
-  if (vocab_->is_eos(token)) return dfa_.accepting(state) ? state : kDead;
+  if (vocab_->is_eos(token)) return dfa_->accepting(state) ? state : kDead;
   const std::string& b = vocab_->bytes(token);
   if (b.empty()) return kDead;
-  return dfa_.walk(state, b);
+  return dfa_->walk(state, b);
 }
 
 TokenMask Grammar::compute(int32_t state) const {
   const TokenVocab& v = *vocab_;
+  const Dfa& dfa = *dfa_;
   TokenMask m;
   m.bits.assign(static_cast<size_t>((v.size() + 63) / 64), 0);
   // walked[k]: the state after the first k bytes of the previous token (kDead once it
@@ -33,7 +34,7 @@ TokenMask Grammar::compute(int32_t state) const {
     size_t k = std::min<size_t>(lcp[i], have);
     int32_t cur = walked[k];
     while (k < b.size() && cur != kDead) {
-      cur = dfa_.step(cur, static_cast<uint8_t>(b[k]));
+      cur = dfa.step(cur, static_cast<uint8_t>(b[k]));
       walked[++k] = cur;
     }
     have = k;
@@ -42,7 +43,7 @@ TokenMask Grammar::compute(int32_t state) const {
       ++m.num_allowed;
     }
   }
-  if (dfa_.accepting(state)) {
+  if (dfa.accepting(state)) {
     m.eos_only = m.num_allowed == 0;
     for (int64_t e : v.eos_ids())
       if (e >= 0 && e < v.size() && !m.allows(static_cast<int32_t>(e))) {

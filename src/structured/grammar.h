@@ -24,10 +24,12 @@ struct TokenMask {
 
 class Grammar {
  public:
-  Grammar(Dfa dfa, std::shared_ptr<const TokenVocab> vocab) : dfa_(std::move(dfa)), vocab_(std::move(vocab)) {}
+  // The automaton is shared: the server's AutomatonCache may hold it too.
+  Grammar(std::shared_ptr<const Dfa> dfa, std::shared_ptr<const TokenVocab> vocab)
+      : dfa_(std::move(dfa)), vocab_(std::move(vocab)) {}
 
-  int32_t start() const { return dfa_.start(); }
-  const Dfa& dfa() const { return dfa_; }
+  int32_t start() const { return dfa_->start(); }
+  const Dfa& dfa() const { return *dfa_; }
   const TokenVocab& vocab() const { return *vocab_; }
   // The mask of `state` (computed on first use). The reference stays valid while the
   // Grammar lives.
@@ -40,7 +42,7 @@ class Grammar {
  private:
   TokenMask compute(int32_t state) const;
 
-  Dfa dfa_;
+  std::shared_ptr<const Dfa> dfa_;
   std::shared_ptr<const TokenVocab> vocab_;
   std::unordered_map<int32_t, std::unique_ptr<TokenMask>> masks_;
 };

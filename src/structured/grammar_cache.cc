@@ -47,9 +47,13 @@ Result<std::shared_ptr<Grammar>> GrammarCache::get(const StructuredOutputSpec& s
     order_.splice(order_.begin(), order_, it->second.second);
     return it->second.first;
   }
-  auto dfa = compile_spec(spec);
-  if (!dfa.is_ok()) return dfa.status();
-  auto g = std::make_shared<Grammar>(std::move(dfa).value(), vocab_);
+  std::shared_ptr<const Dfa> dfa = spec.compiled;
+  if (!dfa) {
+    auto compiled = compile_spec(spec);
+    if (!compiled.is_ok()) return compiled.status();
+    dfa = std::make_shared<const Dfa>(std::move(compiled).value());
+  }
+  auto g = std::make_shared<Grammar>(std::move(dfa), vocab_);
   order_.push_front(key);
   entries_.emplace(key, std::make_pair(g, order_.begin()));
   if (entries_.size() > capacity_) {

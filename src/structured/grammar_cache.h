@@ -1,5 +1,6 @@
 // GrammarCache: compiles StructuredOutputSpecs for one model's vocabulary and keeps the
 // most recent ones, so requests with the same schema share one automaton and its masks.
+// A spec that arrives compiled (StructuredOutputSpec::compiled) is not compiled again.
 // Owned by the engine; not thread-safe (the engine's step loop is its only user).
 #pragma once
 

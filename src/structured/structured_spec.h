@@ -3,10 +3,15 @@
 // SamplingParams; grammar_cache.h compiles it to an automaton.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace quiver {
+
+namespace structured {
+class Dfa;
+}
 
 struct StructuredOutputSpec {
   enum class Kind { kNone, kJson, kJsonObject, kRegex, kChoice };
@@ -14,6 +19,10 @@ struct StructuredOutputSpec {
   std::string json_schema;          // kJson: the schema's JSON text, keys in the request's order
   std::string regex;                // kRegex
   std::vector<std::string> choice;  // kChoice: the output is exactly one of these
+  // The spec's automaton (compile_spec), where the caller compiled it already: the server
+  // does on its HTTP threads (AutomatonCache), and the engine then uses it instead of
+  // compiling on its own thread. Not part of the key: it is the same constraint.
+  std::shared_ptr<const structured::Dfa> compiled;
 
   bool active() const { return kind != Kind::kNone; }
   // Identifies the compiled automaton (equal specs share one).

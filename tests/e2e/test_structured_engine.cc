@@ -56,9 +56,9 @@ const char* kSchema = R"({"type":"object","properties":{"city":{"enum":["Paris",
 
 TEST(StructuredEngine, MixedBatchMatchesEachConstraint) {
   auto e = make_engine();
-  StructuredOutputSpec json_spec{StructuredOutputSpec::Kind::kJson, kSchema, "", {}};
-  StructuredOutputSpec regex_spec{StructuredOutputSpec::Kind::kRegex, "", "[a-z]{3,8}-[0-9]{2}", {}};
-  StructuredOutputSpec choice_spec{StructuredOutputSpec::Kind::kChoice, "", "", {"yes", "no", "maybe not"}};
+  StructuredOutputSpec json_spec{StructuredOutputSpec::Kind::kJson, kSchema, "", {}, {}};
+  StructuredOutputSpec regex_spec{StructuredOutputSpec::Kind::kRegex, "", "[a-z]{3,8}-[0-9]{2}", {}, {}};
+  StructuredOutputSpec choice_spec{StructuredOutputSpec::Kind::kChoice, "", "", {"yes", "no", "maybe not"}, {}};
   for (int i = 0; i < 8; ++i) {
     const std::string s = std::to_string(i);
     ASSERT_TRUE(e->add_request("json" + s, text("The weather:"), sampled(i, json_spec)).is_ok());
@@ -103,11 +103,11 @@ TEST(StructuredEngine, MixedBatchMatchesEachConstraint) {
 
 TEST(StructuredEngine, UnsupportedSchemaIsRefusedByName) {
   auto e = make_engine();
-  StructuredOutputSpec bad{StructuredOutputSpec::Kind::kJson, R"({"type":"string","format":"date"})", "", {}};
+  StructuredOutputSpec bad{StructuredOutputSpec::Kind::kJson, R"({"type":"string","format":"date"})", "", {}, {}};
   Status s = e->add_request("x", text("Hi"), sampled(1, bad));
   ASSERT_FALSE(s.is_ok());
   EXPECT_NE(s.message().find("'format' is not supported"), std::string::npos) << s.message();
-  StructuredOutputSpec regex{StructuredOutputSpec::Kind::kRegex, "", "(a", {}};
+  StructuredOutputSpec regex{StructuredOutputSpec::Kind::kRegex, "", "(a", {}, {}};
   s = e->add_request("y", text("Hi"), sampled(1, regex));
   ASSERT_FALSE(s.is_ok());
   EXPECT_NE(s.message().find("missing ')'"), std::string::npos) << s.message();

@@ -170,9 +170,9 @@ std::vector<Req> structured_requests() {
                                   R"("sunny":{"type":"boolean"},"note":{"type":"string","maxLength":12}},)"
                                   R"("required":["city","sunny","note"]})",
                                   "",
-                                  {}};
-  const StructuredOutputSpec regex{StructuredOutputSpec::Kind::kRegex, "", "[a-z]{3,8}-[0-9]{2}", {}};
-  const StructuredOutputSpec choice{StructuredOutputSpec::Kind::kChoice, "", "", {"yes", "no", "maybe not"}};
+                                  {}, {}};
+  const StructuredOutputSpec regex{StructuredOutputSpec::Kind::kRegex, "", "[a-z]{3,8}-[0-9]{2}", {}, {}};
+  const StructuredOutputSpec choice{StructuredOutputSpec::Kind::kChoice, "", "", {"yes", "no", "maybe not"}, {}};
   std::vector<Req> reqs;
   for (int i = 0; i < 3; ++i) {
     reqs.push_back(make("json" + std::to_string(i), 1.0f, 10 + i, json));

@@ -1,10 +1,12 @@
 // Server pieces without HTTP or an engine: adapter path allow-listing, the output
-// assembler (cumulative engine outputs -> streaming deltas and whole choices), metrics.
+// assembler (cumulative engine outputs -> streaming deltas and whole choices), metrics,
+// and constraints compiled while a request is prepared (before the engine sees it).
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 
+#include "server/generation_prepare.h"
 #include "server/lora_paths.h"
 #include "server/metrics.h"
 #include "server/output_assembler.h"
@@ -106,6 +108,41 @@ TEST(OutputAssembler, EchoAndStopStrings) {
   EXPECT_EQ(p[0].text, "P:x");
   EXPECT_EQ(p[0].echo_token_ids, (std::vector<int32_t>{1, 2}));
   EXPECT_FALSE(p[0].stop_reason_is_token);  // "5" is one of the request's stop strings
+}
+
+// Every prompt's job carries the one automaton, compiled on the preparing (HTTP) thread; a
+// refused constraint is a 400 in the engine's words before anything is queued.
+TEST(PrepareGeneration, ConstraintsArriveCompiled) {
+  structured::AutomatonCache automata;
+  ModelView view;
+  view.base_name = "base";
+  view.max_model_len = 64;
+  view.automata = &automata;
+  CompletionRequest r;
+  r.prompts = {PromptSpec{std::nullopt, {1, 2, 3}}, PromptSpec{std::nullopt, {4, 5}}};
+  r.params.structured_outputs.kind = StructuredOutputSpec::Kind::kRegex;
+  r.params.structured_outputs.regex = "[0-9]{2}";
+  auto g = prepare_completion(view, r);
+  ASSERT_TRUE(g.is_ok()) << g.error().message;
+  ASSERT_EQ(g.value().jobs.size(), 2u);
+  const auto& dfa = g.value().jobs[0].params.structured_outputs.compiled;
+  ASSERT_NE(dfa, nullptr);
+  EXPECT_TRUE(dfa->matches("42"));
+  EXPECT_FALSE(dfa->matches("4"));
+  EXPECT_EQ(g.value().jobs[1].params.structured_outputs.compiled, dfa);
+  EXPECT_EQ(automata.size(), 1u);
+
+  r.params.structured_outputs.regex = "[0-9";
+  auto bad = prepare_completion(view, r);
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_EQ(bad.error().status, 400);
+  EXPECT_EQ(bad.error().message.rfind("structured_outputs: ", 0), 0u) << bad.error().message;
+
+  view.automata = nullptr;  // without a cache the engine compiles: nothing is attached
+  r.params.structured_outputs.regex = "[a-z]";
+  auto plain = prepare_completion(view, r);
+  ASSERT_TRUE(plain.is_ok());
+  EXPECT_EQ(plain.value().jobs[0].params.structured_outputs.compiled, nullptr);
 }
 
 TEST(Metrics, HistogramIsCumulative) {
