@@ -49,6 +49,7 @@ void bind_params(py::module_& m) {
   py::class_<EngineArgs>(m, "EngineArgs")
       .def(py::init<>())
       .def_readwrite("model", &EngineArgs::model)
+      .def_readwrite("tokenizer", &EngineArgs::tokenizer)
       .def_readwrite("load_format", &EngineArgs::load_format)
       .def_readwrite("dtype", &EngineArgs::dtype)
       .def_readwrite("device", &EngineArgs::device)
@@ -72,6 +73,7 @@ void bind_params(py::module_& m) {
       .def_readwrite("num_kv_blocks", &EngineArgs::num_kv_blocks)
       .def_readwrite("kv_cache_memory", &EngineArgs::kv_cache_memory)
       .def_readwrite("gpu_memory_utilization", &EngineArgs::gpu_memory_utilization)
+      .def_readwrite("max_logprobs", &EngineArgs::max_logprobs)
       .def_readwrite("enable_prefix_caching", &EngineArgs::enable_prefix_caching)
       .def_readwrite("enforce_eager", &EngineArgs::enforce_eager)
       .def_readwrite("trace", &EngineArgs::trace);

@@ -6,6 +6,7 @@ has_cuda: bool
 
 class EngineArgs:
     model: str
+    tokenizer: str
     load_format: str
     dtype: str
     device: str
@@ -29,6 +30,7 @@ class EngineArgs:
     num_kv_blocks: int
     kv_cache_memory: str
     gpu_memory_utilization: float
+    max_logprobs: int
     enable_prefix_caching: bool
     enforce_eager: bool
     trace: bool

@@ -38,6 +38,10 @@ Status parse_lora_spec(const std::string& spec, std::vector<std::pair<std::strin
 void add_engine_flags(CLI::App* cmd, EngineFlags* f) {
   EngineArgs& a = f->args;
   cmd->add_option("--model", a.model, "Hugging Face model folder (config.json, *.safetensors)")->required();
+  cmd->add_option("--tokenizer", a.tokenizer,
+                  "folder whose tokenizer.json (and tokenizer_config.json) serve instead of the model's");
+  cmd->add_flag("--trust-remote-code", f->trust_remote_code,
+                "accepted for vLLM command lines; no effect: quiver runs no code from a model folder");
   cmd->add_option("--load-format", a.load_format, "auto | dummy (random weights from config.json)");
   cmd->add_option("--dtype", a.dtype, "dtype of dummy weights: auto | float32 | float16 | bfloat16");
   cmd->add_option("--device", a.device, "cpu | cuda | ref");
@@ -74,12 +78,19 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* f) {
                   "KV cache budget, e.g. 4GiB (default: the GPU's memory by --gpu-memory-utilization, on hosts half the available RAM)");
   cmd->add_option("--gpu-memory-utilization", a.gpu_memory_utilization,
                   "share of the GPU's memory the engine may hold, KV cache included (0, 1]");
-  cmd->add_flag("--no-prefix-caching{false}", a.enable_prefix_caching, "disable automatic prefix caching");
+  cmd->add_option("--max-logprobs", a.max_logprobs, "most logprobs a request may ask for (at most 20, the default)");
+  cmd->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching,!--no-prefix-caching", a.enable_prefix_caching,
+                "automatic prefix caching (on by default)");
+  cmd->add_flag("--enable-chunked-prefill,!--no-enable-chunked-prefill", f->chunked_prefill,
+                "prompts split across steps by --max-num-batched-tokens (always on, as in vLLM's V1 engine)");
   cmd->add_flag("--enforce-eager", a.enforce_eager, "never use CUDA graphs");
   cmd->add_flag("--trace", a.trace, "log one line per engine step on stderr");
 }
 
 Status finalize_engine_flags(EngineFlags* f) {
+  if (!f->chunked_prefill)
+    return Status::error("--no-enable-chunked-prefill: quiver always splits long prompts across steps "
+                         "(--max-num-batched-tokens sets how many tokens a step takes)");
   for (const auto& spec : f->loras) QV_RETURN_IF_ERROR(parse_lora_spec(spec, &f->args.lora_modules));
   if (!f->args.lora_modules.empty()) f->args.enable_lora = true;
   if (!f->args.on_load_progress) f->args.on_load_progress = stderr_load_progress("loading weights");

@@ -15,13 +15,16 @@ namespace quiver {
 struct EngineFlags {
   EngineArgs args;
   std::vector<std::string> loras;  // NAME=DIR or vLLM's {"name": ..., "path": ..., "base_model_name": ...}
+  // vLLM flags whose meaning quiver always has: accepted so that a vLLM command line runs.
+  bool trust_remote_code = false;  // quiver runs no code from a model folder
+  bool chunked_prefill = true;     // --no-enable-chunked-prefill is refused (finalize)
 };
 
 // Adapters are taken as --lora (vLLM's offline spelling) or --lora-modules (vllm serve's) by
 // every subcommand, so a command line moves between them unchanged.
 void add_engine_flags(CLI::App* cmd, EngineFlags* flags);
 // Turns the adapter specs into args.lora_modules (an error names a malformed one) and
-// enables LoRA when any is given.
+// enables LoRA when any is given; refuses a vLLM flag asking for what quiver does not do.
 Status finalize_engine_flags(EngineFlags* flags);
 
 }  // namespace quiver

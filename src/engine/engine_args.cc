@@ -1,5 +1,6 @@
 #include "engine/engine_args.h"
 
+#include "backend/sampling_math.h"
 #include "kv/kv_cache.h"
 
 namespace quiver {
@@ -77,6 +78,10 @@ Result<ParsedEngineArgs> validate(const EngineArgs& a) {
   if (a.tensor_parallel_size < 1 || a.tensor_parallel_size > kMaxTensorParallel)
     return Status::error("--tensor-parallel-size must be in [1, " + std::to_string(kMaxTensorParallel) + "], got " +
                          std::to_string(a.tensor_parallel_size));
+  if (a.max_logprobs < 0 || a.max_logprobs > sampling::kMaxLogprobs)
+    return Status::error("--max-logprobs must be in [0, " + std::to_string(sampling::kMaxLogprobs) + "] (quiver's " +
+                         "samplers return at most " + std::to_string(sampling::kMaxLogprobs) + " a token), got " +
+                         std::to_string(a.max_logprobs));
   if (a.max_num_seqs < 1) return Status::error("--max-num-seqs must be at least 1");
   if (a.max_num_batched_tokens < 0)
     return Status::error("--max-num-batched-tokens must be at least 1 (or 0: the device's default)");

@@ -19,6 +19,9 @@ enum class EngineUsage { kOffline, kServer };
 
 struct EngineArgs {
   std::string model;                 // HF model folder
+  // vLLM's --tokenizer: a folder whose tokenizer.json (and tokenizer_config.json: special
+  // tokens, chat template) serve instead of the model folder's; empty = the model folder.
+  std::string tokenizer;
   std::string load_format = "auto";  // "auto" (safetensors) or "dummy" (random weights from config.json)
   std::string dtype = "auto";        // weight dtype for dummy weights: auto, float32, float16, bfloat16
   std::string device = "cpu";        // cpu, ref, cuda
@@ -60,6 +63,9 @@ struct EngineArgs {
   std::string kv_cache_memory;       // e.g. "4GiB"; empty = the memory plan's (engine/memory_plan.h)
   // The share of the GPU's memory the engine may hold, KV cache included (vLLM's meaning).
   double gpu_memory_utilization = 0.9;
+  // vLLM's --max-logprobs: the most logprobs (and prompt_logprobs) a request may ask for;
+  // at most 20, the samplers' top-k (sampling_math.h kMaxLogprobs), vLLM's default.
+  int max_logprobs = 20;
   bool enable_prefix_caching = true;
   bool enforce_eager = false;
   bool trace = false;                // one log line per step on stderr

@@ -69,6 +69,11 @@ Status LLMEngine::add_request(const std::string& id, const PromptInput& prompt, 
   const bool adapter_request = lora.has_value() && !lora->name.empty();
   const int64_t most_vocab = adapter_request ? runner_->logits_width() : config_.vocab_size;
   QV_RETURN_IF_ERROR(params.validate(most_vocab));
+  for (const auto& [name, asked] : {std::pair<const char*, int>{"logprobs", params.logprobs},
+                                    {"prompt_logprobs", params.prompt_logprobs}})
+    if (asked > args_.max_logprobs)
+      return Status::error(std::string(name) + " " + std::to_string(asked) + " exceeds the engine's max_logprobs (" +
+                           std::to_string(args_.max_logprobs) + ")");
   auto req = std::make_unique<Request>();
   req->id = id;
   req->params = params;

@@ -146,10 +146,13 @@ Status LLMEngine::init(const EngineArgs& args) {
   bounds.max_model_len = max_model_len_;
   QV_RETURN_IF_ERROR(check_engine_limits(args_, config_, bounds));
 
-  // Tokenizer: optional (token-id prompts work without one).
-  if (std::filesystem::exists(std::filesystem::path(args.model) / "tokenizer.json")) {
-    auto tok = Tokenizer::load(args.model);
-    if (!tok.is_ok()) return tok.status().with_context("tokenizer");
+  // Tokenizer: optional (token-id prompts work without one), unless --tokenizer names one.
+  const std::string& tokenizer_dir = args.tokenizer.empty() ? args.model : args.tokenizer;
+  if (!args.tokenizer.empty() && !std::filesystem::exists(std::filesystem::path(tokenizer_dir) / "tokenizer.json"))
+    return Status::error("--tokenizer: no tokenizer.json in '" + tokenizer_dir + "'");
+  if (std::filesystem::exists(std::filesystem::path(tokenizer_dir) / "tokenizer.json")) {
+    auto tok = Tokenizer::load(tokenizer_dir);
+    if (!tok.is_ok()) return tok.status().with_context(args.tokenizer.empty() ? "tokenizer" : "--tokenizer");
     tokenizer_ = std::move(tok).value();
     // Ids the model emits but the tokenizer lacks would vanish from the text, and ids the
     // tokenizer emits past the embedding would be refused per request: either way the

@@ -1,6 +1,7 @@
 // link: qv_core
-// The command line as a vLLM user meets it: --help shows each option's default, and both
-// adapter spellings (--lora, --lora-modules) work in every subcommand.
+// The command line as a vLLM user meets it: --help shows each option's default, both
+// adapter spellings (--lora, --lora-modules) work in every subcommand, and vLLM's other
+// spellings run: --tokenizer, --max-logprobs, and flags for what quiver always does.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -81,6 +82,53 @@ TEST(CliFlags, BothAdapterSpellingsEverywhere) {
   EXPECT_NE(rc, 0);
   EXPECT_NE(log.find("/nonexistent/adapter"), std::string::npos) << log;
   EXPECT_EQ(log.find("not expected"), std::string::npos) << log;
+}
+
+// --tokenizer serves a tokenizer from another folder (this model has none of its own);
+// --max-logprobs bounds what a request may ask; flags for what quiver always does (remote
+// code never runs, prompts are always chunked, prefix caching is on unless refused) run,
+// the one asking for what quiver does not do is refused by name.
+TEST(CliFlags, VllmSpellings) {
+  const fs::path in = scratch("vllm_in.jsonl");
+  std::ofstream(in) << R"({"id": "t", "prompt": "hello world", "max_tokens": 3, "temperature": 0, "logprobs": 2})"
+                    << "\n";
+  const std::string base = "generate --model " + kModel.string() + " --input " + in.string() + " --output ";
+  const std::string tokenizer = " --tokenizer " + (fs::path(QUIVER_SOURCE_DIR) / "tests/fixtures/tokenizers/llama512").string();
+  auto first_line = [](const fs::path& p) {
+    std::string line;
+    std::ifstream f(p);
+    std::getline(f, line);
+    return nlohmann::json::parse(line, nullptr, false);
+  };
+  int rc = 0;
+  const fs::path without = scratch("vllm_out_none.jsonl");
+  std::string log = run(base + without.string(), &rc);
+  EXPECT_TRUE(first_line(without).contains("error")) << log;  // a text prompt, and no tokenizer
+  std::string texts[3];
+  const char* extra[3] = {"", " --trust-remote-code --enable-chunked-prefill --enable-prefix-caching",
+                          " --no-enable-prefix-caching --max-logprobs 2"};
+  for (int i = 0; i < 3; ++i) {
+    const fs::path out = scratch("vllm_out" + std::to_string(i) + ".jsonl");
+    log = run(base + out.string() + tokenizer + extra[i], &rc);
+    ASSERT_EQ(rc, 0) << extra[i] << ": " << log;
+    const nlohmann::json j = first_line(out);
+    ASSERT_TRUE(j.contains("token_ids")) << extra[i] << ": " << j.dump();
+    EXPECT_EQ(j["token_ids"].size(), 3u);
+    texts[i] = j.dump();
+  }
+  EXPECT_EQ(texts[0], texts[1]);
+  EXPECT_EQ(texts[0], texts[2]);
+  const fs::path fewer = scratch("vllm_out_fewer.jsonl");
+  log = run(base + fewer.string() + tokenizer + " --max-logprobs 1", &rc);
+  const nlohmann::json refused = first_line(fewer);
+  ASSERT_TRUE(refused.contains("error")) << refused.dump() << log;
+  EXPECT_NE(refused["error"]["message"].get<std::string>().find("max_logprobs (1)"), std::string::npos) << refused.dump();
+  for (const char* bad : {" --max-logprobs 21", " --no-enable-chunked-prefill", " --tokenizer /nonexistent"}) {
+    log = run(base + scratch("vllm_bad.jsonl").string() + bad, &rc);
+    EXPECT_NE(rc, 0) << bad;
+    const std::string flag = std::string(bad).substr(1, std::string(bad).find(' ', 1) - 1);
+    EXPECT_NE(log.find(flag), std::string::npos) << bad << ": " << log;
+  }
 }
 
 // Weight loading reports progress: plain lines into a pipe; a bar redrawn with '\r' on a

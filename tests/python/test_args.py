@@ -109,6 +109,28 @@ def test_add_request_checks(llm):
         LLMEngine({"model": BASE})
 
 
+def test_vllm_keywords_for_tokenizer_logprobs_and_what_quiver_always_does(llm):
+    args = EngineArgs(**engine_kwargs(tokenizer=BASE, trust_remote_code=True, enable_chunked_prefill=True,
+                                      max_logprobs=1))
+    native = args.to_native(DEVICE)
+    assert (native.tokenizer, native.max_logprobs) == (BASE, 1)
+    assert EngineArgs(**engine_kwargs()).to_native(DEVICE).max_logprobs == 20
+    with pytest.raises(ValueError, match="always splits long prompts"):
+        EngineArgs(**engine_kwargs(enable_chunked_prefill=False))
+    engine = LLMEngine.from_engine_args(args)
+    with pytest.raises(ValueError, match=r"logprobs 2 exceeds the engine's max_logprobs \(1\)"):
+        engine.add_request("x", "hi", SamplingParams(logprobs=2))
+    with pytest.raises(ValueError, match=r"prompt_logprobs 3 exceeds"):
+        engine.add_request("x", "hi", SamplingParams(prompt_logprobs=3))
+    engine.add_request("ok", "hi", SamplingParams(logprobs=1, max_tokens=2))
+    while engine.has_unfinished_requests():
+        engine.step()
+    with pytest.raises(ValueError, match="--max-logprobs must be in"):
+        LLMEngine.from_engine_args(EngineArgs(**engine_kwargs(max_logprobs=21)))
+    with pytest.raises(ValueError, match="no tokenizer.json in '/nonexistent'"):
+        LLMEngine.from_engine_args(EngineArgs(**engine_kwargs(tokenizer="/nonexistent")))
+
+
 def test_engine_args_map_to_the_engine(llm):
     args = EngineArgs(**engine_kwargs(max_num_seqs=8, block_size=8, max_model_len=256, enable_prefix_caching=False,
                                       max_cpu_loras=3, num_gpu_blocks_override=64, seed=3))

@@ -18,9 +18,14 @@ class EngineArgs:
 
     device="auto" takes the GPU when this build has CUDA and one is present, else the CPU.
     The last four fields are quiver's own: weights from safetensors or random ("dummy"),
-    CPU threads (0 = all cores), a KV cache budget such as "4GiB", and a per-step trace."""
+    CPU threads (0 = all cores), a KV cache budget such as "4GiB", and a per-step trace.
+    trust_remote_code and enable_chunked_prefill are accepted for vLLM's scripts: quiver
+    runs no code from a model folder, and always splits long prompts across steps (False
+    is refused)."""
 
     model: str
+    tokenizer: Optional[str] = None
+    trust_remote_code: bool = False
     dtype: str = "auto"
     seed: Optional[int] = 0
     max_model_len: Optional[int] = None
@@ -29,6 +34,8 @@ class EngineArgs:
     enforce_eager: bool = False
     max_num_seqs: Optional[int] = None
     max_num_batched_tokens: Optional[int] = None
+    enable_chunked_prefill: Optional[bool] = None
+    max_logprobs: int = 20
     tensor_parallel_size: int = 1
     enable_lora: bool = False
     max_loras: int = 1
@@ -52,6 +59,8 @@ class EngineArgs:
         check_str(o, "model", self.model)
         if not self.model:
             raise ValueError("EngineArgs.model must name a Hugging Face model folder")
+        check_str(o, "tokenizer", self.tokenizer, optional=True)
+        check_bool(o, "trust_remote_code", self.trust_remote_code)
         check_str(o, "dtype", self.dtype)
         check_int(o, "seed", self.seed, optional=True, minimum=0)
         for name in ("max_model_len", "block_size", "max_num_seqs", "max_num_batched_tokens",
@@ -59,6 +68,11 @@ class EngineArgs:
             check_int(o, name, getattr(self, name), optional=True, minimum=1)
         check_bool(o, "enable_prefix_caching", self.enable_prefix_caching, optional=True)
         check_bool(o, "enforce_eager", self.enforce_eager)
+        check_bool(o, "enable_chunked_prefill", self.enable_chunked_prefill, optional=True)
+        if self.enable_chunked_prefill is False:
+            raise ValueError("EngineArgs.enable_chunked_prefill=False: quiver always splits long prompts across "
+                             "steps (max_num_batched_tokens sets how many tokens a step takes)")
+        check_int(o, "max_logprobs", self.max_logprobs, minimum=0)
         check_int(o, "tensor_parallel_size", self.tensor_parallel_size, minimum=1)
         check_bool(o, "enable_lora", self.enable_lora)
         check_int(o, "max_loras", self.max_loras, minimum=1)
@@ -84,6 +98,7 @@ class EngineArgs:
         """The C++ EngineArgs for one concrete device (cpu, cuda or ref)."""
         a = _quiver.EngineArgs()
         a.model = self.model
+        a.tokenizer = self.tokenizer or ""
         a.dtype = self.dtype
         a.device = device
         # vLLM's seed=None means "not reproducible"; the C++ engine always takes one.
@@ -97,6 +112,7 @@ class EngineArgs:
         if self.max_num_seqs is not None:
             a.max_num_seqs = self.max_num_seqs
         a.max_num_batched_tokens = self.max_num_batched_tokens or 0
+        a.max_logprobs = self.max_logprobs
         a.tensor_parallel_size = self.tensor_parallel_size
         a.enable_lora = self.enable_lora
         a.max_loras = self.max_loras
