@@ -78,7 +78,9 @@ OPT=-O1
 BIN=$BUILD/fuzz_${TARGET}${OPT}
 if [ ! -x "$BIN" ] || [ -n "$(find "${SOURCES[@]}" "$ROOT"/src -newer "$BIN" -print -quit)" ]; then
   # clang 14 lacks std::source_location (core/check.h): the shim stands in for it.
-  FLAGS=(-std=c++20 "$OPT" -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined
+  # -gline-tables-only: crash reports keep their files and lines, and a build takes a fifth
+  # less than with -g (io at -O0: 92 against 113 s).
+  FLAGS=(-std=c++20 "$OPT" -gline-tables-only -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined
          -fno-sanitize-recover=undefined -include "$ROOT/tests/fuzz/source_location_shim.h" -I "$ROOT/src" -I "$ROOT/tests")
   # The standard headers and nlohmann/json, parsed once for all of the target's sources
   # instead of once a source: the tokenizer's 28 sources build in 96 s instead of 146 (-O0,
