@@ -7,37 +7,30 @@
 #pragma once
 
 #include <cstddef>
-#include <list>
-#include <map>
 #include <memory>
 #include <mutex>
-#include <string>
 
 #include "core/status.h"
 #include "structured/dfa.h"
+#include "structured/lru_map.h"
 #include "structured/structured_spec.h"
 
 namespace quiver::structured {
 
 class AutomatonCache {
  public:
-  explicit AutomatonCache(size_t capacity = 64) : capacity_(capacity) {}
+  using Compiled = Result<std::shared_ptr<const Dfa>>;
+
+  explicit AutomatonCache(size_t capacity = 64) : entries_(capacity) {}
 
   // The spec's automaton, or the error naming what compile_spec refused. Thread-safe; the
   // construction runs outside the lock, so one slow constraint holds no other caller.
-  Result<std::shared_ptr<const Dfa>> get(const StructuredOutputSpec& spec) const;
+  Compiled get(const StructuredOutputSpec& spec) const;
   size_t size() const;
 
  private:
-  struct Entry {
-    Result<std::shared_ptr<const Dfa>> compiled;
-    std::list<std::string>::iterator order;
-  };
-
-  const size_t capacity_;
   mutable std::mutex mu_;
-  mutable std::list<std::string> order_;  // most recently used first
-  mutable std::map<std::string, Entry> entries_;
+  mutable LruMap<Compiled> entries_;
 };
 
 }  // namespace quiver::structured

@@ -42,11 +42,7 @@ Result<Dfa> compile_spec(const StructuredOutputSpec& spec) {
 
 Result<std::shared_ptr<Grammar>> GrammarCache::get(const StructuredOutputSpec& spec) {
   const std::string key = spec.cache_key();
-  auto it = entries_.find(key);
-  if (it != entries_.end()) {
-    order_.splice(order_.begin(), order_, it->second.second);
-    return it->second.first;
-  }
+  if (std::shared_ptr<Grammar>* hit = entries_.find(key)) return *hit;
   std::shared_ptr<const Dfa> dfa = spec.compiled;
   if (!dfa) {
     auto compiled = compile_spec(spec);
@@ -54,12 +50,7 @@ Result<std::shared_ptr<Grammar>> GrammarCache::get(const StructuredOutputSpec& s
     dfa = std::make_shared<const Dfa>(std::move(compiled).value());
   }
   auto g = std::make_shared<Grammar>(std::move(dfa), vocab_);
-  order_.push_front(key);
-  entries_.emplace(key, std::make_pair(g, order_.begin()));
-  if (entries_.size() > capacity_) {
-    entries_.erase(order_.back());
-    order_.pop_back();
-  }
+  entries_.insert(key, g);
   return g;
 }
 

@@ -5,13 +5,12 @@
 #pragma once
 
 #include <cstdint>
-#include <list>
-#include <map>
 #include <memory>
 #include <string>
 
 #include "core/status.h"
 #include "structured/grammar.h"
+#include "structured/lru_map.h"
 #include "structured/structured_spec.h"
 
 namespace quiver::structured {
@@ -29,15 +28,13 @@ Result<Dfa> compile_spec(const StructuredOutputSpec& spec);
 class GrammarCache {
  public:
   GrammarCache(std::shared_ptr<const TokenVocab> vocab, size_t capacity = 64)
-      : vocab_(std::move(vocab)), capacity_(capacity) {}
+      : vocab_(std::move(vocab)), entries_(capacity) {}
   Result<std::shared_ptr<Grammar>> get(const StructuredOutputSpec& spec);
   size_t size() const { return entries_.size(); }
 
  private:
   std::shared_ptr<const TokenVocab> vocab_;
-  size_t capacity_;
-  std::list<std::string> order_;  // most recently used first
-  std::map<std::string, std::pair<std::shared_ptr<Grammar>, std::list<std::string>::iterator>> entries_;
+  LruMap<std::shared_ptr<Grammar>> entries_;
 };
 
 }  // namespace quiver::structured
