@@ -148,9 +148,10 @@ Status LLMEngine::init(const EngineArgs& args) {
 
   // Tokenizer: optional (token-id prompts work without one), unless --tokenizer names one.
   const std::string& tokenizer_dir = args.tokenizer.empty() ? args.model : args.tokenizer;
-  if (!args.tokenizer.empty() && !std::filesystem::exists(std::filesystem::path(tokenizer_dir) / "tokenizer.json"))
+  const bool has_tokenizer = std::filesystem::exists(std::filesystem::path(tokenizer_dir) / "tokenizer.json");
+  if (!args.tokenizer.empty() && !has_tokenizer)
     return Status::error("--tokenizer: no tokenizer.json in '" + tokenizer_dir + "'");
-  if (std::filesystem::exists(std::filesystem::path(tokenizer_dir) / "tokenizer.json")) {
+  if (has_tokenizer) {
     auto tok = Tokenizer::load(tokenizer_dir);
     if (!tok.is_ok()) return tok.status().with_context(args.tokenizer.empty() ? "tokenizer" : "--tokenizer");
     tokenizer_ = std::move(tok).value();
