@@ -49,12 +49,15 @@ struct Weights {
 };
 
 // The last shape's weights are kept: google-benchmark calls a benchmark several times
-// (iteration-count probes, repetitions) and building 512 MiB of copies is slow.
+// (iteration-count probes, repetitions) and building 512 MiB of copies is slow. cached:
+// one copy, which a weight small enough keeps in the cores' caches (the kernel's own rate).
 template <class E>
-Weights<E>& make_weights(int64_t out, int64_t in, CpuBackend* packer) {
+Weights<E>& make_weights(int64_t out, int64_t in, CpuBackend* packer, bool cached = false) {
   static Weights<E> w;
-  if (w.out == out && w.in == in && w.packed == (packer != nullptr)) return w;
+  static bool w_cached = false;
+  if (w.out == out && w.in == in && w.packed == (packer != nullptr) && w_cached == cached) return w;
   w = Weights<E>{{}, {}, out, in, false};
+  w_cached = cached;
   const size_t one = static_cast<size_t>(out * in);
   std::mt19937 rng(1);
   std::vector<E> base(one);
@@ -72,7 +75,7 @@ Weights<E>& make_weights(int64_t out, int64_t in, CpuBackend* packer) {
     base = std::move(packed);
     w.packed = true;
   }
-  const size_t n = std::max<size_t>(2, kMinWorkingSetBytes / w.bytes() + 1);
+  const size_t n = cached ? 1 : std::max<size_t>(2, kMinWorkingSetBytes / w.bytes() + 1);
   for (size_t i = 0; i < n; ++i) w.copies.push_back(base);
   return w;
 }
@@ -150,11 +153,13 @@ BENCHMARK(BM_MatmulBf16)->Apply(matmul_args)->UseRealTime()->Unit(benchmark::kMi
 
 // int8 weights with row scales (--quantization int8), activations in bf16: row-major (the
 // dot-product kernel widening each tile's weights in registers, packed:0) and packed as the
-// engine packs projections (packed:1). GB/s counts the int8 bytes.
-// Args: out, in, n (tokens), packed
+// engine packs projections (packed:1). GB/s counts the int8 bytes. cached:1 keeps one copy
+// of a 256 x 2048 weight (256 KiB a thread, in each core's L2): the kernel's own rate,
+// which the one-token GEMV must exceed to be bound by memory.
+// Args: out, in, n (tokens), packed, cached
 void BM_MatmulInt8(benchmark::State& state) {
   const int64_t out = state.range(0), in = state.range(1), n = state.range(2);
-  const bool pack = state.range(3) == 1;
+  const bool pack = state.range(3) == 1, cached = state.range(4) == 1;
   CpuBackend& cpu = backend(0);
   Tensor probe(nullptr, DType::kI8, {out, in});
   const float one_scale = 1.f;
@@ -163,7 +168,7 @@ void BM_MatmulInt8(benchmark::State& state) {
     state.SkipWithError("no AVX512-BF16 int8 kernel on this CPU");
     return;
   }
-  Weights<int8_t>& w = make_weights<int8_t>(out, in, pack ? &cpu : nullptr);
+  Weights<int8_t>& w = make_weights<int8_t>(out, in, pack ? &cpu : nullptr, cached);
   std::vector<float> x = random_vec(static_cast<size_t>(n * in)), y(static_cast<size_t>(n * out));
   std::vector<uint16_t> xh = to_bf16(x);
   Tensor xht(xh.data(), DType::kBF16, {n, in}), yt(y.data(), DType::kF32, {n, out});
@@ -173,16 +178,18 @@ void BM_MatmulInt8(benchmark::State& state) {
     benchmark::DoNotOptimize(y.data());
   }
   set_rates(state, w.bytes(), n * in * out);
-  state.SetLabel(pack ? "int8-packed" : "int8-dot");
+  state.SetLabel(std::string(pack ? "int8-packed" : "int8-dot") + (cached ? " cached" : ""));
 }
 
 void int8_args(benchmark::internal::Benchmark* b) {
-  for (int64_t pack : {0, 1})
+  for (int64_t pack : {0, 1}) {
     for (int64_t n : {1, 2, 4, 8, 16, 128})
-      for (int s = 0; s < 4; ++s) b->Args({kShapes[s][0], kShapes[s][1], n, pack});
+      for (int s = 0; s < 4; ++s) b->Args({kShapes[s][0], kShapes[s][1], n, pack, 0});
+    b->Args({256, 2048, 1, pack, 1});
+  }
 }
 BENCHMARK(BM_MatmulInt8)->Apply(int8_args)->UseRealTime()->Unit(benchmark::kMicrosecond)
-    ->ArgNames({"out", "in", "n", "packed"});
+    ->ArgNames({"out", "in", "n", "packed", "cached"});
 
 // The cores' peak bf16 multiply-add rate, the ceiling of the compute-bound cases above:
 // 16 independent vdpbf16ps chains per thread in registers, nothing loaded. Compiled for

@@ -327,7 +327,9 @@ TEST_P(CpuOps, MatmulX16Packed) {
   }
 }
 
-// int8 weights packed like bf16 ones (--quantization int8 on AVX512-BF16 machines): against
+// int8 weights packed like bf16 ones (--quantization int8 on AVX512-BF16 machines, in the
+// order and sign-magnitude form of packed_weights.h; odd pair counts check the last group's
+// own path): against
 // the oracle's dequantized product, each token alone as in the batch, and bitwise the bf16
 // packed kernel's result on the same values (int8 widens exactly to bf16, and both add the
 // same products in the same order) with the scales applied alike.

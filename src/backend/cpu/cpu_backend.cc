@@ -35,10 +35,13 @@ bool cpu_has(CpuIsa isa) {
 #endif
 }
 
+// The bf16 kernels (*_avx512bf16.cc) also use AVX512-VBMI's byte lookups (the int8 groups'
+// widening): every CPU with AVX512-BF16 has it but Intel's Cooper Lake, which keeps the
+// AVX-512 f32 kernels.
 bool cpu_has_bf16_dot() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512bf16");
+  return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vbmi");
 #else
   return false;
 #endif
