@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 
 #include "engine/llm_engine.h"
+#include "io/generation_defaults.h"
 #include "structured/request_fields.h"
 
 namespace py = pybind11;
@@ -30,6 +31,23 @@ StructuredOutputSpec structured_spec(const std::string& body_json) {
   auto spec = structured::read_structured_fields(body, &field);
   if (!spec.is_ok()) throw py::value_error(spec.status().message());
   return std::move(spec).value();
+}
+
+// The sampling fields generation_config.json sets under vLLM's `generation_config` setting
+// (auto: the model folder's file, vllm: none, else a folder holding one), with vLLM's names
+// (max_new_tokens as max_tokens); the reader `quiver serve --generation-config` uses.
+py::dict generation_defaults(const std::string& setting, const std::string& model_dir) {
+  auto loaded = load_generation_defaults(setting, model_dir);
+  if (!loaded.is_ok()) throw py::value_error(loaded.status().message());
+  const GenerationDefaults& d = loaded.value();
+  py::dict out;
+  if (d.temperature) out["temperature"] = *d.temperature;
+  if (d.top_p) out["top_p"] = *d.top_p;
+  if (d.top_k) out["top_k"] = *d.top_k;
+  if (d.min_p) out["min_p"] = *d.min_p;
+  if (d.repetition_penalty) out["repetition_penalty"] = *d.repetition_penalty;
+  if (d.max_new_tokens) out["max_tokens"] = *d.max_new_tokens;
+  return out;
 }
 
 const char* kind_name(const StructuredOutputSpec& s) {
@@ -84,6 +102,9 @@ void bind_params(py::module_& m) {
       .def_readonly("json_schema", &StructuredOutputSpec::json_schema)
       .def_readonly("regex", &StructuredOutputSpec::regex)
       .def_readonly("choice", &StructuredOutputSpec::choice);
+  m.def("generation_defaults", &generation_defaults, py::arg("setting"), py::arg("model_dir"),
+        "generation_config.json's sampling fields as a dict of SamplingParams keywords (ValueError naming "
+        "the file's bad field, or a folder without the file)");
   m.def("structured_spec", &structured_spec, py::arg("body_json"),
         "The constraint a request body's structured-output fields ask for (ValueError naming the field)");
 

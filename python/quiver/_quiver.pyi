@@ -1,6 +1,6 @@
 # Type hints for the native extension (python/bindings/*.cc). Users import the classes of
 # the quiver package instead; these are the C++ engine's own structs.
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple, Union
 
 has_cuda: bool
 
@@ -48,6 +48,7 @@ class StructuredOutputSpec:
     def __init__(self) -> None: ...
 
 def structured_spec(body_json: str) -> StructuredOutputSpec: ...
+def generation_defaults(setting: str, model_dir: str) -> Dict[str, Union[float, int]]: ...
 
 class SamplingParams:
     n: int

@@ -7,9 +7,11 @@
 // aborted and their streams end properly; only then does it stop the HTTP server (httplib
 // cuts streams that are still open at stop()). The command then returns 0.
 #if defined(QUIVER_HAS_SERVER)
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cstdint>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -65,6 +67,7 @@ Status finalize_generation_config(ServeOptions* o) {
   if (d.top_k) p.top_k = static_cast<int>(*d.top_k);
   if (d.min_p) p.min_p = static_cast<float>(*d.min_p);
   if (d.repetition_penalty) p.repetition_penalty = static_cast<float>(*d.repetition_penalty);
+  if (d.max_new_tokens) o->server.max_tokens_cap = static_cast<int>(std::min<int64_t>(*d.max_new_tokens, INT32_MAX));
   if (!d.empty()) std::cerr << "quiver serve: sampling defaults from generation_config.json: " << d.describe() << "\n";
   return Status::ok();
 }

@@ -14,6 +14,12 @@ Status read_number(const Json& j, const char* key, std::optional<double>* out) {
   return Status::ok();
 }
 
+Status read_int(const Json& j, const char* key, std::optional<int64_t>* out) {
+  if (!json_has(j, key)) return Status::ok();
+  QV_ASSIGN_OR_RETURN(*out, json_as_int(j[key], key));
+  return Status::ok();
+}
+
 }  // namespace
 
 std::string GenerationDefaults::describe() const {
@@ -30,6 +36,7 @@ std::string GenerationDefaults::describe() const {
   if (top_k) add("top_k", std::to_string(*top_k));
   if (min_p) add("min_p", num(*min_p));
   if (repetition_penalty) add("repetition_penalty", num(*repetition_penalty));
+  if (max_new_tokens) add("max_tokens", std::to_string(*max_new_tokens));
   return s.empty() ? "none" : s;
 }
 
@@ -40,11 +47,10 @@ Result<GenerationDefaults> parse_generation_defaults(const std::string& text, co
   if (s.is_ok()) s = read_number(j, "top_p", &d.top_p);
   if (s.is_ok()) s = read_number(j, "min_p", &d.min_p);
   if (s.is_ok()) s = read_number(j, "repetition_penalty", &d.repetition_penalty);
-  if (s.is_ok() && json_has(j, "top_k")) {
-    auto k = json_as_int(j["top_k"], "top_k");
-    if (k.is_ok()) d.top_k = k.value();
-    else s = k.status();
-  }
+  if (s.is_ok()) s = read_int(j, "top_k", &d.top_k);
+  if (s.is_ok()) s = read_int(j, "max_new_tokens", &d.max_new_tokens);
+  if (s.is_ok() && d.max_new_tokens && *d.max_new_tokens < 1)
+    s = Status::error("max_new_tokens must be at least 1, got " + std::to_string(*d.max_new_tokens));
   if (!s.is_ok()) return s.with_context(what);
   return d;
 }

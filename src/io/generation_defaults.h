@@ -1,6 +1,7 @@
 // The sampling defaults a model ships in generation_config.json, which vLLM applies to every
 // request that leaves the field unset (`--generation-config auto`, its default). Only the
-// fields vLLM takes from that file are read.
+// fields vLLM takes from that file are read; max_new_tokens is vLLM's max_tokens, which
+// bounds every request's (the server) or is the default (the Python LLM's sampling params).
 #pragma once
 
 #include <optional>
@@ -16,8 +17,9 @@ struct GenerationDefaults {
   std::optional<int64_t> top_k;
   std::optional<double> min_p;
   std::optional<double> repetition_penalty;
+  std::optional<int64_t> max_new_tokens;
 
-  bool empty() const { return !temperature && !top_p && !top_k && !min_p && !repetition_penalty; }
+  bool empty() const { return !temperature && !top_p && !top_k && !min_p && !repetition_penalty && !max_new_tokens; }
   // "temperature=0.6, top_p=0.9" for the start-up report.
   std::string describe() const;
 };

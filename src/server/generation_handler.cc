@@ -192,8 +192,9 @@ void run_generation(ServerContext& ctx, const httplib::Request& req, httplib::Re
 }  // namespace
 
 ModelView model_view(const ServerContext& ctx) {
-  return ModelView{ctx.model_name, ctx.loop->max_model_len(), ctx.loop->tokenizer(), ctx.loop,
-                   ctx.options.chat_template.get(), ctx.options.tools, &ctx.automata};
+  return ModelView{ctx.model_name,       ctx.loop->max_model_len(), ctx.loop->tokenizer(),
+                   ctx.loop,             ctx.options.chat_template.get(), ctx.options.tools,
+                   &ctx.automata,        ctx.options.max_tokens_cap};
 }
 
 void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {

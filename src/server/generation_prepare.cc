@@ -4,6 +4,8 @@
 // with a 400 before anything is queued. Context messages follow vLLM's.
 #include "server/generation_prepare.h"
 
+#include <algorithm>
+
 #include "tokenizer/tokenizer.h"
 
 namespace quiver {
@@ -11,9 +13,9 @@ namespace quiver {
 namespace {
 
 // Sets params.max_tokens; `requested` absent means `fallback` tokens, or the rest of the
-// context when fallback < 0.
-std::optional<ApiError> fit_context(size_t prompt_len, std::optional<int> requested, int fallback, int max_model_len,
-                                    const char* prompt_param, SamplingParams* params) {
+// context when fallback < 0; then at most `cap` (> 0).
+std::optional<ApiError> fit_context(size_t prompt_len, std::optional<int> requested, int fallback, int cap,
+                                    int max_model_len, const char* prompt_param, SamplingParams* params) {
   const int64_t len = static_cast<int64_t>(prompt_len);
   if (len >= max_model_len)
     return ApiError::bad_request("This model's maximum context length is " + std::to_string(max_model_len) +
@@ -28,7 +30,7 @@ std::optional<ApiError> fit_context(size_t prompt_len, std::optional<int> reques
                                      std::to_string(max_tokens) + " in the completion). Please reduce the length of "
                                      "the input or the completion.",
                                  requested.has_value() ? "max_tokens" : prompt_param);
-  params->max_tokens = static_cast<int>(max_tokens);
+  params->max_tokens = static_cast<int>(cap > 0 ? std::min<int64_t>(max_tokens, cap) : max_tokens);
   if (params->min_tokens > params->max_tokens)
     return ApiError::bad_request("min_tokens must not exceed max_tokens", "min_tokens");
   return std::nullopt;
@@ -102,7 +104,8 @@ ApiResult<PreparedGeneration> prepare_completion(const ModelView& view, Completi
       }
     }
     if (job.prompt_token_ids.empty()) return ApiError::bad_request("the prompt is empty", "prompt");
-    if (auto e = fit_context(job.prompt_token_ids.size(), r.max_tokens, 16, view.max_model_len, "prompt", &job.params))
+    if (auto e = fit_context(job.prompt_token_ids.size(), r.max_tokens, 16, view.max_tokens_cap, view.max_model_len,
+                             "prompt", &job.params))
       return *e;
     g.assembler.prompt_texts.push_back(std::move(echo_text));
     g.jobs.push_back(std::move(job));
@@ -146,7 +149,8 @@ ApiResult<PreparedGeneration> prepare_chat(const ModelView& view, ChatRequest r)
   }
   g.tools = plan.value();
   if (auto e = compile_constraint(view, &job.params)) return *e;
-  if (auto e = fit_context(job.prompt_token_ids.size(), r.max_tokens, -1, view.max_model_len, "messages", &job.params))
+  if (auto e = fit_context(job.prompt_token_ids.size(), r.max_tokens, -1, view.max_tokens_cap, view.max_model_len,
+                             "messages", &job.params))
     return *e;
   g.jobs.push_back(std::move(job));
   g.assembler.num_jobs = 1;

@@ -45,6 +45,9 @@ struct ModelView {
   ToolOptions tools;
   // Compiles the jobs' constraints here, off the engine thread; null: the engine compiles them.
   const structured::AutomatonCache* automata = nullptr;
+  // generation_config.json's max_new_tokens (--generation-config): the most tokens any
+  // request generates, its own max_tokens or the default, as in vLLM; 0 = no bound.
+  int max_tokens_cap = 0;
 };
 
 // What a "model" field names: the adapter ("" for the base model, also for an empty field)

@@ -148,3 +148,48 @@ def test_tensor_parallel_ranks_give_the_same_answers(llm):
             assert lg[tw].logprob == pytest.approx(lw[tw].logprob, abs=bound)
     with pytest.raises(ValueError, match="does not divide the model's 6 attention heads"):
         LLM(**engine_kwargs(tensor_parallel_size=4))
+
+
+def _generation_config(folder, **fields):
+    folder.mkdir(exist_ok=True)
+    (folder / "generation_config.json").write_text(__import__("json").dumps(fields))
+    return str(folder)
+
+
+def test_default_sampling_params_come_from_the_generation_config(llm, tmp_path):
+    # The demo's own generation_config.json sets no sampling field: vLLM's defaults.
+    assert vars(llm.get_default_sampling_params()) == vars(SamplingParams())
+    folder = _generation_config(tmp_path / "g", temperature=0.0, top_k=7, repetition_penalty=1.3,
+                                max_new_tokens=5, do_sample=True)
+    model = LLM(**engine_kwargs(generation_config=folder))
+    p = model.get_default_sampling_params()
+    assert (p.temperature, p.repetition_penalty, p.max_tokens) == (0.0, 1.3, 5)
+    # generate() and chat() without sampling params use them; given params are taken as they are.
+    want = model.generate(SQL_QUESTION, SamplingParams(temperature=0, repetition_penalty=1.3, max_tokens=5),
+                          use_tqdm=False)[0].outputs[0]
+    got = model.generate(SQL_QUESTION, use_tqdm=False)[0].outputs[0]
+    assert got.token_ids == want.token_ids and len(got.token_ids) == 5
+    plain = model.generate(SQL_QUESTION, SamplingParams(temperature=0, max_tokens=5), use_tqdm=False)[0].outputs[0]
+    assert plain.token_ids == llm.generate(SQL_QUESTION, SamplingParams(temperature=0, max_tokens=5),
+                                           use_tqdm=False)[0].outputs[0].token_ids
+    chat = model.chat([{"role": "user", "content": SQL_USER}], use_tqdm=False)[0].outputs[0]
+    assert len(chat.token_ids) == 5
+    # override_generation_config goes over the file; "vllm" reads none.
+    over = LLM(**engine_kwargs(generation_config=folder, override_generation_config={"max_new_tokens": 3,
+                                                                                     "top_p": 0.5}))
+    p = over.get_default_sampling_params()
+    assert (p.temperature, p.max_tokens) == (0.0, 3)
+    none = LLM(**engine_kwargs(generation_config="vllm", override_generation_config={"temperature": 0.5}))
+    assert none.get_default_sampling_params().temperature == 0.5
+
+
+def test_a_bad_generation_config_is_refused_by_name(tmp_path):
+    with pytest.raises(ValueError, match="no generation_config.json"):
+        LLM(**engine_kwargs(generation_config=str(tmp_path)))
+    folder = _generation_config(tmp_path / "bad", top_k="many")
+    with pytest.raises(ValueError, match="top_k"):
+        LLM(**engine_kwargs(generation_config=folder))
+    with pytest.raises(TypeError, match="temperature"):
+        LLM(**engine_kwargs(override_generation_config={"temperature": "hot"}))
+    with pytest.raises(TypeError, match="override_generation_config"):
+        LLM(**engine_kwargs(override_generation_config=[("temperature", 0)]))

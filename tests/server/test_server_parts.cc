@@ -145,6 +145,36 @@ TEST(PrepareGeneration, ConstraintsArriveCompiled) {
   EXPECT_EQ(plain.value().jobs[0].params.structured_outputs.compiled, nullptr);
 }
 
+// generation_config.json's max_new_tokens bounds every request's max_tokens, given or
+// defaulted (16 for completions, the context's rest for chat), as vLLM's smallest-of rule;
+// a request asking more than the context is still refused by the context.
+TEST(PrepareGeneration, GenerationConfigBoundsMaxTokens) {
+  ModelView view;
+  view.base_name = "base";
+  view.max_model_len = 64;
+  CompletionRequest r;
+  r.prompts = {PromptSpec{std::nullopt, {1, 2, 3}}};
+  auto max_tokens = [&](std::optional<int> asked) {
+    r.max_tokens = asked;
+    auto g = prepare_completion(view, r);
+    EXPECT_TRUE(g.is_ok()) << g.error().message;
+    return g.is_ok() ? g.value().jobs[0].params.max_tokens : -1;
+  };
+  EXPECT_EQ(max_tokens(std::nullopt), 16);
+  EXPECT_EQ(max_tokens(40), 40);
+  view.max_tokens_cap = 10;
+  EXPECT_EQ(max_tokens(std::nullopt), 10);
+  EXPECT_EQ(max_tokens(40), 10);
+  EXPECT_EQ(max_tokens(5), 5);
+  r.max_tokens = 100;  // past the context: the context's error, not the bound
+  EXPECT_FALSE(prepare_completion(view, r).is_ok());
+  r.max_tokens = std::nullopt;
+  r.params.min_tokens = 12;  // more than the bound leaves
+  auto g = prepare_completion(view, r);
+  ASSERT_FALSE(g.is_ok());
+  EXPECT_EQ(g.error().param, "min_tokens");
+}
+
 TEST(Metrics, HistogramIsCumulative) {
   Histogram h({0.1, 1.0});
   h.observe(0.05);

@@ -92,6 +92,17 @@ TEST(GenerationDefaults, ReadsVllmsFieldsOnly) {
   auto bad = parse_generation_defaults(R"({"top_k": "many"})", "g.json");
   ASSERT_FALSE(bad.is_ok());
   EXPECT_NE(bad.message().find("top_k"), std::string::npos) << bad.message();
+  // vLLM's max_tokens from HF's max_new_tokens; null is unset; non-positive is refused.
+  auto len = parse_generation_defaults(R"({"max_new_tokens": 512, "min_p": null})", "g.json");
+  ASSERT_TRUE(len.is_ok()) << len.message();
+  EXPECT_EQ(*len->max_new_tokens, 512);
+  EXPECT_FALSE(len->min_p.has_value());
+  EXPECT_EQ(len->describe(), "max_tokens=512");
+  for (const char* text : {R"({"max_new_tokens": 0})", R"({"max_new_tokens": 2.5})"}) {
+    auto b = parse_generation_defaults(text, "g.json");
+    ASSERT_FALSE(b.is_ok()) << text;
+    EXPECT_NE(b.message().find("max_new_tokens"), std::string::npos) << b.message();
+  }
 }
 
 TEST(GenerationDefaults, AutoVllmOrAFolder) {

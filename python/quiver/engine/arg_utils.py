@@ -4,12 +4,15 @@ defaults (None = the engine's choice, as in vLLM)."""
 import dataclasses
 import os
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
 from .. import _quiver
 from .._checks import check_bool, check_int, check_str
 
 _DEVICES = ("auto", "cpu", "cuda", "ref")
+# The generation-config fields vLLM takes as sampling defaults, and their SamplingParams names.
+_GENERATION_FIELDS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
+                      "repetition_penalty": "repetition_penalty", "max_new_tokens": "max_tokens"}
 
 
 @dataclass
@@ -17,6 +20,9 @@ class EngineArgs:
     """vLLM's EngineArgs for the knobs quiver has; an unknown keyword is a TypeError.
 
     device="auto" takes the GPU when this build has CUDA and one is present, else the CPU.
+    generation_config ("auto": the model folder's generation_config.json, "vllm": none, or a
+    folder holding one) and override_generation_config (fields over it) give the sampling
+    defaults LLM.get_default_sampling_params() returns, as in vLLM.
     The last four fields are quiver's own: weights from safetensors or random ("dummy"),
     CPU threads (0 = all cores), a KV cache budget such as "4GiB", and a per-step trace.
     trust_remote_code and enable_chunked_prefill are accepted for vLLM's scripts: quiver
@@ -52,6 +58,8 @@ class EngineArgs:
     threads: int = 0
     kv_cache_memory: Optional[str] = None
     gpu_memory_utilization: float = 0.9
+    generation_config: str = "auto"
+    override_generation_config: Optional[Dict[str, Any]] = None
     trace: bool = False
 
     def __post_init__(self) -> None:
@@ -90,6 +98,12 @@ class EngineArgs:
                 or not 0 < self.gpu_memory_utilization <= 1):
             raise ValueError(f"EngineArgs.gpu_memory_utilization must be a number in (0, 1], "
                              f"got {self.gpu_memory_utilization!r}")
+        check_str(o, "generation_config", self.generation_config)
+        if not self.generation_config:
+            raise ValueError('EngineArgs.generation_config must be "auto", "vllm" or a folder')
+        if self.override_generation_config is not None and not isinstance(self.override_generation_config, dict):
+            raise TypeError(f"EngineArgs.override_generation_config must be a dict or None, "
+                            f"got {type(self.override_generation_config).__name__}")
         check_bool(o, "trace", self.trace)
         if self.max_cpu_loras is not None and self.max_cpu_loras < self.max_loras:
             raise ValueError(f"EngineArgs.max_cpu_loras ({self.max_cpu_loras}) must be >= max_loras ({self.max_loras})")
@@ -144,6 +158,17 @@ class EngineArgs:
                 if "no CUDA device" not in str(e):
                     raise
         return _quiver.Engine(self.to_native("cpu"))
+
+    def default_sampling_fields(self) -> Dict[str, Any]:
+        """SamplingParams keywords from generation_config (the model's generation_config.json
+        under "auto") with override_generation_config over them: vLLM's fields, temperature,
+        top_p, top_k, min_p, repetition_penalty and max_new_tokens (as max_tokens). ValueError
+        names a bad field of the file, or a folder without one."""
+        fields = _quiver.generation_defaults(self.generation_config, self.model)
+        for key, value in (self.override_generation_config or {}).items():
+            if key in _GENERATION_FIELDS and value is not None:
+                fields[_GENERATION_FIELDS[key]] = value
+        return fields
 
     def replace(self, **changes: Any) -> "EngineArgs":
         return dataclasses.replace(self, **changes)

@@ -24,8 +24,18 @@ class LLM:
     TypeError naming it."""
 
     def __init__(self, model: str, **kwargs: Any) -> None:
-        self.llm_engine = LLMEngine.from_engine_args(EngineArgs(model=model, **kwargs))
+        args = EngineArgs(model=model, **kwargs)
+        # Read before the engine starts, so a bad generation_config.json fails fast.
+        self._default_sampling = args.default_sampling_fields()
+        self.get_default_sampling_params()  # a bad override_generation_config value fails here
+        self.llm_engine = LLMEngine.from_engine_args(args)
         self._ids = itertools.count()
+
+    def get_default_sampling_params(self) -> SamplingParams:
+        """The SamplingParams generate() and chat() use when given none: the model's
+        generation_config.json fields (EngineArgs.generation_config, "auto" by default, and
+        override_generation_config), else SamplingParams()'s defaults, as in vLLM."""
+        return SamplingParams(**self._default_sampling)
 
     def get_tokenizer(self, lora_request: Optional[LoRARequest] = None) -> Tokenizer:
         """The tokenizer of requests with lora_request (the model's without one): encode,
@@ -74,8 +84,9 @@ class LLM:
 
     def _run(self, items: List[Any], sampling_params: Any, lora_request: Any, use_tqdm: Any) -> List[RequestOutput]:
         n = len(items)
-        params = _per_prompt("sampling_params", sampling_params if sampling_params is not None else SamplingParams(), n,
-                             SamplingParams)
+        if sampling_params is None:
+            sampling_params = self.get_default_sampling_params()
+        params = _per_prompt("sampling_params", sampling_params, n, SamplingParams)
         loras = _per_prompt("lora_request", lora_request, n, LoRARequest)
         engine = self.llm_engine
         index: Dict[str, int] = {}
