@@ -35,9 +35,11 @@ StructuredOutputSpec structured_spec(const std::string& body_json) {
 
 // The sampling fields generation_config.json sets under vLLM's `generation_config` setting
 // (auto: the model folder's file, vllm: none, else a folder holding one), with vLLM's names
-// (max_new_tokens as max_tokens); the reader `quiver serve --generation-config` uses.
-py::dict generation_defaults(const std::string& setting, const std::string& model_dir) {
-  auto loaded = load_generation_defaults(setting, model_dir);
+// (max_new_tokens as max_tokens), `override_json` over them; the reader `quiver serve
+// --generation-config` and `--override-generation-config` use.
+py::dict generation_defaults(const std::string& setting, const std::string& model_dir,
+                             const std::string& override_json) {
+  auto loaded = load_generation_defaults(setting, model_dir, override_json);
   if (!loaded.is_ok()) throw py::value_error(loaded.status().message());
   const GenerationDefaults& d = loaded.value();
   py::dict out;
@@ -103,6 +105,7 @@ void bind_params(py::module_& m) {
       .def_readonly("regex", &StructuredOutputSpec::regex)
       .def_readonly("choice", &StructuredOutputSpec::choice);
   m.def("generation_defaults", &generation_defaults, py::arg("setting"), py::arg("model_dir"),
+        py::arg("override_json") = "",
         "generation_config.json's sampling fields as a dict of SamplingParams keywords (ValueError naming "
         "the file's bad field, or a folder without the file)");
   m.def("structured_spec", &structured_spec, py::arg("body_json"),

@@ -33,6 +33,7 @@ struct ServeOptions {
   ServerOptions server;
   std::string allowed_origins, allowed_methods, allowed_headers;  // CORS, vLLM's JSON-list form
   std::string generation_config = "auto";
+  std::string override_generation_config;  // a JSON object over the file's fields
   std::string chat_template;  // a file, or the template itself
   std::string tool_call_parser;
 };
@@ -60,7 +61,8 @@ Status finalize_chat_template(ServeOptions* o) {
 
 // The model's generation_config.json sampling fields as request defaults.
 Status finalize_generation_config(ServeOptions* o) {
-  QV_ASSIGN_OR_RETURN(GenerationDefaults d, load_generation_defaults(o->generation_config, o->engine.args.model));
+  QV_ASSIGN_OR_RETURN(GenerationDefaults d, load_generation_defaults(o->generation_config, o->engine.args.model,
+                                                                     o->override_generation_config));
   SamplingParams& p = o->server.sampling_defaults;
   if (d.temperature) p.temperature = static_cast<float>(*d.temperature);
   if (d.top_p) p.top_p = static_cast<float>(*d.top_p);
@@ -253,6 +255,8 @@ void register_serve(CLI::App& app, int* exit_code) {
                   "chat template file (or the Jinja text itself) used instead of the tokenizer's");
   cmd->add_option("--generation-config", opts->generation_config,
                   "request sampling defaults: auto (the model's generation_config.json), vllm (none), or a folder");
+  cmd->add_option("--override-generation-config", opts->override_generation_config,
+                  "a JSON object of generation-config fields over --generation-config's, e.g. '{\"temperature\": 0.5}'");
   cmd->add_flag("--disable-log-requests", s.disable_log_requests,
                 "no log line per request (id, model, prompt/output tokens, TTFT, total time)");
   cmd->add_flag("--disable-log-stats", s.disable_log_stats, "no periodic stats line (throughput, queue, KV, adapters)");

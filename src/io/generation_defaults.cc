@@ -55,7 +55,9 @@ Result<GenerationDefaults> parse_generation_defaults(const std::string& text, co
   return d;
 }
 
-Result<GenerationDefaults> load_generation_defaults(const std::string& setting, const std::string& model_dir) {
+namespace {
+
+Result<GenerationDefaults> load_file(const std::string& setting, const std::string& model_dir) {
   namespace fs = std::filesystem;
   if (setting == "vllm") return GenerationDefaults{};
   const bool automatic = setting == "auto";
@@ -67,6 +69,27 @@ Result<GenerationDefaults> load_generation_defaults(const std::string& setting, 
   }
   QV_ASSIGN_OR_RETURN(std::string text, read_text_file(path.string()));
   return parse_generation_defaults(text, path.string());
+}
+
+template <class T>
+void over(std::optional<T>* base, const std::optional<T>& value) {
+  if (value) *base = value;
+}
+
+}  // namespace
+
+Result<GenerationDefaults> load_generation_defaults(const std::string& setting, const std::string& model_dir,
+                                                    const std::string& override_json) {
+  QV_ASSIGN_OR_RETURN(GenerationDefaults d, load_file(setting, model_dir));
+  if (override_json.empty()) return d;
+  QV_ASSIGN_OR_RETURN(GenerationDefaults o, parse_generation_defaults(override_json, "--override-generation-config"));
+  over(&d.temperature, o.temperature);
+  over(&d.top_p, o.top_p);
+  over(&d.top_k, o.top_k);
+  over(&d.min_p, o.min_p);
+  over(&d.repetition_penalty, o.repetition_penalty);
+  over(&d.max_new_tokens, o.max_new_tokens);
+  return d;
 }
 
 }  // namespace quiver

@@ -29,7 +29,9 @@ Result<GenerationDefaults> parse_generation_defaults(const std::string& text, co
 
 // `--generation-config`: "auto" reads MODEL_DIR/generation_config.json, "vllm" uses none (vLLM's
 // own defaults), anything else is a folder holding a generation_config.json. A missing file
-// under "auto" means no defaults; under a named folder it is an error.
-Result<GenerationDefaults> load_generation_defaults(const std::string& setting, const std::string& model_dir);
+// under "auto" means no defaults; under a named folder it is an error. `override_json`
+// (`--override-generation-config`, a JSON object; empty: none) sets fields over the file's.
+Result<GenerationDefaults> load_generation_defaults(const std::string& setting, const std::string& model_dir,
+                                                    const std::string& override_json = "");
 
 }  // namespace quiver

@@ -189,7 +189,7 @@ def test_a_bad_generation_config_is_refused_by_name(tmp_path):
     folder = _generation_config(tmp_path / "bad", top_k="many")
     with pytest.raises(ValueError, match="top_k"):
         LLM(**engine_kwargs(generation_config=folder))
-    with pytest.raises(TypeError, match="temperature"):
+    with pytest.raises(ValueError, match="override-generation-config.*temperature"):
         LLM(**engine_kwargs(override_generation_config={"temperature": "hot"}))
     with pytest.raises(TypeError, match="override_generation_config"):
         LLM(**engine_kwargs(override_generation_config=[("temperature", 0)]))

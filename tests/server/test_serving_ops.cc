@@ -114,6 +114,14 @@ TEST(GenerationDefaults, AutoVllmOrAFolder) {
   EXPECT_TRUE(load_generation_defaults("auto", none.string()).value().empty());  // no file: no defaults
   EXPECT_FALSE(load_generation_defaults(none.string(), model.string()).is_ok());  // a named folder must have one
   EXPECT_DOUBLE_EQ(*load_generation_defaults(model.string(), none.string()).value().temperature, 0.25);
+  // --override-generation-config: its fields over the file's, the rest kept; its errors named.
+  auto over = load_generation_defaults("auto", model.string(), R"({"top_k": 5, "max_new_tokens": 9})");
+  ASSERT_TRUE(over.is_ok()) << over.message();
+  EXPECT_EQ(over->describe(), "temperature=0.25, top_k=5, max_tokens=9");
+  EXPECT_DOUBLE_EQ(*load_generation_defaults("vllm", model.string(), R"({"temperature": 0.5})")->temperature, 0.5);
+  auto bad = load_generation_defaults("auto", model.string(), R"({"temperature": "hot"})");
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.message().find("--override-generation-config"), std::string::npos) << bad.message();
   fs::remove_all(model);
   fs::remove_all(none);
 }

@@ -2,6 +2,7 @@
 defaults (None = the engine's choice, as in vLLM)."""
 
 import dataclasses
+import json
 import os
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
@@ -10,9 +11,6 @@ from .. import _quiver
 from .._checks import check_bool, check_int, check_str
 
 _DEVICES = ("auto", "cpu", "cuda", "ref")
-# The generation-config fields vLLM takes as sampling defaults, and their SamplingParams names.
-_GENERATION_FIELDS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
-                      "repetition_penalty": "repetition_penalty", "max_new_tokens": "max_tokens"}
 
 
 @dataclass
@@ -163,12 +161,9 @@ class EngineArgs:
         """SamplingParams keywords from generation_config (the model's generation_config.json
         under "auto") with override_generation_config over them: vLLM's fields, temperature,
         top_p, top_k, min_p, repetition_penalty and max_new_tokens (as max_tokens). ValueError
-        names a bad field of the file, or a folder without one."""
-        fields = _quiver.generation_defaults(self.generation_config, self.model)
-        for key, value in (self.override_generation_config or {}).items():
-            if key in _GENERATION_FIELDS and value is not None:
-                fields[_GENERATION_FIELDS[key]] = value
-        return fields
+        names a bad field of the file or of the override, or a folder without the file."""
+        over = json.dumps(self.override_generation_config) if self.override_generation_config else ""
+        return _quiver.generation_defaults(self.generation_config, self.model, over)
 
     def replace(self, **changes: Any) -> "EngineArgs":
         return dataclasses.replace(self, **changes)
