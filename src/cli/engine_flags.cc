@@ -35,9 +35,11 @@ Status parse_lora_spec(const std::string& spec, std::vector<std::pair<std::strin
 
 }  // namespace
 
-void add_engine_flags(CLI::App* cmd, EngineFlags* f) {
+void add_engine_flags(CLI::App* cmd, EngineFlags* f, bool positional_model) {
   EngineArgs& a = f->args;
-  cmd->add_option("--model", a.model, "Hugging Face model folder (config.json, *.safetensors)")->required();
+  cmd->add_option(positional_model ? "model,--model" : "--model", a.model,
+                  "Hugging Face model folder (config.json, *.safetensors)")
+      ->required();
   cmd->add_option("--tokenizer", a.tokenizer,
                   "folder whose tokenizer.json (and tokenizer_config.json) serve instead of the model's");
   cmd->add_flag("--trust-remote-code", f->trust_remote_code,

@@ -21,8 +21,9 @@ struct EngineFlags {
 };
 
 // Adapters are taken as --lora (vLLM's offline spelling) or --lora-modules (vllm serve's) by
-// every subcommand, so a command line moves between them unchanged.
-void add_engine_flags(CLI::App* cmd, EngineFlags* flags);
+// every subcommand, so a command line moves between them unchanged. positional_model: the
+// model folder may also come first without --model, as in `vllm serve MODEL`.
+void add_engine_flags(CLI::App* cmd, EngineFlags* flags, bool positional_model = false);
 // Turns the adapter specs into args.lora_modules (an error names a malformed one) and
 // enables LoRA when any is given; refuses a vLLM flag asking for what quiver does not do.
 Status finalize_engine_flags(EngineFlags* flags);

@@ -223,7 +223,7 @@ int run_serve(ServeOptions& o) {
 void register_serve(CLI::App& app, int* exit_code) {
   auto opts = std::make_shared<ServeOptions>();
   CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server (completions, chat, LoRA adapters)");
-  add_engine_flags(cmd, &opts->engine);
+  add_engine_flags(cmd, &opts->engine, /*positional_model=*/true);
   ServerOptions& s = opts->server;
   cmd->add_option("--host", s.host, "address to listen on (default 127.0.0.1: this machine only)");
   cmd->add_option("--port", s.port, "port to listen on (0 = any free port)");

@@ -89,7 +89,8 @@ if [ -f "$DEMO/base/tokenizer.json" ] && [ -f "$DEMO/base/config.json" ]; then
   for dir in "$DEMO"/adapters/*/; do
     [ -f "$dir/adapter_config.json" ] && DEMO_FLAGS+=(--lora-modules "$(basename "$dir")=${dir%/}")
   done
-  start_server D "$WORK/d.log" --model "$DEMO/base" --api-key "$KEY" --max-loras 2 --max-lora-rank 64 "${DEMO_FLAGS[@]}"
+  # The model folder as vllm serve's positional argument.
+  start_server D "$WORK/d.log" "$DEMO/base" --api-key "$KEY" --max-loras 2 --max-lora-rank 64 "${DEMO_FLAGS[@]}"
   CHAT_ENV=(QUIVER_CHAT_URL="$D_URL")
   [ -d "$DEMO/adapters/sql" ] && CHAT_ENV+=(QUIVER_CHAT_ADAPTER=sql)
 else
