@@ -36,6 +36,7 @@ struct ServeOptions {
   std::string override_generation_config;  // a JSON object over the file's fields
   std::string chat_template;  // a file, or the template itself
   std::string tool_call_parser;
+  std::string reasoning_parser;
 };
 
 // --chat-template as vLLM reads it: a file's contents when the file exists; otherwise the
@@ -84,6 +85,11 @@ Status finalize_tools(ServeOptions* o) {
   }
   if (t.enable_auto_tool_choice && t.parser == ToolCallParser::kNone)
     return Status::error("--enable-auto-tool-choice needs --tool-call-parser (llama3_json or hermes)");
+  if (!o->reasoning_parser.empty()) {
+    auto parser = parse_reasoning_parser(o->reasoning_parser);
+    if (!parser.is_ok()) return Status::error(parser.error().message);
+    o->server.reasoning_parser = parser.value();
+  }
   return Status::ok();
 }
 
@@ -238,6 +244,8 @@ void register_serve(CLI::App& app, int* exit_code) {
                 "let the model choose to call tools (tool_choice \"auto\"); needs --tool-call-parser");
   cmd->add_option("--tool-call-parser", opts->tool_call_parser,
                   "how tool calls are read from the model's text: llama3_json or hermes");
+  cmd->add_option("--reasoning-parser", opts->reasoning_parser,
+                  "split chat answers into reasoning and content: deepseek_r1 (<think>...</think>)");
   cmd->add_option("--max-body-bytes", s.max_body_bytes, "largest request body accepted (413 beyond)");
   cmd->add_option("--http-threads", s.http_threads, "HTTP worker threads (each request being answered holds one)");
   cmd->add_option("--http-max-connections", s.http_max_connections,

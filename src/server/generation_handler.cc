@@ -11,6 +11,7 @@
 #include "server/generation_prepare.h"
 #include "server/http_reply.h"
 #include "server/output_assembler.h"
+#include "server/reasoning.h"
 
 namespace quiver {
 
@@ -32,6 +33,25 @@ struct Generation {
   bool preamble_sent = false;
   bool done = false;
   std::vector<std::string> tool_text;  // per choice: text held back until it can be parsed
+  std::vector<ReasoningStream> reasoning;  // per choice, streaming chat under --reasoning-parser
+
+  bool parses_reasoning() const { return prep.chat && ctx->options.reasoning_parser != ReasoningParser::kNone; }
+  // A whole choice's text as reasoning and content.
+  void apply_reasoning(ChoicePiece& p) {
+    if (!parses_reasoning()) return;
+    ReasoningSplit s = split_reasoning(p.text, ctx->options.reasoning_parser);
+    if (prep.include_reasoning) p.reasoning = std::move(s.reasoning);
+    p.text = std::move(s.content);
+    p.reasoning_parsed = true;
+  }
+  // A streamed piece: what of its reasoning and content can be sent now.
+  void stream_reasoning(ChoicePiece& p) {
+    if (!parses_reasoning()) return;
+    ReasoningSplit s = reasoning[static_cast<size_t>(p.index)].feed(p.text, !p.finish_reason.empty());
+    if (prep.include_reasoning) p.reasoning = std::move(s.reasoning);
+    p.text = std::move(s.content);
+    p.reasoning_parsed = true;
+  }
 
   void cancel() { ctx->loop->cancel(channel); }
   // Before the response has started: the probe is an interim 100 Continue.
@@ -109,6 +129,7 @@ void respond_whole(Generation& g, httplib::Response& res) {
   if (g.assembler->error()) return send_error(res, ApiError{500, *g.assembler->error(), ""});
   json choices = json::array();
   for (ChoicePiece& p : g.assembler->final_choices()) {
+    g.apply_reasoning(p);  // tool calls are read from the content, after the reasoning
     if (g.prep.chat && g.prep.tools.active()) g.apply_tools(p);
     choices.push_back(g.choice_json(p, false));
   }
@@ -134,8 +155,18 @@ bool stream_step(Generation& g, httplib::DataSink& sink) {
   }
   const bool finished = g.channel->all_finished();
   for (auto& [job, out] : g.channel->take(finished ? std::chrono::milliseconds(0) : kPoll))
-    for (ChoicePiece& p : g.assembler->add(job, out))
-      if (!g.hold_for_tools(p) && !write(g.chunk(g.choice_json(p, true)))) return false;
+    for (ChoicePiece& p : g.assembler->add(job, out)) {
+      g.stream_reasoning(p);
+      if (g.hold_for_tools(p)) {  // the content waits for the whole choice; reasoning goes now
+        if (p.reasoning.empty()) continue;
+        p.text.clear();
+      }
+      // Text held back as a possible tag, and nothing else in the piece: no empty delta.
+      if (p.reasoning_parsed && p.text.empty() && p.reasoning.empty() && p.finish_reason.empty() &&
+          !g.prep.logprobs && !g.prep.return_token_ids)
+        continue;
+      if (!write(g.chunk(g.choice_json(p, true)))) return false;
+    }
   std::optional<ApiError> error = g.channel->error();
   if (!error && g.assembler->error()) error = ApiError{500, *g.assembler->error(), ""};
   if (error || finished) {
@@ -169,6 +200,7 @@ void run_generation(ServerContext& ctx, const httplib::Request& req, httplib::Re
   g->token_text = make_token_text(g->prep.tokens_as_ids ? nullptr : g->prep.tokenizer);
   g->text_offsets.assign(g->prep.jobs.size() * static_cast<size_t>(g->prep.assembler.n), 0);
   g->tool_text.assign(g->text_offsets.size(), "");
+  g->reasoning.assign(g->text_offsets.size(), ReasoningStream(ctx.options.reasoning_parser));
   g->watch = ClientWatch(find_connection_socket(req.local_addr, req.local_port, req.remote_addr, req.remote_port));
   g->http11 = req.version == "HTTP/1.1";
 

@@ -125,6 +125,7 @@ ApiResult<PreparedGeneration> prepare_chat(const ModelView& view, ChatRequest r)
   PreparedGeneration g = common_part(view, r);
   g.chat = true;
   g.logprobs = r.logprobs;
+  g.include_reasoning = r.include_reasoning;
   g.tokenizer = m.tokenizer;
   auto rendered =
       m.tokenizer->apply_chat_template(r.messages, r.add_generation_prompt, r.template_variables, view.chat_template);

@@ -32,6 +32,7 @@ struct PreparedGeneration {
   std::string request_id;  // the caller's (request_id), empty = a fresh one
   bool tokens_as_ids = false;  // logprob blocks name tokens "token_id:N"
   ToolPlan tools;         // chat: how the output becomes tool_calls
+  bool include_reasoning = true;  // chat under --reasoning-parser: the reasoning is returned
   std::shared_ptr<const Tokenizer> tokenizer;  // the model's (adapter's or base's); null: none
 };
 

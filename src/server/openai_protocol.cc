@@ -348,6 +348,7 @@ ApiResult<ChatRequest> chat_request_from_json(const json& j, const SamplingParam
   r.boolean("logprobs", &req.logprobs);
   r.integer("top_logprobs", 0, kMaxLogprobs, &req.top_logprobs);
   r.boolean("add_generation_prompt", &req.add_generation_prompt);
+  r.boolean("include_reasoning", &req.include_reasoning);
   if (r.error) return *r.error;
   if (r.get("top_logprobs") && !req.logprobs)
     return ApiError::bad_request("top_logprobs needs logprobs set to true", "top_logprobs");

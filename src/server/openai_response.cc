@@ -140,10 +140,15 @@ json completion_chunk_json(const ResponseMeta& meta, json choices) {
 }
 
 json chat_choice_json(const ChoicePiece& p, bool logprobs, const TokenText& token_text, bool return_token_ids) {
-  // With tool calls and no other text, content is null, as OpenAI sends it.
-  const json content = p.text.empty() && !p.tool_calls.empty() ? json(nullptr) : json(p.text);
+  // With tool calls or reasoning and no other text, content is null, as OpenAI and vLLM send it.
+  const json content = p.text.empty() && (!p.tool_calls.empty() || p.reasoning_parsed) ? json(nullptr) : json(p.text);
+  json message = {{"role", "assistant"}, {"content", content}, {"tool_calls", p.tool_calls}};
+  if (p.reasoning_parsed) {  // vLLM's field, and its earlier name
+    message["reasoning"] = p.reasoning.empty() ? json(nullptr) : json(p.reasoning);
+    message["reasoning_content"] = message["reasoning"];
+  }
   json c = {{"index", p.index},
-            {"message", {{"role", "assistant"}, {"content", content}, {"tool_calls", p.tool_calls}}},
+            {"message", std::move(message)},
             {"logprobs", logprobs ? chat_logprobs_json(p, token_text) : json(nullptr)},
             {"finish_reason", or_null(p.finish_reason)},
             {"stop_reason", stop_reason_json(p)}};
@@ -155,6 +160,7 @@ json chat_delta_choice_json(const ChoicePiece& p, bool with_role, bool logprobs,
                             bool return_token_ids) {
   json delta = json::object();
   if (with_role) delta["role"] = "assistant";
+  if (!p.reasoning.empty()) delta["reasoning"] = delta["reasoning_content"] = p.reasoning;
   if (with_role || !p.text.empty()) delta["content"] = p.text;
   if (!p.tool_calls.empty()) {
     json calls = p.tool_calls;

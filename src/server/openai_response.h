@@ -36,6 +36,10 @@ struct ChoicePiece {
   std::optional<std::vector<std::optional<TokenLogprobs>>> prompt_logprobs;
   // Chat: OpenAI tool_calls parsed from the text (tool_calls.h); empty when none.
   nlohmann::json tool_calls = nlohmann::json::array();
+  // Chat under --reasoning-parser: the reasoning part of the text (reasoning.h), which
+  // `text` then no longer holds.
+  bool reasoning_parsed = false;
+  std::string reasoning;
 };
 
 struct ResponseMeta {

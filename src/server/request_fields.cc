@@ -79,7 +79,7 @@ constexpr FieldRule kChatOnly[] = {
     {"add_generation_prompt"},
     {"chat_template_kwargs"},
     {"documents"},
-    // without a reasoning parser there is no reasoning to include or leave out
+    // false: --reasoning-parser's reasoning is left out of the response
     {"include_reasoning"},
     // tool calling: parsed where it is implemented
     {"tools"},

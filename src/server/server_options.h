@@ -11,6 +11,7 @@
 #include "engine/sampling_params.h"
 #include "server/cors.h"
 #include "tokenizer/chat_template.h"
+#include "server/reasoning.h"
 #include "server/tool_calls.h"
 
 namespace quiver {
@@ -30,6 +31,7 @@ struct ServerOptions {
   int max_pending_requests = 1024;    // engine requests queued or running; more gets 503
   double shutdown_timeout_s = 30;     // on SIGTERM: how long in-flight requests may finish before abort
   ToolOptions tools;                  // --enable-auto-tool-choice, --tool-call-parser
+  ReasoningParser reasoning_parser = ReasoningParser::kNone;  // --reasoning-parser
   CorsOptions cors;                   // browser clients from other origins (off by default)
   std::shared_ptr<const ChatTemplate> chat_template;  // --chat-template; null = the tokenizer's
   SamplingParams sampling_defaults;   // for fields a request leaves out (--generation-config)

@@ -136,6 +136,37 @@ if [ -f "$DEMO/base/tokenizer.json" ]; then
   fi
 fi
 
+# ---- 1d. reasoning outputs (--reasoning-parser deepseek_r1), on the demo model --------------
+# The demo never writes </think>, so under deepseek_r1 its whole answer is reasoning: content
+# null, the same text in reasoning and reasoning_content, and streamed reasoning deltas that
+# add up to it.
+if [ -f "$DEMO/base/tokenizer.json" ]; then
+  start_server R "$WORK/r.log" "$DEMO/base" --reasoning-parser deepseek_r1
+  BODY='{"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 12, "temperature": 0'
+  curl -s "$R_URL/v1/chat/completions" -d "$BODY}" >"$WORK/r_whole.json"
+  curl -s -N "$R_URL/v1/chat/completions" -d "$BODY, \"stream\": true}" >"$WORK/r_stream.txt"
+  if /usr/bin/python3 - "$WORK/r_whole.json" "$WORK/r_stream.txt" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))["choices"][0]["message"]
+assert m["content"] is None and m["reasoning"] and m["reasoning"] == m["reasoning_content"], m
+streamed = ""
+for line in open(sys.argv[2]):
+    if line.startswith("data: {"):
+        for c in json.loads(line[6:])["choices"]:
+            d = c["delta"]
+            assert not d.get("content"), d
+            assert d.get("reasoning") == d.get("reasoning_content"), d
+            streamed += d.get("reasoning") or ""
+assert streamed == m["reasoning"], (streamed, m["reasoning"])
+PY
+  then pass "reasoning parser: whole and streamed answers as reasoning"
+  else fail "reasoning parser: $(head -c 300 "$WORK/r_whole.json")"; fi
+  got=$(curl -s "$R_URL/v1/chat/completions" -d "$BODY, \"include_reasoning\": false}" |
+    /usr/bin/python3 -c 'import json, sys; m = json.load(sys.stdin)["choices"][0]["message"]; print(m["reasoning"], m["content"])')
+  if [ "$got" = "None None" ]; then pass "reasoning parser: include_reasoning false leaves it out"
+  else fail "reasoning parser: include_reasoning false gave $got"; fi
+fi
+
 # ---- 2. curl: malformed requests and limits ----------------------------------------------
 AUTH=(-H "Authorization: Bearer $KEY")
 expect 400 "bad JSON" "${AUTH[@]}" "$A_URL/v1/completions" -d '{"prompt": [1, 2'
