@@ -23,17 +23,21 @@ std::string PyTokenizer::decode(const std::vector<int32_t>& ids, bool skip_speci
 }
 
 std::string PyTokenizer::apply_chat_template(const std::string& messages_json, bool add_generation_prompt,
-                                             const std::string& template_source) const {
+                                             const std::string& template_source,
+                                             const std::string& variables_json) const {
   const auto messages = nlohmann::json::parse(messages_json, nullptr, /*allow_exceptions=*/false);
   if (messages.is_discarded() || !messages.is_array()) throw py::value_error("messages must be a list of dicts");
+  const auto variables = nlohmann::json::parse(variables_json, nullptr, /*allow_exceptions=*/false);
+  if (variables.is_discarded() || !variables.is_object()) throw py::value_error("template variables must be a dict");
+  // The same path as the server's /v1/chat/completions, which passes tools and
+  // chat_template_kwargs as these variables.
   Result<std::string> text = Status::error("no template");
   if (template_source.empty()) {
-    // The same path as the server's /v1/chat/completions.
-    text = tokenizer_->apply_chat_template(messages, add_generation_prompt);
+    text = tokenizer_->apply_chat_template(messages, add_generation_prompt, variables);
   } else {
     auto parsed = ChatTemplate::parse(template_source);
     if (!parsed.is_ok()) throw py::value_error("chat_template: " + parsed.message());
-    text = tokenizer_->apply_chat_template(messages, add_generation_prompt, nlohmann::json::object(), &parsed.value());
+    text = tokenizer_->apply_chat_template(messages, add_generation_prompt, variables, &parsed.value());
   }
   if (!text.is_ok()) throw py::value_error(text.message());
   return std::move(text).value();

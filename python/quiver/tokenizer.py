@@ -49,12 +49,38 @@ class Tokenizer:
         return text
 
     def apply_chat_template(self, conversation: List[Dict[str, Any]], *, tokenize: bool = True,
-                            add_generation_prompt: bool = False,
-                            chat_template: Optional[str] = None) -> Union[str, List[int]]:
+                            add_generation_prompt: bool = False, chat_template: Optional[str] = None,
+                            tools: Optional[List[Dict[str, Any]]] = None,
+                            documents: Optional[List[Dict[str, Any]]] = None,
+                            **kwargs: Any) -> Union[str, List[int]]:
         """The rendered conversation (tokenize=False) or its ids, as transformers returns
-        them: the template writes the special tokens, so none are added again."""
+        them: the template writes the special tokens, so none are added again. tools,
+        documents and any other keyword reach the template as variables, as in transformers;
+        a message's content may be OpenAI's list of text parts, joined by newlines as the
+        server joins them."""
         if not isinstance(conversation, (list, tuple)) or not all(isinstance(m, dict) for m in conversation):
             raise TypeError("apply_chat_template: conversation must be a list of dicts")
-        text = self._tok().apply_chat_template(json.dumps(list(conversation)), add_generation_prompt,
-                                               chat_template or "")
+        variables = dict(kwargs)
+        if tools is not None:
+            variables["tools"] = tools
+        if documents is not None:
+            variables["documents"] = documents
+        messages = [_joined_content(m) for m in conversation]
+        text = self._tok().apply_chat_template(json.dumps(messages), add_generation_prompt, chat_template or "",
+                                               json.dumps(variables))
         return self._tok().encode(text, False) if tokenize else text
+
+
+def _joined_content(message: Dict[str, Any]) -> Dict[str, Any]:
+    """A message whose content is a list of {"type": "text", "text": ...} parts, with them
+    joined by newlines (the server's rule); other contents as they are."""
+    content = message.get("content")
+    if not isinstance(content, list):
+        return message
+    texts = []
+    for part in content:
+        if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+            raise ValueError('apply_chat_template: only text content parts ({"type": "text", "text": ...}) '
+                             'are supported')
+        texts.append(part["text"])
+    return dict(message, content="\n".join(texts))

@@ -193,3 +193,24 @@ def test_a_bad_generation_config_is_refused_by_name(tmp_path):
         LLM(**engine_kwargs(override_generation_config={"temperature": "hot"}))
     with pytest.raises(TypeError, match="override_generation_config"):
         LLM(**engine_kwargs(override_generation_config=[("temperature", 0)]))
+
+
+# tools and chat_template_kwargs reach the template as variables, and content given as
+# OpenAI's text parts renders as the joined string, as through the server.
+def test_chat_template_variables_and_content_parts(llm):
+    template = ("{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
+                "{% if tools %}tools={{ tools | length }}\n{% endif %}{% if flag %}flag={{ flag }}\n{% endif %}")
+    tok = llm.get_tokenizer()
+    parts = [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+    text = tok.apply_chat_template(parts, tokenize=False, chat_template=template, tools=tools, flag="on")
+    assert text == "[user] a\nb\ntools=1\nflag=on\n"
+    assert tok.apply_chat_template([{"role": "user", "content": "a\nb"}], tokenize=False,
+                                   chat_template=template) == "[user] a\nb\n"
+    with pytest.raises(ValueError, match="only text content parts"):
+        tok.apply_chat_template([{"role": "user", "content": [{"type": "image_url"}]}], chat_template=template)
+    out = llm.chat(parts, SamplingParams(temperature=0, max_tokens=2), chat_template=template, tools=tools,
+                   chat_template_kwargs={"flag": "on"}, use_tqdm=False)[0]
+    assert out.prompt == text
+    with pytest.raises(TypeError, match="chat_template_kwargs"):
+        llm.chat(parts, chat_template_kwargs=["flag"], use_tqdm=False)

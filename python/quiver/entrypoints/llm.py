@@ -63,22 +63,29 @@ class LLM:
              use_tqdm: Union[bool, Callable[..., Any]] = True,
              lora_request: Optional[Union[LoRARequest, Sequence[Optional[LoRARequest]]]] = None,
              chat_template: Optional[str] = None, add_generation_prompt: bool = True,
-             continue_final_message: bool = False) -> List[RequestOutput]:
+             continue_final_message: bool = False, tools: Optional[List[Dict[str, Any]]] = None,
+             chat_template_kwargs: Optional[Dict[str, Any]] = None) -> List[RequestOutput]:
         """generate() for conversations ([{"role": ..., "content": ...}, ...], or a list of
         them), rendered with the chat template of each one's tokenizer (its adapter's own or
         the model's; chat_template replaces it) and tokenized without adding special tokens
-        again, as vLLM does."""
+        again, as vLLM does. tools and chat_template_kwargs (enable_thinking, ...) reach the
+        template as its variables."""
         if continue_final_message:
             raise ValueError("chat: continue_final_message=True is not supported by quiver")
         if not isinstance(messages, (list, tuple)) or not messages:
             raise TypeError("chat: messages must be a conversation (a list of dicts) or a list of them")
+        if chat_template_kwargs is not None and not isinstance(chat_template_kwargs, dict):
+            raise TypeError(f"chat: chat_template_kwargs must be a dict, got {type(chat_template_kwargs).__name__}")
+        variables = dict(chat_template_kwargs or {})
+        if tools is not None:
+            variables["tools"] = tools
         conversations = [messages] if isinstance(messages[0], dict) else list(messages)
         loras = _per_prompt("lora_request", lora_request, len(conversations), LoRARequest)
         items = []
         for conv, lora in zip(conversations, loras):
             tokenizer = self.get_tokenizer(lora)
             text = tokenizer.apply_chat_template(list(conv), tokenize=False, add_generation_prompt=add_generation_prompt,
-                                                 chat_template=chat_template)
+                                                 chat_template=chat_template, **variables)
             items.append((None, tokenizer.encode(text, add_special_tokens=False), text))
         return self._run(items, sampling_params, loras, use_tqdm)
 
