@@ -91,8 +91,9 @@ struct Generation {
   }
   std::string chunk(const json& choice) const {
     json choices = json::array({choice});
-    return sse_event(prep.chat ? chat_chunk_json(prep.meta, std::move(choices))
-                               : completion_chunk_json(prep.meta, std::move(choices)));
+    json c = prep.chat ? chat_chunk_json(prep.meta, std::move(choices)) : completion_chunk_json(prep.meta, std::move(choices));
+    if (prep.continuous_usage) c["usage"] = usage_json(assembler->usage());
+    return sse_event(c);
   }
 };
 

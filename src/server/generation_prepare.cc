@@ -51,6 +51,7 @@ PreparedGeneration common_part(const ModelView& view, const CommonRequest& r) {
   g.meta.model = r.model.empty() ? view.base_name : r.model;
   g.stream = r.stream;
   g.include_usage = r.include_usage;
+  g.continuous_usage = r.include_usage && r.continuous_usage;
   g.return_token_ids = r.return_token_ids;
   g.assembler.n = r.params.n;
   g.assembler.return_token_ids = r.return_token_ids;

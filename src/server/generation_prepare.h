@@ -27,6 +27,7 @@ struct PreparedGeneration {
   ResponseMeta meta;  // id filled by the caller
   bool stream = false;
   bool include_usage = false;
+  bool continuous_usage = false;  // vLLM's: every chunk carries the usage so far (with include_usage)
   bool return_token_ids = false;
   bool logprobs = false;  // choices carry a logprob block
   std::string request_id;  // the caller's (request_id), empty = a fresh one

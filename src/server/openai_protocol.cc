@@ -180,6 +180,7 @@ void read_common(FieldReader& r, CommonRequest* out) {
     out->include_usage = true;
     FieldReader sr(*so);
     sr.boolean("include_usage", &out->include_usage);
+    sr.boolean("continuous_usage_stats", &out->continuous_usage);
     if (sr.error) return r.fail(sr.error->message, "stream_options");
   }
 

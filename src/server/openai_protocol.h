@@ -62,6 +62,7 @@ struct CommonRequest {
   std::optional<int> max_tokens;  // absent: 16 for completions, the rest of the context for chat
   bool stream = false;
   bool include_usage = false;     // stream_options.include_usage
+  bool continuous_usage = false;  // stream_options.continuous_usage_stats: usage in every chunk
   bool return_token_ids = false;  // vLLM extension: "token_ids" / "prompt_token_ids" in choices
   std::optional<bool> add_special_tokens;   // absent: true for completions, false for chat (vLLM's)
   std::string request_id;                   // the caller's id: the response id becomes <prefix><request_id>

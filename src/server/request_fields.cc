@@ -105,7 +105,7 @@ constexpr FieldRule kChatOnly[] = {
 
 constexpr FieldRule kStreamOptions[] = {
     {"include_usage"},
-    {"continuous_usage_stats", kNo, "false"},
+    {"continuous_usage_stats"},
 };
 
 template <size_t A, size_t B>

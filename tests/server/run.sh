@@ -165,6 +165,18 @@ PY
     /usr/bin/python3 -c 'import json, sys; m = json.load(sys.stdin)["choices"][0]["message"]; print(m["reasoning"], m["content"])')
   if [ "$got" = "None None" ]; then pass "reasoning parser: include_reasoning false leaves it out"
   else fail "reasoning parser: include_reasoning false gave $got"; fi
+  # stream_options.continuous_usage_stats: every chunk carries the usage so far.
+  curl -s -N "$R_URL/v1/chat/completions" \
+    -d "$BODY, \"stream\": true, \"stream_options\": {\"continuous_usage_stats\": true}}" >"$WORK/r_usage.txt"
+  if /usr/bin/python3 - "$WORK/r_usage.txt" "$WORK/r_whole.json" <<'PY'
+import json, sys
+chunks = [json.loads(l[6:]) for l in open(sys.argv[1]) if l.startswith("data: {")]
+used = [c["usage"]["completion_tokens"] for c in chunks]
+total = json.load(open(sys.argv[2]))["usage"]["completion_tokens"]
+assert all("usage" in c for c in chunks) and used == sorted(used) and used[-1] == total > 0, (used, total)
+PY
+  then pass "continuous_usage_stats: usage in every chunk"
+  else fail "continuous_usage_stats: $(head -c 300 "$WORK/r_usage.txt")"; fi
 fi
 
 # ---- 2. curl: malformed requests and limits ----------------------------------------------
