@@ -38,16 +38,14 @@ struct Generation {
   bool parses_reasoning() const { return prep.chat && ctx->options.reasoning_parser != ReasoningParser::kNone; }
   // A whole choice's text as reasoning and content.
   void apply_reasoning(ChoicePiece& p) {
-    if (!parses_reasoning()) return;
-    ReasoningSplit s = split_reasoning(p.text, ctx->options.reasoning_parser);
-    if (prep.include_reasoning) p.reasoning = std::move(s.reasoning);
-    p.text = std::move(s.content);
-    p.reasoning_parsed = true;
+    if (parses_reasoning()) set_reasoning(p, split_reasoning(p.text, ctx->options.reasoning_parser));
   }
   // A streamed piece: what of its reasoning and content can be sent now.
   void stream_reasoning(ChoicePiece& p) {
-    if (!parses_reasoning()) return;
-    ReasoningSplit s = reasoning[static_cast<size_t>(p.index)].feed(p.text, !p.finish_reason.empty());
+    if (parses_reasoning())
+      set_reasoning(p, reasoning[static_cast<size_t>(p.index)].feed(p.text, !p.finish_reason.empty()));
+  }
+  void set_reasoning(ChoicePiece& p, ReasoningSplit s) const {
     if (prep.include_reasoning) p.reasoning = std::move(s.reasoning);
     p.text = std::move(s.content);
     p.reasoning_parsed = true;
@@ -91,7 +89,8 @@ struct Generation {
   }
   std::string chunk(const json& choice) const {
     json choices = json::array({choice});
-    json c = prep.chat ? chat_chunk_json(prep.meta, std::move(choices)) : completion_chunk_json(prep.meta, std::move(choices));
+    json c = prep.chat ? chat_chunk_json(prep.meta, std::move(choices))
+                       : completion_chunk_json(prep.meta, std::move(choices));
     if (prep.continuous_usage) c["usage"] = usage_json(assembler->usage());
     return sse_event(c);
   }
