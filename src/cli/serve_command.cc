@@ -265,6 +265,10 @@ void register_serve(CLI::App& app, int* exit_code) {
                   "request sampling defaults: auto (the model's generation_config.json), vllm (none), or a folder");
   cmd->add_option("--override-generation-config", opts->override_generation_config,
                   "a JSON object of generation-config fields over --generation-config's, e.g. '{\"temperature\": 0.5}'");
+  cmd->add_flag("--enable-force-include-usage", s.enable_force_include_usage,
+                "every streamed response ends with a usage chunk, whether or not it asks (vLLM's flag)");
+  cmd->add_flag("--return-tokens-as-token-ids", s.return_tokens_as_token_ids,
+                "logprob blocks name tokens \"token_id:N\" for every request (vLLM's flag)");
   cmd->add_flag("--disable-log-requests", s.disable_log_requests,
                 "no log line per request (id, model, prompt/output tokens, TTFT, total time)");
   cmd->add_flag("--disable-log-stats", s.disable_log_stats, "no periodic stats line (throughput, queue, KV, adapters)");

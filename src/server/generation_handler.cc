@@ -224,9 +224,12 @@ void run_generation(ServerContext& ctx, const httplib::Request& req, httplib::Re
 }  // namespace
 
 ModelView model_view(const ServerContext& ctx) {
-  return ModelView{ctx.model_name,       ctx.loop->max_model_len(), ctx.loop->tokenizer(),
-                   ctx.loop,             ctx.options.chat_template.get(), ctx.options.tools,
-                   &ctx.automata,        ctx.options.max_tokens_cap};
+  ModelView v{ctx.model_name,   ctx.loop->max_model_len(), ctx.loop->tokenizer(), ctx.loop,
+              ctx.options.chat_template.get(), ctx.options.tools, &ctx.automata};
+  v.max_tokens_cap = ctx.options.max_tokens_cap;
+  v.force_include_usage = ctx.options.enable_force_include_usage;
+  v.tokens_as_ids = ctx.options.return_tokens_as_token_ids;
+  return v;
 }
 
 void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {

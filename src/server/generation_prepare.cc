@@ -50,14 +50,14 @@ PreparedGeneration common_part(const ModelView& view, const CommonRequest& r) {
   PreparedGeneration g;
   g.meta.model = r.model.empty() ? view.base_name : r.model;
   g.stream = r.stream;
-  g.include_usage = r.include_usage;
-  g.continuous_usage = r.include_usage && r.continuous_usage;
+  g.include_usage = r.stream && (r.include_usage || view.force_include_usage);
+  g.continuous_usage = g.include_usage && r.continuous_usage;
   g.return_token_ids = r.return_token_ids;
   g.assembler.n = r.params.n;
   g.assembler.return_token_ids = r.return_token_ids;
   g.assembler.stop = r.params.stop;
   g.request_id = r.request_id;
-  g.tokens_as_ids = r.return_tokens_as_token_ids;
+  g.tokens_as_ids = r.return_tokens_as_token_ids || view.tokens_as_ids;
   return g;
 }
 

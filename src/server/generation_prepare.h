@@ -50,6 +50,8 @@ struct ModelView {
   // generation_config.json's max_new_tokens (--generation-config): the most tokens any
   // request generates, its own max_tokens or the default, as in vLLM; 0 = no bound.
   int max_tokens_cap = 0;
+  bool force_include_usage = false;  // --enable-force-include-usage: streams end with usage
+  bool tokens_as_ids = false;        // --return-tokens-as-token-ids: every request's default
 };
 
 // What a "model" field names: the adapter ("" for the base model, also for an empty field)

@@ -36,6 +36,8 @@ struct ServerOptions {
   std::shared_ptr<const ChatTemplate> chat_template;  // --chat-template; null = the tokenizer's
   SamplingParams sampling_defaults;   // for fields a request leaves out (--generation-config)
   int max_tokens_cap = 0;             // its max_new_tokens: every request's max_tokens at most (0: none)
+  bool enable_force_include_usage = false;  // streams end with a usage chunk, stream_options or not
+  bool return_tokens_as_token_ids = false;  // logprob tokens as "token_id:N" for every request
   bool disable_log_requests = false;  // no line per finished request
   bool disable_log_stats = false;     // no periodic stats line
   double log_stats_interval_s = 10;   // seconds between stats lines (vLLM's VLLM_LOG_STATS_INTERVAL)

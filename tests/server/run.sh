@@ -141,7 +141,8 @@ fi
 # null, the same text in reasoning and reasoning_content, and streamed reasoning deltas that
 # add up to it.
 if [ -f "$DEMO/base/tokenizer.json" ]; then
-  start_server R "$WORK/r.log" "$DEMO/base" --reasoning-parser deepseek_r1
+  start_server R "$WORK/r.log" "$DEMO/base" --reasoning-parser deepseek_r1 --enable-force-include-usage \
+    --return-tokens-as-token-ids
   BODY='{"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 12, "temperature": 0'
   curl -s "$R_URL/v1/chat/completions" -d "$BODY}" >"$WORK/r_whole.json"
   curl -s -N "$R_URL/v1/chat/completions" -d "$BODY, \"stream\": true}" >"$WORK/r_stream.txt"
@@ -177,6 +178,15 @@ assert all("usage" in c for c in chunks) and used == sorted(used) and used[-1] =
 PY
   then pass "continuous_usage_stats: usage in every chunk"
   else fail "continuous_usage_stats: $(head -c 300 "$WORK/r_usage.txt")"; fi
+  # --enable-force-include-usage: the stream without stream_options ends with usage;
+  # --return-tokens-as-token-ids: logprob tokens are named by id.
+  if grep -q '"choices":\[\],.*"usage"\|"usage".*"choices":\[\]' "$WORK/r_stream.txt"
+  then pass "--enable-force-include-usage: a usage chunk without stream_options"
+  else fail "--enable-force-include-usage: no usage chunk in $(tail -c 300 "$WORK/r_stream.txt")"; fi
+  got=$(curl -s "$R_URL/v1/completions" -d '{"prompt": "Hello", "max_tokens": 2, "logprobs": 1}' |
+    /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["choices"][0]["logprobs"]["tokens"][0][:9])')
+  if [ "$got" = "token_id:" ]; then pass "--return-tokens-as-token-ids: logprob tokens by id"
+  else fail "--return-tokens-as-token-ids: token $got"; fi
 fi
 
 # ---- 2. curl: malformed requests and limits ----------------------------------------------

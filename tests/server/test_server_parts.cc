@@ -175,6 +175,29 @@ TEST(PrepareGeneration, GenerationConfigBoundsMaxTokens) {
   EXPECT_EQ(g.error().param, "min_tokens");
 }
 
+// --enable-force-include-usage and --return-tokens-as-token-ids: server-wide defaults a
+// request cannot undo; usage chunks only where there is a stream.
+TEST(PrepareGeneration, ServerWideUsageAndTokenIds) {
+  ModelView view;
+  view.base_name = "base";
+  view.max_model_len = 64;
+  CompletionRequest r;
+  r.prompts = {PromptSpec{std::nullopt, {1, 2, 3}}};
+  auto prep = [&] {
+    auto g = prepare_completion(view, r);
+    EXPECT_TRUE(g.is_ok()) << g.error().message;
+    return std::move(g).value();
+  };
+  r.stream = true;
+  EXPECT_FALSE(prep().include_usage);
+  EXPECT_FALSE(prep().tokens_as_ids);
+  view.force_include_usage = view.tokens_as_ids = true;
+  EXPECT_TRUE(prep().include_usage);
+  EXPECT_TRUE(prep().tokens_as_ids);
+  r.stream = false;
+  EXPECT_FALSE(prep().include_usage);  // a whole response always has its usage
+}
+
 TEST(Metrics, HistogramIsCumulative) {
   Histogram h({0.1, 1.0});
   h.observe(0.05);
