@@ -145,32 +145,43 @@ TEST(PrepareGeneration, ConstraintsArriveCompiled) {
   EXPECT_EQ(plain.value().jobs[0].params.structured_outputs.compiled, nullptr);
 }
 
+// A 64-token model and a one-prompt completion request, prepared as the server does.
+struct Preparing {
+  ModelView view;
+  CompletionRequest request;
+  Preparing() {
+    view.base_name = "base";
+    view.max_model_len = 64;
+    request.prompts = {PromptSpec{std::nullopt, {1, 2, 3}}};
+  }
+  PreparedGeneration ok() {
+    auto g = prepare_completion(view, request);
+    EXPECT_TRUE(g.is_ok()) << g.error().message;
+    return g.is_ok() ? std::move(g).value() : PreparedGeneration{};
+  }
+  int max_tokens(std::optional<int> asked) {
+    request.max_tokens = asked;
+    PreparedGeneration g = ok();
+    return g.jobs.empty() ? -1 : g.jobs[0].params.max_tokens;
+  }
+};
+
 // generation_config.json's max_new_tokens bounds every request's max_tokens, given or
 // defaulted (16 for completions, the context's rest for chat), as vLLM's smallest-of rule;
 // a request asking more than the context is still refused by the context.
 TEST(PrepareGeneration, GenerationConfigBoundsMaxTokens) {
-  ModelView view;
-  view.base_name = "base";
-  view.max_model_len = 64;
-  CompletionRequest r;
-  r.prompts = {PromptSpec{std::nullopt, {1, 2, 3}}};
-  auto max_tokens = [&](std::optional<int> asked) {
-    r.max_tokens = asked;
-    auto g = prepare_completion(view, r);
-    EXPECT_TRUE(g.is_ok()) << g.error().message;
-    return g.is_ok() ? g.value().jobs[0].params.max_tokens : -1;
-  };
-  EXPECT_EQ(max_tokens(std::nullopt), 16);
-  EXPECT_EQ(max_tokens(40), 40);
-  view.max_tokens_cap = 10;
-  EXPECT_EQ(max_tokens(std::nullopt), 10);
-  EXPECT_EQ(max_tokens(40), 10);
-  EXPECT_EQ(max_tokens(5), 5);
-  r.max_tokens = 100;  // past the context: the context's error, not the bound
-  EXPECT_FALSE(prepare_completion(view, r).is_ok());
-  r.max_tokens = std::nullopt;
-  r.params.min_tokens = 12;  // more than the bound leaves
-  auto g = prepare_completion(view, r);
+  Preparing p;
+  EXPECT_EQ(p.max_tokens(std::nullopt), 16);
+  EXPECT_EQ(p.max_tokens(40), 40);
+  p.view.max_tokens_cap = 10;
+  EXPECT_EQ(p.max_tokens(std::nullopt), 10);
+  EXPECT_EQ(p.max_tokens(40), 10);
+  EXPECT_EQ(p.max_tokens(5), 5);
+  p.request.max_tokens = 100;  // past the context: the context's error, not the bound
+  EXPECT_FALSE(prepare_completion(p.view, p.request).is_ok());
+  p.request.max_tokens = std::nullopt;
+  p.request.params.min_tokens = 12;  // more than the bound leaves
+  auto g = prepare_completion(p.view, p.request);
   ASSERT_FALSE(g.is_ok());
   EXPECT_EQ(g.error().param, "min_tokens");
 }
@@ -178,24 +189,15 @@ TEST(PrepareGeneration, GenerationConfigBoundsMaxTokens) {
 // --enable-force-include-usage and --return-tokens-as-token-ids: server-wide defaults a
 // request cannot undo; usage chunks only where there is a stream.
 TEST(PrepareGeneration, ServerWideUsageAndTokenIds) {
-  ModelView view;
-  view.base_name = "base";
-  view.max_model_len = 64;
-  CompletionRequest r;
-  r.prompts = {PromptSpec{std::nullopt, {1, 2, 3}}};
-  auto prep = [&] {
-    auto g = prepare_completion(view, r);
-    EXPECT_TRUE(g.is_ok()) << g.error().message;
-    return std::move(g).value();
-  };
-  r.stream = true;
-  EXPECT_FALSE(prep().include_usage);
-  EXPECT_FALSE(prep().tokens_as_ids);
-  view.force_include_usage = view.tokens_as_ids = true;
-  EXPECT_TRUE(prep().include_usage);
-  EXPECT_TRUE(prep().tokens_as_ids);
-  r.stream = false;
-  EXPECT_FALSE(prep().include_usage);  // a whole response always has its usage
+  Preparing p;
+  p.request.stream = true;
+  EXPECT_FALSE(p.ok().include_usage);
+  EXPECT_FALSE(p.ok().tokens_as_ids);
+  p.view.force_include_usage = p.view.tokens_as_ids = true;
+  EXPECT_TRUE(p.ok().include_usage);
+  EXPECT_TRUE(p.ok().tokens_as_ids);
+  p.request.stream = false;
+  EXPECT_FALSE(p.ok().include_usage);  // a whole response always has its usage
 }
 
 TEST(Metrics, HistogramIsCumulative) {
