@@ -35,6 +35,7 @@ void bind_outputs(py::module_& m) {
       .def_readonly("finished", &RequestOutput::finished)
       .def_readonly("error", &RequestOutput::error)
       .def_readonly("first_token_s", &RequestOutput::first_token_s)
+      .def_readonly("num_cached_tokens", &RequestOutput::num_cached_tokens)
       .def_readonly("finished_s", &RequestOutput::finished_s);
 
   py::class_<StepStats>(m, "StepStats")

@@ -104,6 +104,7 @@ class RequestOutput:
     finished: bool
     error: str
     first_token_s: float
+    num_cached_tokens: int
     finished_s: float
 
 class StepStats:

@@ -49,7 +49,7 @@ class RequestOutput:
 
     def __init__(self, request_id: str, prompt: Optional[str], prompt_token_ids: List[int],
                  prompt_logprobs: Optional[PromptLogprobs], outputs: List[CompletionOutput], finished: bool,
-                 lora_request: Optional[LoRARequest] = None) -> None:
+                 lora_request: Optional[LoRARequest] = None, num_cached_tokens: Optional[int] = None) -> None:
         self.request_id = request_id
         self.prompt = prompt
         self.prompt_token_ids = prompt_token_ids
@@ -57,11 +57,12 @@ class RequestOutput:
         self.outputs = outputs
         self.finished = finished
         self.lora_request = lora_request
+        # Prompt tokens the prefix cache held when the request was first scheduled.
+        self.num_cached_tokens = num_cached_tokens
         # vLLM's fields for encoder-decoder models and metrics; always None here.
         self.metrics = None
         self.encoder_prompt = None
         self.encoder_prompt_token_ids = None
-        self.num_cached_tokens = None
 
     def __repr__(self) -> str:
         return (f"RequestOutput(request_id={self.request_id}, prompt={self.prompt!r}, "

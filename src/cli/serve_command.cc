@@ -267,6 +267,8 @@ void register_serve(CLI::App& app, int* exit_code) {
                   "a JSON object of generation-config fields over --generation-config's, e.g. '{\"temperature\": 0.5}'");
   cmd->add_flag("--enable-force-include-usage", s.enable_force_include_usage,
                 "every streamed response ends with a usage chunk, whether or not it asks (vLLM's flag)");
+  cmd->add_flag("--enable-prompt-tokens-details", s.enable_prompt_tokens_details,
+                "usage reports prompt_tokens_details.cached_tokens, the prompt tokens the prefix cache held (vLLM's flag)");
   cmd->add_flag("--return-tokens-as-token-ids", s.return_tokens_as_token_ids,
                 "logprob blocks name tokens \"token_id:N\" for every request (vLLM's flag)");
   cmd->add_flag("--disable-log-requests", s.disable_log_requests,

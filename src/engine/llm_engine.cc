@@ -480,6 +480,7 @@ RequestOutput LLMEngine::make_output(Request& req) {
     out.outputs.push_back(std::move(c));
   }
   out.first_token_s = req.first_token_s;
+  out.num_cached_tokens = std::max(0, req.seqs[0]->seq.first_cached_tokens);
   if (out.finished) out.finished_s = seconds_since(req.arrival);
   if (!req.error.empty()) {
     out.error = req.error;

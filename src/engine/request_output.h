@@ -36,6 +36,9 @@ struct RequestOutput {
   std::string error;
   // Timings in seconds since the request arrived.
   double first_token_s = -1, finished_s = -1;
+  // Prompt tokens the prefix cache held when the request was first scheduled (vLLM's
+  // num_cached_tokens); 0 before that.
+  int num_cached_tokens = 0;
 };
 
 }  // namespace quiver

@@ -132,6 +132,7 @@ ScheduledBatch Scheduler::schedule() {
       }
       seq->num_computed_tokens = start;
       seq->num_cached_prompt_tokens = start;
+      if (seq->first_cached_tokens < 0) seq->first_cached_tokens = start;
       grow_blocks(seq, start + n);
       seq->status = SeqStatus::kRunning;
       running_.push_back(seq);

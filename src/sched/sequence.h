@@ -25,6 +25,7 @@ struct Sequence {
   std::vector<int32_t> block_table;  // physical KV block ids
   std::vector<uint64_t> block_hashes;  // prefix-cache hash chain of the full blocks so far
   int num_cached_prompt_tokens = 0;  // prefix-cache hit length at last admission
+  int first_cached_tokens = -1;      // the same at the first admission (-1: not yet admitted)
   int num_preemptions = 0;
 
   int num_tokens() const { return static_cast<int>(tokens.size()); }

@@ -51,6 +51,12 @@ struct Generation {
     p.reasoning_parsed = true;
   }
 
+  Usage usage() const {
+    Usage u = assembler->usage();
+    u.prompt_tokens_details = ctx->options.enable_prompt_tokens_details;
+    return u;
+  }
+
   void cancel() { ctx->loop->cancel(channel); }
   // Before the response has started: the probe is an interim 100 Continue.
   bool client_gone() {
@@ -91,7 +97,7 @@ struct Generation {
     json choices = json::array({choice});
     json c = prep.chat ? chat_chunk_json(prep.meta, std::move(choices))
                        : completion_chunk_json(prep.meta, std::move(choices));
-    if (prep.continuous_usage) c["usage"] = usage_json(assembler->usage());
+    if (prep.continuous_usage) c["usage"] = usage_json(usage());
     return sse_event(c);
   }
 };
@@ -133,7 +139,7 @@ void respond_whole(Generation& g, httplib::Response& res) {
     if (g.prep.chat && g.prep.tools.active()) g.apply_tools(p);
     choices.push_back(g.choice_json(p, false));
   }
-  const Usage usage = g.assembler->usage();
+  const Usage usage = g.usage();
   send_json(res, 200,
             g.prep.chat ? chat_response_json(g.prep.meta, std::move(choices), usage)
                         : completion_response_json(g.prep.meta, std::move(choices), usage));
@@ -174,7 +180,7 @@ bool stream_step(Generation& g, httplib::DataSink& sink) {
       if (!write(sse_event(api_error_json(*error)))) return false;
     } else if (g.prep.include_usage) {
       const char* object = g.prep.chat ? "chat.completion.chunk" : "text_completion";
-      if (!write(sse_event(usage_chunk_json(g.prep.meta, object, g.assembler->usage())))) return false;
+      if (!write(sse_event(usage_chunk_json(g.prep.meta, object, g.usage())))) return false;
     }
     if (!write(kSseDone)) return false;
     g.done = true;

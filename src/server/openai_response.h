@@ -51,6 +51,8 @@ struct ResponseMeta {
 struct Usage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;         // prompt tokens the prefix cache held
+  bool prompt_tokens_details = false;  // report them (--enable-prompt-tokens-details)
 };
 
 nlohmann::json usage_json(const Usage& usage);

@@ -86,6 +86,7 @@ Usage OutputAssembler::usage() const {
   for (const auto& out : latest_) {
     if (!out.has_value()) continue;
     u.prompt_tokens += static_cast<int64_t>(out->prompt_token_ids.size());
+    u.cached_tokens += out->num_cached_tokens;
     for (const auto& c : out->outputs) u.completion_tokens += static_cast<int64_t>(c.token_ids.size());
   }
   return u;

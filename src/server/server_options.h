@@ -37,6 +37,7 @@ struct ServerOptions {
   SamplingParams sampling_defaults;   // for fields a request leaves out (--generation-config)
   int max_tokens_cap = 0;             // its max_new_tokens: every request's max_tokens at most (0: none)
   bool enable_force_include_usage = false;  // streams end with a usage chunk, stream_options or not
+  bool enable_prompt_tokens_details = false;  // usage.prompt_tokens_details.cached_tokens
   bool return_tokens_as_token_ids = false;  // logprob tokens as "token_id:N" for every request
   bool disable_log_requests = false;  // no line per finished request
   bool disable_log_stats = false;     // no periodic stats line

@@ -300,13 +300,20 @@ TEST(EngineApi, ReloadingANameNeverHitsStaleCache) {
 TEST(EngineApi, PrefixCacheHitsGiveIdenticalOutputsAndAdaptersNeverShare) {
   auto e = make_engine(2, true);
   ASSERT_TRUE(e->add_request("base1", ids(kPrompt), greedy()).is_ok());
-  auto base1 = run_all(*e)["base1"].outputs[0].token_ids;
+  const RequestOutput first = run_all(*e)["base1"];
+  auto base1 = first.outputs[0].token_ids;
+  EXPECT_EQ(first.num_cached_tokens, 0);
   const int64_t hits_before = e->counters().prefix_cache_hit_blocks;
   ASSERT_TRUE(e->add_request("base2", ids(kPrompt), greedy()).is_ok());
   ASSERT_TRUE(e->add_request("lora", ids(kPrompt), greedy(), LoRARequest{"r8", 0, adapter("r8_all")}).is_ok());
   auto done = run_all(*e);
   EXPECT_GT(e->counters().prefix_cache_hit_blocks, hits_before);
   EXPECT_EQ(done["base2"].outputs[0].token_ids, base1);
+  // vLLM's num_cached_tokens: the prompt's blocks found in the cache (whole blocks, not
+  // the last token, which is computed for its logits); none under another adapter.
+  EXPECT_GT(done["base2"].num_cached_tokens, 0);
+  EXPECT_LT(done["base2"].num_cached_tokens, static_cast<int>(done["base2"].prompt_token_ids.size()));
+  EXPECT_EQ(done["lora"].num_cached_tokens, 0);
 
   auto fresh = make_engine(2, false);
   ASSERT_TRUE(fresh->add_request("lora", ids(kPrompt), greedy(), LoRARequest{"r8", 0, adapter("r8_all")}).is_ok());

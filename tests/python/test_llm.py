@@ -214,3 +214,20 @@ def test_chat_template_variables_and_content_parts(llm):
     assert out.prompt == text
     with pytest.raises(TypeError, match="chat_template_kwargs"):
         llm.chat(parts, chat_template_kwargs=["flag"], use_tqdm=False)
+
+
+# num_cached_tokens, as vLLM: the prompt tokens the prefix cache held when the request was
+# first scheduled; the demo's block size is 16.
+def test_num_cached_tokens_counts_prefix_cache_hits():
+    model = LLM(**engine_kwargs(block_size=16))
+    greedy = SamplingParams(temperature=0, max_tokens=2)
+    first = model.generate(SQL_QUESTION, greedy, use_tqdm=False)[0]
+    again = model.generate(SQL_QUESTION, greedy, use_tqdm=False)[0]
+    assert first.num_cached_tokens == 0
+    n = len(again.prompt_token_ids)
+    assert 0 < again.num_cached_tokens < n and again.num_cached_tokens % 16 == 0
+    assert again.num_cached_tokens >= (n - 1) // 16 * 16 - 16
+    assert again.outputs[0].token_ids == first.outputs[0].token_ids
+    off = LLM(**engine_kwargs(enable_prefix_caching=False))
+    off.generate(SQL_QUESTION, greedy, use_tqdm=False)
+    assert off.generate(SQL_QUESTION, greedy, use_tqdm=False)[0].num_cached_tokens == 0

@@ -142,7 +142,7 @@ fi
 # add up to it.
 if [ -f "$DEMO/base/tokenizer.json" ]; then
   start_server R "$WORK/r.log" "$DEMO/base" --reasoning-parser deepseek_r1 --enable-force-include-usage \
-    --return-tokens-as-token-ids
+    --return-tokens-as-token-ids --enable-prompt-tokens-details
   BODY='{"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 12, "temperature": 0'
   curl -s "$R_URL/v1/chat/completions" -d "$BODY}" >"$WORK/r_whole.json"
   curl -s -N "$R_URL/v1/chat/completions" -d "$BODY, \"stream\": true}" >"$WORK/r_stream.txt"
@@ -187,6 +187,17 @@ PY
     /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["choices"][0]["logprobs"]["tokens"][0][:9])')
   if [ "$got" = "token_id:" ]; then pass "--return-tokens-as-token-ids: logprob tokens by id"
   else fail "--return-tokens-as-token-ids: token $got"; fi
+  # --enable-prompt-tokens-details: a prompt of several KV blocks finds nothing cached the
+  # first time and its whole blocks the second.
+  LONG='{"prompt": "'"$(printf 'the quick brown fox jumps over the lazy dog %.0s' $(seq 8))"'", "max_tokens": 2}'
+  cached() {
+    curl -s "$R_URL/v1/completions" -d "$LONG" |
+      /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["usage"]["prompt_tokens_details"]["cached_tokens"])'
+  }
+  first=$(cached)
+  got=$(cached)
+  if [ "$first" = 0 ] && [ "$got" -gt 0 ] 2>/dev/null; then pass "--enable-prompt-tokens-details: cached_tokens $first, then $got"
+  else fail "--enable-prompt-tokens-details: cached_tokens $first, then $got"; fi
 fi
 
 # ---- 2. curl: malformed requests and limits ----------------------------------------------

@@ -63,6 +63,7 @@ class OutputBuilder:
             outputs=completions,
             finished=raw.finished,
             lora_request=info.lora_request,
+            num_cached_tokens=raw.num_cached_tokens,
         )
 
 
