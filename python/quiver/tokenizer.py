@@ -65,22 +65,6 @@ class Tokenizer:
             variables["tools"] = tools
         if documents is not None:
             variables["documents"] = documents
-        messages = [_joined_content(m) for m in conversation]
-        text = self._tok().apply_chat_template(json.dumps(messages), add_generation_prompt, chat_template or "",
-                                               json.dumps(variables))
+        text = self._tok().apply_chat_template(json.dumps(list(conversation)), add_generation_prompt,
+                                               chat_template or "", json.dumps(variables))
         return self._tok().encode(text, False) if tokenize else text
-
-
-def _joined_content(message: Dict[str, Any]) -> Dict[str, Any]:
-    """A message whose content is a list of {"type": "text", "text": ...} parts, with them
-    joined by newlines (the server's rule); other contents as they are."""
-    content = message.get("content")
-    if not isinstance(content, list):
-        return message
-    texts = []
-    for part in content:
-        if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-            raise ValueError('apply_chat_template: only text content parts ({"type": "text", "text": ...}) '
-                             'are supported')
-        texts.append(part["text"])
-    return dict(message, content="\n".join(texts))

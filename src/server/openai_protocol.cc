@@ -10,6 +10,7 @@
 #include "core/json_nesting.h"
 #include "io/json_util.h"
 #include "server/request_fields.h"
+#include "tokenizer/chat_template.h"
 #include "structured/request_fields.h"
 
 namespace quiver {
@@ -265,19 +266,9 @@ void read_messages(FieldReader& r, json* out) {
     json norm = msg;
     auto content = msg.find("content");
     if (content != msg.end() && content->is_array()) {
-      std::string text;
-      bool first = true;
-      for (const auto& part : *content) {
-        if (!part.is_object()) return r.fail("message content parts must be objects", "messages");
-        auto type = part.find("type");
-        auto t = part.find("text");
-        if (type == part.end() || *type != "text" || t == part.end() || !t->is_string())
-          return r.fail("only text content parts ({\"type\": \"text\", \"text\": ...}) are supported", "messages");
-        if (!first) text += "\n";
-        text += t->get<std::string>();
-        first = false;
-      }
-      norm["content"] = text;
+      auto text = join_text_parts(*content);
+      if (!text.is_ok()) return r.fail(text.message(), "messages");
+      norm["content"] = std::move(text).value();
     } else if (content != msg.end() && !content->is_string() && !content->is_null()) {
       return r.fail("message content must be a string, null or a list of text parts", "messages");
     }
