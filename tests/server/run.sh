@@ -143,6 +143,10 @@ fi
 if [ -f "$DEMO/base/tokenizer.json" ]; then
   start_server R "$WORK/r.log" "$DEMO/base" --reasoning-parser deepseek_r1 --enable-force-include-usage \
     --return-tokens-as-token-ids --enable-prompt-tokens-details
+  # r_field ROUTE BODY EXPR: Python's EXPR of server R's JSON answer `r`.
+  r_field() {
+    curl -s "$R_URL$1" -d "$2" | /usr/bin/python3 -c "import json, sys; r = json.load(sys.stdin); print($3)"
+  }
   BODY='{"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 12, "temperature": 0'
   curl -s "$R_URL/v1/chat/completions" -d "$BODY}" >"$WORK/r_whole.json"
   curl -s -N "$R_URL/v1/chat/completions" -d "$BODY, \"stream\": true}" >"$WORK/r_stream.txt"
@@ -162,8 +166,8 @@ assert streamed == m["reasoning"], (streamed, m["reasoning"])
 PY
   then pass "reasoning parser: whole and streamed answers as reasoning"
   else fail "reasoning parser: $(head -c 300 "$WORK/r_whole.json")"; fi
-  got=$(curl -s "$R_URL/v1/chat/completions" -d "$BODY, \"include_reasoning\": false}" |
-    /usr/bin/python3 -c 'import json, sys; m = json.load(sys.stdin)["choices"][0]["message"]; print(m["reasoning"], m["content"])')
+  got=$(r_field /v1/chat/completions "$BODY, \"include_reasoning\": false}" \
+    'r["choices"][0]["message"]["reasoning"], r["choices"][0]["message"]["content"]')
   if [ "$got" = "None None" ]; then pass "reasoning parser: include_reasoning false leaves it out"
   else fail "reasoning parser: include_reasoning false gave $got"; fi
   # stream_options.continuous_usage_stats: every chunk carries the usage so far.
@@ -183,19 +187,15 @@ PY
   if grep -q '"choices":\[\],.*"usage"\|"usage".*"choices":\[\]' "$WORK/r_stream.txt"
   then pass "--enable-force-include-usage: a usage chunk without stream_options"
   else fail "--enable-force-include-usage: no usage chunk in $(tail -c 300 "$WORK/r_stream.txt")"; fi
-  got=$(curl -s "$R_URL/v1/completions" -d '{"prompt": "Hello", "max_tokens": 2, "logprobs": 1}' |
-    /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["choices"][0]["logprobs"]["tokens"][0][:9])')
+  got=$(r_field /v1/completions '{"prompt": "Hello", "max_tokens": 2, "logprobs": 1}' \
+    'r["choices"][0]["logprobs"]["tokens"][0][:9]')
   if [ "$got" = "token_id:" ]; then pass "--return-tokens-as-token-ids: logprob tokens by id"
   else fail "--return-tokens-as-token-ids: token $got"; fi
   # --enable-prompt-tokens-details: a prompt of several KV blocks finds nothing cached the
   # first time and its whole blocks the second.
   LONG='{"prompt": "'"$(printf 'the quick brown fox jumps over the lazy dog %.0s' $(seq 8))"'", "max_tokens": 2}'
-  cached() {
-    curl -s "$R_URL/v1/completions" -d "$LONG" |
-      /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["usage"]["prompt_tokens_details"]["cached_tokens"])'
-  }
-  first=$(cached)
-  got=$(cached)
+  first=$(r_field /v1/completions "$LONG" 'r["usage"]["prompt_tokens_details"]["cached_tokens"]')
+  got=$(r_field /v1/completions "$LONG" 'r["usage"]["prompt_tokens_details"]["cached_tokens"]')
   if [ "$first" = 0 ] && [ "$got" -gt 0 ] 2>/dev/null; then pass "--enable-prompt-tokens-details: cached_tokens $first, then $got"
   else fail "--enable-prompt-tokens-details: cached_tokens $first, then $got"; fi
 fi
