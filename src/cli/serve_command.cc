@@ -85,11 +85,15 @@ Status finalize_tools(ServeOptions* o) {
   }
   if (t.enable_auto_tool_choice && t.parser == ToolCallParser::kNone)
     return Status::error("--enable-auto-tool-choice needs --tool-call-parser (llama3_json or hermes)");
-  if (!o->reasoning_parser.empty()) {
-    auto parser = parse_reasoning_parser(o->reasoning_parser);
-    if (!parser.is_ok()) return Status::error(parser.error().message);
-    o->server.reasoning_parser = parser.value();
-  }
+  return Status::ok();
+}
+
+// --reasoning-parser into server.reasoning_parser.
+Status finalize_reasoning(ServeOptions* o) {
+  if (o->reasoning_parser.empty()) return Status::ok();
+  auto parser = parse_reasoning_parser(o->reasoning_parser);
+  if (!parser.is_ok()) return Status::error(parser.error().message);
+  o->server.reasoning_parser = parser.value();
   return Status::ok();
 }
 
@@ -174,6 +178,7 @@ int run_serve(ServeOptions& o) {
   if (s.is_ok()) s = finalize_generation_config(&o);
   if (s.is_ok()) s = finalize_chat_template(&o);
   if (s.is_ok()) s = finalize_tools(&o);
+  if (s.is_ok()) s = finalize_reasoning(&o);
   if (s.is_ok()) s = validate(o.server);
   if (!s.is_ok()) {
     std::cerr << "quiver serve: " << s.message() << "\n";
