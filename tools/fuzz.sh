@@ -38,7 +38,8 @@ case "$TARGET" in
   openai_parser)
     SOURCES=("$ROOT"/tests/fuzz/fuzz_openai_parser.cc "$ROOT"/src/server/openai_protocol.cc
              "$ROOT"/src/server/openai_response.cc "$ROOT"/src/server/request_fields.cc
-             "$ROOT"/src/structured/request_fields.cc "$ROOT"/src/io/json_fields.cc "$ROOT"/src/io/json_util.cc)
+             "$ROOT"/src/structured/request_fields.cc "$ROOT"/src/io/json_fields.cc "$ROOT"/src/io/json_util.cc
+             "$ROOT"/src/tokenizer/chat_content.cc)
     SEEDS=$ROOT/tests/fuzz/openai_parser_seeds
     LIBS=()
     RUN=(-max_len=8192 -dict="$ROOT/tests/fuzz/openai_parser.dict")

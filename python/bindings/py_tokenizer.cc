@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tokenizer/chat_content.h"
 #include "tokenizer/chat_template.h"
 
 namespace py = pybind11;

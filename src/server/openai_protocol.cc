@@ -10,7 +10,7 @@
 #include "core/json_nesting.h"
 #include "io/json_util.h"
 #include "server/request_fields.h"
-#include "tokenizer/chat_template.h"
+#include "tokenizer/chat_content.h"
 #include "structured/request_fields.h"
 
 namespace quiver {

@@ -39,10 +39,4 @@ class ChatTemplate {
   std::unique_ptr<Program> program_;
 };
 
-// A message's content given as OpenAI's list of parts ([{"type": "text", "text": ...}, ...])
-// as the one string chat templates take: the texts joined by newlines, as vLLM joins them.
-// Any other part is an error naming the rule. The server's request parser and the Python
-// package's apply_chat_template both go through it.
-Result<std::string> join_text_parts(const nlohmann::json& parts);
-
 }  // namespace quiver
