@@ -53,10 +53,15 @@ uint64_t BlockPool::hash_block(uint64_t parent_hash, std::span<const int32_t> to
   return h == 0 ? 1 : h;  // 0 means "unpublished"
 }
 
-std::vector<int> BlockPool::match_prefix(std::span<const int32_t> tokens, uint64_t lora_uid) {
+uint64_t BlockPool::salt_root(std::string_view salt) {
+  const uint64_t h = XXH3_64bits(salt.data(), salt.size());
+  return h == 0 ? 1 : h;
+}
+
+std::vector<int> BlockPool::match_prefix(std::span<const int32_t> tokens, uint64_t lora_uid, uint64_t root) {
   std::vector<int> out;
   if (!caching_) return out;
-  uint64_t h = 0;
+  uint64_t h = root;
   for (size_t start = 0; start + block_size_ <= tokens.size(); start += block_size_) {
     h = hash_block(h, tokens.subspan(start, block_size_), lora_uid);
     auto it = cached_.find(h);

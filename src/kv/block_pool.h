@@ -1,13 +1,16 @@
 // BlockPool: the paged KV cache's block accounting (no tensors here). Blocks are
 // ref-counted; full blocks can be published under a chained hash of (parent hash,
 // their tokens, adapter uid) for automatic prefix caching, and stay reusable after
-// their last owner frees them until evicted (LRU among unreferenced blocks).
+// their last owner frees them until evicted (LRU among unreferenced blocks). A chain
+// starts from 0, or from a request's cache salt (vLLM's cache_salt), so that requests
+// with different salts never share a block.
 #pragma once
 
 #include <cstdint>
 #include <list>
 #include <optional>
 #include <span>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -28,8 +31,11 @@ class BlockPool {
 
   // Chained hash of one full block.
   static uint64_t hash_block(uint64_t parent_hash, std::span<const int32_t> tokens, uint64_t lora_uid);
-  // Longest run of cached full blocks for these tokens (each hit gains a reference).
-  std::vector<int> match_prefix(std::span<const int32_t> tokens, uint64_t lora_uid);
+  // The root of the chains of requests with this cache salt (never 0, the unsalted root).
+  static uint64_t salt_root(std::string_view salt);
+  // Longest run of cached full blocks for these tokens (each hit gains a reference), the
+  // chain starting from `root`.
+  std::vector<int> match_prefix(std::span<const int32_t> tokens, uint64_t lora_uid, uint64_t root = 0);
   // Publishes a full block under its hash (no-op if caching is off or already published).
   void publish(int block, uint64_t hash);
 

@@ -25,8 +25,27 @@ Status Scheduler::add(Sequence* seq) {
                          std::to_string(blocks_->num_blocks()) + " (raise --num-kv-blocks / --kv-cache-memory)");
   if (seq->lora_uid != 0 && config_.max_loras < 1) return Status::error("LoRA is not enabled");
   seq->status = SeqStatus::kWaiting;
-  waiting_.push_back(seq);
+  enqueue(seq);
   return Status::ok();
+}
+
+namespace {
+bool served_before(const Sequence* a, const Sequence* b) {
+  return a->priority != b->priority ? a->priority < b->priority : a->seq_id < b->seq_id;
+}
+}  // namespace
+
+void Scheduler::enqueue(Sequence* seq) {
+  if (config_.policy == SchedulingPolicy::kFcfs) {
+    waiting_.push_back(seq);
+    return;
+  }
+  waiting_.insert(std::upper_bound(waiting_.begin(), waiting_.end(), seq, served_before), seq);
+}
+
+Sequence* Scheduler::preemption_victim() const {
+  if (config_.policy == SchedulingPolicy::kFcfs) return running_.back();
+  return *std::max_element(running_.begin(), running_.end(), served_before);
 }
 
 // Frees a sequence's KV blocks (tail first, so the tail is evicted first) and LoRA pin.
@@ -47,7 +66,11 @@ void Scheduler::preempt(Sequence* seq) {
   ++seq->num_preemptions;
   ++num_preemptions_;
   running_.erase(std::find(running_.begin(), running_.end(), seq));
-  waiting_.push_front(seq);
+  // fcfs: first in line again, ahead of the sequences that arrived after it.
+  if (config_.policy == SchedulingPolicy::kFcfs)
+    waiting_.push_front(seq);
+  else
+    enqueue(seq);
 }
 
 bool Scheduler::grow_blocks(Sequence* seq, int tokens) {
@@ -64,26 +87,37 @@ ScheduledBatch Scheduler::schedule() {
   std::set<uint64_t> loras;
   std::vector<std::pair<Sequence*, int>> chosen;
 
-  // 1. Running sequences, oldest first; preempt from the newest end when blocks run out.
+  // 1. Running sequences, oldest first; when blocks run out, preempt the policy's victim
+  // (fcfs: the newest). Under the priority policy the victim may be one already chosen in
+  // this step: it leaves the batch and gives its tokens back to the budget.
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     Sequence* seq = running_[i];
     const int n = std::min(seq->num_tokens() - seq->num_computed_tokens, budget);
     if (n <= 0) continue;
     bool fits = grow_blocks(seq, seq->num_computed_tokens + n);
     while (!fits) {
-      Sequence* victim = running_.back();
+      Sequence* victim = preemption_victim();
+      const size_t v = static_cast<size_t>(std::find(running_.begin(), running_.end(), victim) - running_.begin());
+      if (v < i) {
+        auto c = std::find_if(chosen.begin(), chosen.end(), [&](const auto& sn) { return sn.first == victim; });
+        if (c != chosen.end()) {
+          budget += c->second;
+          chosen.erase(c);
+        }
+        --i;
+      }
       out.preempted.push_back(victim);
       preempt(victim);
       if (victim == seq) break;
       fits = grow_blocks(seq, seq->num_computed_tokens + n);
     }
-    if (!fits) break;  // seq itself was the last one left to preempt
+    if (!fits) break;  // seq itself was the victim: nothing after it runs either
     if (seq->lora_uid != 0) loras.insert(seq->lora_uid);
     chosen.emplace_back(seq, n);
     budget -= n;
   }
 
-  // 2. Waiting sequences, first come first served; none are admitted in a step that preempted.
+  // 2. Waiting sequences in the policy's order; none are admitted in a step that preempted.
   if (out.preempted.empty()) {
     for (auto it = waiting_.begin(); it != waiting_.end() && budget > 0;) {
       Sequence* seq = *it;
@@ -98,7 +132,7 @@ ScheduledBatch Scheduler::schedule() {
       // Prefix cache (not for prompt_logprobs requests: they need every prompt row's logits).
       std::vector<int> cached;
       if (config_.enable_prefix_caching && !seq->needs_prompt_logits && seq->num_computed_tokens == 0)
-        cached = blocks_->match_prefix(seq->tokens, seq->lora_uid);
+        cached = blocks_->match_prefix(seq->tokens, seq->lora_uid, seq->cache_salt);
       // At least one token must be computed so the step produces logits.
       while (!cached.empty() && static_cast<int>(cached.size()) * blocks_->block_size() >= seq->num_tokens()) {
         blocks_->free(cached.back());
@@ -124,7 +158,7 @@ ScheduledBatch Scheduler::schedule() {
       blocks_->record_hits(static_cast<int>(cached.size()));
       seq->block_table.assign(cached.begin(), cached.end());
       seq->block_hashes.clear();
-      uint64_t h = 0;
+      uint64_t h = seq->cache_salt;
       for (size_t k = 0; k < cached.size(); ++k) {
         h = BlockPool::hash_block(h, std::span<const int32_t>(seq->tokens).subspan(k * blocks_->block_size(), blocks_->block_size()),
                                   seq->lora_uid);
@@ -194,7 +228,7 @@ void Scheduler::commit(const ScheduledBatch& batch) {
     const int full = seq->num_computed_tokens / bs;
     while (static_cast<int>(seq->block_hashes.size()) < full) {
       const size_t k = seq->block_hashes.size();
-      const uint64_t parent = k == 0 ? 0 : seq->block_hashes.back();
+      const uint64_t parent = k == 0 ? seq->cache_salt : seq->block_hashes.back();
       const uint64_t h = BlockPool::hash_block(parent, std::span<const int32_t>(seq->tokens).subspan(k * bs, bs), seq->lora_uid);
       seq->block_hashes.push_back(h);
       blocks_->publish(seq->block_table[k], h);

@@ -16,6 +16,7 @@
 #include "core/status.h"
 #include "kv/block_pool.h"
 #include "sched/forward_batch.h"
+#include "sched/scheduling_policy.h"
 #include "sched/sequence.h"
 
 namespace quiver {
@@ -35,6 +36,7 @@ struct SchedulerConfig {
   int max_loras = 1;                  // distinct adapters per step
   int max_model_len = 2048;           // prompt + output cap
   bool enable_prefix_caching = true;
+  SchedulingPolicy policy = SchedulingPolicy::kFcfs;
 };
 
 struct ScheduledSeq {
@@ -73,6 +75,10 @@ class Scheduler {
  private:
   void release_resources(Sequence* seq);
   void preempt(Sequence* seq);
+  // Into the waiting queue at its place: the back (fcfs) or by (priority, arrival).
+  void enqueue(Sequence* seq);
+  // The running sequence to preempt when blocks run out.
+  Sequence* preemption_victim() const;
   bool grow_blocks(Sequence* seq, int tokens);  // blocks for `tokens` tokens; false if the pool is short
 
   SchedulerConfig config_;

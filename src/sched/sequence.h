@@ -20,6 +20,8 @@ struct Sequence {
   uint64_t lora_uid = 0;       // 0 = base model; else AdapterRegistry uid
   int lora_slot = -1;          // device slot while running with an adapter
   bool needs_prompt_logits = false;  // prompt_logprobs: logits of every prompt row wanted
+  int priority = 0;            // under the priority policy: lower values are served first
+  uint64_t cache_salt = 0;     // root of its prefix-cache hash chain (BlockPool::salt_root; 0: none)
 
   SeqStatus status = SeqStatus::kWaiting;
   std::vector<int32_t> block_table;  // physical KV block ids

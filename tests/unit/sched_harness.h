@@ -117,7 +117,7 @@ class Harness {
 
   // Adds a sequence; returns it (owned here), or nullptr with *status set when add() refuses.
   Sequence* add(std::vector<int32_t> prompt, int max_tokens, uint64_t lora_uid = 0, bool prompt_logits = false,
-                Status* status = nullptr);
+                Status* status = nullptr, int priority = 0, uint64_t cache_salt = 0);
   // One engine step: schedule, check the batch, "run" it on the shadow KV store, sample,
   // commit, finish sequences that reached max_tokens, check the invariants.
   // `before_commit` runs where the engine samples and may finish sequences (stop, abort).
@@ -170,7 +170,7 @@ class Harness {
 inline int blocks_for(int tokens, int block_size) { return (tokens + block_size - 1) / block_size; }
 
 inline Sequence* Harness::add(std::vector<int32_t> prompt, int max_tokens, uint64_t lora_uid, bool prompt_logits,
-                              Status* status) {
+                              Status* status, int priority, uint64_t cache_salt) {
   auto s = std::make_unique<Sequence>();
   s->seq_id = next_id_++;
   s->num_prompt_tokens = static_cast<int>(prompt.size());
@@ -178,6 +178,8 @@ inline Sequence* Harness::add(std::vector<int32_t> prompt, int max_tokens, uint6
   s->max_tokens = max_tokens;
   s->lora_uid = lora_uid;
   s->needs_prompt_logits = prompt_logits;
+  s->priority = priority;
+  s->cache_salt = cache_salt;
   Status st = sched_.add(s.get());
   if (status != nullptr) *status = st;
   if (!st.is_ok()) return nullptr;
@@ -379,7 +381,7 @@ inline void Harness::check_invariants() {
     EXPECT_EQ(static_cast<int>(seq->block_table.size()), blocks_for(seq->num_computed_tokens, bs))
         << "seq " << seq->seq_id << ": block table does not cover exactly its computed tokens";
     EXPECT_EQ(static_cast<int>(seq->block_hashes.size()), seq->num_computed_tokens / bs);
-    uint64_t h = 0;
+    uint64_t h = seq->cache_salt;
     for (size_t k = 0; k < seq->block_hashes.size(); ++k) {
       h = BlockPool::hash_block(h, std::span<const int32_t>(seq->tokens).subspan(k * bs, bs), seq->lora_uid);
       EXPECT_EQ(seq->block_hashes[k], h);

@@ -268,5 +268,92 @@ TEST(Scheduler, FinishBetweenScheduleAndCommitIsSafe) {
   expect_all_done(h);
 }
 
+// The order in which sequences are first scheduled.
+std::vector<Sequence*> admission_order(Harness& h) {
+  std::vector<Sequence*> order;
+  while (h.sched().has_unfinished()) {
+    for (const ScheduledSeq& ss : h.step().batch.seqs)
+      if (std::find(order.begin(), order.end(), ss.seq) == order.end()) order.push_back(ss.seq);
+  }
+  return order;
+}
+
+TEST(SchedulerPriority, WaitingSequencesRunByPriorityThenArrival) {
+  for (SchedulingPolicy policy : {SchedulingPolicy::kFcfs, SchedulingPolicy::kPriority}) {
+    HarnessConfig c = small_config(64, false);
+    c.sched.max_num_seqs = 1;
+    c.sched.policy = policy;
+    Harness h(c);
+    std::vector<Sequence*> s;
+    for (int priority : {5, 0, 3, 0, -1}) s.push_back(h.add(toks(3, priority + 2), 2, 0, false, nullptr, priority));
+    const std::vector<Sequence*> want = policy == SchedulingPolicy::kFcfs
+                                            ? s
+                                            : std::vector<Sequence*>{s[4], s[1], s[3], s[2], s[0]};
+    EXPECT_EQ(admission_order(h), want) << (policy == SchedulingPolicy::kFcfs ? "fcfs" : "priority");
+    expect_all_done(h);
+  }
+}
+
+// Runs until a step preempts; that step's record.
+StepRecord until_preemption(Harness& h) {
+  for (int i = 0; i < 100 && h.sched().has_unfinished(); ++i) {
+    StepRecord r = h.step();
+    if (!r.batch.preempted.empty()) return r;
+  }
+  ADD_FAILURE() << "no step preempted";
+  return {};
+}
+
+HarnessConfig tiny_pool(SchedulingPolicy policy) {
+  HarnessConfig c = small_config(64, false);
+  c.num_blocks = 4;  // 16 token slots
+  c.sched.policy = policy;
+  return c;
+}
+
+// A (priority 5) runs before B (priority 0) arrives; the two fill the pool, and B is the
+// first to need another block. fcfs preempts B itself, the newest; the priority policy
+// preempts A, which was already chosen for that step: it leaves the batch and B runs.
+TEST(SchedulerPriority, PreemptsTheLowestPriorityEvenIfAlreadyChosen) {
+  for (SchedulingPolicy policy : {SchedulingPolicy::kFcfs, SchedulingPolicy::kPriority}) {
+    Harness h(tiny_pool(policy));
+    Sequence* a = h.add(toks(4, 1), 8, 0, false, nullptr, 5);
+    h.step();
+    Sequence* b = h.add(toks(6, 2), 6, 0, false, nullptr, 0);
+    const StepRecord r = until_preemption(h);
+    Sequence* victim = policy == SchedulingPolicy::kFcfs ? b : a;
+    Sequence* runs = policy == SchedulingPolicy::kFcfs ? a : b;
+    EXPECT_EQ(r.batch.preempted, std::vector<Sequence*>{victim});
+    ASSERT_EQ(r.batch.seqs.size(), 1u);
+    EXPECT_EQ(r.batch.seqs[0].seq, runs);
+    EXPECT_EQ(victim->status, SeqStatus::kWaiting);
+    h.run();
+    expect_all_done(h);
+  }
+}
+
+// Three running sequences, admitted A, B, C; A is the first to need another block. fcfs
+// preempts the newest (C), the priority policy the one of lowest priority (B), which comes
+// after A in the step, as C does.
+TEST(SchedulerPriority, PreemptsByPriorityNotArrival) {
+  for (SchedulingPolicy policy : {SchedulingPolicy::kFcfs, SchedulingPolicy::kPriority}) {
+    HarnessConfig c = tiny_pool(policy);
+    c.num_blocks = 7;
+    Harness h(c);
+    Sequence* a = h.add(toks(8, 1), 8, 0, false, nullptr, 0);
+    Sequence* b = h.add(toks(3, 2), 6, 0, false, nullptr, 7);
+    h.step();
+    Sequence* cseq = h.add(toks(4, 3), 5, 0, false, nullptr, 1);
+    const StepRecord r = until_preemption(h);
+    Sequence* victim = policy == SchedulingPolicy::kFcfs ? cseq : b;
+    EXPECT_EQ(r.batch.preempted, std::vector<Sequence*>{victim});
+    ASSERT_EQ(r.batch.seqs.size(), 2u);
+    EXPECT_EQ(r.batch.seqs[0].seq, a);
+    EXPECT_EQ(r.batch.seqs[1].seq, victim == b ? cseq : b);
+    h.run();
+    expect_all_done(h);
+  }
+}
+
 }  // namespace
 }  // namespace quiver::sched_test

@@ -1,6 +1,6 @@
 // link: qv_sched qv_kv
-// Scheduler prefix caching (reuse, adapter isolation, block-aligned prompts, eviction,
-// prompt_logprobs bypass) and the logit rows the engine reads, through the fake engine of
+// Scheduler prefix caching (reuse, adapter and cache-salt isolation, block-aligned
+// prompts, eviction, prompt_logprobs bypass) and the logit rows the engine reads, through the fake engine of
 // unit/sched_harness.h.
 #include <gtest/gtest.h>
 
@@ -49,6 +49,27 @@ TEST(SchedulerPrefix, SecondIdenticalPromptReusesBlocks) {
   EXPECT_EQ(r.batch.batch.positions, (std::vector<int32_t>{12, 13}));
   h.run();
   EXPECT_EQ(a->tokens, b->tokens);
+  expect_all_done(h);
+}
+
+TEST(SchedulerPrefix, BlocksAreSharedOnlyWithinACacheSalt) {
+  Harness h(cfg());
+  const uint64_t a = BlockPool::salt_root("tenant-a"), b = BlockPool::salt_root("tenant-b");
+  ASSERT_NE(a, b);
+  ASSERT_NE(a, 0u);
+  h.add(toks(14, 1), 3, 0, false, nullptr, 0, a);
+  h.run();
+  // Another salt, and no salt, find nothing; the same salt finds the three full blocks.
+  for (uint64_t salt : {b, uint64_t{0}}) {
+    Sequence* other = h.add(toks(14, 1), 3, 0, false, nullptr, 0, salt);
+    h.run();
+    EXPECT_EQ(other->first_cached_tokens, 0) << "salt " << salt;
+  }
+  EXPECT_EQ(h.pool().hits(), 0);
+  Sequence* same = h.add(toks(14, 1), 3, 0, false, nullptr, 0, a);
+  h.run();
+  EXPECT_EQ(same->first_cached_tokens, 12);
+  EXPECT_EQ(h.pool().hits(), 3);
   expect_all_done(h);
 }
 

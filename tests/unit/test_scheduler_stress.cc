@@ -1,12 +1,14 @@
 // link: qv_sched qv_kv
 // Randomized scheduler stress: a tiny KV pool with prefix caching, many sequences with
 // shared prefixes, several adapters, prompt_logprobs requests, and random aborts (between
-// steps and between schedule() and commit()). The harness checks every batch and the
+// steps and between schedule() and commit()); under the priority policy, random
+// priorities and cache salts too. The harness checks every batch and the
 // block/pin invariants after every step; at the end every block is free and every
 // surviving sequence has exactly the tokens it would have had alone.
 #include <gtest/gtest.h>
 
 #include <random>
+#include <tuple>
 
 #include "unit/sched_harness.h"
 
@@ -17,6 +19,7 @@ struct StressParams {
   uint32_t seed;
   int num_blocks;
   int budget;
+  SchedulingPolicy policy = SchedulingPolicy::kFcfs;
 };
 
 class SchedulerStress : public ::testing::TestWithParam<StressParams> {};
@@ -36,19 +39,24 @@ TEST_P(SchedulerStress, RandomTrafficKeepsInvariantsAndResults) {
   c.sched.max_loras = 2;
   c.sched.max_model_len = 4 * p.num_blocks;
   c.sched.enable_prefix_caching = true;
+  c.sched.policy = p.policy;
+  const bool by_priority = p.policy == SchedulingPolicy::kPriority;
   Harness h(c);
 
   // A few shared stems so that prompts share prefixes (and hence cached blocks).
   std::vector<std::vector<int32_t>> stems(4);
   for (auto& s : stems)
     for (int i = 0; i < 24; ++i) s.push_back(uniform(0, 999));
-  std::vector<std::pair<std::vector<int32_t>, uint64_t>> earlier;  // (prompt, adapter) for exact repeats
+  // (prompt, adapter, salt) for exact repeats
+  std::vector<std::tuple<std::vector<int32_t>, uint64_t, uint64_t>> earlier;
+  const uint64_t salts[] = {0, BlockPool::salt_root("a"), BlockPool::salt_root("b")};
 
   auto add_random = [&] {
     std::vector<int32_t> prompt;
     uint64_t uid = static_cast<uint64_t>(uniform(0, 4));
+    uint64_t salt = by_priority ? salts[uniform(0, 2)] : 0;
     if (!earlier.empty() && chance(0.2)) {
-      std::tie(prompt, uid) = earlier[uniform(0, static_cast<int>(earlier.size()) - 1)];
+      std::tie(prompt, uid, salt) = earlier[uniform(0, static_cast<int>(earlier.size()) - 1)];
     } else {
       const auto& stem = stems[uniform(0, 3)];
       prompt.assign(stem.begin(), stem.begin() + uniform(0, 20));
@@ -57,11 +65,12 @@ TEST_P(SchedulerStress, RandomTrafficKeepsInvariantsAndResults) {
     const int room = c.sched.max_model_len - static_cast<int>(prompt.size());
     const int max_tokens = uniform(1, std::min(20, room));
     Status st;
-    if (h.add(prompt, max_tokens, uid, chance(0.1), &st) == nullptr) {
+    const int priority = by_priority ? uniform(-2, 2) : 0;
+    if (h.add(prompt, max_tokens, uid, chance(0.1), &st, priority, salt) == nullptr) {
       ADD_FAILURE() << "add refused: " << st.message();
       return;
     }
-    earlier.emplace_back(std::move(prompt), uid);
+    earlier.emplace_back(std::move(prompt), uid, salt);
   };
   auto random_live = [&]() -> Sequence* {
     std::vector<Sequence*> live;
@@ -115,7 +124,10 @@ TEST_P(SchedulerStress, RandomTrafficKeepsInvariantsAndResults) {
 
 INSTANTIATE_TEST_SUITE_P(Seeds, SchedulerStress,
                          ::testing::Values(StressParams{1, 12, 16}, StressParams{2, 12, 8}, StressParams{3, 16, 32},
-                                           StressParams{4, 10, 64}, StressParams{5, 24, 12}));
+                                           StressParams{4, 10, 64}, StressParams{5, 24, 12},
+                                           StressParams{6, 12, 16, SchedulingPolicy::kPriority},
+                                           StressParams{7, 10, 64, SchedulingPolicy::kPriority},
+                                           StressParams{8, 24, 12, SchedulingPolicy::kPriority}));
 
 }  // namespace
 }  // namespace quiver::sched_test
