@@ -85,6 +85,8 @@ void add_engine_flags(CLI::App* cmd, EngineFlags* f, bool positional_model) {
                 "automatic prefix caching (on by default)");
   cmd->add_flag("--enable-chunked-prefill,!--no-enable-chunked-prefill", f->chunked_prefill,
                 "prompts split across steps by --max-num-batched-tokens (always on, as in vLLM's V1 engine)");
+  cmd->add_option("--scheduling-policy", a.scheduling_policy,
+                  "fcfs (arrival order) or priority (requests' priority, lower first; preemption from the last)");
   cmd->add_flag("--enforce-eager", a.enforce_eager, "never use CUDA graphs");
   cmd->add_flag("--trace", a.trace, "log one line per engine step on stderr");
 }

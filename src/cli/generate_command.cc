@@ -60,7 +60,7 @@ int run_generate(GenerateOptions& o) {
     }
     std::optional<LoRARequest> lora;
     if (req->lora.has_value()) lora = LoRARequest{*req->lora, 0, ""};
-    Status added = engine.add_request(id, req->prompt, req->params, lora);
+    Status added = engine.add_request(id, req->prompt, req->params, lora, req->priority);
     if (!added.is_ok()) results[id] = generate_error_json(id, added.message());
   }
   while (engine.has_unfinished_requests()) {

@@ -20,13 +20,13 @@ constexpr FieldRule kLineFields[] = {
     {"id"}, {"prompt"}, {"prompt_token_ids"}, {"lora"}, {"max_tokens"}, {"min_tokens"}, {"n"}, {"temperature"},
     {"top_p"}, {"top_k"}, {"min_p"}, {"presence_penalty"}, {"frequency_penalty"}, {"repetition_penalty"},
     {"logprobs"}, {"prompt_logprobs"}, {"ignore_eos"}, {"skip_special_tokens"}, {"include_stop_str_in_output"},
-    {"seed"}, {"stop"}, {"logit_bias"}, {"stop_token_ids"},
+    {"seed"}, {"stop"}, {"logit_bias"}, {"stop_token_ids"}, {"allowed_token_ids"}, {"bad_words"},
+    {"truncate_prompt_tokens"}, {"priority"}, {"cache_salt"},
     {"response_format"}, {"guided_json"}, {"guided_regex"}, {"guided_choice"}, {"guided_grammar"},
     {"structured_outputs"},
-    {"best_of", kNo}, {"use_beam_search", kNo, "false"}, {"length_penalty", kNo, "1.0"}, {"bad_words", kNo, "[]"},
-    {"allowed_token_ids", kNo}, {"truncate_prompt_tokens", kNo}, {"detokenize", kNo, "true"},
+    {"best_of", kNo}, {"use_beam_search", kNo, "false"}, {"length_penalty", kNo, "1.0"}, {"detokenize", kNo, "true"},
     {"spaces_between_special_tokens", kNo, "true"}, {"logits_processors", kNo}, {"output_kind", kNo},
-    {"extra_args", kNo}, {"lora_request", kNo}, {"priority", kNo, "0"},
+    {"extra_args", kNo}, {"lora_request", kNo},
 };
 
 template <typename T>
@@ -123,14 +123,35 @@ Result<GenerateRequest> parse_generate_request(const std::string& line, int line
   if (j.contains("logit_bias") && !j["logit_bias"].is_null()) {
     QV_ASSIGN_OR_RETURN(p.logit_bias, json_logit_bias(j["logit_bias"]));
   }
-  if (j.contains("stop_token_ids") && !j["stop_token_ids"].is_null()) {
-    if (!j["stop_token_ids"].is_array()) return Status::error("field 'stop_token_ids' must be a list of integers");
-    for (const auto& x : j["stop_token_ids"]) {
-      Result<int64_t> id = json_as_int(x, "stop_token_ids");
-      if (!id || *id < 0 || *id > std::numeric_limits<int32_t>::max())
-        return Status::error("field 'stop_token_ids' must be a list of token ids, got " + x.dump());
-      p.stop_token_ids.push_back(static_cast<int32_t>(*id));
+  for (auto [key, ids] : {std::pair<const char*, std::vector<int32_t>*>{"stop_token_ids", &p.stop_token_ids},
+                          {"allowed_token_ids", &p.allowed_token_ids}}) {
+    if (!j.contains(key) || j[key].is_null()) continue;
+    const std::string list_error = std::string("field '") + key + "' must be a list of token ids";
+    if (!j[key].is_array()) return Status::error(list_error);
+    for (const auto& x : j[key]) {
+      Result<int64_t> id = json_as_int(x, key);
+      if (!id || *id < 0 || *id > std::numeric_limits<int32_t>::max()) return Status::error(list_error + ", got " + x.dump());
+      ids->push_back(static_cast<int32_t>(*id));
     }
+    if (ids->empty() && std::string(key) == "allowed_token_ids")
+      return Status::error("field 'allowed_token_ids' must not be empty");
+  }
+  if (j.contains("bad_words") && !j["bad_words"].is_null()) {
+    if (!j["bad_words"].is_array()) return Status::error("field 'bad_words' must be a list of strings");
+    for (const auto& x : j["bad_words"]) {
+      if (!x.is_string()) return Status::error("field 'bad_words' must be a list of strings");
+      p.bad_words.push_back(x.get<std::string>());
+    }
+  }
+  if (j.contains("truncate_prompt_tokens") && !j["truncate_prompt_tokens"].is_null()) {
+    int k = 0;
+    QV_RETURN_IF_ERROR(read_number(j, "truncate_prompt_tokens", &k));
+    p.truncate_prompt_tokens = k;
+  }
+  QV_RETURN_IF_ERROR(read_number(j, "priority", &r.priority));
+  if (j.contains("cache_salt") && !j["cache_salt"].is_null()) {
+    if (!j["cache_salt"].is_string()) return Status::error("field 'cache_salt' must be a string");
+    r.prompt.cache_salt = j["cache_salt"].get<std::string>();
   }
   if (structured::has_structured_fields(j)) {
     std::string field;

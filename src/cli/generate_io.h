@@ -16,6 +16,7 @@ struct GenerateRequest {
   PromptInput prompt;
   SamplingParams params;
   std::optional<std::string> lora;
+  int priority = 0;  // under --scheduling-policy priority
 };
 
 // Parses one input line; errors name the field. `line_no` names requests without an id.

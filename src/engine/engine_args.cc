@@ -63,6 +63,13 @@ Result<ParsedEngineArgs> validate(const EngineArgs& a) {
     return Status::error("unknown --quantization '" + a.quantization +
                          "' (supported: fp8 on every backend, int8 on the cpu and ref backends)");
   }
+  if (a.scheduling_policy == "fcfs") {
+    p.scheduling_policy = SchedulingPolicy::kFcfs;
+  } else if (a.scheduling_policy == "priority") {
+    p.scheduling_policy = SchedulingPolicy::kPriority;
+  } else {
+    return Status::error("unknown --scheduling-policy '" + a.scheduling_policy + "' (supported: fcfs, priority)");
+  }
   if (!a.kv_cache_memory.empty()) {
     auto bytes = parse_byte_size(a.kv_cache_memory);
     if (!bytes.is_ok()) return bytes.status().with_context("--kv-cache-memory");

@@ -10,6 +10,7 @@
 
 #include "core/dtype.h"
 #include "core/status.h"
+#include "sched/scheduling_policy.h"
 
 namespace quiver {
 
@@ -67,6 +68,8 @@ struct EngineArgs {
   // at most 20, the samplers' top-k (sampling_math.h kMaxLogprobs), vLLM's default.
   int max_logprobs = 20;
   bool enable_prefix_caching = true;
+  // vLLM's --scheduling-policy: "fcfs" or "priority" (requests' priority field, lower first).
+  std::string scheduling_policy = "fcfs";
   bool enforce_eager = false;
   bool trace = false;                // one log line per step on stderr
   // Called as checkpoint weights load: (layers loaded, layers in all); empty = silent.
@@ -86,6 +89,7 @@ struct ParsedEngineArgs {
   MatmulPrecision matmul_precision = MatmulPrecision::kDefault;
   WeightQuantization quantization = WeightQuantization::kNone;
   int64_t kv_cache_memory = 0;          // bytes; 0: not given
+  SchedulingPolicy scheduling_policy = SchedulingPolicy::kFcfs;
 };
 
 // Every check the arguments allow on their own, names and ranges and how flags relate,

@@ -10,6 +10,7 @@
 #include "engine/device_sampling.h"
 #include "engine/engine_lora_slots.h"
 #include "engine/model_runner.h"
+#include "engine/token_constraints.h"
 #include "engine/request_state.h"
 #include "kv/block_pool.h"
 #include "kv/kv_cache.h"
@@ -63,8 +64,13 @@ Result<std::shared_ptr<const Tokenizer>> LLMEngine::tokenizer_for(const std::opt
 }
 
 Status LLMEngine::add_request(const std::string& id, const PromptInput& prompt, const SamplingParams& params,
-                              const std::optional<LoRARequest>& lora) {
+                              const std::optional<LoRARequest>& lora, int priority) {
   if (requests_.count(id)) return Status::error("request id '" + id + "' is already in use");
+  if (priority != 0 && args_.scheduling_policy != "priority")
+    return Status::error("priority " + std::to_string(priority) +
+                         " given, but priority scheduling is not enabled (--scheduling-policy priority)");
+  if (prompt.cache_salt.has_value() && prompt.cache_salt->empty())
+    return Status::error("cache_salt must be a non-empty string when given");
   // Ids past the base vocabulary can only be an adapter's (checked against it below).
   const bool adapter_request = lora.has_value() && !lora->name.empty();
   const int64_t most_vocab = adapter_request ? runner_->logits_width() : config_.vocab_size;
@@ -101,6 +107,7 @@ Status LLMEngine::add_request(const std::string& id, const PromptInput& prompt, 
     if (!g.is_ok()) return g.status();
     req->grammar = std::move(g).value();
   }
+  QV_ASSIGN_OR_RETURN(req->constraints, make_token_constraints(params, tokenizer, runner_->logits_width()));
 
   std::vector<int32_t> ids = prompt.token_ids;
   if (prompt.text.has_value()) {
@@ -113,6 +120,7 @@ Status LLMEngine::add_request(const std::string& id, const PromptInput& prompt, 
     req->prompt_text = *prompt.text;
   }
   if (ids.empty()) return Status::error("the prompt is empty");
+  params.truncate_prompt(ids, max_model_len_);
   QV_RETURN_IF_ERROR(check_prompt_ids(ids, most_vocab));
   if (adapter && adapter->vocab_size < most_vocab)
     QV_RETURN_IF_ERROR(check_prompt_ids(ids, adapter->vocab_size).with_context("adapter '" + lora->name + "'"));
@@ -148,6 +156,8 @@ Status LLMEngine::add_request(const std::string& id, const PromptInput& prompt, 
     st->seq.max_tokens = params.max_tokens;
     st->seq.lora_uid = req->lora_uid;
     st->seq.needs_prompt_logits = params.prompt_logprobs >= 0 && i == 0;
+    st->seq.priority = priority;
+    if (prompt.cache_salt.has_value()) st->seq.cache_salt = BlockPool::salt_root(*prompt.cache_salt);
     const uint64_t seed = params.seed.has_value() ? *params.seed + static_cast<uint64_t>(i) : splitmix64(rng_state_);
     st->rng.seed(seed);
     st->seed = seed;
@@ -453,8 +463,8 @@ void LLMEngine::plan_device_sampling(const ScheduledBatch& sb, DeviceSampling* d
     const sampling::RowParams row{p.temperature, p.top_k, p.top_p, p.min_p, st.seed,
                                   static_cast<uint32_t>(st.seq.num_generated())};
     const int r = ss.first_logit_row + ss.num_logit_rows - 1;
-    ds->set_row(r, row, p.logprobs, req->grammar != nullptr);
-    if (req->grammar) masked_rows_[static_cast<size_t>(r)] = {req, i};
+    ds->set_row(r, row, p.logprobs, req->masked());
+    if (req->masked()) masked_rows_[static_cast<size_t>(r)] = {req, i};
   }
 }
 

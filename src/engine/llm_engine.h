@@ -50,6 +50,9 @@ struct Sequence;
 struct PromptInput {
   std::optional<std::string> text;
   std::vector<int32_t> token_ids;
+  // vLLM's cache_salt: the prompt shares prefix-cache blocks only with prompts of the same
+  // salt (one tenant's cache cannot reveal another's prompts by timing).
+  std::optional<std::string> cache_salt;
 };
 
 // vLLM's LoRARequest: an adapter by name; `path` registers it on first use.
@@ -71,9 +74,10 @@ class LLMEngine {
   ~LLMEngine();
 
   // Validates and queues. Errors (bad params, unknown adapter, prompt too long, token id
-  // out of range, text without a tokenizer) concern this request only.
+  // out of range, text without a tokenizer) concern this request only. `priority` orders
+  // the queue under --scheduling-policy priority (lower first) and must be 0 otherwise.
   Status add_request(const std::string& request_id, const PromptInput& prompt, const SamplingParams& params,
-                     const std::optional<LoRARequest>& lora = std::nullopt);
+                     const std::optional<LoRARequest>& lora = std::nullopt, int priority = 0);
   std::vector<RequestOutput> step();
   // Finishes the request with reason "abort" (reported by the next step). False if unknown.
   bool abort_request(const std::string& request_id);
@@ -141,6 +145,11 @@ class LLMEngine {
   // The token mask of sequence i's grammar state, or null when the sequence is finished
   // instead (nothing the grammar allows, or only an EOS that is held back).
   const structured::TokenMask* grammar_mask(Request& req, int i, bool block_eos);
+  // The tokens sequence i may sample next: its grammar's, within allowed_token_ids, less
+  // what bad_words ban after its output; empty: any token. nullopt: the sequence is
+  // finished instead (grammar_mask's cases, or nothing left). The span lives until the
+  // next call.
+  std::optional<std::span<const uint64_t>> token_mask(Request& req, int i, bool block_eos);
   // DeviceSampling::write_mask for this step's rows (masked_rows_).
   bool write_device_mask(int row, uint32_t* words);
   // by_stop_string: the stop checker already emitted the final text (held-back text is dropped).
@@ -154,8 +163,8 @@ class LLMEngine {
   // vocabulary of the tokenizer its text goes through.
   Result<std::shared_ptr<structured::Grammar>> grammar_for(const StructuredOutputSpec& spec,
                                                            const std::shared_ptr<const Tokenizer>& tokenizer);
-  // Host-samples row `logits` of sequence i, under its grammar's mask if it has one.
-  // nullopt: the sequence was finished instead (nothing left the grammar allows).
+  // Host-samples row `logits` of sequence i, under its token mask if it has one.
+  // nullopt: the sequence was finished instead (nothing left the mask allows).
   std::optional<int32_t> sample_host(Request& req, int i, std::span<const float> logits);
 
   EngineArgs args_;
@@ -200,6 +209,7 @@ class LLMEngine {
   std::vector<float> logits_;
   std::unique_ptr<DeviceSampling> device_sampling_;  // null: every row sampled on the host
   std::vector<std::pair<Request*, int>> masked_rows_;  // this step's logits rows -> sequence, for masks
+  std::vector<uint64_t> mask_words_;  // token_mask's combined masks
   StepStats last_step_;
   GraphCaptureInfo graph_info_;
   MemoryReport memory_;

@@ -303,6 +303,7 @@ Status LLMEngine::init(const EngineArgs& args) {
   sc.max_loras = args.enable_lora ? args.max_loras : 0;
   sc.max_model_len = max_model_len_;
   sc.enable_prefix_caching = args.enable_prefix_caching;
+  sc.policy = parsed.scheduling_policy;
   scheduler_ = std::make_unique<Scheduler>(sc, blocks_.get(), slot_provider_.get());
 
   if (graphs) {

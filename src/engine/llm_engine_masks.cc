@@ -1,8 +1,10 @@
-// LLMEngine's structured outputs: compiling a request's constraint against the vocabulary of
-// the tokenizer its text goes through (once per distinct constraint and tokenizer, cached),
-// and each row's token mask: written for the device sampler while the step's forward pass
-// runs (write_device_mask, called by the ModelRunner), or applied by the host sampler to
-// host logits.
+// LLMEngine's token masks: compiling a request's structured-output constraint against the
+// vocabulary of the tokenizer its text goes through (once per distinct constraint and
+// tokenizer, cached), and each row's mask, the grammar's combined with allowed_token_ids and
+// bad_words: written for the device sampler while the step's forward pass runs
+// (write_device_mask, called by the ModelRunner), or applied by the host sampler to host
+// logits.
+#include <algorithm>
 #include <cstring>
 
 #include "engine/llm_engine.h"
@@ -48,11 +50,48 @@ const structured::TokenMask* LLMEngine::grammar_mask(Request& req, int i, bool b
   return m;
 }
 
+std::optional<std::span<const uint64_t>> LLMEngine::token_mask(Request& req, int i, bool block_eos) {
+  std::span<const uint64_t> grammar;
+  if (req.grammar) {
+    const structured::TokenMask* m = grammar_mask(req, i, block_eos);
+    if (m == nullptr) return std::nullopt;
+    grammar = m->bits;
+  }
+  if (!req.constraints.active()) return grammar;
+  const size_t words = static_cast<size_t>((runner_->logits_width() + 63) / 64);
+  mask_words_.assign(words, ~uint64_t{0});
+  if (!grammar.empty()) std::copy_n(grammar.begin(), std::min(words, grammar.size()), mask_words_.begin());
+  const std::vector<uint64_t>& allowed = req.constraints.allowed;
+  for (size_t w = 0; w < allowed.size() && w < words; ++w) mask_words_[w] &= allowed[w];
+  const SeqState& st = *req.seqs[static_cast<size_t>(i)];
+  req.constraints.ban_bad_words(
+      std::span<const int32_t>(st.seq.tokens.data() + st.seq.num_prompt_tokens, st.seq.num_generated()), mask_words_);
+  // What is left beside a held-back EOS (the host sampler bans it after the mask).
+  std::vector<uint64_t> left = mask_words_;
+  if (block_eos)
+    for (int64_t e : config_.eos_token_ids)
+      if (e >= 0 && static_cast<size_t>(e) / 64 < words) left[static_cast<size_t>(e) / 64] &= ~(uint64_t{1} << (e % 64));
+  // Ids past the request's vocabulary have -inf logits: they do not count as a way on.
+  const auto vocab = static_cast<size_t>(req.vocab_size);
+  for (size_t w = vocab / 64; w < words; ++w) left[w] &= w == vocab / 64 ? (uint64_t{1} << (vocab % 64)) - 1 : 0;
+  if (std::all_of(left.begin(), left.end(), [](uint64_t w) { return w == 0; })) {
+    req.error = "no token may follow the output '" + st.out.text +
+                "' within the request's constraints (structured_outputs, allowed_token_ids, bad_words)";
+    pending_finish_.push_back({&req, i, "abort", std::nullopt, false});
+    return std::nullopt;
+  }
+  return std::span<const uint64_t>(mask_words_);
+}
+
 bool LLMEngine::write_device_mask(int row, uint32_t* words) {
   const auto [req, i] = masked_rows_.at(static_cast<size_t>(row));
-  const structured::TokenMask* m = grammar_mask(*req, i, false);
-  if (m == nullptr) return false;
-  std::memcpy(words, m->bits.data(), sizeof(uint32_t) * static_cast<size_t>((runner_->logits_width() + 31) / 32));
+  const auto m = token_mask(*req, i, false);
+  if (!m.has_value()) return false;
+  const size_t n = static_cast<size_t>((runner_->logits_width() + 31) / 32);
+  if (m->empty())
+    std::fill_n(words, n, ~uint32_t{0});
+  else
+    std::memcpy(words, m->data(), sizeof(uint32_t) * n);
   return true;
 }
 
@@ -61,15 +100,11 @@ std::optional<int32_t> LLMEngine::sample_host(Request& req, int i, std::span<con
   const Sequence& seq = st.seq;
   const SamplingParams& p = req.params;
   const bool block_eos = seq.num_generated() < p.min_tokens;
-  std::span<const uint64_t> allowed;
-  if (req.grammar) {
-    const structured::TokenMask* m = grammar_mask(req, i, block_eos);
-    if (m == nullptr) return std::nullopt;
-    allowed = m->bits;
-  }
+  const auto allowed = token_mask(req, i, block_eos);
+  if (!allowed.has_value()) return std::nullopt;
   return sample_token(logits, p, std::span<const int32_t>(seq.tokens.data(), seq.num_prompt_tokens),
                       std::span<const int32_t>(seq.tokens.data() + seq.num_prompt_tokens, seq.num_generated()),
-                      block_eos, config_.eos_token_ids, st.rng, allowed);
+                      block_eos, config_.eos_token_ids, st.rng, *allowed);
 }
 
 }  // namespace quiver

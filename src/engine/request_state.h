@@ -10,6 +10,7 @@
 #include "engine/request_output.h"
 #include "engine/sampler.h"
 #include "engine/sampling_params.h"
+#include "engine/token_constraints.h"
 #include "io/peft_adapter.h"
 #include "sched/sequence.h"
 #include "structured/grammar.h"
@@ -48,12 +49,16 @@ struct Request {
   // (its logits rows are wider; the columns past this are -inf).
   int64_t vocab_size = 0;
   std::shared_ptr<structured::Grammar> grammar;  // set when params.structured_outputs is
+  TokenConstraints constraints;  // allowed_token_ids and bad_words
   std::string error;  // why the engine ended the request, reported as RequestOutput::error
   std::vector<std::unique_ptr<SeqState>> seqs;
   std::vector<std::optional<TokenLogprobs>> prompt_logprobs;
   std::chrono::steady_clock::time_point arrival;
   double first_token_s = -1;
   bool touched = false;  // progressed this step
+
+  // Its rows are sampled under a token mask (llm_engine_masks.cc).
+  bool masked() const { return grammar != nullptr || constraints.active(); }
 };
 
 }  // namespace quiver

@@ -28,7 +28,21 @@ Status SamplingParams::validate(int64_t vocab_size) const {
   }
   for (const auto& s : stop)
     if (s.empty()) return bad("stop strings must not be empty");
+  for (int32_t id : allowed_token_ids)
+    if (id < 0 || id >= vocab_size)
+      return bad("allowed_token_ids contains " + std::to_string(id) + ", outside the vocabulary");
+  for (const auto& w : bad_words)
+    if (w.find_first_not_of(" \t\n\r\f\v") == std::string::npos)
+      return bad("bad_words entries must contain a character other than whitespace");
+  if (truncate_prompt_tokens.has_value() && *truncate_prompt_tokens < 1 && *truncate_prompt_tokens != -1)
+    return bad("truncate_prompt_tokens must be an integer >= 1 or -1, got " + std::to_string(*truncate_prompt_tokens));
   return Status::ok();
+}
+
+void SamplingParams::truncate_prompt(std::vector<int32_t>& ids, int max_model_len) const {
+  if (!truncate_prompt_tokens.has_value()) return;
+  const size_t keep = static_cast<size_t>(*truncate_prompt_tokens == -1 ? max_model_len : *truncate_prompt_tokens);
+  if (ids.size() > keep) ids.erase(ids.begin(), ids.end() - static_cast<std::ptrdiff_t>(keep));
 }
 
 }  // namespace quiver

@@ -36,12 +36,24 @@ struct SamplingParams {
   int logprobs = -1;         // top-K per generated token (plus the chosen one); -1 = none
   int prompt_logprobs = -1;  // top-K per prompt position (plus the actual one); -1 = none
   bool skip_special_tokens = true;
+  // vLLM's allowed_token_ids: the token is sampled among these only (empty: any). Like
+  // logit_bias, it shapes the sampling, not the reported logprobs.
+  std::vector<int32_t> allowed_token_ids;
+  // vLLM's bad_words: none of these words is generated. Each is tokenized as written and with
+  // one leading space; the last token of either is banned wherever the output so far ends
+  // with the ones before it (a one-token word is banned everywhere).
+  std::vector<std::string> bad_words;
+  // vLLM's truncate_prompt_tokens: only the last k prompt tokens are kept; -1 = the model's
+  // max_model_len; absent: no truncation.
+  std::optional<int> truncate_prompt_tokens;
   // vLLM's structured_outputs (guided_json / guided_regex / guided_choice / response_format):
   // the output must match it. Such rows are always sampled on the host, under a token mask.
   StructuredOutputSpec structured_outputs;
 
   // Range checks with messages naming the field (400-style errors).
   Status validate(int64_t vocab_size) const;
+  // Drops the prompt's leading tokens past truncate_prompt_tokens (left truncation).
+  void truncate_prompt(std::vector<int32_t>& ids, int max_model_len) const;
 };
 
 }  // namespace quiver

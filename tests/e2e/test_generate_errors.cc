@@ -91,7 +91,7 @@ TEST(GenerateErrors, BadLinesGetErrorsAndTheOthersRun) {
 TEST(GenerateErrors, UnknownAndUnsupportedFieldsNameTheKeyAndTheId) {
   auto res = generate({
       R"({"id": "typo", "prompt_token_ids": [1, 2], "max_token": 3})",
-      R"({"id": "trunc", "prompt_token_ids": [1, 2], "truncate_prompt_tokens": 1})",
+      R"({"id": "proc", "prompt_token_ids": [1, 2], "logits_processors": ["f"]})",
       R"({"id": "lr", "prompt_token_ids": [1, 2], "lora_request": {"name": "r8"}})",
       R"({"id": 7, "prompt_token_ids": [1, 2], "detokenize": false})",
       R"({"id": "noop", "prompt_token_ids": [1, 2], "max_tokens": 2, "detokenize": true, "use_beam_search": false})",
@@ -99,12 +99,30 @@ TEST(GenerateErrors, UnknownAndUnsupportedFieldsNameTheKeyAndTheId) {
   ASSERT_EQ(res.size(), 5u);
   EXPECT_EQ(res[0]["id"], "typo");
   EXPECT_NE(error_of(res[0]).find("unknown field 'max_token'"), std::string::npos) << res[0].dump();
-  EXPECT_EQ(res[1]["id"], "trunc");
-  EXPECT_NE(error_of(res[1]).find("'truncate_prompt_tokens' is not supported"), std::string::npos) << res[1].dump();
+  EXPECT_EQ(res[1]["id"], "proc");
+  EXPECT_NE(error_of(res[1]).find("'logits_processors' is not supported"), std::string::npos) << res[1].dump();
   EXPECT_NE(error_of(res[2]).find("\"lora\""), std::string::npos) << res[2].dump();
   EXPECT_EQ(res[3]["id"], "7");
   EXPECT_NE(error_of(res[3]).find("detokenize"), std::string::npos) << res[3].dump();
   EXPECT_EQ(res[4]["token_ids"].size(), 2u) << res[4].dump();
+}
+
+// vLLM's per-request controls on a line: truncate_prompt_tokens, allowed_token_ids,
+// cache_salt; priority needs --scheduling-policy priority; bad values are the line's error.
+TEST(GenerateErrors, RequestControlsOnALine) {
+  auto res = generate({
+      R"({"id": "trunc", "prompt_token_ids": [1, 2, 3], "max_tokens": 2, "truncate_prompt_tokens": 1, "cache_salt": "s"})",
+      R"({"id": "allowed", "prompt_token_ids": [1, 2], "max_tokens": 3, "allowed_token_ids": [7], "ignore_eos": true})",
+      R"({"id": "prio", "prompt_token_ids": [1, 2], "priority": 2})",
+      R"({"id": "empty", "prompt_token_ids": [1, 2], "allowed_token_ids": []})",
+      R"({"id": "cut0", "prompt_token_ids": [1, 2], "truncate_prompt_tokens": 0})",
+  });
+  ASSERT_EQ(res.size(), 5u);
+  EXPECT_EQ(res[0]["token_ids"].size(), 2u) << res[0].dump();
+  EXPECT_EQ(res[1]["token_ids"], (std::vector<int>{7, 7, 7})) << res[1].dump();
+  EXPECT_NE(error_of(res[2]).find("--scheduling-policy priority"), std::string::npos) << res[2].dump();
+  EXPECT_NE(error_of(res[3]).find("allowed_token_ids"), std::string::npos) << res[3].dump();
+  EXPECT_NE(error_of(res[4]).find("truncate_prompt_tokens"), std::string::npos) << res[4].dump();
 }
 
 TEST(GenerateErrors, IntegersDoNotWrap) {

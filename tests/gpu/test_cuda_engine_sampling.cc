@@ -7,14 +7,17 @@
 // the same logits (up to the device's float log-sum-exp). Structured outputs (demo model,
 // which has a tokenizer) sample on the device under their masks: every output matches its
 // constraint, alone == batched == eager, and a greedy constrained request takes the same
-// tokens as on the host path. Skips without a GPU.
+// tokens as on the host path; so do allowed_token_ids and bad_words, whose masks the device
+// sampler applies as it does a grammar's. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <map>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -222,6 +225,65 @@ TEST_F(CudaEngineSampling, StructuredOutputsSampleOnTheDevice) {
   host.params.logit_bias = {{0, 0.0f}};
   const EngineRun both = run(false, {all[6], host}, kDemo);
   EXPECT_EQ(both.out.at("host").token_ids, both.out.at("greedy-json").token_ids) << both.out.at("host").text;
+}
+
+// allowed_token_ids and bad_words (demo model) ride the structured-output mask on the
+// device: every token in the set, no bad word's tokens, graph == eager, and greedy rows
+// take the same tokens as on the host path (forced by a zero logit bias).
+TEST_F(CudaEngineSampling, AllowedTokensAndBadWordsSampleOnTheDevice) {
+  Req free{"free", {}, SamplingParams{}};
+  free.params.temperature = 0.0f;
+  free.params.max_tokens = 32;
+  free.params.ignore_eos = true;
+  const CompletionOutput free_out = run(false, {free}, kDemo).out.at("free");
+  const std::vector<int32_t>& free_ids = free_out.token_ids;
+  // Two words of the free output, as bad words: the greedy row must leave its path.
+  std::vector<std::string> words;
+  std::istringstream text(free_out.text);
+  for (std::string w; text >> w && words.size() < 2;)
+    if (w.size() >= 2 && std::all_of(w.begin(), w.end(), [](unsigned char c) { return std::isalpha(c); }))
+      words.push_back(w);
+  ASSERT_EQ(words.size(), 2u) << free_out.text;
+  std::vector<int32_t> allowed;
+  for (int32_t t : free_ids)
+    if (allowed.size() < 8 && std::find(allowed.begin(), allowed.end(), t) == allowed.end()) allowed.push_back(t);
+  ASSERT_EQ(allowed.size(), 8u);
+  std::vector<Req> reqs;
+  for (int i = 0; i < 3; ++i) {
+    Req r{"allowed" + std::to_string(i), {}, free.params};
+    r.params.temperature = i == 0 ? 0.0f : 1.0f;
+    r.params.seed = 50 + i;
+    r.params.allowed_token_ids = allowed;
+    reqs.push_back(r);
+  }
+  Req bad{"bad", {}, free.params};
+  bad.params.bad_words = words;
+  reqs.push_back(bad);
+  Req bad_sampled = bad;
+  bad_sampled.id = "bad-sampled";
+  bad_sampled.params.temperature = 1.0f;
+  bad_sampled.params.seed = 60;
+  reqs.push_back(bad_sampled);
+  for (const char* id : {"allowed0", "bad"}) {
+    Req host = *std::find_if(reqs.begin(), reqs.end(), [&](const Req& r) { return r.id == id; });
+    host.id = std::string(id) + "-host";
+    host.params.logit_bias = {{0, 0.0f}};
+    reqs.push_back(host);
+  }
+  const EngineRun graph = run(false, reqs, kDemo);
+  const EngineRun eager = run(true, reqs, kDemo);
+  EXPECT_GT(graph.graph_steps, 0);
+  for (const Req& q : reqs) {
+    const std::vector<int32_t>& g = graph.out.at(q.id).token_ids;
+    EXPECT_EQ(g, eager.out.at(q.id).token_ids) << q.id << ": graph vs eager";
+    ASSERT_EQ(g.size(), 32u) << q.id;
+    if (q.id.rfind("allowed", 0) == 0) {
+      for (int32_t t : g) EXPECT_NE(std::find(allowed.begin(), allowed.end(), t), allowed.end()) << q.id << ": " << t;
+    }
+  }
+  EXPECT_EQ(graph.out.at("allowed0-host").token_ids, graph.out.at("allowed0").token_ids);
+  EXPECT_EQ(graph.out.at("bad-host").token_ids, graph.out.at("bad").token_ids);
+  EXPECT_NE(graph.out.at("bad").token_ids, free_ids) << "the bad words changed nothing";
 }
 
 }  // namespace
