@@ -259,7 +259,8 @@ void EngineLoop::admit(Submission& s) {
     const std::string id = "req-" + std::to_string(next_id_++);
     PromptInput prompt;
     prompt.token_ids = std::move(j.prompt_token_ids);
-    Status st = engine_->add_request(id, prompt, j.params, lora);
+    prompt.cache_salt = j.cache_salt;
+    Status st = engine_->add_request(id, prompt, j.params, lora, j.priority);
     if (!st.is_ok()) {
       error = ApiError::bad_request(st.message());
       break;

@@ -33,6 +33,8 @@ struct EngineJob {
   std::string lora;  // empty = the base model
   uint64_t lora_uid = 0;  // the registration the prompt was tokenized for (0: any)
   std::string log_id;  // the response id, for the request log line
+  int priority = 0;    // under --scheduling-policy priority
+  std::optional<std::string> cache_salt;
 };
 
 class EngineLoop {

@@ -36,6 +36,18 @@ std::optional<ApiError> fit_context(size_t prompt_len, std::optional<int> reques
   return std::nullopt;
 }
 
+// truncate_prompt_tokens, as vLLM's server: at most max_model_len, then the prompt's last
+// tokens kept.
+std::optional<ApiError> truncate_prompt(const ModelView& view, const SamplingParams& params, std::vector<int32_t>* ids) {
+  if (params.truncate_prompt_tokens.value_or(0) > view.max_model_len)
+    return ApiError::bad_request("truncate_prompt_tokens value (" + std::to_string(*params.truncate_prompt_tokens) +
+                                     ") is greater than max_model_len (" + std::to_string(view.max_model_len) +
+                                     "). Please, select a smaller truncation size.",
+                                 "truncate_prompt_tokens");
+  params.truncate_prompt(*ids, view.max_model_len);
+  return std::nullopt;
+}
+
 // Attaches the constraint's automaton to `params`; the engine's own message for a refusal.
 std::optional<ApiError> compile_constraint(const ModelView& view, SamplingParams* params) {
   StructuredOutputSpec& spec = params->structured_outputs;
@@ -89,6 +101,8 @@ ApiResult<PreparedGeneration> prepare_completion(const ModelView& view, Completi
     job.lora = m.lora;
     job.lora_uid = m.lora_uid;
     job.params = r.params;
+    job.priority = r.priority;
+    job.cache_salt = r.cache_salt;
     std::string echo_text;
     if (p.text.has_value()) {
       if (tokenizer == nullptr)
@@ -105,6 +119,7 @@ ApiResult<PreparedGeneration> prepare_completion(const ModelView& view, Completi
       }
     }
     if (job.prompt_token_ids.empty()) return ApiError::bad_request("the prompt is empty", "prompt");
+    if (auto e = truncate_prompt(view, job.params, &job.prompt_token_ids)) return *e;
     if (auto e = fit_context(job.prompt_token_ids.size(), r.max_tokens, 16, view.max_tokens_cap, view.max_model_len,
                              "prompt", &job.params))
       return *e;
@@ -138,6 +153,8 @@ ApiResult<PreparedGeneration> prepare_chat(const ModelView& view, ChatRequest r)
   job.lora = m.lora;
   job.lora_uid = m.lora_uid;
   job.params = r.params;
+  job.priority = r.priority;
+  job.cache_salt = r.cache_salt;
   job.prompt_token_ids = std::move(ids.value());
   if (job.prompt_token_ids.empty()) return ApiError::bad_request("the rendered chat prompt is empty", "messages");
   auto plan = plan_tools(r.tools, r.tool_choice, view.tools);
@@ -151,6 +168,7 @@ ApiResult<PreparedGeneration> prepare_chat(const ModelView& view, ChatRequest r)
   }
   g.tools = plan.value();
   if (auto e = compile_constraint(view, &job.params)) return *e;
+  if (auto e = truncate_prompt(view, job.params, &job.prompt_token_ids)) return *e;
   if (auto e = fit_context(job.prompt_token_ids.size(), r.max_tokens, -1, view.max_tokens_cap, view.max_model_len,
                              "messages", &job.params))
     return *e;

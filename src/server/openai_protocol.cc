@@ -161,13 +161,40 @@ void read_common(FieldReader& r, CommonRequest* out) {
     for (const auto& s : p.stop)
       if (s.empty()) return r.fail("stop strings must not be empty", "stop");
   }
-  if (const json* ids = r.get("stop_token_ids"); ids && !r.error) {
-    if (!ids->is_array()) return r.fail("stop_token_ids must be a list of integers", "stop_token_ids");
-    for (const auto& t : *ids) {
+  for (auto [name, ids] : {std::pair<const char*, std::vector<int32_t>*>{"stop_token_ids", &p.stop_token_ids},
+                           {"allowed_token_ids", &p.allowed_token_ids}}) {
+    const json* v = r.get(name);
+    if (!v || r.error) continue;
+    const std::string list_error = std::string(name) + " must be a list of non-negative integers";
+    if (!v->is_array()) return r.fail(list_error, name);
+    for (const auto& t : *v) {
       if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > std::numeric_limits<int32_t>::max())
-        return r.fail("stop_token_ids must be a list of non-negative integers", "stop_token_ids");
-      p.stop_token_ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+        return r.fail(list_error, name);
+      ids->push_back(static_cast<int32_t>(t.get<int64_t>()));
     }
+  }
+  if (const json* v = r.get("allowed_token_ids"); v && !r.error && p.allowed_token_ids.empty())
+    return r.fail("allowed_token_ids must not be empty", "allowed_token_ids");
+  if (const json* words = r.get("bad_words"); words && !r.error) {
+    if (!words->is_array()) return r.fail("bad_words must be a list of strings", "bad_words");
+    for (const auto& w : *words) {
+      if (!w.is_string()) return r.fail("bad_words must be a list of strings", "bad_words");
+      p.bad_words.push_back(w.get<std::string>());
+      if (p.bad_words.back().find_first_not_of(" \t\n\r\f\v") == std::string::npos)
+        return r.fail("bad_words entries must contain a character other than whitespace", "bad_words");
+    }
+  }
+  int truncate = 0;
+  if (r.integer("truncate_prompt_tokens", -1, std::numeric_limits<int32_t>::max(), &truncate)) {
+    if (truncate == 0)
+      return r.fail("truncate_prompt_tokens must be an integer >= 1 or -1, got 0", "truncate_prompt_tokens");
+    p.truncate_prompt_tokens = truncate;
+  }
+  r.integer("priority", std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max(), &out->priority);
+  if (const json* salt = r.get("cache_salt"); salt && !r.error) {
+    if (!salt->is_string() || salt->get<std::string>().empty())
+      return r.fail("cache_salt must be a non-empty string", "cache_salt");
+    out->cache_salt = salt->get<std::string>();
   }
 
   r.boolean("stream", &out->stream);

@@ -67,6 +67,8 @@ struct CommonRequest {
   std::optional<bool> add_special_tokens;   // absent: true for completions, false for chat (vLLM's)
   std::string request_id;                   // the caller's id: the response id becomes <prefix><request_id>
   bool return_tokens_as_token_ids = false;  // logprob blocks name tokens "token_id:N"
+  int priority = 0;                         // --scheduling-policy priority: lower first
+  std::optional<std::string> cache_salt;    // prefix-cache blocks shared only within the salt
 };
 
 struct CompletionRequest : CommonRequest {

@@ -142,7 +142,7 @@ fi
 # add up to it.
 if [ -f "$DEMO/base/tokenizer.json" ]; then
   start_server R "$WORK/r.log" "$DEMO/base" --reasoning-parser deepseek_r1 --enable-force-include-usage \
-    --return-tokens-as-token-ids --enable-prompt-tokens-details
+    --return-tokens-as-token-ids --enable-prompt-tokens-details --scheduling-policy priority
   # r_field ROUTE BODY EXPR: Python's EXPR of server R's JSON answer `r`.
   r_field() {
     curl -s "$R_URL$1" -d "$2" | /usr/bin/python3 -c "import json, sys; r = json.load(sys.stdin); print($3)"
@@ -198,6 +198,23 @@ PY
   got=$(r_field /v1/completions "$LONG" 'r["usage"]["prompt_tokens_details"]["cached_tokens"]')
   if [ "$first" = 0 ] && [ "$got" -gt 0 ] 2>/dev/null; then pass "--enable-prompt-tokens-details: cached_tokens $first, then $got"
   else fail "--enable-prompt-tokens-details: cached_tokens $first, then $got"; fi
+  # cache_salt: the same prompt under a salt finds none of the unsalted blocks, then its own.
+  SALTED="${LONG%\}}, \"cache_salt\": \"tenant-1\"}"
+  first=$(r_field /v1/completions "$SALTED" 'r["usage"]["prompt_tokens_details"]["cached_tokens"]')
+  got=$(r_field /v1/completions "$SALTED" 'r["usage"]["prompt_tokens_details"]["cached_tokens"]')
+  if [ "$first" = 0 ] && [ "$got" -gt 0 ] 2>/dev/null; then pass "cache_salt: cached_tokens $first, then $got"
+  else fail "cache_salt: cached_tokens $first, then $got"; fi
+  # allowed_token_ids, truncate_prompt_tokens and priority (--scheduling-policy priority).
+  got=$(r_field /v1/completions '{"prompt": "Hello", "max_tokens": 6, "temperature": 1, "seed": 4, "ignore_eos": true,
+    "allowed_token_ids": [300, 301], "return_token_ids": true}' 'sorted(set(r["choices"][0]["token_ids"]) - {300, 301})')
+  if [ "$got" = "[]" ]; then pass "allowed_token_ids: every token in the set"
+  else fail "allowed_token_ids: tokens outside the set: $got"; fi
+  got=$(r_field /v1/completions '{"prompt": "the quick brown fox jumps", "max_tokens": 2, "truncate_prompt_tokens": 3,
+    "priority": -3, "bad_words": ["the"]}' 'r["usage"]["prompt_tokens"]')
+  if [ "$got" = 3 ]; then pass "truncate_prompt_tokens: 3 prompt tokens, with priority and bad_words"
+  else fail "truncate_prompt_tokens: prompt_tokens $got"; fi
+  expect 400 "truncate_prompt_tokens over max_model_len" "$R_URL/v1/completions" \
+    -d '{"prompt": "Hello", "truncate_prompt_tokens": 100000000}'
 fi
 
 # ---- 2. curl: malformed requests and limits ----------------------------------------------
@@ -212,6 +229,8 @@ expect 400 "POST without Content-Length (after the read timeout)" "${AUTH[@]}" -
 expect 401 "no API key" "$A_URL/v1/completions" -d '{"prompt": [1]}'
 expect 401 "wrong API key" -H "Authorization: Bearer nope" "$A_URL/v1/models"
 expect 404 "unknown route" "${AUTH[@]}" "$A_URL/v1/nothing"
+expect 400 "priority without --scheduling-policy priority" "${AUTH[@]}" "$A_URL/v1/completions" \
+  -d '{"prompt": [1], "priority": 1}'
 head -c 2000000 /dev/zero | tr '\0' ' ' >"$WORK/big.json"
 expect 413 "body over --max-body-bytes (Expect: 100-continue)" "${AUTH[@]}" "$A_URL/v1/completions" \
   -H 'Content-Type: application/json' --data-binary @"$WORK/big.json"

@@ -87,6 +87,17 @@ TEST(OpenAiParse, ErrorsNameTheParameter) {
       {R"({"prompt": [1], "suffix": "x"})", "suffix"},
       {R"({"prompt": [1], "model": 5})", "model"},
       {R"({"prompt": [1], "min_tokens": 20})", "min_tokens"},
+      {R"({"prompt": [1], "allowed_token_ids": []})", "allowed_token_ids"},
+      {R"({"prompt": [1], "allowed_token_ids": [-1]})", "allowed_token_ids"},
+      {R"({"prompt": [1], "allowed_token_ids": 5})", "allowed_token_ids"},
+      {R"({"prompt": [1], "bad_words": "x"})", "bad_words"},
+      {R"({"prompt": [1], "bad_words": [1]})", "bad_words"},
+      {R"({"prompt": [1], "bad_words": [" "]})", "bad_words"},
+      {R"({"prompt": [1], "truncate_prompt_tokens": 0})", "truncate_prompt_tokens"},
+      {R"({"prompt": [1], "truncate_prompt_tokens": -2})", "truncate_prompt_tokens"},
+      {R"({"prompt": [1], "priority": 1.5})", "priority"},
+      {R"({"prompt": [1], "cache_salt": ""})", "cache_salt"},
+      {R"({"prompt": [1], "cache_salt": 7})", "cache_salt"},
   };
   for (const auto& [body, param] : cases) {
     auto r = parse_completion_request(body);
@@ -94,6 +105,25 @@ TEST(OpenAiParse, ErrorsNameTheParameter) {
     EXPECT_EQ(r.error().status, 400) << body;
     EXPECT_EQ(r.error().param, param) << body << ": " << r.error().message;
   }
+}
+
+TEST(OpenAiParse, VllmSamplingAndSchedulingFields) {
+  auto r = parse_completion_request(
+      R"({"prompt": [1], "allowed_token_ids": [3, 9], "bad_words": ["no", " way out"], "truncate_prompt_tokens": -1,
+          "priority": -4, "cache_salt": "tenant-a"})");
+  ASSERT_TRUE(r.is_ok()) << r.error().message;
+  const CompletionRequest& c = r.value();
+  EXPECT_EQ(c.params.allowed_token_ids, (std::vector<int32_t>{3, 9}));
+  EXPECT_EQ(c.params.bad_words, (std::vector<std::string>{"no", " way out"}));
+  EXPECT_EQ(c.params.truncate_prompt_tokens, -1);
+  EXPECT_EQ(c.priority, -4);
+  EXPECT_EQ(c.cache_salt, "tenant-a");
+  auto chat = parse_chat_request(
+      R"({"messages": [{"role": "user", "content": "x"}], "truncate_prompt_tokens": 8, "priority": 2})");
+  ASSERT_TRUE(chat.is_ok()) << chat.error().message;
+  EXPECT_EQ(chat.value().params.truncate_prompt_tokens, 8);
+  EXPECT_EQ(chat.value().priority, 2);
+  EXPECT_FALSE(chat.value().cache_salt.has_value());
 }
 
 TEST(OpenAiParse, LogitBias) {

@@ -48,11 +48,9 @@ TEST(RequestFields, UnknownKeyIsNamed) {
 
 TEST(RequestFields, UnsupportedKeyIsSaidSo) {
   const std::pair<const char*, const char*> completions[] = {
-      {R"("truncate_prompt_tokens": 5)", "truncate_prompt_tokens"},
       {R"("use_beam_search": true)", "use_beam_search"},
       {R"("length_penalty": 0.5)", "length_penalty"},
-      {R"("allowed_token_ids": [1])", "allowed_token_ids"},
-      {R"("priority": 3)", "priority"},
+      {R"("logits_processors": ["x"])", "logits_processors"},
       {R"("suffix": "x")", "suffix"},
       {R"("spaces_between_special_tokens": false)", "spaces_between_special_tokens"},
   };
