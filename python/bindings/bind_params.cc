@@ -95,6 +95,7 @@ void bind_params(py::module_& m) {
       .def_readwrite("gpu_memory_utilization", &EngineArgs::gpu_memory_utilization)
       .def_readwrite("max_logprobs", &EngineArgs::max_logprobs)
       .def_readwrite("enable_prefix_caching", &EngineArgs::enable_prefix_caching)
+      .def_readwrite("scheduling_policy", &EngineArgs::scheduling_policy)
       .def_readwrite("enforce_eager", &EngineArgs::enforce_eager)
       .def_readwrite("trace", &EngineArgs::trace);
 
@@ -132,6 +133,9 @@ void bind_params(py::module_& m) {
       .def_readwrite("logprobs", &SamplingParams::logprobs)
       .def_readwrite("prompt_logprobs", &SamplingParams::prompt_logprobs)
       .def_readwrite("skip_special_tokens", &SamplingParams::skip_special_tokens)
+      .def_readwrite("allowed_token_ids", &SamplingParams::allowed_token_ids)
+      .def_readwrite("bad_words", &SamplingParams::bad_words)
+      .def_readwrite("truncate_prompt_tokens", &SamplingParams::truncate_prompt_tokens)
       .def_readwrite("structured_outputs", &SamplingParams::structured_outputs)
       .def("validate", &validate, "ValueError naming the field when a value is out of range");
 

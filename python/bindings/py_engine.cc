@@ -15,13 +15,15 @@ namespace {
 
 std::optional<PyTokenizer> PyEngine::add_request(const std::string& request_id, const std::optional<std::string>& text,
                                                  const std::vector<int32_t>& token_ids, const SamplingParams& params,
-                                                 const std::optional<LoRARequest>& lora) {
+                                                 const std::optional<LoRARequest>& lora, int priority,
+                                                 const std::optional<std::string>& cache_salt) {
   PromptInput prompt;
   prompt.text = text;
   prompt.token_ids = token_ids;
+  prompt.cache_salt = cache_salt;
   // The GIL stays released for the whole call: an adapter's first use reads its files.
   auto added = locked([&]() -> Result<std::shared_ptr<const Tokenizer>> {
-    QV_RETURN_IF_ERROR(engine_->add_request(request_id, prompt, params, lora));
+    QV_RETURN_IF_ERROR(engine_->add_request(request_id, prompt, params, lora, priority));
     // The request registered its adapter if it had to: this only looks the tokenizer up.
     return engine_->tokenizer_for(lora);
   });

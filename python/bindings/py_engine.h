@@ -24,7 +24,8 @@ class PyEngine {
   // through (nullopt: none), for its logprob token text.
   std::optional<PyTokenizer> add_request(const std::string& request_id, const std::optional<std::string>& text,
                                          const std::vector<int32_t>& token_ids, const SamplingParams& params,
-                                         const std::optional<LoRARequest>& lora);
+                                         const std::optional<LoRARequest>& lora, int priority,
+                                         const std::optional<std::string>& cache_salt);
   std::vector<RequestOutput> step();
   // step() keeping only the requests that finished: LLM.generate's loop, which then builds
   // no Python object for a request that merely progressed.

@@ -144,8 +144,10 @@ class SamplingParams:
             raise TypeError(f"{o}.stop must be a str or a list of str, got {stop!r}")
         self.stop: List[str] = list(stop or [])
         self.stop_token_ids: List[int] = check_int_list(o, "stop_token_ids", stop_token_ids)
-        unsupported(o, "bad_words", bad_words or None, None)
-        self.bad_words: List[str] = []
+        if bad_words is not None and (not isinstance(bad_words, (list, tuple))
+                                      or not all(isinstance(w, str) for w in bad_words)):
+            raise TypeError(f"{o}.bad_words must be a list of str, got {bad_words!r}")
+        self.bad_words: List[str] = list(bad_words or [])
         check_bool(o, "ignore_eos", ignore_eos)
         self.ignore_eos = ignore_eos
         check_int(o, "max_tokens", max_tokens, optional=True, minimum=1)
@@ -167,11 +169,13 @@ class SamplingParams:
         self.logits_processors = None
         check_bool(o, "include_stop_str_in_output", include_stop_str_in_output)
         self.include_stop_str_in_output = include_stop_str_in_output
-        unsupported(o, "truncate_prompt_tokens", truncate_prompt_tokens, None)
-        self.truncate_prompt_tokens = None
+        check_int(o, "truncate_prompt_tokens", truncate_prompt_tokens, optional=True)
+        self.truncate_prompt_tokens = truncate_prompt_tokens
         self.logit_bias = _check_logit_bias(logit_bias)
-        unsupported(o, "allowed_token_ids", allowed_token_ids or None, None)
-        self.allowed_token_ids = None
+        if allowed_token_ids is not None and not allowed_token_ids:
+            raise ValueError(f"{o}.allowed_token_ids must not be empty (None allows every token)")
+        self.allowed_token_ids: Optional[List[int]] = (
+            None if allowed_token_ids is None else check_int_list(o, "allowed_token_ids", allowed_token_ids))
         if self.stop and not self.detokenize:
             raise ValueError(f"{o}.stop strings need detokenize=True")
         # _to_native reads the constraint through the server's parser: its refusals name the field.
@@ -212,6 +216,9 @@ class SamplingParams:
         p.logprobs = -1 if self.logprobs is None else self.logprobs
         p.prompt_logprobs = -1 if self.prompt_logprobs is None else self.prompt_logprobs
         p.skip_special_tokens = self.skip_special_tokens
+        p.allowed_token_ids = self.allowed_token_ids or []
+        p.bad_words = self.bad_words
+        p.truncate_prompt_tokens = self.truncate_prompt_tokens
         if self.structured_outputs is not None:
             p.structured_outputs = _quiver.structured_spec(_structured_body(self.structured_outputs))
         return p
@@ -236,6 +243,7 @@ class SamplingParams:
             f"skip_special_tokens={self.skip_special_tokens}, "
             f"spaces_between_special_tokens={self.spaces_between_special_tokens}, "
             f"truncate_prompt_tokens={self.truncate_prompt_tokens}, logit_bias={self.logit_bias}, "
+            f"allowed_token_ids={self.allowed_token_ids}, "
             f"structured_outputs={self.structured_outputs})"
         )
 

@@ -71,9 +71,12 @@ def test_engine_refusals_surface_as_value_errors(kwargs, error, field):
     (dict(logit_bias={"x": 1.0}), TypeError, "logit_bias"),
     (dict(logit_bias={5: 500.0}), ValueError, "logit_bias"),
     (dict(best_of=3), ValueError, "best_of"),
-    (dict(bad_words=["x"]), ValueError, "bad_words"),
-    (dict(allowed_token_ids=[1]), ValueError, "allowed_token_ids"),
-    (dict(truncate_prompt_tokens=4), ValueError, "truncate_prompt_tokens"),
+    (dict(bad_words="x"), TypeError, "bad_words"),
+    (dict(bad_words=["  "]), ValueError, "bad_words"),
+    (dict(allowed_token_ids=[]), ValueError, "allowed_token_ids"),
+    (dict(allowed_token_ids=["1"]), TypeError, "allowed_token_ids"),
+    (dict(truncate_prompt_tokens=0), ValueError, "truncate_prompt_tokens"),
+    (dict(truncate_prompt_tokens=-2), ValueError, "truncate_prompt_tokens"),
     (dict(spaces_between_special_tokens=False), ValueError, "spaces_between_special_tokens"),
 ])
 def test_sampling_params_checks(kwargs, error, field):
@@ -93,8 +96,12 @@ def test_add_request_checks(llm):
         engine.add_request("x", 42, SamplingParams())
     with pytest.raises(TypeError, match="prompt_token_ids"):
         engine.add_request("x", {"prompt_token_ids": "12"}, SamplingParams())
-    with pytest.raises(ValueError, match="priority"):
+    with pytest.raises(ValueError, match="--scheduling-policy priority"):
         engine.add_request("x", "hi", SamplingParams(), priority=1)
+    with pytest.raises(TypeError, match="priority"):
+        engine.add_request("x", "hi", SamplingParams(), priority="1")
+    with pytest.raises(ValueError, match="cache_salt"):
+        engine.add_request("x", {"prompt": "hi", "cache_salt": ""}, SamplingParams())
     with pytest.raises(ValueError, match="stop_token_ids contains 99999"):
         engine.add_request("x", "hi", SamplingParams(stop_token_ids=[99999]))
     with pytest.raises(ValueError, match="the prompt is empty"):

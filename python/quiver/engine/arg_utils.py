@@ -35,6 +35,7 @@ class EngineArgs:
     max_model_len: Optional[int] = None
     block_size: Optional[int] = None
     enable_prefix_caching: Optional[bool] = None
+    scheduling_policy: str = "fcfs"
     enforce_eager: bool = False
     max_num_seqs: Optional[int] = None
     max_num_batched_tokens: Optional[int] = None
@@ -73,6 +74,7 @@ class EngineArgs:
                      "max_cpu_loras", "num_gpu_blocks_override"):
             check_int(o, name, getattr(self, name), optional=True, minimum=1)
         check_bool(o, "enable_prefix_caching", self.enable_prefix_caching, optional=True)
+        check_str(o, "scheduling_policy", self.scheduling_policy, choices=("fcfs", "priority"))
         check_bool(o, "enforce_eager", self.enforce_eager)
         check_bool(o, "enable_chunked_prefill", self.enable_chunked_prefill, optional=True)
         if self.enable_chunked_prefill is False:
@@ -120,6 +122,7 @@ class EngineArgs:
             a.block_size = self.block_size
         if self.enable_prefix_caching is not None:
             a.enable_prefix_caching = self.enable_prefix_caching
+        a.scheduling_policy = self.scheduling_policy
         a.enforce_eager = self.enforce_eager
         if self.max_num_seqs is not None:
             a.max_num_seqs = self.max_num_seqs

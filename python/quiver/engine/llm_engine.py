@@ -7,6 +7,7 @@ the GIL released, and returns a RequestOutput for every request that progressed.
 from typing import Any, Dict, Iterable, List, Optional, Set, Tuple, Union
 
 from .. import _quiver
+from .._checks import check_int
 from ..lora.request import LoRARequest
 from ..outputs import RequestOutput
 from ..sampling_params import SamplingParams
@@ -46,21 +47,24 @@ class LLMEngine:
     def add_request(self, request_id: str, prompt: PromptType, params: SamplingParams,
                     arrival_time: Optional[float] = None, lora_request: Optional[LoRARequest] = None,
                     priority: int = 0) -> None:
-        """Queues a request. prompt is text or {"prompt": text} / {"prompt_token_ids": [...]}.
+        """Queues a request. prompt is text or {"prompt": text} / {"prompt_token_ids": [...]},
+        either with an optional "cache_salt" (its prefix-cache blocks are shared only with
+        prompts of the same salt).
 
         arrival_time is accepted for vLLM's signature; requests are served in the order
-        they are added. The adapter of lora_request is read from disk on first use."""
+        they are added, or by priority (lower first) under EngineArgs(scheduling_policy=
+        "priority"). The adapter of lora_request is read from disk on first use."""
         if not isinstance(request_id, str):
             raise TypeError(f"add_request: request_id must be a str, got {type(request_id).__name__}")
-        if priority != 0:
-            raise ValueError("add_request: priority scheduling is not supported by quiver (priority must be 0)")
-        text, token_ids = _split_prompt(prompt)
-        self._add(request_id, text, token_ids, params, lora_request, text)
+        text, token_ids, cache_salt = _split_prompt(prompt)
+        self._add(request_id, text, token_ids, params, lora_request, text, priority, cache_salt)
 
     def _add(self, request_id: str, text: Optional[str], token_ids: List[int], params: SamplingParams,
-             lora_request: Optional[LoRARequest], prompt_text: Optional[str]) -> None:
+             lora_request: Optional[LoRARequest], prompt_text: Optional[str], priority: int = 0,
+             cache_salt: Optional[str] = None) -> None:
         """text goes to the engine's tokenizer; token_ids are used as given when text is None.
         prompt_text is what the RequestOutput reports as the prompt."""
+        check_int("add_request", "priority", priority)
         if not isinstance(params, SamplingParams):
             raise TypeError(f"add_request: params must be a SamplingParams, got {type(params).__name__}")
         if lora_request is not None and not isinstance(lora_request, LoRARequest):
@@ -72,11 +76,16 @@ class LLMEngine:
             # vLLM's max_tokens=None: as many as the context leaves after the prompt.
             if text is not None:
                 token_ids, text = self.get_tokenizer(lora_request).encode(text), None
-            max_tokens = max(1, self._native.max_model_len - len(token_ids))
+            kept = len(token_ids)
+            if params.truncate_prompt_tokens is not None:
+                cut = params.truncate_prompt_tokens
+                kept = min(kept, self._native.max_model_len if cut == -1 else cut)
+            max_tokens = max(1, self._native.max_model_len - kept)
         lora = None
         if lora_request is not None:
             lora = _native_lora(lora_request)
-        native_tokenizer = self._native.add_request(request_id, text, token_ids, params._to_native(max_tokens), lora)
+        native_tokenizer = self._native.add_request(request_id, text, token_ids, params._to_native(max_tokens), lora,
+                                                    priority, cache_salt)
         tokenizer = self._cached_tokenizer(None if lora_request is None else lora_request.lora_name, native_tokenizer)
         self._requests[request_id] = RequestInfo(params, lora_request, prompt_text, tokenizer)
         if lora_request is not None:
@@ -191,24 +200,28 @@ def _native_lora(r: LoRARequest) -> Any:
     return _quiver.LoRARequest(r.lora_name, r.lora_int_id, r.lora_path)
 
 
-def _split_prompt(prompt: PromptType) -> Tuple[Optional[str], List[int]]:
-    """(text, token_ids) from vLLM's prompt forms: a str, TextPrompt or TokensPrompt."""
+def _split_prompt(prompt: PromptType) -> Tuple[Optional[str], List[int], Optional[str]]:
+    """(text, token_ids, cache_salt) from vLLM's prompt forms: a str, TextPrompt or TokensPrompt."""
     if isinstance(prompt, str):
-        return prompt, []
+        return prompt, [], None
     if isinstance(prompt, dict):
-        unknown = set(prompt) - {"prompt", "prompt_token_ids"}
+        unknown = set(prompt) - {"prompt", "prompt_token_ids", "cache_salt"}
         if unknown:
-            raise ValueError(f"prompt: unsupported keys {sorted(unknown)} (quiver takes 'prompt' or 'prompt_token_ids')")
+            raise ValueError(f"prompt: unsupported keys {sorted(unknown)} "
+                             "(quiver takes 'prompt' or 'prompt_token_ids', and 'cache_salt')")
+        cache_salt = prompt.get("cache_salt")
+        if cache_salt is not None and (not isinstance(cache_salt, str) or not cache_salt):
+            raise ValueError("prompt['cache_salt'] must be a non-empty str")
         if ("prompt" in prompt) == ("prompt_token_ids" in prompt):
             raise ValueError("prompt: give exactly one of 'prompt' (text) or 'prompt_token_ids'")
         if "prompt" in prompt:
             if not isinstance(prompt["prompt"], str):
                 raise TypeError("prompt['prompt'] must be a str")
-            return prompt["prompt"], []
+            return prompt["prompt"], [], cache_salt
         ids = prompt["prompt_token_ids"]
         if not isinstance(ids, (list, tuple)) or not all(isinstance(t, int) and not isinstance(t, bool) for t in ids):
             raise TypeError("prompt['prompt_token_ids'] must be a list of ints")
         if any(t < 0 or t >= 2**31 for t in ids):
             raise ValueError("prompt['prompt_token_ids'] has an id outside [0, 2**31)")
-        return None, list(ids)
+        return None, list(ids), cache_salt
     raise TypeError(f"prompt must be a str or a dict with 'prompt' or 'prompt_token_ids', got {type(prompt).__name__}")

@@ -46,17 +46,21 @@ class LLM:
                  sampling_params: Optional[Union[SamplingParams, Sequence[SamplingParams]]] = None,
                  *, use_tqdm: Union[bool, Callable[..., Any]] = True,
                  lora_request: Optional[Union[LoRARequest, Sequence[Optional[LoRARequest]]]] = None,
-                 ) -> List[RequestOutput]:
+                 priority: Optional[List[int]] = None) -> List[RequestOutput]:
         """Runs every prompt to completion. sampling_params and lora_request are one for
-        all prompts or a list with one per prompt. A prompt that cannot be added raises
+        all prompts or a list with one per prompt; priority, one int per prompt, orders them
+        under EngineArgs(scheduling_policy="priority"). A prompt that cannot be added raises
         ValueError (after the prompts already added are aborted)."""
         if isinstance(prompts, (str, dict)):
             prompts = [prompts]
         items = []
         for p in prompts:
-            text, ids = _split_prompt(p)
-            items.append((text, ids, text))
-        return self._run(items, sampling_params, lora_request, use_tqdm)
+            text, ids, salt = _split_prompt(p)
+            items.append((text, ids, text, salt))
+        if priority is not None:
+            if not isinstance(priority, (list, tuple)) or len(priority) != len(items):
+                raise ValueError(f"generate: priority must be a list with one int per prompt ({len(items)})")
+        return self._run(items, sampling_params, lora_request, use_tqdm, priority)
 
     def chat(self, messages: Union[Conversation, Sequence[Conversation]],
              sampling_params: Optional[Union[SamplingParams, Sequence[SamplingParams]]] = None,
@@ -86,10 +90,11 @@ class LLM:
             tokenizer = self.get_tokenizer(lora)
             text = tokenizer.apply_chat_template(list(conv), tokenize=False, add_generation_prompt=add_generation_prompt,
                                                  chat_template=chat_template, **variables)
-            items.append((None, tokenizer.encode(text, add_special_tokens=False), text))
+            items.append((None, tokenizer.encode(text, add_special_tokens=False), text, None))
         return self._run(items, sampling_params, loras, use_tqdm)
 
-    def _run(self, items: List[Any], sampling_params: Any, lora_request: Any, use_tqdm: Any) -> List[RequestOutput]:
+    def _run(self, items: List[Any], sampling_params: Any, lora_request: Any, use_tqdm: Any,
+             priority: Optional[Sequence[int]] = None) -> List[RequestOutput]:
         n = len(items)
         if sampling_params is None:
             sampling_params = self.get_default_sampling_params()
@@ -100,9 +105,10 @@ class LLM:
         results: List[Optional[RequestOutput]] = [None] * n
         bar = None
         try:
-            for i, (text, ids, prompt_text) in enumerate(items):
+            for i, (text, ids, prompt_text, salt) in enumerate(items):
                 rid = str(next(self._ids))
-                engine._add(rid, text, ids, params[i], loras[i], prompt_text)
+                engine._add(rid, text, ids, params[i], loras[i], prompt_text, 0 if priority is None else priority[i],
+                            salt)
                 index[rid] = i
             bar = _progress_bar(use_tqdm, n)
             start = time.monotonic()
