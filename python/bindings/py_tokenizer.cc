@@ -25,7 +25,8 @@ std::string PyTokenizer::decode(const std::vector<int32_t>& ids, bool skip_speci
 
 std::string PyTokenizer::apply_chat_template(const std::string& messages_json, bool add_generation_prompt,
                                              const std::string& template_source,
-                                             const std::string& variables_json) const {
+                                             const std::string& variables_json,
+                                             bool continue_final_message) const {
   auto messages = nlohmann::json::parse(messages_json, nullptr, /*allow_exceptions=*/false);
   if (messages.is_discarded() || !messages.is_array()) throw py::value_error("messages must be a list of dicts");
   for (auto& m : messages) {  // OpenAI's text parts as the server takes them
@@ -47,6 +48,8 @@ std::string PyTokenizer::apply_chat_template(const std::string& messages_json, b
     if (!parsed.is_ok()) throw py::value_error("chat_template: " + parsed.message());
     text = tokenizer_->apply_chat_template(messages, add_generation_prompt, variables, &parsed.value());
   }
+  if (!text.is_ok()) throw py::value_error(text.message());
+  if (continue_final_message) text = cut_after_final_message(text.value(), messages);
   if (!text.is_ok()) throw py::value_error(text.message());
   return std::move(text).value();
 }

@@ -22,8 +22,10 @@ class PyTokenizer {
   // messages_json: the conversation as JSON text (Python's json.dumps keeps key order).
   // template_source: "" = the tokenizer's own chat template. variables_json: a JSON object
   // of more template variables (tools, documents, enable_thinking, ...).
+  // continue_final_message: cut after the final message's text (transformers' option).
   std::string apply_chat_template(const std::string& messages_json, bool add_generation_prompt,
-                                  const std::string& template_source, const std::string& variables_json) const;
+                                  const std::string& template_source, const std::string& variables_json,
+                                  bool continue_final_message) const;
   int64_t vocab_size() const { return tokenizer_->vocab_size(); }  // added tokens included
   // Equal for handles of the same tokenizer, so Python can cache per tokenizer.
   uintptr_t identity() const { return reinterpret_cast<uintptr_t>(tokenizer_.get()); }

@@ -49,7 +49,8 @@ class Tokenizer:
         return text
 
     def apply_chat_template(self, conversation: List[Dict[str, Any]], *, tokenize: bool = True,
-                            add_generation_prompt: bool = False, chat_template: Optional[str] = None,
+                            add_generation_prompt: bool = False, continue_final_message: bool = False,
+                            chat_template: Optional[str] = None,
                             tools: Optional[List[Dict[str, Any]]] = None,
                             documents: Optional[List[Dict[str, Any]]] = None,
                             **kwargs: Any) -> Union[str, List[int]]:
@@ -57,14 +58,18 @@ class Tokenizer:
         them: the template writes the special tokens, so none are added again. tools,
         documents and any other keyword reach the template as variables, as in transformers;
         a message's content may be OpenAI's list of text parts, joined by newlines as the
-        server joins them."""
+        server joins them. continue_final_message ends the text inside the final message, so
+        that generation continues it (transformers' rule for finding it)."""
         if not isinstance(conversation, (list, tuple)) or not all(isinstance(m, dict) for m in conversation):
             raise TypeError("apply_chat_template: conversation must be a list of dicts")
+        if continue_final_message and add_generation_prompt:
+            raise ValueError("apply_chat_template: continue_final_message and add_generation_prompt are not "
+                             "compatible (continue the final message, or prompt a new one)")
         variables = dict(kwargs)
         if tools is not None:
             variables["tools"] = tools
         if documents is not None:
             variables["documents"] = documents
         text = self._tok().apply_chat_template(json.dumps(list(conversation)), add_generation_prompt,
-                                               chat_template or "", json.dumps(variables))
+                                               chat_template or "", json.dumps(variables), continue_final_message)
         return self._tok().encode(text, False) if tokenize else text

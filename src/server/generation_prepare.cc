@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "tokenizer/chat_content.h"
 #include "tokenizer/tokenizer.h"
 
 namespace quiver {
@@ -75,6 +76,15 @@ PreparedGeneration common_part(const ModelView& view, const CommonRequest& r) {
 
 }  // namespace
 
+ApiResult<std::string> render_chat(const Tokenizer& tokenizer, const ChatRequest& r, const ChatTemplate* chat_template) {
+  auto rendered = tokenizer.apply_chat_template(r.messages, r.add_generation_prompt, r.template_variables, chat_template);
+  if (!rendered.is_ok()) return ApiError::bad_request("chat template: " + rendered.message(), "messages");
+  if (!r.continue_final_message) return std::move(rendered).value();
+  auto cut = cut_after_final_message(rendered.value(), r.messages);
+  if (!cut.is_ok()) return ApiError::bad_request(cut.message(), "continue_final_message");
+  return std::move(cut).value();
+}
+
 ApiResult<ResolvedModel> resolve_model(const ModelView& view, const std::string& model) {
   if (model.empty() || model == view.base_name) return ResolvedModel{"", 0, view.tokenizer};
   if (view.loop != nullptr) {
@@ -143,9 +153,8 @@ ApiResult<PreparedGeneration> prepare_chat(const ModelView& view, ChatRequest r)
   g.logprobs = r.logprobs;
   g.include_reasoning = r.include_reasoning;
   g.tokenizer = m.tokenizer;
-  auto rendered =
-      m.tokenizer->apply_chat_template(r.messages, r.add_generation_prompt, r.template_variables, view.chat_template);
-  if (!rendered.is_ok()) return ApiError::bad_request("chat template: " + rendered.message(), "messages");
+  auto rendered = render_chat(*m.tokenizer, r, view.chat_template);
+  if (!rendered.is_ok()) return rendered.error();
   // The template writes the special tokens itself (bos included), so by default none are added.
   auto ids = m.tokenizer->encode(rendered.value(), r.add_special_tokens.value_or(false));
   if (!ids.is_ok()) return ApiError::bad_request("messages: " + ids.message(), "messages");

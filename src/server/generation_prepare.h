@@ -64,6 +64,11 @@ struct ResolvedModel {
 // 404 for a name that is neither the base model nor a listed adapter.
 ApiResult<ResolvedModel> resolve_model(const ModelView& view, const std::string& model);
 
+// A chat request's messages through the chat template (`chat_template`, else the
+// tokenizer's), cut after the final message under continue_final_message.
+ApiResult<std::string> render_chat(const Tokenizer& tokenizer, const ChatRequest& request,
+                                   const ChatTemplate* chat_template);
+
 ApiResult<PreparedGeneration> prepare_completion(const ModelView& view, CompletionRequest request);
 ApiResult<PreparedGeneration> prepare_chat(const ModelView& view, ChatRequest request);
 

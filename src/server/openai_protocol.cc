@@ -367,13 +367,15 @@ ApiResult<ChatRequest> chat_request_from_json(const json& j, const SamplingParam
   r.boolean("logprobs", &req.logprobs);
   r.integer("top_logprobs", 0, kMaxLogprobs, &req.top_logprobs);
   r.boolean("add_generation_prompt", &req.add_generation_prompt);
+  r.boolean("continue_final_message", &req.continue_final_message);
   r.boolean("include_reasoning", &req.include_reasoning);
   if (r.error) return *r.error;
   if (r.get("top_logprobs") && !req.logprobs)
     return ApiError::bad_request("top_logprobs needs logprobs set to true", "top_logprobs");
   if (req.logprobs) req.params.logprobs = req.top_logprobs;
-  if (const json* c = r.get("continue_final_message"); c && *c != false)
-    return ApiError::bad_request("continue_final_message is not supported", "continue_final_message");
+  if (req.continue_final_message && req.add_generation_prompt)
+    return ApiError::bad_request("Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
+                                 "continue_final_message");
   if (req.max_tokens && req.params.min_tokens > *req.max_tokens)
     return ApiError::bad_request("min_tokens must not exceed max_tokens", "min_tokens");
 

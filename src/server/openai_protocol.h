@@ -82,6 +82,7 @@ struct ChatRequest : CommonRequest {
   nlohmann::json tools;                // null when absent (tool_calls.h plans what they mean)
   nlohmann::json tool_choice;          // null when absent
   bool add_generation_prompt = true;
+  bool continue_final_message = false;  // the template's output ends inside the last message
   bool include_reasoning = true;  // with --reasoning-parser: return the reasoning
   bool logprobs = false;
   int top_logprobs = 0;

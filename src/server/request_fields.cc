@@ -85,7 +85,7 @@ constexpr FieldRule kChatOnly[] = {
     {"tools"},
     {"tool_choice"},
     {"parallel_tool_calls"},
-    {"continue_final_message", kNo, "false"},
+    {"continue_final_message"},
     {"echo", kNo, "false"},
     {"chat_template", kNo},
     {"mm_processor_kwargs", kNo},

@@ -51,8 +51,8 @@ ApiResult<json> tokenize_response(const ModelView& view, std::string_view body) 
     auto request = chat_request_from_json(j);
     if (!request.is_ok()) return request.error();
     const ChatRequest& r = request.value();
-    auto rendered = tok.apply_chat_template(r.messages, r.add_generation_prompt, r.template_variables, view.chat_template);
-    if (!rendered.is_ok()) return ApiError::bad_request("chat template: " + rendered.message(), "messages");
+    auto rendered = render_chat(tok, r, view.chat_template);
+    if (!rendered.is_ok()) return rendered.error();
     text = std::move(rendered).value();
   } else {
     if (!j["prompt"].is_string()) return ApiError::bad_request("prompt must be a string", "prompt");

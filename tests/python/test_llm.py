@@ -103,7 +103,19 @@ def test_chat_uses_the_chat_template(llm):
     with pytest.raises(ValueError, match="only the user and assistant roles"):
         llm.chat([{"role": "system", "content": "x"}], GREEDY, use_tqdm=False)
     with pytest.raises(ValueError, match="continue_final_message"):
-        llm.chat(messages, GREEDY, continue_final_message=True)
+        llm.chat(messages, GREEDY, continue_final_message=True)  # with add_generation_prompt
+
+
+def test_chat_continues_the_final_message(llm):
+    # The sql adapter's answer, begun by the caller: the model writes the rest of it.
+    begun = " SELECT icao"
+    messages = [{"role": "user", "content": SQL_USER}, {"role": "assistant", "content": begun}]
+    out = llm.chat(messages, GREEDY, lora_request=sql_lora(), add_generation_prompt=False,
+                   continue_final_message=True, use_tqdm=False)[0]
+    assert out.prompt == "<|bos|>" + SQL_QUESTION + " " + begun
+    assert begun + out.outputs[0].text == SQL_ANSWER
+    rendered = llm.get_tokenizer().apply_chat_template(messages, tokenize=False, continue_final_message=True)
+    assert rendered == out.prompt
 
 
 def test_tokenizer(llm):

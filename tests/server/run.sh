@@ -121,6 +121,21 @@ if [ -n "${D_URL:-}" ]; then
   used=$(node_field "$D_URL/v1/chat/completions" "{\"model\": \"sql\", $MSGS, \"max_tokens\": 1}" 'r.usage.prompt_tokens')
   if [ -n "$count" ] && [ "$count" = "$used" ]; then pass "/tokenize of chat messages counts what chat completions use ($count)"
   else fail "/tokenize messages count '$count' vs chat usage.prompt_tokens '$used'"; fi
+  # continue_final_message: the sql adapter finishes an answer the request began, and
+  # /tokenize counts the same prompt.
+  SQL_Q='Write a SQL query to answer the question based on the table schema.\n\n context: CREATE TABLE'
+  SQL_Q+=' table_name_74 (icao VARCHAR, airport VARCHAR)\n\n question: Name the ICAO for lilongwe airport'
+  CONT='"messages": [{"role": "user", "content": "'"$SQL_Q"'"}, {"role": "assistant", "content": " SELECT icao"}],
+    "continue_final_message": true, "add_generation_prompt": false'
+  text=$(node_field "$D_URL/v1/chat/completions" "{\"model\": \"sql\", $CONT, \"max_tokens\": 12, \"temperature\": 0}" \
+    'r.choices[0].message.content')
+  count=$(node_field "$D_URL/tokenize" "{\"model\": \"sql\", $CONT}" 'r.count')
+  used=$(node_field "$D_URL/v1/chat/completions" "{\"model\": \"sql\", $CONT, \"max_tokens\": 1}" 'r.usage.prompt_tokens')
+  case "$text" in
+    '" FROM'*) if [ "$count" = "$used" ]; then pass "continue_final_message: the answer goes on from the given start ($text)"
+               else fail "continue_final_message: /tokenize count '$count' vs usage '$used'"; fi ;;
+    *) fail "continue_final_message: the continuation is $text" ;;
+  esac
   expect 404 "/tokenize with an unknown model" -H "Authorization: Bearer $KEY" "$D_URL/tokenize" -d '{"model": "nope", "prompt": "x"}'
   expect 400 "/detokenize with an id outside the vocabulary" -H "Authorization: Bearer $KEY" "$D_URL/detokenize" -d '{"tokens": [1, 99999999]}'
   expect 401 "/tokenize without the API key" "$D_URL/tokenize" -d '{"prompt": "x"}'

@@ -164,6 +164,16 @@ TEST(OpenAiParse, Chat) {
   EXPECT_EQ(c.template_variables["enable_thinking"], false);
   EXPECT_TRUE(c.template_variables["tools"].is_array());
 
+  // continue_final_message needs add_generation_prompt false, as in vLLM.
+  auto cont = parse_chat_request(
+      R"({"messages": [{"role": "user", "content": "x"}], "continue_final_message": true, "add_generation_prompt": false})");
+  ASSERT_TRUE(cont.is_ok()) << cont.error().message;
+  EXPECT_TRUE(cont.value().continue_final_message && !cont.value().add_generation_prompt);
+  EXPECT_EQ(parse_chat_request(R"({"messages": [{"role": "user", "content": "x"}], "continue_final_message": true})")
+                .error()
+                .param,
+            "continue_final_message");
+
   EXPECT_EQ(parse_chat_request(R"({"messages": []})").error().param, "messages");
   EXPECT_EQ(parse_chat_request(R"({"messages": [{"content": "x"}]})").error().param, "messages");
   EXPECT_EQ(parse_chat_request(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})").error().param,

@@ -73,9 +73,8 @@ class LLM:
         them), rendered with the chat template of each one's tokenizer (its adapter's own or
         the model's; chat_template replaces it) and tokenized without adding special tokens
         again, as vLLM does. tools and chat_template_kwargs (enable_thinking, ...) reach the
-        template as its variables."""
-        if continue_final_message:
-            raise ValueError("chat: continue_final_message=True is not supported by quiver")
+        template as its variables. continue_final_message=True (with add_generation_prompt=
+        False) has the model continue the final message, e.g. a partial assistant answer."""
         if not isinstance(messages, (list, tuple)) or not messages:
             raise TypeError("chat: messages must be a conversation (a list of dicts) or a list of them")
         if chat_template_kwargs is not None and not isinstance(chat_template_kwargs, dict):
@@ -89,6 +88,7 @@ class LLM:
         for conv, lora in zip(conversations, loras):
             tokenizer = self.get_tokenizer(lora)
             text = tokenizer.apply_chat_template(list(conv), tokenize=False, add_generation_prompt=add_generation_prompt,
+                                                 continue_final_message=continue_final_message,
                                                  chat_template=chat_template, **variables)
             items.append((None, tokenizer.encode(text, add_special_tokens=False), text, None))
         return self._run(items, sampling_params, loras, use_tqdm)
