@@ -56,6 +56,7 @@ void bind_engine(py::module_& m) {
       .def("tokenizer", &PyEngine::tokenizer, py::arg("lora"))
       .def_property_readonly("max_model_len", &PyEngine::max_model_len)
       .def_property_readonly("vocab_size", &PyEngine::vocab_size)
+      .def_property_readonly("eos_token_ids", &PyEngine::eos_token_ids)
       .def_property_readonly("device", &PyEngine::device)
       .def_property_readonly("args", &PyEngine::args);
 }

@@ -49,6 +49,8 @@ class PyEngine {
 
   int max_model_len() const { return engine_->max_model_len(); }
   int64_t vocab_size() const { return engine_->model_config().vocab_size; }
+  // The ids generation stops at (config.json's and generation_config.json's).
+  std::vector<int64_t> eos_token_ids() const { return engine_->model_config().eos_token_ids; }
   std::string device() const { return engine_->backend()->name(); }
   const EngineArgs& args() const { return engine_->args(); }
 

@@ -262,3 +262,30 @@ def _check_logit_bias(logit_bias: Any) -> Optional[Dict[int, float]]:
             raise TypeError(f"SamplingParams.logit_bias keys must be token ids, got {k!r}") from None
         out[key] = check_float("SamplingParams", "logit_bias", v)
     return out
+
+
+@dataclasses.dataclass
+class BeamSearchParams:
+    """LLM.beam_search's settings, as vllm.sampling_params.BeamSearchParams: beam_width beams
+    (each step keeps the best beam_width of their 2 * beam_width likeliest continuations, so
+    at most half the engine's max_logprobs), up to max_tokens new tokens each; temperature
+    applies to the step's sampling, the scores use the raw logprobs; length_penalty divides
+    a beam's cumulative logprob by its length (prompt included, as vLLM) to that power."""
+
+    beam_width: int
+    max_tokens: int
+    ignore_eos: bool = False
+    temperature: float = 0.0
+    length_penalty: float = 1.0
+    include_stop_str_in_output: bool = False
+
+    def __post_init__(self) -> None:
+        o = "BeamSearchParams"
+        check_int(o, "beam_width", self.beam_width, minimum=1)
+        check_int(o, "max_tokens", self.max_tokens, minimum=1)
+        check_bool(o, "ignore_eos", self.ignore_eos)
+        self.temperature = check_float(o, "temperature", self.temperature)
+        if self.temperature < 0:
+            raise ValueError(f"{o}.temperature must be >= 0, got {self.temperature}")
+        self.length_penalty = check_float(o, "length_penalty", self.length_penalty)
+        check_bool(o, "include_stop_str_in_output", self.include_stop_str_in_output)
