@@ -112,6 +112,15 @@ void bind_params(py::module_& m) {
   m.def("structured_spec", &structured_spec, py::arg("body_json"),
         "The constraint a request body's structured-output fields ask for (ValueError naming the field)");
 
+  py::class_<BeamSearchParams>(m, "BeamSearchParams")
+      .def(py::init<>())
+      .def_readwrite("beam_width", &BeamSearchParams::beam_width)
+      .def_readwrite("max_tokens", &BeamSearchParams::max_tokens)
+      .def_readwrite("ignore_eos", &BeamSearchParams::ignore_eos)
+      .def_readwrite("temperature", &BeamSearchParams::temperature)
+      .def_readwrite("length_penalty", &BeamSearchParams::length_penalty)
+      .def_readwrite("logprobs", &BeamSearchParams::logprobs);
+
   py::class_<SamplingParams>(m, "SamplingParams")
       .def(py::init<>())
       .def_readwrite("n", &SamplingParams::n)

@@ -42,6 +42,8 @@ void bind_engine(py::module_& m) {
       .def(py::init(&create_engine), py::arg("args"))
       .def("add_request", &PyEngine::add_request, py::arg("request_id"), py::arg("text"), py::arg("token_ids"),
            py::arg("params"), py::arg("lora"), py::arg("priority") = 0, py::arg("cache_salt") = py::none())
+      .def("add_beam_search", &PyEngine::add_beam_search, py::arg("request_id"), py::arg("text"),
+           py::arg("token_ids"), py::arg("params"), py::arg("lora"), py::arg("cache_salt") = py::none())
       .def("step", &PyEngine::step)
       .def("step_finished", &PyEngine::step_finished)
       .def("abort_request", &PyEngine::abort_request, py::arg("request_id"))

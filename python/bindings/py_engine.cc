@@ -32,6 +32,25 @@ std::optional<PyTokenizer> PyEngine::add_request(const std::string& request_id, 
   return PyTokenizer(std::move(added).value());
 }
 
+std::optional<PyTokenizer> PyEngine::add_beam_search(const std::string& request_id,
+                                                     const std::optional<std::string>& text,
+                                                     const std::vector<int32_t>& token_ids,
+                                                     const BeamSearchParams& params,
+                                                     const std::optional<LoRARequest>& lora,
+                                                     const std::optional<std::string>& cache_salt) {
+  PromptInput prompt;
+  prompt.text = text;
+  prompt.token_ids = token_ids;
+  prompt.cache_salt = cache_salt;
+  auto added = locked([&]() -> Result<std::shared_ptr<const Tokenizer>> {
+    QV_RETURN_IF_ERROR(engine_->add_beam_search(request_id, prompt, params, lora));
+    return engine_->tokenizer_for(lora);
+  });
+  if (!added.is_ok()) raise_value_error(added.message());
+  if (added.value() == nullptr) return std::nullopt;
+  return PyTokenizer(std::move(added).value());
+}
+
 std::vector<RequestOutput> PyEngine::step() {
   return locked([&] { return engine_->step(); });
 }

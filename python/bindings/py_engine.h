@@ -26,6 +26,11 @@ class PyEngine {
                                          const std::vector<int32_t>& token_ids, const SamplingParams& params,
                                          const std::optional<LoRARequest>& lora, int priority,
                                          const std::optional<std::string>& cache_salt);
+  // LLMEngine::add_beam_search; the same errors and tokenizer as add_request.
+  std::optional<PyTokenizer> add_beam_search(const std::string& request_id, const std::optional<std::string>& text,
+                                             const std::vector<int32_t>& token_ids, const BeamSearchParams& params,
+                                             const std::optional<LoRARequest>& lora,
+                                             const std::optional<std::string>& cache_salt);
   std::vector<RequestOutput> step();
   // step() keeping only the requests that finished: LLM.generate's loop, which then builds
   // no Python object for a request that merely progressed.

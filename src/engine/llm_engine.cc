@@ -180,6 +180,12 @@ Status LLMEngine::add_request(const std::string& id, const PromptInput& prompt, 
 }
 
 bool LLMEngine::abort_request(const std::string& id) {
+  if (auto beam = beams_.find(id); beam != beams_.end()) {
+    beam->second->aborted = true;
+    for (const auto& [part, owner] : beam_parts_)
+      if (owner.first == beam->second.get()) abort_request(part);
+    return true;
+  }
   auto it = requests_.find(id);
   if (it == requests_.end()) return false;
   for (int i = 0; i < static_cast<int>(it->second->seqs.size()); ++i)
@@ -188,7 +194,11 @@ bool LLMEngine::abort_request(const std::string& id) {
   return true;
 }
 
-bool LLMEngine::has_unfinished_requests() const { return !requests_.empty(); }
+bool LLMEngine::has_unfinished_requests() const { return !requests_.empty() || !beams_.empty(); }
+
+int LLMEngine::num_unfinished_requests() const {
+  return static_cast<int>(requests_.size() - beam_parts_.size() + beams_.size());
+}
 
 size_t LLMEngine::weight_bytes() const {
   size_t n = 0;
@@ -320,6 +330,7 @@ std::vector<RequestOutput> LLMEngine::step() {
     pending_finish_.clear();
   }
   std::vector<RequestOutput> outputs = collect_outputs();
+  route_beam_outputs(&outputs);
   record_step(sb, std::move(stats), t0);
   return outputs;
 }
@@ -423,7 +434,7 @@ std::vector<RequestOutput> LLMEngine::collect_outputs() {
       ++it;
       continue;
     }
-    ++counters_.requests_finished;
+    if (!beam_parts_.count(req.id)) ++counters_.requests_finished;  // a beam search counts once, at its end
     for (const auto& st : req.seqs) states_.erase(&st->seq);
     it = requests_.erase(it);
   }

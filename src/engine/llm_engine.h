@@ -17,6 +17,7 @@
 
 #include "backend/backend.h"
 #include "core/status.h"
+#include "engine/beam_search.h"
 #include "engine/engine_args.h"
 #include "engine/engine_rank.h"
 #include "engine/graph_runner.h"
@@ -35,6 +36,7 @@ class BlockPool;
 class Scheduler;
 class EngineLoraSlots;
 struct Request;
+struct BeamRequest;
 struct SeqState;
 struct DeviceSampling;
 struct ScheduledBatch;
@@ -78,11 +80,18 @@ class LLMEngine {
   // the queue under --scheduling-policy priority (lower first) and must be 0 otherwise.
   Status add_request(const std::string& request_id, const PromptInput& prompt, const SamplingParams& params,
                      const std::optional<LoRARequest>& lora = std::nullopt, int priority = 0);
+  // vLLM's beam search as one request (llm_engine_beams.cc): its steps run as one-token
+  // requests of every live beam, batched with everything else, and its one RequestOutput,
+  // when the search ends, has the beam_width best beams as outputs, best first (text and
+  // token_ids of the generated tokens, a final EOS's text left out; finish_reason "stop" at
+  // EOS, else "length"; with params.logprobs, each token's and its step's best candidates).
+  Status add_beam_search(const std::string& request_id, const PromptInput& prompt, const BeamSearchParams& params,
+                         const std::optional<LoRARequest>& lora = std::nullopt, int priority = 0);
   std::vector<RequestOutput> step();
   // Finishes the request with reason "abort" (reported by the next step). False if unknown.
   bool abort_request(const std::string& request_id);
   bool has_unfinished_requests() const;
-  int num_unfinished_requests() const { return static_cast<int>(requests_.size()); }
+  int num_unfinished_requests() const;
 
   Result<AdapterInfo> add_lora(const std::string& name, const std::string& path,
                                const std::vector<std::string>& allowlist = {});
@@ -141,6 +150,13 @@ class LLMEngine {
   void execute_batch(const ScheduledBatch& sb, StepStats* stats);
   void process_scheduled(const ScheduledSeq& ss, StepStats* stats);
   std::vector<RequestOutput> collect_outputs();
+  // Beam searches' part of step(): their one-token requests' outputs are taken out of
+  // `outputs`, each search whose step is complete advances (its next requests added) or
+  // ends (its RequestOutput added to `outputs`).
+  void route_beam_outputs(std::vector<RequestOutput>* outputs);
+  // Adds the one-token requests of a search's live beams.
+  Status add_beam_step(BeamRequest& beam);
+  RequestOutput beam_output(BeamRequest& beam);
   void record_step(const ScheduledBatch& sb, StepStats stats, std::chrono::steady_clock::time_point t0);
   // The token mask of sequence i's grammar state, or null when the sequence is finished
   // instead (nothing the grammar allows, or only an EOS that is held back).
@@ -194,6 +210,10 @@ class LLMEngine {
   std::map<const Tokenizer*, TokenizerGrammars> grammars_;
 
   std::map<std::string, std::unique_ptr<Request>> requests_;
+  std::map<std::string, std::unique_ptr<BeamRequest>> beams_;  // beam searches by request id
+  // Their one-token requests' ids -> (search, live beam index).
+  std::unordered_map<std::string, std::pair<BeamRequest*, size_t>> beam_parts_;
+  int64_t next_beam_part_ = 0;
   std::unordered_map<const Sequence*, SeqState*> states_;  // every live sequence's state
   std::vector<std::string> aborted_;  // reported by the next step
   struct PendingFinish {

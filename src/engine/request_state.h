@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/beam_search.h"
+#include "engine/llm_engine.h"
 #include "engine/request_output.h"
 #include "engine/sampler.h"
 #include "engine/sampling_params.h"
@@ -59,6 +61,22 @@ struct Request {
 
   // Its rows are sampled under a token mask (llm_engine_masks.cc).
   bool masked() const { return grammar != nullptr || constraints.active(); }
+};
+
+// A beam search (LLMEngine::add_beam_search): the search and its current step's requests.
+struct BeamRequest {
+  std::string id;
+  std::string prompt_text;
+  BeamSearch search;
+  std::optional<LoRARequest> lora;
+  int priority = 0;
+  std::optional<std::string> cache_salt;
+  std::shared_ptr<const Tokenizer> tokenizer;  // decodes the beams' text (null: none)
+  std::vector<std::optional<TokenLogprobs>> results;  // this step's, per live beam
+  size_t pending = 0;                                 // this step's requests not finished yet
+  std::string error;
+  bool aborted = false;
+  std::chrono::steady_clock::time_point arrival;
 };
 
 }  // namespace quiver

@@ -10,7 +10,7 @@ from .. import _quiver
 from .._checks import check_int
 from ..lora.request import LoRARequest
 from ..outputs import RequestOutput
-from ..sampling_params import SamplingParams
+from ..sampling_params import BeamSearchParams, SamplingParams
 from ..tokenizer import Tokenizer
 from .arg_utils import EngineArgs
 from .output_builder import OutputBuilder, RequestInfo
@@ -90,6 +90,23 @@ class LLMEngine:
         self._requests[request_id] = RequestInfo(params, lora_request, prompt_text, tokenizer)
         if lora_request is not None:
             self._lora_ids.setdefault(lora_request.lora_name, lora_request.lora_int_id)
+
+    def _add_beam_search(self, request_id: str, text: Optional[str], token_ids: List[int], params: BeamSearchParams,
+                         lora_request: Optional[LoRARequest], cache_salt: Optional[str]) -> None:
+        """One prompt's beam search (LLM.beam_search): its RequestOutput, when the search
+        ends, has the best beams as outputs, with their logprobs."""
+        if request_id in self._requests:
+            raise ValueError(f"beam_search: request id '{request_id}' is already in use")
+        native = _quiver.BeamSearchParams()
+        native.beam_width, native.max_tokens, native.ignore_eos = params.beam_width, params.max_tokens, params.ignore_eos
+        native.temperature, native.length_penalty = params.temperature, params.length_penalty
+        native.logprobs = 2 * params.beam_width  # every candidate, as vLLM's beams carry them
+        lora = None if lora_request is None else _native_lora(lora_request)
+        native_tokenizer = self._native.add_beam_search(request_id, text, token_ids, native, lora, cache_salt)
+        tokenizer = self._cached_tokenizer(None if lora_request is None else lora_request.lora_name, native_tokenizer)
+        # How the outputs are built: logprob dicts and cumulative logprobs, as a request with logprobs.
+        shape = SamplingParams(logprobs=2 * params.beam_width, max_tokens=params.max_tokens)
+        self._requests[request_id] = RequestInfo(shape, lora_request, text, tokenizer)
 
     def abort_request(self, request_id: Union[str, Iterable[str]]) -> None:
         """Finishes the request(s) with finish_reason "abort"; the next step() reports them.

@@ -7,7 +7,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from .._checks import check_int
-from ..beam_search import BeamSearchInstance, BeamSearchOutput
+from ..beam_search import BeamSearchOutput, BeamSearchSequence
 from ..engine.arg_utils import EngineArgs
 from ..engine.llm_engine import LLMEngine, PromptType, _split_prompt
 from ..lora.request import LoRARequest
@@ -99,48 +99,47 @@ class LLM:
                     lora_request: Optional[Union[LoRARequest, Sequence[Optional[LoRARequest]]]] = None,
                     use_tqdm: bool = False, concurrency_limit: Optional[int] = None) -> List[BeamSearchOutput]:
         """vLLM's beam search: for each prompt (text, or a dict with "prompt" or
-        "prompt_token_ids"), its params.beam_width best continuations of up to
-        params.max_tokens tokens, best first (quiver.beam_search). Each step runs one token of
-        every live beam of every prompt as one batch, on each beam's adapter; a beam ends at
-        any of the model's EOS ids unless ignore_eos. concurrency_limit searches that many
-        prompts at a time."""
+        "prompt_token_ids", and "cache_salt"), its params.beam_width best continuations of up
+        to params.max_tokens tokens, best first (quiver.beam_search). The engine runs every
+        prompt's search at once, each on its adapter, batched step by step with everything
+        else; a beam ends at any of the model's EOS ids unless ignore_eos. concurrency_limit
+        searches that many prompts at a time."""
         if not isinstance(params, BeamSearchParams):
             raise TypeError(f"beam_search: params must be a BeamSearchParams, got {type(params).__name__}")
         check_int("beam_search", "concurrency_limit", concurrency_limit, optional=True, minimum=1)
         if isinstance(prompts, (str, dict)):
             prompts = [prompts]
         loras = _per_prompt("lora_request", lora_request, len(prompts), LoRARequest)
-        instances = []
-        for prompt, lora in zip(prompts, loras):
-            text, ids, salt = _split_prompt(prompt)
-            tokenizer = self.get_tokenizer(lora)
-            instances.append(BeamSearchInstance(tokenizer.encode(text) if text is not None else ids, lora, salt,
-                                                tokenizer))
-        # Each step's candidates: twice the width, so that beams ending at EOS leave enough.
-        step = SamplingParams(logprobs=2 * params.beam_width, max_tokens=1, temperature=params.temperature)
-        eos = set(self.llm_engine._native.eos_token_ids)
-        limit = concurrency_limit or max(1, len(instances))
-        groups = [instances[first:first + limit] for first in range(0, len(instances), limit)]
-        bar = _progress_bar(use_tqdm, params.max_tokens * len(groups), "Beam search steps")
+        items = [_split_prompt(p) for p in prompts]
+        limit = concurrency_limit or max(1, len(items))
+        engine = self.llm_engine
+        results: List[Optional[BeamSearchOutput]] = [None] * len(items)
+        bar = _progress_bar(use_tqdm, len(items))
+        index: Dict[str, int] = {}
         try:
-            for group in groups:
-                for _ in range(params.max_tokens):
-                    live = [(inst, beam) for inst in group for beam in inst.beams]
-                    if not live:
-                        break
-                    outs = self._run([(None, beam.tokens, None, inst.cache_salt) for inst, beam in live], step,
-                                     [beam.lora_request for _, beam in live], use_tqdm=False)
-                    grown: Dict[int, List[Any]] = {id(inst): [] for inst in group}
-                    for (inst, beam), out in zip(live, outs):
-                        grown[id(inst)] += inst.extend(beam, out.outputs[0].logprobs[0], eos, params.ignore_eos)
-                    for inst in group:
-                        inst.beams = inst.best(grown[id(inst)], params.beam_width, eos, params.length_penalty)
-                    if bar is not None:
-                        bar.update(1)
+            for first in range(0, len(items), limit):
+                for i in range(first, min(first + limit, len(items))):
+                    rid = str(next(self._ids))
+                    text, ids, salt = items[i]
+                    engine._add_beam_search(rid, text, ids, params, loras[i], salt)
+                    index[rid] = i
+                while engine.has_unfinished_requests():
+                    for out in engine._step_finished():
+                        tokenizer = self.get_tokenizer(out.lora_request)
+                        results[index.pop(out.request_id)] = BeamSearchOutput(sequences=[BeamSearchSequence(
+                            tokens=out.prompt_token_ids + c.token_ids, logprobs=c.logprobs or [],
+                            lora_request=out.lora_request, cum_logprob=c.cumulative_logprob or 0.0,
+                            text=tokenizer.decode(out.prompt_token_ids + c.token_ids) if tokenizer.identity else None,
+                            finish_reason=c.finish_reason) for c in out.outputs])
+                        if bar is not None:
+                            bar.update(1)
+        except BaseException:
+            self._abort_and_drain(list(index))
+            raise
         finally:
             if bar is not None:
                 bar.close()
-        return [inst.output(params.beam_width, eos, params.length_penalty) for inst in instances]
+        return results  # type: ignore[return-value]
 
     def _run(self, items: List[Any], sampling_params: Any, lora_request: Any, use_tqdm: Any,
              priority: Optional[Sequence[int]] = None) -> List[RequestOutput]:
@@ -201,8 +200,8 @@ def _per_prompt(name: str, value: Any, n: int, kind: type) -> List[Any]:
     return list(value)
 
 
-def _progress_bar(use_tqdm: Any, total: int, desc: str = "Processed prompts") -> Any:
+def _progress_bar(use_tqdm: Any, total: int) -> Any:
     if use_tqdm is False or use_tqdm is None:
         return None
     factory = use_tqdm if callable(use_tqdm) else ProgressBar
-    return factory(total=total, desc=desc)
+    return factory(total=total, desc="Processed prompts")
