@@ -17,19 +17,9 @@ std::optional<PyTokenizer> PyEngine::add_request(const std::string& request_id, 
                                                  const std::vector<int32_t>& token_ids, const SamplingParams& params,
                                                  const std::optional<LoRARequest>& lora, int priority,
                                                  const std::optional<std::string>& cache_salt) {
-  PromptInput prompt;
-  prompt.text = text;
-  prompt.token_ids = token_ids;
-  prompt.cache_salt = cache_salt;
-  // The GIL stays released for the whole call: an adapter's first use reads its files.
-  auto added = locked([&]() -> Result<std::shared_ptr<const Tokenizer>> {
-    QV_RETURN_IF_ERROR(engine_->add_request(request_id, prompt, params, lora, priority));
-    // The request registered its adapter if it had to: this only looks the tokenizer up.
-    return engine_->tokenizer_for(lora);
+  return add_with(PromptInput{text, token_ids, cache_salt}, lora, [&](const PromptInput& prompt) {
+    return engine_->add_request(request_id, prompt, params, lora, priority);
   });
-  if (!added.is_ok()) raise_value_error(added.message());
-  if (added.value() == nullptr) return std::nullopt;
-  return PyTokenizer(std::move(added).value());
 }
 
 std::optional<PyTokenizer> PyEngine::add_beam_search(const std::string& request_id,
@@ -38,12 +28,17 @@ std::optional<PyTokenizer> PyEngine::add_beam_search(const std::string& request_
                                                      const BeamSearchParams& params,
                                                      const std::optional<LoRARequest>& lora,
                                                      const std::optional<std::string>& cache_salt) {
-  PromptInput prompt;
-  prompt.text = text;
-  prompt.token_ids = token_ids;
-  prompt.cache_salt = cache_salt;
+  return add_with(PromptInput{text, token_ids, cache_salt}, lora, [&](const PromptInput& prompt) {
+    return engine_->add_beam_search(request_id, prompt, params, lora);
+  });
+}
+
+std::optional<PyTokenizer> PyEngine::add_with(const PromptInput& prompt, const std::optional<LoRARequest>& lora,
+                                              const std::function<Status(const PromptInput&)>& add) {
+  // The GIL stays released for the whole call: an adapter's first use reads its files.
   auto added = locked([&]() -> Result<std::shared_ptr<const Tokenizer>> {
-    QV_RETURN_IF_ERROR(engine_->add_beam_search(request_id, prompt, params, lora));
+    QV_RETURN_IF_ERROR(add(prompt));
+    // The request registered its adapter if it had to: this only looks the tokenizer up.
     return engine_->tokenizer_for(lora);
   });
   if (!added.is_ok()) raise_value_error(added.message());

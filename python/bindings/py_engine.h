@@ -3,6 +3,7 @@
 // without the GIL, and no two threads are ever inside the engine at once.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -60,6 +61,10 @@ class PyEngine {
   const EngineArgs& args() const { return engine_->args(); }
 
  private:
+  // `add` (add_request or add_beam_search) under the engine mutex; ValueError with its
+  // message, else the tokenizer the request's text goes through (nullopt: none).
+  std::optional<PyTokenizer> add_with(const PromptInput& prompt, const std::optional<LoRARequest>& lora,
+                                      const std::function<Status(const PromptInput&)>& add);
   // Runs f under the engine mutex. Waiting for the mutex must not hold the GIL, or a
   // thread inside step() that needs the GIL later could deadlock with this one.
   template <typename F>
