@@ -260,7 +260,8 @@ void EngineLoop::admit(Submission& s) {
     PromptInput prompt;
     prompt.token_ids = std::move(j.prompt_token_ids);
     prompt.cache_salt = j.cache_salt;
-    Status st = engine_->add_request(id, prompt, j.params, lora, j.priority);
+    Status st = j.beam.has_value() ? engine_->add_beam_search(id, prompt, *j.beam, lora, j.priority)
+                                   : engine_->add_request(id, prompt, j.params, lora, j.priority);
     if (!st.is_ok()) {
       error = ApiError::bad_request(st.message());
       break;

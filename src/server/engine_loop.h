@@ -35,6 +35,7 @@ struct EngineJob {
   std::string log_id;  // the response id, for the request log line
   int priority = 0;    // under --scheduling-policy priority
   std::optional<std::string> cache_salt;
+  std::optional<BeamSearchParams> beam;  // use_beam_search: a beam search instead of sampling
 };
 
 class EngineLoop {

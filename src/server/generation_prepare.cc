@@ -49,6 +49,32 @@ std::optional<ApiError> truncate_prompt(const ModelView& view, const SamplingPar
   return std::nullopt;
 }
 
+// use_beam_search, as vLLM's server: n beams of up to max_tokens, the request's
+// temperature, ignore_eos, length_penalty and logprobs. What sampling alone has (stop
+// strings and tokens, constraints, prompt_logprobs) is refused rather than ignored.
+std::optional<ApiError> plan_beam_search(const CommonRequest& r, EngineJob* job) {
+  if (!r.use_beam_search) return std::nullopt;
+  const SamplingParams& p = job->params;
+  const char* with = !p.stop.empty() ? "stop"
+                     : !p.stop_token_ids.empty() ? "stop_token_ids"
+                     : p.structured_outputs.active() ? "structured_outputs"
+                     : p.prompt_logprobs >= 0 ? "prompt_logprobs"
+                     : !p.allowed_token_ids.empty() ? "allowed_token_ids"
+                     : !p.bad_words.empty() ? "bad_words"
+                     : nullptr;
+  if (with != nullptr)
+    return ApiError::bad_request(std::string(with) + " cannot be combined with use_beam_search", with);
+  BeamSearchParams b;
+  b.beam_width = p.n;
+  b.max_tokens = p.max_tokens;
+  b.ignore_eos = p.ignore_eos;
+  b.temperature = p.temperature;
+  b.length_penalty = r.length_penalty;
+  b.logprobs = p.logprobs;
+  job->beam = b;
+  return std::nullopt;
+}
+
 // Attaches the constraint's automaton to `params`; the engine's own message for a refusal.
 std::optional<ApiError> compile_constraint(const ModelView& view, SamplingParams* params) {
   StructuredOutputSpec& spec = params->structured_outputs;
@@ -133,6 +159,7 @@ ApiResult<PreparedGeneration> prepare_completion(const ModelView& view, Completi
     if (auto e = fit_context(job.prompt_token_ids.size(), r.max_tokens, 16, view.max_tokens_cap, view.max_model_len,
                              "prompt", &job.params))
       return *e;
+    if (auto e = plan_beam_search(r, &job)) return *e;
     g.assembler.prompt_texts.push_back(std::move(echo_text));
     g.jobs.push_back(std::move(job));
   }
@@ -181,6 +208,7 @@ ApiResult<PreparedGeneration> prepare_chat(const ModelView& view, ChatRequest r)
   if (auto e = fit_context(job.prompt_token_ids.size(), r.max_tokens, -1, view.max_tokens_cap, view.max_model_len,
                              "messages", &job.params))
     return *e;
+  if (auto e = plan_beam_search(r, &job)) return *e;
   g.jobs.push_back(std::move(job));
   g.assembler.num_jobs = 1;
   return g;

@@ -191,6 +191,8 @@ void read_common(FieldReader& r, CommonRequest* out) {
     p.truncate_prompt_tokens = truncate;
   }
   r.integer("priority", std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max(), &out->priority);
+  r.boolean("use_beam_search", &out->use_beam_search);
+  r.number("length_penalty", -1.0e6, 1.0e6, &out->length_penalty);
   if (const json* salt = r.get("cache_salt"); salt && !r.error) {
     if (!salt->is_string() || salt->get<std::string>().empty())
       return r.fail("cache_salt must be a non-empty string", "cache_salt");

@@ -69,6 +69,8 @@ struct CommonRequest {
   bool return_tokens_as_token_ids = false;  // logprob blocks name tokens "token_id:N"
   int priority = 0;                         // --scheduling-policy priority: lower first
   std::optional<std::string> cache_salt;    // prefix-cache blocks shared only within the salt
+  bool use_beam_search = false;             // vLLM's: n beams instead of n samples
+  float length_penalty = 1.0f;              // the beams' score: logprob over length^length_penalty
 };
 
 struct CompletionRequest : CommonRequest {

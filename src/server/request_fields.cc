@@ -45,6 +45,8 @@ constexpr FieldRule kShared[] = {
     {"truncate_prompt_tokens"},
     {"priority"},
     {"cache_salt"},
+    {"use_beam_search"},
+    {"length_penalty"},
     // structured outputs: parsed where they are implemented
     {"response_format"},
     {"guided_json"},
@@ -53,8 +55,6 @@ constexpr FieldRule kShared[] = {
     {"guided_grammar"},
     {"structured_outputs"},
     // vLLM parameters quiver does not implement
-    {"use_beam_search", kNo, "false"},
-    {"length_penalty", kNo, "1.0"},
     {"spaces_between_special_tokens", kNo, "true"},
     {"guided_decoding_backend", kNo},
     {"guided_whitespace_pattern", kNo},

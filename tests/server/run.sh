@@ -136,6 +136,21 @@ if [ -n "${D_URL:-}" ]; then
                else fail "continue_final_message: /tokenize count '$count' vs usage '$used'"; fi ;;
     *) fail "continue_final_message: the continuation is $text" ;;
   esac
+  # use_beam_search: n beams, best first, whole or streamed; the sql adapter's best begins its
+  # greedy answer.
+  BEAM="{\"model\": \"sql\", \"messages\": [{\"role\": \"user\", \"content\": \"$SQL_Q\"}], \"use_beam_search\": true,
+    \"n\": 3, \"max_tokens\": 8, \"length_penalty\": 1.0"
+  got=$(node_field "$D_URL/v1/chat/completions" "$BEAM}" '[r.choices.length, r.choices[0].message.content]')
+  curl -s -N "$D_URL/v1/chat/completions" -H "Authorization: Bearer $KEY" -d "$BEAM, \"stream\": true}" >"$WORK/beam.txt"
+  streamed=$(node -e 'let t = ""; for (const l of require("fs").readFileSync(process.argv[1], "utf8").split("\n"))
+      if (l.startsWith("data: {")) for (const c of JSON.parse(l.slice(6)).choices) if (c.index === 0) t += c.delta.content || "";
+      console.log(JSON.stringify(t));' "$WORK/beam.txt")
+  case "$got" in
+    '[3," SELECT icao FROM'*) if [ "[3,$streamed]" = "$got" ]; then pass "use_beam_search: 3 beams, the best $got"
+                               else fail "use_beam_search: streamed $streamed, whole $got"; fi ;;
+    *) fail "use_beam_search: $got" ;;
+  esac
+  expect 400 "use_beam_search with stop" -H "Authorization: Bearer $KEY" "$D_URL/v1/chat/completions" -d "$BEAM, \"stop\": \"x\"}"
   expect 404 "/tokenize with an unknown model" -H "Authorization: Bearer $KEY" "$D_URL/tokenize" -d '{"model": "nope", "prompt": "x"}'
   expect 400 "/detokenize with an id outside the vocabulary" -H "Authorization: Bearer $KEY" "$D_URL/detokenize" -d '{"tokens": [1, 99999999]}'
   expect 401 "/tokenize without the API key" "$D_URL/tokenize" -d '{"prompt": "x"}'

@@ -98,6 +98,8 @@ TEST(OpenAiParse, ErrorsNameTheParameter) {
       {R"({"prompt": [1], "priority": 1.5})", "priority"},
       {R"({"prompt": [1], "cache_salt": ""})", "cache_salt"},
       {R"({"prompt": [1], "cache_salt": 7})", "cache_salt"},
+      {R"({"prompt": [1], "use_beam_search": 1})", "use_beam_search"},
+      {R"({"prompt": [1], "length_penalty": "long"})", "length_penalty"},
   };
   for (const auto& [body, param] : cases) {
     auto r = parse_completion_request(body);
@@ -110,7 +112,7 @@ TEST(OpenAiParse, ErrorsNameTheParameter) {
 TEST(OpenAiParse, VllmSamplingAndSchedulingFields) {
   auto r = parse_completion_request(
       R"({"prompt": [1], "allowed_token_ids": [3, 9], "bad_words": ["no", " way out"], "truncate_prompt_tokens": -1,
-          "priority": -4, "cache_salt": "tenant-a"})");
+          "priority": -4, "cache_salt": "tenant-a", "use_beam_search": true, "length_penalty": 0.5})");
   ASSERT_TRUE(r.is_ok()) << r.error().message;
   const CompletionRequest& c = r.value();
   EXPECT_EQ(c.params.allowed_token_ids, (std::vector<int32_t>{3, 9}));
@@ -118,6 +120,8 @@ TEST(OpenAiParse, VllmSamplingAndSchedulingFields) {
   EXPECT_EQ(c.params.truncate_prompt_tokens, -1);
   EXPECT_EQ(c.priority, -4);
   EXPECT_EQ(c.cache_salt, "tenant-a");
+  EXPECT_TRUE(c.use_beam_search);
+  EXPECT_FLOAT_EQ(c.length_penalty, 0.5f);
   auto chat = parse_chat_request(
       R"({"messages": [{"role": "user", "content": "x"}], "truncate_prompt_tokens": 8, "priority": 2})");
   ASSERT_TRUE(chat.is_ok()) << chat.error().message;

@@ -48,8 +48,6 @@ TEST(RequestFields, UnknownKeyIsNamed) {
 
 TEST(RequestFields, UnsupportedKeyIsSaidSo) {
   const std::pair<const char*, const char*> completions[] = {
-      {R"("use_beam_search": true)", "use_beam_search"},
-      {R"("length_penalty": 0.5)", "length_penalty"},
       {R"("logits_processors": ["x"])", "logits_processors"},
       {R"("suffix": "x")", "suffix"},
       {R"("spaces_between_special_tokens": false)", "spaces_between_special_tokens"},
