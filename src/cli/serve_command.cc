@@ -276,6 +276,8 @@ void register_serve(CLI::App& app, int* exit_code) {
                 "usage reports prompt_tokens_details.cached_tokens, the prompt tokens the prefix cache held (vLLM's flag)");
   cmd->add_flag("--return-tokens-as-token-ids", s.return_tokens_as_token_ids,
                 "logprob blocks name tokens \"token_id:N\" for every request (vLLM's flag)");
+  cmd->add_option("--response-role", s.response_role,
+                  "the role of chat answers when the request adds a generation prompt (vLLM's flag; default assistant)");
   cmd->add_flag("--disable-log-requests", s.disable_log_requests,
                 "no log line per request (id, model, prompt/output tokens, TTFT, total time)");
   cmd->add_flag("--disable-log-stats", s.disable_log_stats, "no periodic stats line (throughput, queue, KV, adapters)");

@@ -90,8 +90,8 @@ struct Generation {
       offset += p.text.size();
       return c;
     }
-    return streaming ? chat_delta_choice_json(p, false, prep.logprobs, token_text, prep.return_token_ids)
-                     : chat_choice_json(p, prep.logprobs, token_text, prep.return_token_ids);
+    return streaming ? chat_delta_choice_json(p, "", prep.logprobs, token_text, prep.return_token_ids)
+                     : chat_choice_json(p, prep.role, prep.logprobs, token_text, prep.return_token_ids);
   }
   std::string chunk(const json& choice) const {
     json choices = json::array({choice});
@@ -137,6 +137,7 @@ void respond_whole(Generation& g, httplib::Response& res) {
   for (ChoicePiece& p : g.assembler->final_choices()) {
     g.apply_reasoning(p);  // tool calls are read from the content, after the reasoning
     if (g.prep.chat && g.prep.tools.active()) g.apply_tools(p);
+    p.text = g.prep.echo + p.text;  // chat echo: the last message's text first (vLLM's)
     choices.push_back(g.choice_json(p, false));
   }
   const Usage usage = g.usage();
@@ -151,11 +152,17 @@ bool stream_step(Generation& g, httplib::DataSink& sink) {
   auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
   if (!g.preamble_sent) {
     g.preamble_sent = true;
-    if (g.prep.chat) {  // vLLM's first chat chunk: the role, for every choice
+    if (g.prep.chat) {  // vLLM's first chat chunks: the role, then any echo, for every choice
       for (int i = 0; i < g.prep.assembler.n; ++i) {
         ChoicePiece role;
         role.index = i;
-        if (!write(g.chunk(chat_delta_choice_json(role, true, false, g.token_text, false)))) return false;
+        if (!write(g.chunk(chat_delta_choice_json(role, g.prep.role, false, g.token_text, false)))) return false;
+      }
+      for (int i = 0; i < g.prep.assembler.n && !g.prep.echo.empty(); ++i) {
+        ChoicePiece echo;
+        echo.index = i;
+        echo.text = g.prep.echo;
+        if (!write(g.chunk(chat_delta_choice_json(echo, "", false, g.token_text, false)))) return false;
       }
     }
   }
@@ -235,6 +242,7 @@ ModelView model_view(const ServerContext& ctx) {
   v.max_tokens_cap = ctx.options.max_tokens_cap;
   v.force_include_usage = ctx.options.enable_force_include_usage;
   v.tokens_as_ids = ctx.options.return_tokens_as_token_ids;
+  v.response_role = ctx.options.response_role;
   return v;
 }
 

@@ -180,6 +180,12 @@ ApiResult<PreparedGeneration> prepare_chat(const ModelView& view, ChatRequest r)
   g.logprobs = r.logprobs;
   g.include_reasoning = r.include_reasoning;
   g.tokenizer = m.tokenizer;
+  // vLLM's: the view's role after a generation prompt, else the last message's (its reply
+  // goes on); echo repeats that message's text when its role is the answer's.
+  const nlohmann::json& last = r.messages.back();
+  g.role = r.add_generation_prompt ? view.response_role : last.value("role", std::string());
+  if (r.echo && last.value("role", std::string()) == g.role && last.contains("content") && last["content"].is_string())
+    g.echo = last["content"].get<std::string>();
   auto rendered = render_chat(*m.tokenizer, r, view.chat_template);
   if (!rendered.is_ok()) return rendered.error();
   // The template writes the special tokens itself (bos included), so by default none are added.

@@ -34,6 +34,8 @@ struct PreparedGeneration {
   bool tokens_as_ids = false;  // logprob blocks name tokens "token_id:N"
   ToolPlan tools;         // chat: how the output becomes tool_calls
   bool include_reasoning = true;  // chat under --reasoning-parser: the reasoning is returned
+  std::string role = "assistant";  // chat: the answer's role (--response-role, or the last message's)
+  std::string echo;                // chat echo: the last message's text, before each choice's
   std::shared_ptr<const Tokenizer> tokenizer;  // the model's (adapter's or base's); null: none
 };
 
@@ -52,6 +54,7 @@ struct ModelView {
   int max_tokens_cap = 0;
   bool force_include_usage = false;  // --enable-force-include-usage: streams end with usage
   bool tokens_as_ids = false;        // --return-tokens-as-token-ids: every request's default
+  std::string response_role = "assistant";  // --response-role: the role chat answers come from
 };
 
 // What a "model" field names: the adapter ("" for the base model, also for an empty field)

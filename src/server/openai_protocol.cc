@@ -370,6 +370,7 @@ ApiResult<ChatRequest> chat_request_from_json(const json& j, const SamplingParam
   r.integer("top_logprobs", 0, kMaxLogprobs, &req.top_logprobs);
   r.boolean("add_generation_prompt", &req.add_generation_prompt);
   r.boolean("continue_final_message", &req.continue_final_message);
+  r.boolean("echo", &req.echo);
   r.boolean("include_reasoning", &req.include_reasoning);
   if (r.error) return *r.error;
   if (r.get("top_logprobs") && !req.logprobs)

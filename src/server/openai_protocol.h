@@ -85,6 +85,7 @@ struct ChatRequest : CommonRequest {
   nlohmann::json tool_choice;          // null when absent
   bool add_generation_prompt = true;
   bool continue_final_message = false;  // the template's output ends inside the last message
+  bool echo = false;  // the answer begins with the last message's text when it has the answer's role
   bool include_reasoning = true;  // with --reasoning-parser: return the reasoning
   bool logprobs = false;
   int top_logprobs = 0;

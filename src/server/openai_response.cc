@@ -141,10 +141,11 @@ json completion_chunk_json(const ResponseMeta& meta, json choices) {
   return envelope(meta, "text_completion", std::move(choices));
 }
 
-json chat_choice_json(const ChoicePiece& p, bool logprobs, const TokenText& token_text, bool return_token_ids) {
+json chat_choice_json(const ChoicePiece& p, const std::string& role, bool logprobs, const TokenText& token_text,
+                      bool return_token_ids) {
   // With tool calls or reasoning and no other text, content is null, as OpenAI and vLLM send it.
   const json content = p.text.empty() && (!p.tool_calls.empty() || p.reasoning_parsed) ? json(nullptr) : json(p.text);
-  json message = {{"role", "assistant"}, {"content", content}, {"tool_calls", p.tool_calls}};
+  json message = {{"role", role}, {"content", content}, {"tool_calls", p.tool_calls}};
   if (p.reasoning_parsed) {  // vLLM's field, and its earlier name
     message["reasoning"] = p.reasoning.empty() ? json(nullptr) : json(p.reasoning);
     message["reasoning_content"] = message["reasoning"];
@@ -158,10 +159,11 @@ json chat_choice_json(const ChoicePiece& p, bool logprobs, const TokenText& toke
   return c;
 }
 
-json chat_delta_choice_json(const ChoicePiece& p, bool with_role, bool logprobs, const TokenText& token_text,
+json chat_delta_choice_json(const ChoicePiece& p, const std::string& role, bool logprobs, const TokenText& token_text,
                             bool return_token_ids) {
   json delta = json::object();
-  if (with_role) delta["role"] = "assistant";
+  const bool with_role = !role.empty();
+  if (with_role) delta["role"] = role;
   if (!p.reasoning.empty()) delta["reasoning"] = delta["reasoning_content"] = p.reasoning;
   if (with_role || !p.text.empty()) delta["content"] = p.text;
   if (!p.tool_calls.empty()) {

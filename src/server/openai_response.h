@@ -64,10 +64,11 @@ nlohmann::json completion_choice_json(const ChoicePiece& piece, bool logprobs, c
 nlohmann::json completion_response_json(const ResponseMeta& meta, nlohmann::json choices, const Usage& usage);
 nlohmann::json completion_chunk_json(const ResponseMeta& meta, nlohmann::json choices);
 
-// Chat: a whole message, or a streaming delta (`with_role` on a choice's first chunk).
-nlohmann::json chat_choice_json(const ChoicePiece& piece, bool logprobs, const TokenText& token_text,
-                                bool return_token_ids);
-nlohmann::json chat_delta_choice_json(const ChoicePiece& piece, bool with_role, bool logprobs,
+// Chat: a whole message from `role`, or a streaming delta (`role` on a choice's first
+// chunk, else empty).
+nlohmann::json chat_choice_json(const ChoicePiece& piece, const std::string& role, bool logprobs,
+                                const TokenText& token_text, bool return_token_ids);
+nlohmann::json chat_delta_choice_json(const ChoicePiece& piece, const std::string& role, bool logprobs,
                                       const TokenText& token_text, bool return_token_ids);
 nlohmann::json chat_response_json(const ResponseMeta& meta, nlohmann::json choices, const Usage& usage);
 nlohmann::json chat_chunk_json(const ResponseMeta& meta, nlohmann::json choices);

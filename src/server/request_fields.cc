@@ -86,7 +86,7 @@ constexpr FieldRule kChatOnly[] = {
     {"tool_choice"},
     {"parallel_tool_calls"},
     {"continue_final_message"},
-    {"echo", kNo, "false"},
+    {"echo"},
     {"chat_template", kNo},
     {"mm_processor_kwargs", kNo},
     {"structural_tag", kNo},

@@ -39,6 +39,7 @@ struct ServerOptions {
   bool enable_force_include_usage = false;  // streams end with a usage chunk, stream_options or not
   bool enable_prompt_tokens_details = false;  // usage.prompt_tokens_details.cached_tokens
   bool return_tokens_as_token_ids = false;  // logprob tokens as "token_id:N" for every request
+  std::string response_role = "assistant";  // --response-role: the role of chat answers
   bool disable_log_requests = false;  // no line per finished request
   bool disable_log_stats = false;     // no periodic stats line
   double log_stats_interval_s = 10;   // seconds between stats lines (vLLM's VLLM_LOG_STATS_INTERVAL)

@@ -150,6 +150,18 @@ if [ -n "${D_URL:-}" ]; then
                                else fail "use_beam_search: streamed $streamed, whole $got"; fi ;;
     *) fail "use_beam_search: $got" ;;
   esac
+  # echo with continue_final_message: the whole assistant message, begun and continued,
+  # whole and streamed; its role is the last message's.
+  ECHO="{\"model\": \"sql\", $CONT, \"max_tokens\": 12, \"temperature\": 0, \"echo\": true"
+  got=$(node_field "$D_URL/v1/chat/completions" "$ECHO}" '[r.choices[0].message.role, r.choices[0].message.content]')
+  curl -s -N "$D_URL/v1/chat/completions" -H "Authorization: Bearer $KEY" -d "$ECHO, \"stream\": true}" >"$WORK/echo.txt"
+  streamed=$(node -e 'let t = ""; for (const l of require("fs").readFileSync(process.argv[1], "utf8").split("\n"))
+      if (l.startsWith("data: {")) for (const c of JSON.parse(l.slice(6)).choices) t += c.delta.content || "";
+      console.log(JSON.stringify(t));' "$WORK/echo.txt")
+  want=$(node -e 'console.log(JSON.stringify(["assistant", " SELECT icao" + JSON.parse(process.argv[1])]))' "$text")
+  if [ "$got" = "$want" ] && [ "[\"assistant\",$streamed]" = "$got" ]; then
+    pass "chat echo: the begun message and its continuation ($got)"
+  else fail "chat echo: $got, streamed $streamed, continuation $text"; fi
   expect 400 "use_beam_search with stop" -H "Authorization: Bearer $KEY" "$D_URL/v1/chat/completions" -d "$BEAM, \"stop\": \"x\"}"
   expect 404 "/tokenize with an unknown model" -H "Authorization: Bearer $KEY" "$D_URL/tokenize" -d '{"model": "nope", "prompt": "x"}'
   expect 400 "/detokenize with an id outside the vocabulary" -H "Authorization: Bearer $KEY" "$D_URL/detokenize" -d '{"tokens": [1, 99999999]}'
@@ -172,7 +184,7 @@ fi
 # add up to it.
 if [ -f "$DEMO/base/tokenizer.json" ]; then
   start_server R "$WORK/r.log" "$DEMO/base" --reasoning-parser deepseek_r1 --enable-force-include-usage \
-    --return-tokens-as-token-ids --enable-prompt-tokens-details --scheduling-policy priority
+    --return-tokens-as-token-ids --enable-prompt-tokens-details --scheduling-policy priority --response-role model
   # r_field ROUTE BODY EXPR: Python's EXPR of server R's JSON answer `r`.
   r_field() {
     curl -s "$R_URL$1" -d "$2" | /usr/bin/python3 -c "import json, sys; r = json.load(sys.stdin); print($3)"
@@ -200,6 +212,9 @@ PY
     'r["choices"][0]["message"]["reasoning"], r["choices"][0]["message"]["content"]')
   if [ "$got" = "None None" ]; then pass "reasoning parser: include_reasoning false leaves it out"
   else fail "reasoning parser: include_reasoning false gave $got"; fi
+  got=$(r_field /v1/chat/completions "$BODY}" 'r["choices"][0]["message"]["role"]')
+  if [ "$got" = model ]; then pass "--response-role: the answer's role is model"
+  else fail "--response-role: role $got"; fi
   # stream_options.continuous_usage_stats: every chunk carries the usage so far.
   curl -s -N "$R_URL/v1/chat/completions" \
     -d "$BODY, \"stream\": true, \"stream_options\": {\"continuous_usage_stats\": true}}" >"$WORK/r_usage.txt"

@@ -173,6 +173,8 @@ TEST(OpenAiParse, Chat) {
       R"({"messages": [{"role": "user", "content": "x"}], "continue_final_message": true, "add_generation_prompt": false})");
   ASSERT_TRUE(cont.is_ok()) << cont.error().message;
   EXPECT_TRUE(cont.value().continue_final_message && !cont.value().add_generation_prompt);
+  EXPECT_FALSE(cont.value().echo);
+  EXPECT_TRUE(parse_chat_request(R"({"messages": [{"role": "user", "content": "x"}], "echo": true})").value().echo);
   EXPECT_EQ(parse_chat_request(R"({"messages": [{"role": "user", "content": "x"}], "continue_final_message": true})")
                 .error()
                 .param,
@@ -249,7 +251,7 @@ TEST(OpenAiResponse, ChatChunksAndSse) {
   p.logprobs = {lp};
   p.text = "\xff";  // not UTF-8 on its own
   auto text = [](int32_t) { return std::string("\xe2\x82"); };
-  json d = chat_delta_choice_json(p, true, true, text, false);
+  json d = chat_delta_choice_json(p, "assistant", true, text, false);
   EXPECT_EQ(d["delta"]["role"], "assistant");
   EXPECT_DOUBLE_EQ(d["logprobs"]["content"][0]["logprob"].get<double>(), -9999.0);
   EXPECT_EQ(d["logprobs"]["content"][0]["bytes"], json::array({0xe2, 0x82}));

@@ -79,26 +79,26 @@ TEST(Reasoning, ResponseFields) {
   p.reasoning = "plan";
   p.reasoning_parsed = true;
   p.finish_reason = "stop";
-  const auto whole = chat_choice_json(p, false, token_text, false);
+  const auto whole = chat_choice_json(p, "assistant", false, token_text, false);
   EXPECT_EQ(whole["message"]["reasoning"], "plan");
   EXPECT_EQ(whole["message"]["reasoning_content"], "plan");
   EXPECT_EQ(whole["message"]["content"], "answer");
   p.text.clear();
-  EXPECT_TRUE(chat_choice_json(p, false, token_text, false)["message"]["content"].is_null());
+  EXPECT_TRUE(chat_choice_json(p, "assistant", false, token_text, false)["message"]["content"].is_null());
   p.reasoning.clear();
-  EXPECT_TRUE(chat_choice_json(p, false, token_text, false)["message"]["reasoning"].is_null());
+  EXPECT_TRUE(chat_choice_json(p, "assistant", false, token_text, false)["message"]["reasoning"].is_null());
 
   ChoicePiece d;
   d.reasoning = "step";
   d.reasoning_parsed = true;
-  const auto delta = chat_delta_choice_json(d, false, false, token_text, false)["delta"];
+  const auto delta = chat_delta_choice_json(d, "", false, token_text, false)["delta"];
   EXPECT_EQ(delta["reasoning"], "step");
   EXPECT_EQ(delta["reasoning_content"], "step");
   EXPECT_FALSE(delta.contains("content"));
 
   ChoicePiece plain;
   plain.text = "<think>x</think>y";
-  EXPECT_FALSE(chat_choice_json(plain, false, token_text, false)["message"].contains("reasoning"));
+  EXPECT_FALSE(chat_choice_json(plain, "assistant", false, token_text, false)["message"].contains("reasoning"));
 }
 
 }  // namespace
