@@ -5,12 +5,16 @@ concurrency_limit changes nothing but the grouping."""
 
 import pytest
 
-from conftest import SQL_ANSWER, SQL_QUESTION, sql_lora
+from conftest import DEVICE, SQL_ANSWER, SQL_QUESTION, sql_lora
 from quiver import SamplingParams
 from quiver.beam_search import get_beam_search_score
 from quiver.sampling_params import BeamSearchParams
 
 FORTUNE = "[user] Tell me a fortune. [/user] [assistant]"
+# A beam's tokens, scored one step at a time and rescored as one prompt: the same on the CPU
+# to 1e-3; on CUDA the two schedules round the bf16 activations differently (sums over 12
+# tokens 1.1e-3 and 1.2e-2 apart on an H100), far inside docs/numerics.md's 16-bit bound.
+RESCORE_TOLERANCE = 1e-3 if DEVICE != "cuda" else 2e-2
 
 
 def test_one_beam_is_greedy(llm):
@@ -38,11 +42,14 @@ def test_beams_are_scored_as_the_engine_scores_them(llm):
             assert 1 <= len(generated) <= 12 and len(s.logprobs) == len(generated)
             assert s.finish_reason == ("stop" if generated[-1] in eos else "length")
             assert s.text == tok.decode(s.tokens)
-            # The engine's own logprob of each generated token, from the whole sequence as a prompt.
+            # cum_logprob sums the chosen tokens' entries...
+            steps = [lp[t].logprob for lp, t in zip(s.logprobs, generated)]
+            assert sum(steps) == pytest.approx(s.cum_logprob, abs=1e-9)
+            # ... which are the engine's logprobs of those tokens, as it scores the whole beam as a prompt.
             scored = llm.generate({"prompt_token_ids": s.tokens}, SamplingParams(max_tokens=1, prompt_logprobs=0),
                                   lora_request=lora, use_tqdm=False)[0]
-            total = sum(scored.prompt_logprobs[i][t].logprob for i, t in enumerate(s.tokens) if i >= n_prompt)
-            assert total == pytest.approx(s.cum_logprob, abs=1e-3)
+            again = [scored.prompt_logprobs[n_prompt + k][t].logprob for k, t in enumerate(generated)]
+            assert again == pytest.approx(steps, abs=RESCORE_TOLERANCE)
     # The sql adapter's best beam begins its greedy answer.
     best = outs[1].sequences[0].tokens[len(tok.encode(SQL_QUESTION)):]
     assert len(best) == 12 and SQL_ANSWER.startswith(tok.decode(best))
