@@ -23,7 +23,9 @@ void bind_outputs(py::module_& m) {
       .def_readonly("token_ids", &CompletionOutput::token_ids)
       .def_readonly("logprobs", &CompletionOutput::logprobs)
       .def_readonly("finish_reason", &CompletionOutput::finish_reason)
-      .def_readonly("stop_reason", &CompletionOutput::stop_reason);
+      .def_readonly("stop_reason", &CompletionOutput::stop_reason)
+      .def_readonly("num_new_tokens", &CompletionOutput::num_new_tokens)
+      .def_readonly("delta_text", &CompletionOutput::delta_text);
 
   py::class_<RequestOutput>(m, "RequestOutput")
       .def_readonly("request_id", &RequestOutput::request_id)

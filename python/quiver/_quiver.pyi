@@ -106,6 +106,8 @@ class CompletionOutput:
     logprobs: List[TokenLogprobs]
     finish_reason: str
     stop_reason: Optional[str]
+    num_new_tokens: int
+    delta_text: str
 
 class RequestOutput:
     request_id: str

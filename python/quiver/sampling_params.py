@@ -2,6 +2,7 @@
 
 import copy
 import dataclasses
+import enum
 import json as _json
 from typing import Any, Dict, List, Optional, Union
 
@@ -80,6 +81,17 @@ def _structured_body(params: StructuredOutputsParams) -> str:
         raise TypeError(f"SamplingParams.structured_outputs: {e}") from None
 
 
+class RequestOutputKind(enum.IntEnum):
+    """What LLMEngine.step() reports of a request, as vLLM's: CUMULATIVE (everything so far),
+    DELTA (what this step added: text, token ids and logprobs; cumulative_logprob stays the
+    running total) or FINAL_ONLY (nothing until it finishes). LLM.generate always returns
+    whole outputs."""
+
+    CUMULATIVE = 0
+    DELTA = 1
+    FINAL_ONLY = 2
+
+
 class SamplingParams:
     """How one request samples: the fields and defaults of vllm.SamplingParams.
 
@@ -118,6 +130,7 @@ class SamplingParams:
         allowed_token_ids: Optional[List[int]] = None,
         structured_outputs: Optional[StructuredOutputsParams] = None,
         guided_decoding: Optional[StructuredOutputsParams] = None,
+        output_kind: RequestOutputKind = RequestOutputKind.CUMULATIVE,
     ) -> None:
         o = "SamplingParams"
         check_int(o, "n", n, minimum=1)
@@ -176,6 +189,9 @@ class SamplingParams:
             raise ValueError(f"{o}.allowed_token_ids must not be empty (None allows every token)")
         self.allowed_token_ids: Optional[List[int]] = (
             None if allowed_token_ids is None else check_int_list(o, "allowed_token_ids", allowed_token_ids))
+        if not isinstance(output_kind, RequestOutputKind):
+            raise TypeError(f"{o}.output_kind must be a RequestOutputKind, got {output_kind!r}")
+        self.output_kind = output_kind
         if self.stop and not self.detokenize:
             raise ValueError(f"{o}.stop strings need detokenize=True")
         # _to_native reads the constraint through the server's parser: its refusals name the field.

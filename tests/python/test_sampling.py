@@ -5,6 +5,7 @@ import pytest
 
 from conftest import SQL_ANSWER, SQL_QUESTION, engine_kwargs, sql_lora
 from quiver import LLM, Logprob, SamplingParams
+from quiver.sampling_params import RequestOutputKind
 
 FORTUNE = "[user] Tell me a fortune. [/user] [assistant]"
 
@@ -98,3 +99,31 @@ def test_vllm_defaults():
     assert (g.top_p, g.top_k, g.sampling_type) == (1.0, 0, "greedy")
     assert p.clone() == p and p.clone() is not p
     assert repr(p).startswith("SamplingParams(n=1, presence_penalty=0.0, frequency_penalty=0.0, ")
+
+
+def test_output_kinds_cumulative_delta_and_final_only(llm):
+    engine = llm.llm_engine
+    base = dict(temperature=1.0, seed=21, max_tokens=12, ignore_eos=True, logprobs=1, n=2)
+    for kind in RequestOutputKind:
+        engine.add_request(kind.name, FORTUNE, SamplingParams(output_kind=kind, **base))
+    seen = {kind.name: [] for kind in RequestOutputKind}
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            seen[out.request_id].append(out)
+    whole = seen["CUMULATIVE"][-1]
+    assert len(seen["CUMULATIVE"]) > 1 and [o.finished for o in seen["FINAL_ONLY"]] == [True]
+    final = seen["FINAL_ONLY"][0]
+    deltas = seen["DELTA"]
+    for i in range(2):
+        c = whole.outputs[i]
+        assert final.outputs[i].token_ids == c.token_ids and final.outputs[i].text == c.text
+        # The deltas add up to the whole output, text, ids and logprobs alike.
+        assert sum((d.outputs[i].token_ids for d in deltas), []) == c.token_ids
+        assert "".join(d.outputs[i].text for d in deltas) == c.text
+        assert sum((d.outputs[i].logprobs for d in deltas), []) == c.logprobs
+        assert deltas[-1].outputs[i].cumulative_logprob == pytest.approx(c.cumulative_logprob)
+    # LLM.generate returns whole outputs whatever the kind.
+    out = llm.generate(FORTUNE, SamplingParams(output_kind=RequestOutputKind.DELTA, **base), use_tqdm=False)[0]
+    assert [c.token_ids for c in out.outputs] == [c.token_ids for c in whole.outputs]
+    with pytest.raises(TypeError, match="output_kind"):
+        SamplingParams(output_kind=1)

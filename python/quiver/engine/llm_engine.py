@@ -10,7 +10,7 @@ from .. import _quiver
 from .._checks import check_int
 from ..lora.request import LoRARequest
 from ..outputs import RequestOutput
-from ..sampling_params import BeamSearchParams, SamplingParams
+from ..sampling_params import BeamSearchParams, RequestOutputKind, SamplingParams
 from ..tokenizer import Tokenizer
 from .arg_utils import EngineArgs
 from .output_builder import OutputBuilder, RequestInfo
@@ -119,18 +119,22 @@ class LLMEngine:
 
     def step(self) -> List[RequestOutput]:
         """Runs one engine step; returns the requests that progressed (finished ones last
-        appear here with finished=True)."""
+        appear here with finished=True), each as its SamplingParams.output_kind asks: whole
+        so far, this step's delta, or only once finished."""
         outputs = []
         for raw in self._native.step():
             info = self._requests[raw.request_id]
             if raw.finished:
                 del self._requests[raw.request_id]
+            elif info.params.output_kind == RequestOutputKind.FINAL_ONLY:
+                continue
             outputs.append(self._builder.build(raw, info))
         return outputs
 
     def _step_finished(self) -> List[RequestOutput]:
         """step() converting only the requests that finished (LLM.generate's loop)."""
-        return [self._builder.build(raw, self._requests.pop(raw.request_id)) for raw in self._native.step_finished()]
+        return [self._builder.build(raw, self._requests.pop(raw.request_id), whole=True)
+                for raw in self._native.step_finished()]
 
     def has_unfinished_requests(self) -> bool:
         return self._native.has_unfinished_requests()

@@ -8,7 +8,7 @@ from typing import Any, Dict, Optional
 from ..logprobs import Logprob
 from ..lora.request import LoRARequest
 from ..outputs import CompletionOutput, RequestOutput
-from ..sampling_params import SamplingParams
+from ..sampling_params import RequestOutputKind, SamplingParams
 from ..tokenizer import Tokenizer
 
 
@@ -32,20 +32,28 @@ class OutputBuilder:
                 d[token] = Logprob(logprob, rank, tokenizer.token_text(token))
         return d
 
-    def build(self, raw: Any, info: RequestInfo) -> RequestOutput:
+    def build(self, raw: Any, info: RequestInfo, whole: bool = False) -> RequestOutput:
+        """The request's output as its params.output_kind asks (whole: cumulative anyway)."""
         params = info.params
+        delta = params.output_kind == RequestOutputKind.DELTA and not whole
         completions = []
         for c in raw.outputs:
+            token_ids = c.token_ids
+            entries = c.logprobs
+            if delta:  # this step's part; the cumulative logprob still counts them all
+                new = c.num_new_tokens
+                token_ids = token_ids[len(token_ids) - new:]
+                entries = entries[len(entries) - min(new, len(entries)):]
             logprobs = None
             cumulative = None
             if params.logprobs is not None:
-                entries = c.logprobs
                 logprobs = [self.logprob_dict(e, info.tokenizer) for e in entries]
-                cumulative = sum(e.logprob for e in entries)
+                cumulative = sum(e.logprob for e in c.logprobs)
+            text = c.delta_text if delta else c.text
             completions.append(CompletionOutput(
                 index=c.index,
-                text=c.text if params.detokenize else "",
-                token_ids=c.token_ids,
+                text=text if params.detokenize else "",
+                token_ids=token_ids,
                 cumulative_logprob=cumulative,
                 logprobs=logprobs,
                 finish_reason=c.finish_reason or None,
