@@ -48,6 +48,7 @@ void bind_engine(py::module_& m) {
       .def("step_finished", &PyEngine::step_finished)
       .def("abort_request", &PyEngine::abort_request, py::arg("request_id"))
       .def("has_unfinished_requests", &PyEngine::has_unfinished_requests)
+      .def("reset_prefix_cache", &PyEngine::reset_prefix_cache)
       .def("num_unfinished_requests", &PyEngine::num_unfinished_requests)
       .def("last_step", &PyEngine::last_step)
       .def("counters", &PyEngine::counters)

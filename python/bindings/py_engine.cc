@@ -61,6 +61,9 @@ std::vector<RequestOutput> PyEngine::step_finished() {
 bool PyEngine::abort_request(const std::string& request_id) {
   return locked([&] { return engine_->abort_request(request_id); });
 }
+bool PyEngine::reset_prefix_cache() {
+  return locked([&] { return engine_->reset_prefix_cache(); });
+}
 bool PyEngine::has_unfinished_requests() {
   return locked([&] { return engine_->has_unfinished_requests(); });
 }

@@ -38,6 +38,7 @@ class PyEngine {
   std::vector<RequestOutput> step_finished();
   bool abort_request(const std::string& request_id);
   bool has_unfinished_requests();
+  bool reset_prefix_cache();
   int num_unfinished_requests();
   StepStats last_step();
   EngineCounters counters();

@@ -194,6 +194,8 @@ bool LLMEngine::abort_request(const std::string& id) {
   return true;
 }
 
+bool LLMEngine::reset_prefix_cache() { return blocks_->reset_prefix_cache(); }
+
 bool LLMEngine::has_unfinished_requests() const { return !requests_.empty() || !beams_.empty(); }
 
 int LLMEngine::num_unfinished_requests() const {

@@ -91,6 +91,9 @@ class LLMEngine {
   // Finishes the request with reason "abort" (reported by the next step). False if unknown.
   bool abort_request(const std::string& request_id);
   bool has_unfinished_requests() const;
+  // vLLM's reset_prefix_cache (after changing weights, or between benchmark runs): the
+  // prefix cache forgets every block; false, with nothing changed, while requests run.
+  bool reset_prefix_cache();
   int num_unfinished_requests() const;
 
   Result<AdapterInfo> add_lora(const std::string& name, const std::string& path,

@@ -1,5 +1,7 @@
 #include "kv/block_pool.h"
 
+#include <algorithm>
+
 #include <xxhash.h>
 
 #include "core/check.h"
@@ -56,6 +58,13 @@ uint64_t BlockPool::hash_block(uint64_t parent_hash, std::span<const int32_t> to
 uint64_t BlockPool::salt_root(std::string_view salt) {
   const uint64_t h = XXH3_64bits(salt.data(), salt.size());
   return h == 0 ? 1 : h;
+}
+
+bool BlockPool::reset_prefix_cache() {
+  if (num_used() > 0) return false;
+  cached_.clear();
+  std::fill(hash_of_.begin(), hash_of_.end(), 0);
+  return true;
 }
 
 std::vector<int> BlockPool::match_prefix(std::span<const int32_t> tokens, uint64_t lora_uid, uint64_t root) {

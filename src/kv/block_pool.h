@@ -38,6 +38,9 @@ class BlockPool {
   std::vector<int> match_prefix(std::span<const int32_t> tokens, uint64_t lora_uid, uint64_t root = 0);
   // Publishes a full block under its hash (no-op if caching is off or already published).
   void publish(int block, uint64_t hash);
+  // Forgets every published block, as vLLM's reset_prefix_cache: only when no block is in
+  // use (false otherwise, nothing changed), so no running sequence loses what it matched.
+  bool reset_prefix_cache();
 
   // Cache hits are counted by the caller once matched blocks are actually used: a match
   // may be handed back (admission rolled back, last block recomputed) and retried.

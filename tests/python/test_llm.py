@@ -243,3 +243,19 @@ def test_num_cached_tokens_counts_prefix_cache_hits():
     off = LLM(**engine_kwargs(enable_prefix_caching=False))
     off.generate(SQL_QUESTION, greedy, use_tqdm=False)
     assert off.generate(SQL_QUESTION, greedy, use_tqdm=False)[0].num_cached_tokens == 0
+
+
+def test_reset_prefix_cache():
+    model = LLM(**engine_kwargs(block_size=16))
+    greedy = SamplingParams(temperature=0, max_tokens=2)
+    first = model.generate(SQL_QUESTION, greedy, use_tqdm=False)[0]
+    assert model.generate(SQL_QUESTION, greedy, use_tqdm=False)[0].num_cached_tokens > 0
+    engine = model.llm_engine
+    engine.add_request("running", SQL_QUESTION, SamplingParams(max_tokens=4))
+    engine.step()
+    assert model.reset_prefix_cache() is False  # a request holds blocks: nothing changes
+    while engine.has_unfinished_requests():
+        engine.step()
+    assert model.reset_prefix_cache() is True
+    after = model.generate(SQL_QUESTION, greedy, use_tqdm=False)[0]
+    assert after.num_cached_tokens == 0 and after.outputs[0].token_ids == first.outputs[0].token_ids

@@ -203,6 +203,27 @@ TEST(BlockPool, PublishingADuplicateKeepsTheFirstBlock) {
   EXPECT_EQ(pool.num_free(), 4);
 }
 
+TEST(BlockPool, ResetForgetsPublishedBlocksOnlyWhenNoneIsInUse) {
+  BlockPool pool(4, kBs, true);
+  auto tokens = iota_tokens(8);
+  auto blocks = alloc_n(pool, 2);
+  publish_chain(pool, blocks, tokens, 0);
+  EXPECT_FALSE(pool.reset_prefix_cache());  // in use: nothing changes
+  for (int b : blocks) pool.free(b);
+  auto m = pool.match_prefix(tokens, 0);
+  EXPECT_EQ(m.size(), 2u);
+  for (int b : m) pool.free(b);
+  EXPECT_TRUE(pool.reset_prefix_cache());
+  EXPECT_TRUE(pool.match_prefix(tokens, 0).empty());
+  for (int b : blocks) EXPECT_EQ(pool.published_hash(b), 0u);
+  EXPECT_EQ(pool.num_free(), 4);
+  // Publishing works as before afterwards.
+  auto again = alloc_n(pool, 2);
+  publish_chain(pool, again, tokens, 0);
+  for (int b : again) pool.free(b);
+  EXPECT_EQ(pool.match_prefix(tokens, 0).size(), 2u);
+}
+
 TEST(BlockPool, SharedBlockIsFreedOnlyByItsLastOwner) {
   BlockPool pool(2, kBs, true);
   auto tokens = iota_tokens(4);

@@ -136,6 +136,13 @@ class LLMEngine:
         return [self._builder.build(raw, self._requests.pop(raw.request_id), whole=True)
                 for raw in self._native.step_finished()]
 
+    def reset_prefix_cache(self, device: Any = None) -> bool:
+        """vLLM's: the prefix cache forgets every block (after new weights, or between benchmark
+        runs). False, with nothing changed, while requests hold blocks."""
+        if device is not None:
+            raise ValueError("reset_prefix_cache: device is not supported by quiver (one cache per engine)")
+        return self._native.reset_prefix_cache()
+
     def has_unfinished_requests(self) -> bool:
         return self._native.has_unfinished_requests()
 

@@ -39,6 +39,10 @@ class LLM:
         override_generation_config), else SamplingParams()'s defaults, as in vLLM."""
         return SamplingParams(**self._default_sampling)
 
+    def reset_prefix_cache(self, device: Any = None) -> bool:
+        """vLLM's: the prefix cache forgets every block (LLMEngine.reset_prefix_cache)."""
+        return self.llm_engine.reset_prefix_cache(device)
+
     def get_tokenizer(self, lora_request: Optional[LoRARequest] = None) -> Tokenizer:
         """The tokenizer of requests with lora_request (the model's without one): encode,
         decode, apply_chat_template (LLMEngine.get_tokenizer)."""
