@@ -184,9 +184,11 @@ int run_serve(ServeOptions& o) {
     std::cerr << "quiver serve: " << s.message() << "\n";
     return 2;
   }
+  if (o.server.served_model_names.empty()) o.server.served_model_names.push_back(o.engine.args.model);
+  const std::vector<std::string>& names = o.server.served_model_names;
   for (const auto& [name, path] : o.engine.args.lora_modules) {
-    if (name == (o.server.served_model_name.empty() ? o.engine.args.model : o.server.served_model_name)) {
-      std::cerr << "quiver serve: adapter name '" << name << "' is the base model's name\n";
+    if (std::find(names.begin(), names.end(), name) != names.end()) {
+      std::cerr << "quiver serve: adapter name '" << name << "' is a name of the base model\n";
       return 2;
     }
   }
@@ -195,7 +197,7 @@ int run_serve(ServeOptions& o) {
     std::cerr << "quiver serve: " << created.message() << "\n";
     return 1;
   }
-  const std::string model_name = o.server.served_model_name.empty() ? o.engine.args.model : o.server.served_model_name;
+  const std::string model_name = names.front();
   const LLMEngine& engine = *created.value();
   ServerMetrics metrics(model_name,
                         CacheConfigInfo{engine.args().block_size, engine.last_step().kv_blocks_total,
@@ -238,7 +240,8 @@ void register_serve(CLI::App& app, int* exit_code) {
   ServerOptions& s = opts->server;
   cmd->add_option("--host", s.host, "address to listen on (default 127.0.0.1: this machine only)");
   cmd->add_option("--port", s.port, "port to listen on (0 = any free port)");
-  cmd->add_option("--served-model-name", s.served_model_name, "the base model's name in the API (default: --model)");
+  cmd->add_option("--served-model-name", s.served_model_names,
+                  "the base model's name(s) in the API, the first in responses (default: --model)");
   cmd->add_option("--api-key", s.api_key, "require 'Authorization: Bearer KEY' on every route but /health and /metrics");
   cmd->add_flag("--show-model-paths", s.show_model_paths, "list model and adapter folders in /v1/models");
   cmd->add_flag("--allow-runtime-lora-updating", s.allow_runtime_lora_updating,

@@ -85,9 +85,9 @@ std::optional<ApiError> compile_constraint(const ModelView& view, SamplingParams
   return std::nullopt;
 }
 
-PreparedGeneration common_part(const ModelView& view, const CommonRequest& r) {
+PreparedGeneration common_part(const ModelView& view, const CommonRequest& r, const ResolvedModel& m) {
   PreparedGeneration g;
-  g.meta.model = r.model.empty() ? view.base_name : r.model;
+  g.meta.model = m.lora.empty() ? view.base_name : m.lora;  // the base model by its first name, as vLLM
   g.stream = r.stream;
   g.include_usage = r.stream && (r.include_usage || view.force_include_usage);
   g.continuous_usage = g.include_usage && r.continuous_usage;
@@ -112,7 +112,9 @@ ApiResult<std::string> render_chat(const Tokenizer& tokenizer, const ChatRequest
 }
 
 ApiResult<ResolvedModel> resolve_model(const ModelView& view, const std::string& model) {
-  if (model.empty() || model == view.base_name) return ResolvedModel{"", 0, view.tokenizer};
+  if (model.empty() || model == view.base_name ||
+      std::find(view.base_aliases.begin(), view.base_aliases.end(), model) != view.base_aliases.end())
+    return ResolvedModel{"", 0, view.tokenizer};
   if (view.loop != nullptr) {
     if (std::optional<AdapterInfo> a = view.loop->find_adapter(model)) return ResolvedModel{model, a->uid, a->tokenizer};
   }
@@ -124,7 +126,7 @@ ApiResult<PreparedGeneration> prepare_completion(const ModelView& view, Completi
   if (!resolved.is_ok()) return resolved.error();
   const ResolvedModel& m = resolved.value();
   const Tokenizer* tokenizer = m.tokenizer.get();
-  PreparedGeneration g = common_part(view, r);
+  PreparedGeneration g = common_part(view, r, m);
   g.tokenizer = m.tokenizer;
   g.logprobs = r.params.logprobs >= 0;
   g.assembler.echo = r.echo;
@@ -175,7 +177,7 @@ ApiResult<PreparedGeneration> prepare_chat(const ModelView& view, ChatRequest r)
     return ApiError::bad_request("this model has no tokenizer, so it cannot render chat messages; "
                                  "use /v1/completions with token ids",
                                  "messages");
-  PreparedGeneration g = common_part(view, r);
+  PreparedGeneration g = common_part(view, r, m);
   g.chat = true;
   g.logprobs = r.logprobs;
   g.include_reasoning = r.include_reasoning;

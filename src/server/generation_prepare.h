@@ -55,6 +55,7 @@ struct ModelView {
   bool force_include_usage = false;  // --enable-force-include-usage: streams end with usage
   bool tokens_as_ids = false;        // --return-tokens-as-token-ids: every request's default
   std::string response_role = "assistant";  // --response-role: the role chat answers come from
+  std::vector<std::string> base_aliases = {};  // more names of the base model (--served-model-name)
 };
 
 // What a "model" field names: the adapter ("" for the base model, also for an empty field)

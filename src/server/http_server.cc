@@ -4,6 +4,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <ctime>
@@ -83,6 +84,10 @@ void handle_models(ServerContext& ctx, httplib::Response& res) {
   json data = json::array();
   data.push_back(model_card(ctx.model_name, paths ? ctx.model_path : ctx.model_name, nullptr, ctx.started_unix,
                             ctx.loop->max_model_len()));
+  for (const std::string& alias : ctx.options.served_model_names)  // --served-model-name's others
+    if (alias != ctx.model_name)
+      data.push_back(model_card(alias, paths ? ctx.model_path : alias, nullptr, ctx.started_unix,
+                                ctx.loop->max_model_len()));
   for (const AdapterInfo& a : ctx.loop->adapters())
     data.push_back(model_card(a.name, paths ? a.path : a.name, ctx.model_name, ctx.started_unix,
                               ctx.loop->max_model_len()));
@@ -95,8 +100,9 @@ void handle_load_lora(ServerContext& ctx, const httplib::Request& req, httplib::
   auto parsed = parse_load_lora_request(req.body);
   if (!parsed.is_ok()) return send_error(res, parsed.error());
   const LoadLoraRequest& r = parsed.value();
-  if (r.name == ctx.model_name)
-    return send_error(res, ApiError::bad_request("lora_name must differ from the base model's name", "lora_name"));
+  const std::vector<std::string>& names = ctx.options.served_model_names;
+  if (r.name == ctx.model_name || std::find(names.begin(), names.end(), r.name) != names.end())
+    return send_error(res, ApiError::bad_request("lora_name must differ from the base model's names", "lora_name"));
   auto path = resolve_allowed_lora_path(r.path, ctx.options.lora_path_allowlist);
   if (!path.is_ok()) return send_error(res, ApiError::bad_request(path.message(), "lora_path"));
   auto loaded = ctx.loop->load_lora(r.name, path.value(), ctx.options.lora_path_allowlist);

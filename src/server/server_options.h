@@ -19,7 +19,9 @@ namespace quiver {
 struct ServerOptions {
   std::string host = "127.0.0.1";   // loopback unless asked otherwise
   int port = 8000;
-  std::string served_model_name;    // empty = the --model argument, as vLLM names it
+  // --served-model-name: the base model's names in the API, the first in responses (empty =
+  // the --model argument, as vLLM names it); requests may use any.
+  std::vector<std::string> served_model_names;
   std::string api_key;              // empty = no authentication
   bool allow_runtime_lora_updating = false;
   std::vector<std::string> lora_path_allowlist;  // folders adapters may be loaded from at run time

@@ -184,7 +184,8 @@ fi
 # add up to it.
 if [ -f "$DEMO/base/tokenizer.json" ]; then
   start_server R "$WORK/r.log" "$DEMO/base" --reasoning-parser deepseek_r1 --enable-force-include-usage \
-    --return-tokens-as-token-ids --enable-prompt-tokens-details --scheduling-policy priority --response-role model
+    --return-tokens-as-token-ids --enable-prompt-tokens-details --scheduling-policy priority --response-role model \
+    --served-model-name demo demo-alias
   # r_field ROUTE BODY EXPR: Python's EXPR of server R's JSON answer `r`.
   r_field() {
     curl -s "$R_URL$1" -d "$2" | /usr/bin/python3 -c "import json, sys; r = json.load(sys.stdin); print($3)"
@@ -258,6 +259,11 @@ PY
     "priority": -3, "bad_words": ["the"]}' 'r["usage"]["prompt_tokens"]')
   if [ "$got" = 3 ]; then pass "truncate_prompt_tokens: 3 prompt tokens, with priority and bad_words"
   else fail "truncate_prompt_tokens: prompt_tokens $got"; fi
+  # --served-model-name with two names: either serves the base model, responses name the first.
+  got=$(r_field /v1/completions '{"model": "demo-alias", "prompt": "Hello", "max_tokens": 1}' 'r["model"]')
+  ids=$(curl -s "$R_URL/v1/models" | /usr/bin/python3 -c 'import json, sys; print(sorted(m["id"] for m in json.load(sys.stdin)["data"]))')
+  if [ "$got" = demo ] && [ "$ids" = "['demo', 'demo-alias']" ]; then pass "--served-model-name: two names, $ids"
+  else fail "--served-model-name: response model $got, models $ids"; fi
   expect 400 "truncate_prompt_tokens over max_model_len" "$R_URL/v1/completions" \
     -d '{"prompt": "Hello", "truncate_prompt_tokens": 100000000}'
 fi
