@@ -260,4 +260,13 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
   run_generation(ctx, req, res, prepare_chat(model_view(ctx), std::move(parsed.value())));
 }
 
+void handle_invocations(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  auto body = parse_json_object(req.body);
+  if (!body.is_ok()) return send_error(res, body.error());
+  if (body.value().contains("messages")) return handle_chat_completions(ctx, req, res);
+  if (body.value().contains("prompt")) return handle_completions(ctx, req, res);
+  send_error(res, ApiError::bad_request("/invocations needs \"messages\" (a chat completion) or \"prompt\" "
+                                        "(a completion)"));
+}
+
 }  // namespace quiver

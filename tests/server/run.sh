@@ -259,6 +259,12 @@ PY
     "priority": -3, "bad_words": ["the"]}' 'r["usage"]["prompt_tokens"]')
   if [ "$got" = 3 ]; then pass "truncate_prompt_tokens: 3 prompt tokens, with priority and bad_words"
   else fail "truncate_prompt_tokens: prompt_tokens $got"; fi
+  # /invocations (SageMaker's route): a chat body or a completion body, by its fields.
+  got=$(r_field /invocations '{"prompt": "Hello", "max_tokens": 2}' 'r["object"]')
+  got="$got $(r_field /invocations '{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}' 'r["object"]')"
+  if [ "$got" = "text_completion chat.completion" ]; then pass "/invocations: a completion and a chat completion"
+  else fail "/invocations: $got"; fi
+  expect 400 "/invocations without prompt or messages" "$R_URL/invocations" -d '{"max_tokens": 2}'
   # --served-model-name with two names: either serves the base model, responses name the first.
   got=$(r_field /v1/completions '{"model": "demo-alias", "prompt": "Hello", "max_tokens": 1}' 'r["model"]')
   ids=$(curl -s "$R_URL/v1/models" | /usr/bin/python3 -c 'import json, sys; print(sorted(m["id"] for m in json.load(sys.stdin)["data"]))')
