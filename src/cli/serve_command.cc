@@ -279,6 +279,8 @@ void register_serve(CLI::App& app, int* exit_code) {
                 "usage reports prompt_tokens_details.cached_tokens, the prompt tokens the prefix cache held (vLLM's flag)");
   cmd->add_flag("--return-tokens-as-token-ids", s.return_tokens_as_token_ids,
                 "logprob blocks name tokens \"token_id:N\" for every request (vLLM's flag)");
+  cmd->add_flag("--enable-request-id-headers", s.enable_request_id_headers,
+                "every response carries an X-Request-Id header: the request's own, else a new one (vLLM's flag)");
   cmd->add_option("--response-role", s.response_role,
                   "the role of chat answers when the request adds a generation prompt (vLLM's flag; default assistant)");
   cmd->add_flag("--disable-log-requests", s.disable_log_requests,

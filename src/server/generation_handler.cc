@@ -205,7 +205,9 @@ void run_generation(ServerContext& ctx, const httplib::Request& req, httplib::Re
   g->ctx = &ctx;
   g->prep = std::move(prepared.value());
   const char* prefix = g->prep.chat ? "chatcmpl-" : "cmpl-";
-  g->prep.meta.id = g->prep.request_id.empty() ? ctx.new_id(prefix) : prefix + g->prep.request_id;
+  // vLLM's: an X-Request-Id header names the request before the body's request_id does.
+  const std::string id = req.has_header("X-Request-Id") ? req.get_header_value("X-Request-Id") : g->prep.request_id;
+  g->prep.meta.id = id.empty() ? ctx.new_id(prefix) : prefix + id;
   g->prep.meta.created = static_cast<int64_t>(std::time(nullptr));
   for (EngineJob& job : g->prep.jobs) job.log_id = g->prep.meta.id;
   g->channel = std::make_shared<ResponseChannel>(static_cast<int>(g->prep.jobs.size()));

@@ -230,6 +230,9 @@ void HttpServer::install_routes() {
   });
   // Every response to an allowed origin, errors included, so a browser client can read it.
   s.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (ctx_.options.enable_request_id_headers && !res.has_header("X-Request-Id"))
+      res.set_header("X-Request-Id", req.has_header("X-Request-Id") ? req.get_header_value("X-Request-Id")
+                                                                     : ctx_.new_id(""));
     // (a preflight answered before routing already has its headers)
     if (!req.has_header("Origin") || res.has_header("Access-Control-Allow-Origin")) return;
     for (const auto& [k, v] : cors_response_headers(ctx_.options.cors, req.get_header_value("Origin")))

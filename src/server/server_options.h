@@ -42,6 +42,7 @@ struct ServerOptions {
   bool enable_prompt_tokens_details = false;  // usage.prompt_tokens_details.cached_tokens
   bool return_tokens_as_token_ids = false;  // logprob tokens as "token_id:N" for every request
   std::string response_role = "assistant";  // --response-role: the role of chat answers
+  bool enable_request_id_headers = false;   // every response carries X-Request-Id (the request's, or new)
   bool disable_log_requests = false;  // no line per finished request
   bool disable_log_stats = false;     // no periodic stats line
   double log_stats_interval_s = 10;   // seconds between stats lines (vLLM's VLLM_LOG_STATS_INTERVAL)

@@ -185,7 +185,7 @@ fi
 if [ -f "$DEMO/base/tokenizer.json" ]; then
   start_server R "$WORK/r.log" "$DEMO/base" --reasoning-parser deepseek_r1 --enable-force-include-usage \
     --return-tokens-as-token-ids --enable-prompt-tokens-details --scheduling-policy priority --response-role model \
-    --served-model-name demo demo-alias
+    --served-model-name demo demo-alias --enable-request-id-headers
   # r_field ROUTE BODY EXPR: Python's EXPR of server R's JSON answer `r`.
   r_field() {
     curl -s "$R_URL$1" -d "$2" | /usr/bin/python3 -c "import json, sys; r = json.load(sys.stdin); print($3)"
@@ -259,6 +259,15 @@ PY
     "priority": -3, "bad_words": ["the"]}' 'r["usage"]["prompt_tokens"]')
   if [ "$got" = 3 ]; then pass "truncate_prompt_tokens: 3 prompt tokens, with priority and bad_words"
   else fail "truncate_prompt_tokens: prompt_tokens $got"; fi
+  # X-Request-Id names the request (the response id, as vLLM), and with
+  # --enable-request-id-headers comes back as a header, or a new one without it.
+  headers=$(curl -s -D - -o "$WORK/rid.json" "$R_URL/v1/completions" -H 'X-Request-Id: trace-7' \
+    -d '{"prompt": "Hello", "max_tokens": 1, "request_id": "body-id"}' | tr -d '\r')
+  id=$(/usr/bin/python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["id"])' "$WORK/rid.json")
+  fresh=$(curl -s -D - -o /dev/null "$R_URL/v1/models" | tr -d '\r' | grep -i '^x-request-id: .')
+  if [ "$id" = cmpl-trace-7 ] && echo "$headers" | grep -qi '^x-request-id: trace-7$' && [ -n "$fresh" ]; then
+    pass "X-Request-Id: the response id and header ($id), a new one otherwise"
+  else fail "X-Request-Id: id $id, headers $(echo "$headers" | grep -i request-id), fresh '$fresh'"; fi
   # /invocations (SageMaker's route): a chat body or a completion body, by its fields.
   got=$(r_field /invocations '{"prompt": "Hello", "max_tokens": 2}' 'r["object"]')
   got="$got $(r_field /invocations '{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}' 'r["object"]')"
