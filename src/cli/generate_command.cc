@@ -60,7 +60,8 @@ int run_generate(GenerateOptions& o) {
     }
     std::optional<LoRARequest> lora;
     if (req->lora.has_value()) lora = LoRARequest{*req->lora, 0, ""};
-    Status added = engine.add_request(id, req->prompt, req->params, lora, req->priority);
+    Status added = req->beam.has_value() ? engine.add_beam_search(id, req->prompt, *req->beam, lora, req->priority)
+                                         : engine.add_request(id, req->prompt, req->params, lora, req->priority);
     if (!added.is_ok()) results[id] = generate_error_json(id, added.message());
   }
   while (engine.has_unfinished_requests()) {

@@ -21,10 +21,10 @@ constexpr FieldRule kLineFields[] = {
     {"top_p"}, {"top_k"}, {"min_p"}, {"presence_penalty"}, {"frequency_penalty"}, {"repetition_penalty"},
     {"logprobs"}, {"prompt_logprobs"}, {"ignore_eos"}, {"skip_special_tokens"}, {"include_stop_str_in_output"},
     {"seed"}, {"stop"}, {"logit_bias"}, {"stop_token_ids"}, {"allowed_token_ids"}, {"bad_words"},
-    {"truncate_prompt_tokens"}, {"priority"}, {"cache_salt"},
+    {"truncate_prompt_tokens"}, {"priority"}, {"cache_salt"}, {"use_beam_search"}, {"length_penalty"},
     {"response_format"}, {"guided_json"}, {"guided_regex"}, {"guided_choice"}, {"guided_grammar"},
     {"structured_outputs"},
-    {"best_of", kNo}, {"use_beam_search", kNo, "false"}, {"length_penalty", kNo, "1.0"}, {"detokenize", kNo, "true"},
+    {"best_of", kNo}, {"detokenize", kNo, "true"},
     {"spaces_between_special_tokens", kNo, "true"}, {"logits_processors", kNo}, {"output_kind", kNo},
     {"extra_args", kNo}, {"lora_request", kNo},
 };
@@ -158,6 +158,15 @@ Result<GenerateRequest> parse_generate_request(const std::string& line, int line
     auto spec = structured::read_structured_fields(nlohmann::ordered_json::parse(line), &field);
     if (!spec.is_ok()) return spec.status();
     p.structured_outputs = std::move(spec).value();
+  }
+  bool beam = false;
+  float length_penalty = 1.0f;
+  QV_RETURN_IF_ERROR(read_number(j, "use_beam_search", &beam));
+  QV_RETURN_IF_ERROR(read_number(j, "length_penalty", &length_penalty));
+  if (beam) {
+    if (const char* with = beam_search_conflict(p))
+      return Status::error(std::string("field '") + with + "' cannot be combined with use_beam_search");
+    r.beam = beam_search_params(p, length_penalty);
   }
   return r;
 }

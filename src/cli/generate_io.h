@@ -17,6 +17,7 @@ struct GenerateRequest {
   SamplingParams params;
   std::optional<std::string> lora;
   int priority = 0;  // under --scheduling-policy priority
+  std::optional<BeamSearchParams> beam;  // use_beam_search: n beams (the server's fields)
 };
 
 // Parses one input line; errors name the field. `line_no` names requests without an id.

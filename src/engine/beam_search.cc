@@ -21,6 +21,27 @@ Status BeamSearchParams::validate(int max_logprobs) const {
   return Status::ok();
 }
 
+BeamSearchParams beam_search_params(const SamplingParams& p, float length_penalty) {
+  BeamSearchParams b;
+  b.beam_width = p.n;
+  b.max_tokens = p.max_tokens;
+  b.ignore_eos = p.ignore_eos;
+  b.temperature = p.temperature;
+  b.length_penalty = length_penalty;
+  b.logprobs = p.logprobs;
+  return b;
+}
+
+const char* beam_search_conflict(const SamplingParams& p) {
+  return !p.stop.empty()                    ? "stop"
+         : !p.stop_token_ids.empty()        ? "stop_token_ids"
+         : p.structured_outputs.active()    ? "structured_outputs"
+         : p.prompt_logprobs >= 0           ? "prompt_logprobs"
+         : !p.allowed_token_ids.empty()     ? "allowed_token_ids"
+         : !p.bad_words.empty()             ? "bad_words"
+                                            : nullptr;
+}
+
 double beam_score(const Beam& beam, std::span<const int64_t> eos_ids, float length_penalty) {
   size_t length = beam.tokens.size();
   if (length > 0 && std::find(eos_ids.begin(), eos_ids.end(), beam.tokens.back()) != eos_ids.end()) --length;

@@ -12,6 +12,7 @@
 
 #include "core/status.h"
 #include "engine/sampler.h"
+#include "engine/sampling_params.h"
 
 namespace quiver {
 
@@ -29,6 +30,14 @@ struct BeamSearchParams {
   // Each step asks for 2 * beam_width logprobs: at most `max_logprobs` (the engine's).
   Status validate(int max_logprobs) const;
 };
+
+// A request's use_beam_search as vLLM's server maps it: n beams of up to max_tokens, its
+// ignore_eos, temperature and logprobs, and `length_penalty`.
+BeamSearchParams beam_search_params(const SamplingParams& p, float length_penalty);
+// The first field of `p` that beam search would not honour (stop strings and tokens,
+// constraints, allowed_token_ids, bad_words, prompt_logprobs), to refuse rather than
+// ignore; null when none.
+const char* beam_search_conflict(const SamplingParams& p);
 
 struct Beam {
   std::vector<int32_t> tokens;          // the prompt's, then the generated

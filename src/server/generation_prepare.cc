@@ -54,24 +54,9 @@ std::optional<ApiError> truncate_prompt(const ModelView& view, const SamplingPar
 // strings and tokens, constraints, prompt_logprobs) is refused rather than ignored.
 std::optional<ApiError> plan_beam_search(const CommonRequest& r, EngineJob* job) {
   if (!r.use_beam_search) return std::nullopt;
-  const SamplingParams& p = job->params;
-  const char* with = !p.stop.empty() ? "stop"
-                     : !p.stop_token_ids.empty() ? "stop_token_ids"
-                     : p.structured_outputs.active() ? "structured_outputs"
-                     : p.prompt_logprobs >= 0 ? "prompt_logprobs"
-                     : !p.allowed_token_ids.empty() ? "allowed_token_ids"
-                     : !p.bad_words.empty() ? "bad_words"
-                     : nullptr;
-  if (with != nullptr)
+  if (const char* with = beam_search_conflict(job->params))
     return ApiError::bad_request(std::string(with) + " cannot be combined with use_beam_search", with);
-  BeamSearchParams b;
-  b.beam_width = p.n;
-  b.max_tokens = p.max_tokens;
-  b.ignore_eos = p.ignore_eos;
-  b.temperature = p.temperature;
-  b.length_penalty = r.length_penalty;
-  b.logprobs = p.logprobs;
-  job->beam = b;
+  job->beam = beam_search_params(job->params, r.length_penalty);
   return std::nullopt;
 }
 

@@ -108,7 +108,8 @@ TEST(GenerateErrors, UnknownAndUnsupportedFieldsNameTheKeyAndTheId) {
 }
 
 // vLLM's per-request controls on a line: truncate_prompt_tokens, allowed_token_ids,
-// cache_salt; priority needs --scheduling-policy priority; bad values are the line's error.
+// cache_salt, use_beam_search; priority needs --scheduling-policy priority; bad values
+// are the line's error.
 TEST(GenerateErrors, RequestControlsOnALine) {
   auto res = generate({
       R"({"id": "trunc", "prompt_token_ids": [1, 2, 3], "max_tokens": 2, "truncate_prompt_tokens": 1, "cache_salt": "s"})",
@@ -116,13 +117,18 @@ TEST(GenerateErrors, RequestControlsOnALine) {
       R"({"id": "prio", "prompt_token_ids": [1, 2], "priority": 2})",
       R"({"id": "empty", "prompt_token_ids": [1, 2], "allowed_token_ids": []})",
       R"({"id": "cut0", "prompt_token_ids": [1, 2], "truncate_prompt_tokens": 0})",
+      R"({"id": "beam", "prompt_token_ids": [1, 2], "max_tokens": 3, "n": 2, "use_beam_search": true})",
+      R"({"id": "beamstop", "prompt_token_ids": [1, 2], "n": 2, "use_beam_search": true, "stop_token_ids": [5]})",
   });
-  ASSERT_EQ(res.size(), 5u);
+  ASSERT_EQ(res.size(), 7u);
   EXPECT_EQ(res[0]["token_ids"].size(), 2u) << res[0].dump();
   EXPECT_EQ(res[1]["token_ids"], (std::vector<int>{7, 7, 7})) << res[1].dump();
   EXPECT_NE(error_of(res[2]).find("--scheduling-policy priority"), std::string::npos) << res[2].dump();
   EXPECT_NE(error_of(res[3]).find("allowed_token_ids"), std::string::npos) << res[3].dump();
   EXPECT_NE(error_of(res[4]).find("truncate_prompt_tokens"), std::string::npos) << res[4].dump();
+  ASSERT_EQ(res[5]["outputs"].size(), 2u) << res[5].dump();  // two beams, best first
+  EXPECT_EQ(res[5]["outputs"][0]["token_ids"].size(), 3u) << res[5].dump();
+  EXPECT_NE(error_of(res[6]).find("stop_token_ids"), std::string::npos) << res[6].dump();
 }
 
 TEST(GenerateErrors, IntegersDoNotWrap) {
