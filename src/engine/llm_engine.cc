@@ -65,6 +65,11 @@ Result<std::shared_ptr<const Tokenizer>> LLMEngine::tokenizer_for(const std::opt
 
 Status LLMEngine::add_request(const std::string& id, const PromptInput& prompt, const SamplingParams& params,
                               const std::optional<LoRARequest>& lora, int priority) {
+  return add_request_bound(id, prompt, params, lora, priority, nullptr);
+}
+
+Status LLMEngine::add_request_bound(const std::string& id, const PromptInput& prompt, const SamplingParams& params,
+                                    const std::optional<LoRARequest>& lora, int priority, const AdapterBinding* bound) {
   if (requests_.count(id)) return Status::error("request id '" + id + "' is already in use");
   if (priority != 0 && args_.scheduling_policy != "priority")
     return Status::error("priority " + std::to_string(priority) +
@@ -92,9 +97,13 @@ Status LLMEngine::add_request(const std::string& id, const PromptInput& prompt, 
   // once the request passes every check: a refused request leaves nothing behind.
   std::optional<AdapterInfo> adapter;
   AdapterRegistry::Loaded unregistered;
-  if (adapter_request) {
+  if (bound != nullptr) {
+    adapter = bound->info;
+  } else if (adapter_request) {
     QV_ASSIGN_OR_RETURN(unregistered, find_adapter(*lora));
     adapter = unregistered.info;
+  }
+  if (adapter) {
     // Only its files say which ids it adds.
     if (adapter->vocab_size < most_vocab)
       QV_RETURN_IF_ERROR(params.validate(adapter->vocab_size).with_context("adapter '" + lora->name + "'"));
@@ -139,7 +148,8 @@ Status LLMEngine::add_request(const std::string& id, const PromptInput& prompt, 
       QV_ASSIGN_OR_RETURN(adapter, adapters_->register_loaded(std::move(unregistered)));
       report_adapter(*read);
     }
-    auto weights = adapters_->get(adapter->uid);
+    auto weights = bound != nullptr ? Result<std::shared_ptr<const LoraAdapter>>(bound->weights)
+                                    : adapters_->get(adapter->uid);
     if (!weights.is_ok()) return weights.status();
     req->lora_name = lora->name;
     req->lora_uid = adapter->uid;

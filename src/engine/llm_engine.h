@@ -37,6 +37,7 @@ class Scheduler;
 class EngineLoraSlots;
 struct Request;
 struct BeamRequest;
+struct AdapterBinding;
 struct SeqState;
 struct DeviceSampling;
 struct ScheduledBatch;
@@ -157,6 +158,11 @@ class LLMEngine {
   // `outputs`, each search whose step is complete advances (its next requests added) or
   // ends (its RequestOutput added to `outputs`).
   void route_beam_outputs(std::vector<RequestOutput>* outputs);
+  // add_request; with `bound`, on that adapter registration without looking its name up
+  // (a beam search's later steps, which keep the adapter its first step found even once
+  // the name is removed, as a running request keeps its own).
+  Status add_request_bound(const std::string& request_id, const PromptInput& prompt, const SamplingParams& params,
+                           const std::optional<LoRARequest>& lora, int priority, const AdapterBinding* bound);
   // Adds the one-token requests of a search's live beams.
   Status add_beam_step(BeamRequest& beam);
   RequestOutput beam_output(BeamRequest& beam);

@@ -35,8 +35,8 @@ Status LLMEngine::add_beam_search(const std::string& id, const PromptInput& prom
                          std::to_string(params.max_tokens) + ") exceeds the maximum context length " +
                          std::to_string(max_model_len_));
   auto beam = std::make_unique<BeamRequest>(BeamRequest{
-      id, prompt.text.value_or(""), BeamSearch(std::move(ids), params, config_.eos_token_ids), lora, priority,
-      prompt.cache_salt, std::move(tokenizer), {}, 0, "", false, std::chrono::steady_clock::now()});
+      id, prompt.text.value_or(""), BeamSearch(std::move(ids), params, config_.eos_token_ids), lora, std::nullopt,
+      priority, prompt.cache_salt, std::move(tokenizer), {}, 0, "", false, std::chrono::steady_clock::now()});
   // The first step's request carries every check add_request makes (ids, adapter, salt,
   // priority): a refusal there refuses the search, leaving nothing behind.
   QV_RETURN_IF_ERROR(add_beam_step(*beam));
@@ -61,7 +61,16 @@ Status LLMEngine::add_beam_step(BeamRequest& beam) {
     PromptInput in;
     in.token_ids = live[i].tokens;
     in.cache_salt = beam.cache_salt;
-    Status s = add_request(part, in, p, beam.lora, beam.priority);
+    Status s = add_request_bound(part, in, p, beam.lora, beam.priority, beam.adapter ? &*beam.adapter : nullptr);
+    if (s.is_ok() && beam.lora.has_value() && !beam.adapter.has_value()) {
+      const Request& r = *requests_.at(part);
+      AdapterInfo info;
+      info.name = r.lora_name;
+      info.uid = r.lora_uid;
+      info.vocab_size = r.vocab_size;
+      info.tokenizer = r.tokenizer;
+      beam.adapter = AdapterBinding{std::move(info), r.adapter};
+    }
     if (!s.is_ok()) {
       // The step's requests added so far end as aborted; the search ends when they have.
       for (const auto& [other, owner] : beam_parts_)

@@ -63,12 +63,19 @@ struct Request {
   bool masked() const { return grammar != nullptr || constraints.active(); }
 };
 
+// An adapter registration and its weights, held by a beam search from its first step on.
+struct AdapterBinding {
+  AdapterInfo info;
+  std::shared_ptr<const LoraAdapter> weights;
+};
+
 // A beam search (LLMEngine::add_beam_search): the search and its current step's requests.
 struct BeamRequest {
   std::string id;
   std::string prompt_text;
   BeamSearch search;
   std::optional<LoRARequest> lora;
+  std::optional<AdapterBinding> adapter;  // what its first step's request found for `lora`
   int priority = 0;
   std::optional<std::string> cache_salt;
   std::shared_ptr<const Tokenizer> tokenizer;  // decodes the beams' text (null: none)

@@ -2,8 +2,9 @@
 // Beam search through the engine (LLMEngine::add_beam_search) on the demo model: one beam
 // is greedy decoding; every beam's logprobs are the engine's own for its tokens (rescored
 // as a prompt, with the sql adapter), and beams come best first by vLLM's score; a request
-// batched beside a search gets the tokens it gets alone; an abort ends the search and frees
-// everything; refusals name what is wrong and leave nothing behind.
+// batched beside a search gets the tokens it gets alone; a search keeps its adapter when
+// the name is removed midway; an abort ends the search and frees everything; refusals name
+// what is wrong and leave nothing behind.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -119,6 +120,25 @@ TEST(BeamSearchEngine, BeamsScoreAsTheEngineScoresThem) {
   }
   // The adapter's best beam begins its greedy answer.
   EXPECT_EQ(out.outputs[0].text.rfind(" SELECT icao FROM", 0), 0u) << out.outputs[0].text;
+}
+
+// A search keeps the adapter its first step found, as a running request keeps its own:
+// removing the name midway changes nothing in its beams.
+TEST(BeamSearchEngine, AdapterRemovedMidwayKeepsServingTheSearch) {
+  const LoRARequest sql{"sql", 1, (kDemo / "adapters/sql").string()};
+  auto whole = make_engine();
+  ASSERT_TRUE(whole->add_beam_search("q", text(kFortune), beams(3, 8), sql).is_ok());
+  const RequestOutput want = run_all(*whole)["q"];
+  auto e = make_engine();
+  ASSERT_TRUE(e->add_beam_search("q", text(kFortune), beams(3, 8), sql).is_ok());
+  e->step();
+  e->step();
+  ASSERT_TRUE(e->remove_lora("sql").is_ok());
+  const RequestOutput got = run_all(*e)["q"];
+  ASSERT_TRUE(got.error.empty()) << got.error;
+  ASSERT_EQ(got.outputs.size(), want.outputs.size());
+  for (size_t i = 0; i < got.outputs.size(); ++i) EXPECT_EQ(got.outputs[i].token_ids, want.outputs[i].token_ids);
+  EXPECT_TRUE(e->list_loras().empty());
 }
 
 TEST(BeamSearchEngine, AbortAndRefusals) {
