@@ -23,10 +23,6 @@ namespace quiver {
 
 namespace {
 
-double seconds_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
-
 Status check_prompt_ids(const std::vector<int32_t>& ids, int64_t vocab) {
   for (size_t i = 0; i < ids.size(); ++i)
     if (ids[i] < 0 || ids[i] >= vocab)

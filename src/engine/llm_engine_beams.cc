@@ -11,14 +11,6 @@
 
 namespace quiver {
 
-namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-}
-
-}  // namespace
-
 Status LLMEngine::add_beam_search(const std::string& id, const PromptInput& prompt, const BeamSearchParams& params,
                                   const std::optional<LoRARequest>& lora, int priority) {
   if (requests_.count(id) || beams_.count(id)) return Status::error("request id '" + id + "' is already in use");

@@ -21,6 +21,11 @@
 
 namespace quiver {
 
+// Seconds from `t` (a request's arrival, a step's start) to now.
+inline double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
 struct Request;
 
 struct SeqState {
