@@ -66,15 +66,19 @@ std::optional<std::span<const uint64_t>> LLMEngine::token_mask(Request& req, int
   const SeqState& st = *req.seqs[static_cast<size_t>(i)];
   req.constraints.ban_bad_words(
       std::span<const int32_t>(st.seq.tokens.data() + st.seq.num_prompt_tokens, st.seq.num_generated()), mask_words_);
-  // What is left beside a held-back EOS (the host sampler bans it after the mask).
-  std::vector<uint64_t> left = mask_words_;
-  if (block_eos)
-    for (int64_t e : config_.eos_token_ids)
-      if (e >= 0 && static_cast<size_t>(e) / 64 < words) left[static_cast<size_t>(e) / 64] &= ~(uint64_t{1} << (e % 64));
-  // Ids past the request's vocabulary have -inf logits: they do not count as a way on.
+  // Is a token left? Ids past the request's vocabulary have -inf logits and a held-back EOS
+  // is banned by the host sampler after the mask: neither counts as a way on.
   const auto vocab = static_cast<size_t>(req.vocab_size);
-  for (size_t w = vocab / 64; w < words; ++w) left[w] &= w == vocab / 64 ? (uint64_t{1} << (vocab % 64)) - 1 : 0;
-  if (std::all_of(left.begin(), left.end(), [](uint64_t w) { return w == 0; })) {
+  bool left = false;
+  for (size_t w = 0; w < words && w * 64 < vocab && !left; ++w) {
+    uint64_t bits = mask_words_[w];
+    if ((w + 1) * 64 > vocab) bits &= (uint64_t{1} << (vocab % 64)) - 1;
+    if (block_eos)
+      for (int64_t e : config_.eos_token_ids)
+        if (e >= 0 && static_cast<size_t>(e) / 64 == w) bits &= ~(uint64_t{1} << (e % 64));
+    left = bits != 0;
+  }
+  if (!left) {
     req.error = "no token may follow the output '" + st.out.text +
                 "' within the request's constraints (structured_outputs, allowed_token_ids, bad_words)";
     pending_finish_.push_back({&req, i, "abort", std::nullopt, false});
