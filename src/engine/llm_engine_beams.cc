@@ -54,7 +54,13 @@ Status LLMEngine::add_beam_step(BeamRequest& beam) {
     in.token_ids = live[i].tokens;
     in.cache_salt = beam.cache_salt;
     Status s = add_request_bound(part, in, p, beam.lora, beam.priority, beam.adapter ? &*beam.adapter : nullptr);
-    if (s.is_ok() && beam.lora.has_value() && !beam.adapter.has_value()) {
+    if (!s.is_ok()) {
+      // The step's requests added so far end as aborted; the search ends when they have.
+      for (const auto& [other, owner] : beam_parts_)
+        if (owner.first == &beam) abort_request(other);
+      return s;
+    }
+    if (beam.lora.has_value() && !beam.adapter.has_value()) {  // the first request found it
       const Request& r = *requests_.at(part);
       AdapterInfo info;
       info.name = r.lora_name;
@@ -62,12 +68,6 @@ Status LLMEngine::add_beam_step(BeamRequest& beam) {
       info.vocab_size = r.vocab_size;
       info.tokenizer = r.tokenizer;
       beam.adapter = AdapterBinding{std::move(info), r.adapter};
-    }
-    if (!s.is_ok()) {
-      // The step's requests added so far end as aborted; the search ends when they have.
-      for (const auto& [other, owner] : beam_parts_)
-        if (owner.first == &beam) abort_request(other);
-      return s;
     }
     beam_parts_[part] = {&beam, i};
     ++beam.pending;
