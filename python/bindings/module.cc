@@ -32,7 +32,7 @@ void bind_tokenizer(py::module_& m) {
       .def("decode", &PyTokenizer::decode, py::arg("ids"), py::arg("skip_special_tokens"))
       .def("apply_chat_template", &PyTokenizer::apply_chat_template, py::arg("messages_json"),
            py::arg("add_generation_prompt"), py::arg("template_source"), py::arg("variables_json"),
-           py::arg("continue_final_message") = false)
+           py::arg("continue_final_message") = false, py::arg("tool_arguments_as_objects") = false)
       .def_property_readonly("vocab_size", &PyTokenizer::vocab_size)
       .def_property_readonly("identity", &PyTokenizer::identity);
 }

@@ -23,9 +23,11 @@ class PyTokenizer {
   // template_source: "" = the tokenizer's own chat template. variables_json: a JSON object
   // of more template variables (tools, documents, enable_thinking, ...).
   // continue_final_message: cut after the final message's text (transformers' option).
+  // tool_arguments_as_objects: vLLM's chat rule (tool_call_arguments_as_objects), which
+  // LLM.chat follows as the server does; transformers' apply_chat_template does not.
   std::string apply_chat_template(const std::string& messages_json, bool add_generation_prompt,
                                   const std::string& template_source, const std::string& variables_json,
-                                  bool continue_final_message) const;
+                                  bool continue_final_message, bool tool_arguments_as_objects) const;
   int64_t vocab_size() const { return tokenizer_->vocab_size(); }  // added tokens included
   // Equal for handles of the same tokenizer, so Python can cache per tokenizer.
   uintptr_t identity() const { return reinterpret_cast<uintptr_t>(tokenizer_.get()); }

@@ -3,7 +3,7 @@ template, or a LoRA adapter's own — with the Hugging Face method names vLLM's
 get_tokenizer() users call."""
 
 import json
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 
 class Tokenizer:
@@ -70,6 +70,15 @@ class Tokenizer:
             variables["tools"] = tools
         if documents is not None:
             variables["documents"] = documents
-        text = self._tok().apply_chat_template(json.dumps(list(conversation)), add_generation_prompt,
-                                               chat_template or "", json.dumps(variables), continue_final_message)
+        text = self._render(conversation, add_generation_prompt, continue_final_message, chat_template, variables,
+                            tool_arguments_as_objects=False)
         return self._tok().encode(text, False) if tokenize else text
+
+    def _render(self, conversation: Sequence[Dict[str, Any]], add_generation_prompt: bool,
+                continue_final_message: bool, chat_template: Optional[str], variables: Dict[str, Any],
+                tool_arguments_as_objects: bool) -> str:
+        """The template's text. tool_arguments_as_objects: an assistant's tool call arguments,
+        sent as JSON strings, reach the template as objects (vLLM's chat, not transformers')."""
+        return self._tok().apply_chat_template(json.dumps(list(conversation)), add_generation_prompt,
+                                               chat_template or "", json.dumps(variables), continue_final_message,
+                                               tool_arguments_as_objects)

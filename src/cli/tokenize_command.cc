@@ -38,7 +38,7 @@ int run_tokenize(const TokenizeOptions& o) {
   while (std::getline(in, line)) {
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    nlohmann::json request = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    nlohmann::ordered_json request = nlohmann::ordered_json::parse(line, nullptr, /*allow_exceptions=*/false);
     Result<nlohmann::json> response =
         request.is_discarded() ? Result<nlohmann::json>(Status::error("not valid JSON"))
                                : run_tokenize_request(*tokenizer.value(), request);

@@ -169,7 +169,7 @@ ApiResult<PreparedGeneration> prepare_chat(const ModelView& view, ChatRequest r)
   g.tokenizer = m.tokenizer;
   // vLLM's: the view's role after a generation prompt, else the last message's (its reply
   // goes on); echo repeats that message's text when its role is the answer's.
-  const nlohmann::json& last = r.messages.back();
+  const nlohmann::ordered_json& last = r.messages.back();
   g.role = r.add_generation_prompt ? view.response_role : last.value("role", std::string());
   if (r.echo && last.value("role", std::string()) == g.role && last.contains("content") && last["content"].is_string())
     g.echo = last["content"].get<std::string>();

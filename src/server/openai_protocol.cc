@@ -282,20 +282,20 @@ void read_prompts(FieldReader& r, std::vector<PromptSpec>* out) {
 
 // Messages: a non-empty list of {"role": str, "content": str | null | [parts]}. Text parts
 // are joined with newlines (vLLM's "string" content format); other keys pass through to
-// the template (tool_calls, name, ...).
-void read_messages(FieldReader& r, json* out) {
-  const json* m = r.get("messages");
+// the template (tool_calls, their arguments as objects; name, ...).
+void read_messages(FieldReader& r, const nlohmann::ordered_json& body, nlohmann::ordered_json* out) {
   if (r.error) return;
-  if (!m || !m->is_array() || m->empty()) return r.fail("messages must be a non-empty list", "messages");
-  *out = json::array();
+  auto m = body.find("messages");
+  if (m == body.end() || !m->is_array() || m->empty()) return r.fail("messages must be a non-empty list", "messages");
+  *out = nlohmann::ordered_json::array();
   for (const auto& msg : *m) {
     if (!msg.is_object()) return r.fail("each message must be an object", "messages");
     auto role = msg.find("role");
     if (role == msg.end() || !role->is_string()) return r.fail("each message needs a string role", "messages");
-    json norm = msg;
+    nlohmann::ordered_json norm = msg;
     auto content = msg.find("content");
     if (content != msg.end() && content->is_array()) {
-      auto text = join_text_parts(*content);
+      auto text = join_text_parts(json(*content));
       if (!text.is_ok()) return r.fail(text.message(), "messages");
       norm["content"] = std::move(text).value();
     } else if (content != msg.end() && !content->is_string() && !content->is_null()) {
@@ -303,6 +303,7 @@ void read_messages(FieldReader& r, json* out) {
     }
     out->push_back(std::move(norm));
   }
+  if (Status s = tool_call_arguments_as_objects(out); !s.is_ok()) return r.fail(s.message(), "messages");
 }
 
 // structured_outputs / guided_* / response_format, read from the body again with its key
@@ -352,17 +353,19 @@ ApiResult<ChatRequest> parse_chat_request(std::string_view body, const SamplingP
   auto parsed = parse_json_object(body);
   if (!parsed.is_ok()) return parsed.error();
   if (auto bad = check_chat_fields(parsed.value())) return *bad;
-  auto req = chat_request_from_json(parsed.value(), defaults);
+  // Valid JSON (parse_json_object said so), read again keeping its key order.
+  auto req = chat_request_from_json(nlohmann::ordered_json::parse(body.begin(), body.end(), nullptr, false), defaults);
   if (!req.is_ok()) return req;
   if (auto e = read_structured(body, parsed.value(), &req.value().params)) return *e;
   return req;
 }
 
-ApiResult<ChatRequest> chat_request_from_json(const json& j, const SamplingParams& defaults) {
+ApiResult<ChatRequest> chat_request_from_json(const nlohmann::ordered_json& body, const SamplingParams& defaults) {
   ChatRequest req;
   req.params = defaults;  // fields the body gives overwrite these
+  const json j(body);     // the scalar fields; what the template reads keeps the body's order
   FieldReader r(j);
-  read_messages(r, &req.messages);
+  read_messages(r, body, &req.messages);
   read_common(r, &req);
   read_max_tokens(r, "max_tokens", &req);
   read_max_tokens(r, "max_completion_tokens", &req);  // the newer name wins
@@ -382,19 +385,20 @@ ApiResult<ChatRequest> chat_request_from_json(const json& j, const SamplingParam
   if (req.max_tokens && req.params.min_tokens > *req.max_tokens)
     return ApiError::bad_request("min_tokens must not exceed max_tokens", "min_tokens");
 
-  req.template_variables = json::object();
-  if (const json* tools = r.get("tools")) {
+  req.template_variables = nlohmann::ordered_json::object();
+  auto ordered = [&](const char* name) { return r.get(name) ? &body.at(name) : nullptr; };
+  if (const nlohmann::ordered_json* tools = ordered("tools")) {
     if (!tools->is_array()) return ApiError::bad_request("tools must be a list", "tools");
     req.template_variables["tools"] = *tools;
-    req.tools = *tools;
+    req.tools = json(*tools);
   }
   if (const json* tc = r.get("tool_choice")) req.tool_choice = *tc;
-  if (const json* kw = r.get("chat_template_kwargs")) {
+  if (const nlohmann::ordered_json* kw = ordered("chat_template_kwargs")) {
     if (!kw->is_object()) return ApiError::bad_request("chat_template_kwargs must be an object", "chat_template_kwargs");
     for (const auto& [k, v] : kw->items()) req.template_variables[k] = v;
   }
   // RAG documents reach the template as a variable, as in vLLM; templates without them ignore it.
-  if (const json* docs = r.get("documents")) {
+  if (const nlohmann::ordered_json* docs = ordered("documents")) {
     if (!docs->is_array()) return ApiError::bad_request("documents must be a list of objects", "documents");
     req.template_variables["documents"] = *docs;
   }

@@ -79,8 +79,9 @@ struct CompletionRequest : CommonRequest {
 };
 
 struct ChatRequest : CommonRequest {
-  nlohmann::json messages;            // content parts already joined into strings
-  nlohmann::json template_variables;  // tools + chat_template_kwargs
+  // In the body's key order, which the template's `tojson` prints (tools, tool calls).
+  nlohmann::ordered_json messages;            // content parts joined, tool call arguments objects
+  nlohmann::ordered_json template_variables;  // tools + chat_template_kwargs + documents
   nlohmann::json tools;                // null when absent (tool_calls.h plans what they mean)
   nlohmann::json tool_choice;          // null when absent
   bool add_generation_prompt = true;
@@ -107,8 +108,8 @@ constexpr int kMaxJsonDepth = 64;
 // generation_config.json under --generation-config auto, as vLLM does).
 ApiResult<CompletionRequest> parse_completion_request(std::string_view body, const SamplingParams& defaults = {});
 ApiResult<ChatRequest> parse_chat_request(std::string_view body, const SamplingParams& defaults = {});
-// The same from an already parsed body (POST /tokenize's chat form).
-ApiResult<ChatRequest> chat_request_from_json(const nlohmann::json& body, const SamplingParams& defaults = {});
+// The same from a body parsed in its key order (POST /tokenize's chat form).
+ApiResult<ChatRequest> chat_request_from_json(const nlohmann::ordered_json& body, const SamplingParams& defaults = {});
 ApiResult<LoadLoraRequest> parse_load_lora_request(std::string_view body);
 ApiResult<std::string> parse_unload_lora_request(std::string_view body);  // the adapter name
 

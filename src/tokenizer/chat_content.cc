@@ -18,8 +18,41 @@ Result<std::string> join_text_parts(const nlohmann::json& parts) {
   return text;
 }
 
-Result<std::string> cut_after_final_message(const std::string& rendered, const nlohmann::json& messages) {
-  const nlohmann::json* content = nullptr;
+Status tool_call_arguments_as_objects(nlohmann::ordered_json* messages) {
+  using ojson = nlohmann::ordered_json;
+  if (!messages->is_array()) return Status::ok();
+  for (size_t i = 0; i < messages->size(); ++i) {
+    ojson& m = (*messages)[i];
+    if (!m.is_object() || m.value("role", "") != "assistant") continue;
+    auto calls = m.find("tool_calls");
+    if (calls == m.end() || !calls->is_array()) continue;
+    if (calls->empty()) {  // the template's plain-assistant path, as vLLM takes it
+      m.erase(calls);
+      continue;
+    }
+    const std::string where = "messages[" + std::to_string(i) + "].tool_calls";
+    for (ojson& call : *calls) {
+      if (!call.is_object()) return Status::error(where + ": each entry must be an object");
+      auto f = call.find("function");
+      if (call.value("type", "function") != "function" || f == call.end() || !f->is_object())
+        return Status::error(where + ": only function calls ({\"type\": \"function\", \"function\": {...}}) "
+                                     "are supported");
+      auto args = f->find("arguments");
+      if (args == f->end() || args->is_null() || (args->is_string() && args->get_ref<const std::string&>().empty())) {
+        (*f)["arguments"] = ojson::object();
+      } else if (args->is_string()) {
+        // Parsed in order: the template prints the arguments as the client wrote them.
+        auto value = ojson::parse(args->get_ref<const std::string&>(), nullptr, /*allow_exceptions=*/false);
+        if (value.is_discarded()) return Status::error(where + ": function.arguments is not valid JSON");
+        *args = std::move(value);
+      }
+    }
+  }
+  return Status::ok();
+}
+
+Result<std::string> cut_after_final_message(const std::string& rendered, const nlohmann::ordered_json& messages) {
+  const nlohmann::ordered_json* content = nullptr;
   if (messages.is_array() && !messages.empty() && messages.back().is_object()) {
     auto c = messages.back().find("content");
     if (c != messages.back().end() && c->is_string()) content = &*c;

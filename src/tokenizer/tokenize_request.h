@@ -12,6 +12,6 @@ namespace quiver {
 
 // The response object for `request`, or an error for a malformed request or a failure.
 // An "id" in the request is echoed in the response.
-Result<nlohmann::json> run_tokenize_request(const Tokenizer& tokenizer, const nlohmann::json& request);
+Result<nlohmann::json> run_tokenize_request(const Tokenizer& tokenizer, const nlohmann::ordered_json& request);
 
 }  // namespace quiver

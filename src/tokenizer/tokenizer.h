@@ -37,13 +37,15 @@ class Tokenizer {
 
   // The chat template from tokenizer_config.json (or chat_template.jinja), if any.
   virtual const ChatTemplate* chat_template() const = 0;
-  // Renders messages with the chat template and the tokenizer's special tokens.
-  Result<std::string> apply_chat_template(const nlohmann::json& messages, bool add_generation_prompt) const;
+  // Renders messages with the chat template and the tokenizer's special tokens. Objects
+  // keep their key order, as Python dicts do for transformers: `tojson` prints tools and
+  // tool-call arguments in it (a nlohmann::json argument has its keys sorted already).
+  Result<std::string> apply_chat_template(const nlohmann::ordered_json& messages, bool add_generation_prompt) const;
   // Same, with more template variables (tools, enable_thinking, ...); bos_token and
   // eos_token are set unless `extra_variables` sets them.
   // `chat_template`, when given, replaces the tokenizer's own (vLLM's --chat-template).
-  Result<std::string> apply_chat_template(const nlohmann::json& messages, bool add_generation_prompt,
-                                          const nlohmann::json& extra_variables,
+  Result<std::string> apply_chat_template(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                                          const nlohmann::ordered_json& extra_variables,
                                           const ChatTemplate* chat_template = nullptr) const;
 
   // Vocabulary lookups (added tokens included); nullopt when absent.

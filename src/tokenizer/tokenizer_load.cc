@@ -23,12 +23,13 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::string& model_dir)
   return std::unique_ptr<Tokenizer>(std::move(tokenizer.value()));
 }
 
-Result<std::string> Tokenizer::apply_chat_template(const json& messages, bool add_generation_prompt) const {
-  return apply_chat_template(messages, add_generation_prompt, json::object());
+Result<std::string> Tokenizer::apply_chat_template(const nlohmann::ordered_json& messages,
+                                                   bool add_generation_prompt) const {
+  return apply_chat_template(messages, add_generation_prompt, nlohmann::ordered_json::object());
 }
 
-Result<std::string> Tokenizer::apply_chat_template(const json& messages, bool add_generation_prompt,
-                                                   const json& extra_variables,
+Result<std::string> Tokenizer::apply_chat_template(const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                                                   const nlohmann::ordered_json& extra_variables,
                                                    const ChatTemplate* override_template) const {
   const ChatTemplate* tmpl = override_template != nullptr ? override_template : chat_template();
   if (tmpl == nullptr) {
@@ -37,10 +38,10 @@ Result<std::string> Tokenizer::apply_chat_template(const json& messages, bool ad
                          "or chat_template.jinja)");
   }
   if (!messages.is_array()) return Status::error("messages must be an array");
-  json variables = extra_variables.is_object() ? extra_variables : json::object();
+  nlohmann::ordered_json variables = extra_variables.is_object() ? extra_variables : nlohmann::ordered_json::object();
   if (!variables.contains("bos_token")) variables["bos_token"] = bos_token();
   if (!variables.contains("eos_token")) variables["eos_token"] = eos_token();
-  return tmpl->render(messages, add_generation_prompt, variables);
+  return tmpl->render_ordered(messages, add_generation_prompt, variables);
 }
 
 }  // namespace quiver

@@ -228,6 +228,28 @@ def test_chat_template_variables_and_content_parts(llm):
         llm.chat(parts, chat_template_kwargs=["flag"], use_tqdm=False)
 
 
+# What a template prints with tojson keeps the caller's key order, as in transformers; LLM.chat
+# gives the template an assistant's tool call arguments as the object their JSON string holds
+# (vLLM's chat rule), where apply_chat_template, as transformers', passes them as given.
+def test_chat_keeps_key_order_and_tool_call_arguments_as_objects(llm):
+    template = ("{{ tools | tojson }}|{% for m in messages %}{% if m.tool_calls %}"
+                "{{ m.tool_calls[0].function | tojson }}{% endif %}{% endfor %}")
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    messages = [{"role": "user", "content": "hi"},
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"z": 1, "a": 2}'}}]}]
+    tok = llm.get_tokenizer()
+    tools_json = '[{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]'
+    assert tok.apply_chat_template(messages, tokenize=False, chat_template=template, tools=tools) == (
+        tools_json + '|{"name": "f", "arguments": "{\\"z\\": 1, \\"a\\": 2}"}')
+    out = llm.chat(messages, SamplingParams(temperature=0, max_tokens=1), chat_template=template, tools=tools,
+                   add_generation_prompt=False, use_tqdm=False)[0]
+    assert out.prompt == tools_json + '|{"name": "f", "arguments": {"z": 1, "a": 2}}'
+    messages[1]["tool_calls"][0]["function"]["arguments"] = "{z"
+    with pytest.raises(ValueError, match=r"messages\[1\]\.tool_calls.*not valid JSON"):
+        llm.chat(messages, chat_template=template, add_generation_prompt=False, use_tqdm=False)
+
+
 # num_cached_tokens, as vLLM: the prompt tokens the prefix cache held when the request was
 # first scheduled; the demo's block size is 16.
 def test_num_cached_tokens_counts_prefix_cache_hits():

@@ -194,6 +194,35 @@ TEST(OpenAiParse, Chat) {
   EXPECT_EQ(parse_chat_request(R"({"messages": [{"role": "user", "content": "x"}]})").value().params.logprobs, -1);
 }
 
+// What the chat template prints with `tojson` keeps the body's key order, as vLLM's Python
+// dicts do (nlohmann::json would sort it), and an assistant's tool call arguments reach the
+// template as the object their JSON string holds, in its own order.
+TEST(OpenAiParse, ChatKeepsKeyOrderAndToolArgumentsAsObjects) {
+  auto r = parse_chat_request(
+      R"({"messages": [{"role": "user", "content": "weather?"},
+                       {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+                        "function": {"name": "get_weather", "arguments": "{\"unit\": \"c\", \"city\": \"Oslo\"}"}}]},
+                       {"role": "tool", "tool_call_id": "c1", "content": "3"}],
+          "tools": [{"type": "function", "function": {"name": "get_weather", "description": "d",
+                     "parameters": {"type": "object", "properties": {"unit": {}, "city": {}}}}}],
+          "chat_template_kwargs": {"z": 1, "a": 2}, "documents": [{"title": "t", "text": "x"}]})");
+  ASSERT_TRUE(r.is_ok()) << r.error().message;
+  const ChatRequest& c = r.value();
+  EXPECT_EQ(c.messages[1]["tool_calls"][0]["function"].dump(),
+            R"({"name":"get_weather","arguments":{"unit":"c","city":"Oslo"}})");
+  EXPECT_EQ(c.messages[2].dump(), R"({"role":"tool","tool_call_id":"c1","content":"3"})");
+  EXPECT_EQ(c.template_variables["tools"].dump(),
+            R"([{"type":"function","function":{"name":"get_weather","description":"d","parameters":{"type":"object",)"
+            R"("properties":{"unit":{},"city":{}}}}}])");
+  EXPECT_EQ(c.template_variables.dump(), R"({"tools":)" + c.template_variables["tools"].dump() +
+                                             R"(,"z":1,"a":2,"documents":[{"title":"t","text":"x"}]})");
+  auto bad = parse_chat_request(R"({"messages": [{"role": "assistant", "tool_calls": [{"type": "function",
+                                    "function": {"name": "f", "arguments": "{oops"}}]}]})");
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_EQ(bad.error().param, "messages");
+  EXPECT_NE(bad.error().message.find("messages[0].tool_calls"), std::string::npos) << bad.error().message;
+}
+
 TEST(OpenAiParse, LoraBodies) {
   auto load = parse_load_lora_request(R"({"lora_name": "a", "lora_path": "/p"})");
   ASSERT_TRUE(load.is_ok());

@@ -93,9 +93,14 @@ class LLM:
         items = []
         for conv, lora in zip(conversations, loras):
             tokenizer = self.get_tokenizer(lora)
-            text = tokenizer.apply_chat_template(list(conv), tokenize=False, add_generation_prompt=add_generation_prompt,
-                                                 continue_final_message=continue_final_message,
-                                                 chat_template=chat_template, **variables)
+            if continue_final_message and add_generation_prompt:
+                raise ValueError("chat: continue_final_message and add_generation_prompt are not compatible "
+                                 "(continue the final message, or prompt a new one)")
+            if not all(isinstance(m, dict) for m in conv):
+                raise TypeError("chat: a conversation must be a list of dicts")
+            # As the server renders a chat: tool call arguments as objects (vLLM's rule).
+            text = tokenizer._render(conv, add_generation_prompt, continue_final_message, chat_template, variables,
+                                     tool_arguments_as_objects=True)
             items.append((None, tokenizer.encode(text, add_special_tokens=False), text, None))
         return self._run(items, sampling_params, loras, use_tqdm)
 
