@@ -84,7 +84,7 @@ Status finalize_tools(ServeOptions* o) {
     t.parser = parser.value();
   }
   if (t.enable_auto_tool_choice && t.parser == ToolCallParser::kNone)
-    return Status::error("--enable-auto-tool-choice needs --tool-call-parser (llama3_json or hermes)");
+    return Status::error("--enable-auto-tool-choice needs --tool-call-parser (llama3_json, hermes or mistral)");
   return Status::ok();
 }
 
@@ -199,6 +199,13 @@ int run_serve(ServeOptions& o) {
   }
   const std::string model_name = names.front();
   const LLMEngine& engine = *created.value();
+  // As vLLM's: the mistral parser finds calls by their [TOOL_CALLS] token (v0.3's vocabulary).
+  if (o.server.tools.parser == ToolCallParser::kMistral &&
+      (engine.tokenizer() == nullptr || !engine.tokenizer()->token_to_id("[TOOL_CALLS]"))) {
+    std::cerr << "quiver serve: --tool-call-parser mistral: the model's tokenizer has no [TOOL_CALLS] token "
+                 "(Mistral-7B-Instruct-v0.3 and later have it)\n";
+    return 2;
+  }
   ServerMetrics metrics(model_name,
                         CacheConfigInfo{engine.args().block_size, engine.last_step().kv_blocks_total,
                                         engine.args().enable_prefix_caching},
@@ -251,7 +258,7 @@ void register_serve(CLI::App& app, int* exit_code) {
   cmd->add_flag("--enable-auto-tool-choice", s.tools.enable_auto_tool_choice,
                 "let the model choose to call tools (tool_choice \"auto\"); needs --tool-call-parser");
   cmd->add_option("--tool-call-parser", opts->tool_call_parser,
-                  "how tool calls are read from the model's text: llama3_json or hermes");
+                  "how tool calls are read from the model's text: llama3_json, hermes or mistral");
   cmd->add_option("--reasoning-parser", opts->reasoning_parser,
                   "split chat answers into reasoning and content: deepseek_r1 (<think>...</think>)");
   cmd->add_option("--max-body-bytes", s.max_body_bytes, "largest request body accepted (413 beyond)");

@@ -12,6 +12,7 @@
 #include "server/http_reply.h"
 #include "server/output_assembler.h"
 #include "server/reasoning.h"
+#include "server/tool_stream.h"
 
 namespace quiver {
 
@@ -32,7 +33,7 @@ struct Generation {
   std::vector<size_t> text_offsets;  // per choice: text already streamed (completion logprobs)
   bool preamble_sent = false;
   bool done = false;
-  std::vector<std::string> tool_text;  // per choice: text held back until it can be parsed
+  std::vector<ToolStream> tool_streams;  // per choice, streaming chat with tools
   std::vector<ReasoningStream> reasoning;  // per choice, streaming chat under --reasoning-parser
 
   bool parses_reasoning() const { return prep.chat && ctx->options.reasoning_parser != ReasoningParser::kNone; }
@@ -65,21 +66,26 @@ struct Generation {
 
   // Content and tool_calls from a whole choice's text; finish "tool_calls" when the
   // model stopped after calling.
-  void apply_tools(ChoicePiece& p) {
-    ParsedTools parsed = parse_tool_output(p.text, prep.tools, [this] { return ctx->new_id("chatcmpl-tool-"); });
+  void apply_tools(ChoicePiece& p) { set_tools(p, parse_tool_output(p.text, prep.tools, tool_id())); }
+  void set_tools(ChoicePiece& p, ParsedTools parsed) const {
     p.text = std::move(parsed.content);
     p.tool_calls = std::move(parsed.tool_calls);
     if (!p.tool_calls.empty() && p.finish_reason == "stop") p.finish_reason = "tool_calls";
   }
-  // Streaming with tools: text is parsed once the choice is whole, so pieces are held
-  // back and the finishing one carries content and tool_calls together.
-  bool hold_for_tools(ChoicePiece& p) {
+  std::function<std::string()> tool_id() const {
+    return [ctx = ctx, parser = prep.tools.parser] { return tool_call_id(parser, ctx->new_id("")); };
+  }
+  // Streaming with tools: content goes out until a call begins (ToolStream); the finishing
+  // piece carries the rest and the tool_calls. True when the piece's text is all held back.
+  bool stream_tools(ChoicePiece& p) {
     if (!prep.chat || !prep.tools.active()) return false;
-    std::string& held = tool_text[static_cast<size_t>(p.index)];
-    held += p.text;
-    if (p.finish_reason.empty()) return true;
-    p.text = std::move(held);
-    apply_tools(p);
+    ToolStream& s = tool_streams[static_cast<size_t>(p.index)];
+    if (p.finish_reason.empty()) {
+      const bool had_text = !p.text.empty();
+      p.text = s.feed(p.text);
+      return had_text && p.text.empty();
+    }
+    set_tools(p, s.finish(p.text, tool_id()));
     return false;
   }
 
@@ -170,10 +176,7 @@ bool stream_step(Generation& g, httplib::DataSink& sink) {
   for (auto& [job, out] : g.channel->take(finished ? std::chrono::milliseconds(0) : kPoll))
     for (ChoicePiece& p : g.assembler->add(job, out)) {
       g.stream_reasoning(p);
-      if (g.hold_for_tools(p)) {  // the content waits for the whole choice; reasoning goes now
-        if (p.reasoning.empty()) continue;
-        p.text.clear();
-      }
+      if (g.stream_tools(p) && p.reasoning.empty()) continue;  // held content; reasoning goes now
       // Text held back as a possible tag, and nothing else in the piece: no empty delta.
       if (p.reasoning_parsed && p.text.empty() && p.reasoning.empty() && p.finish_reason.empty() &&
           !g.prep.logprobs && !g.prep.return_token_ids)
@@ -214,7 +217,7 @@ void run_generation(ServerContext& ctx, const httplib::Request& req, httplib::Re
   g->assembler = std::make_unique<OutputAssembler>(g->prep.assembler);
   g->token_text = make_token_text(g->prep.tokens_as_ids ? nullptr : g->prep.tokenizer);
   g->text_offsets.assign(g->prep.jobs.size() * static_cast<size_t>(g->prep.assembler.n), 0);
-  g->tool_text.assign(g->text_offsets.size(), "");
+  g->tool_streams.assign(g->text_offsets.size(), ToolStream(&g->prep.tools));
   g->reasoning.assign(g->text_offsets.size(), ReasoningStream(ctx.options.reasoning_parser));
   g->watch = ClientWatch(find_connection_socket(req.local_addr, req.local_port, req.remote_addr, req.remote_port));
   g->http11 = req.version == "HTTP/1.1";

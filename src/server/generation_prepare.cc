@@ -195,6 +195,8 @@ ApiResult<PreparedGeneration> prepare_chat(const ModelView& view, ChatRequest r)
                                    "tool_choice");
     job.params.structured_outputs = plan.value().constraint;
   }
+  // vLLM's mistral parser: [TOOL_CALLS] is a special token, which the text must keep.
+  if (plan.value().active() && plan.value().parser == ToolCallParser::kMistral) job.params.skip_special_tokens = false;
   g.tools = plan.value();
   if (auto e = compile_constraint(view, &job.params)) return *e;
   if (auto e = truncate_prompt(view, job.params, &job.prompt_token_ids)) return *e;

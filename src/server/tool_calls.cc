@@ -8,6 +8,7 @@ using nlohmann::json;
 
 const std::string kPythonTag = "<|python_tag|>";
 const std::string kOpen = "<tool_call>", kClose = "</tool_call>";
+const std::string kMistralCalls = "[TOOL_CALLS]";
 
 // The function's parameter schema, or any object when it declares none.
 json parameters_of(const json& tool) {
@@ -85,12 +86,64 @@ ParsedTools parse_hermes(const std::string& text, const std::function<std::strin
   return out;
 }
 
+// Mistral: content, then [TOOL_CALLS] and a JSON list of calls. Like vLLM, the markers are
+// taken out of the rest and the list found whole, or else from its first "[{" to its last
+// "}]"; a single call object is taken too.
+ParsedTools parse_mistral(const std::string& text, const std::function<std::string()>& new_id) {
+  ParsedTools out;
+  const size_t first = text.find(kMistralCalls);
+  if (first == std::string::npos) {
+    out.content = text;
+    return out;
+  }
+  std::string rest;
+  for (size_t at = first; at != std::string::npos;) {
+    const size_t body = at + kMistralCalls.size(), next = text.find(kMistralCalls, body);
+    rest += text.substr(body, next == std::string::npos ? std::string::npos : next - body);
+    at = next;
+  }
+  rest = trim(rest);
+  json calls = json::parse(rest, nullptr, false);
+  if (calls.is_discarded()) {
+    const size_t open = rest.find("[{"), close = rest.rfind("}]");
+    if (open != std::string::npos && close != std::string::npos && close > open)
+      calls = json::parse(rest.substr(open, close + 2 - open), nullptr, false);
+  }
+  if (calls.is_object()) calls = json::array({calls});
+  if (calls.is_array()) {
+    for (const json& c : calls) {
+      if (!add_call(c, new_id, &out.tool_calls)) {
+        out.tool_calls = json::array();
+        break;
+      }
+    }
+  }
+  out.content = out.tool_calls.empty() ? text : text.substr(0, first);
+  return out;
+}
+
 }  // namespace
+
+std::string tool_call_marker(ToolCallParser parser) {
+  switch (parser) {
+    case ToolCallParser::kHermes:
+      return kOpen;
+    case ToolCallParser::kMistral:
+      return kMistralCalls;
+    default:
+      return "";
+  }
+}
+
+std::string tool_call_id(ToolCallParser parser, const std::string& unique) {
+  return parser == ToolCallParser::kMistral ? unique.substr(0, 9) : "chatcmpl-tool-" + unique;
+}
 
 ApiResult<ToolCallParser> parse_tool_call_parser(const std::string& name) {
   if (name == "llama3_json") return ToolCallParser::kLlama3Json;
   if (name == "hermes") return ToolCallParser::kHermes;
-  return ApiError::bad_request("unknown tool call parser '" + name + "' (supported: llama3_json, hermes)");
+  if (name == "mistral") return ToolCallParser::kMistral;
+  return ApiError::bad_request("unknown tool call parser '" + name + "' (supported: llama3_json, hermes, mistral)");
 }
 
 ApiResult<ToolPlan> plan_tools(const json& tools, const json& tool_choice, const ToolOptions& options) {
@@ -172,7 +225,14 @@ ParsedTools parse_tool_output(const std::string& text, const ToolPlan& plan, con
       return out;
     }
     case ToolPlan::Mode::kAuto:
-      return plan.parser == ToolCallParser::kHermes ? parse_hermes(text, new_id) : parse_llama3(text, new_id);
+      switch (plan.parser) {
+        case ToolCallParser::kHermes:
+          return parse_hermes(text, new_id);
+        case ToolCallParser::kMistral:
+          return parse_mistral(text, new_id);
+        default:
+          return parse_llama3(text, new_id);
+      }
   }
   return out;
 }

@@ -6,6 +6,8 @@
 //                several separated by ';'
 //   hermes:      <tool_call>{"name": ..., "arguments": {...}}</tool_call>, any number, after
 //                optional content
+//   mistral:     [TOOL_CALLS] then a JSON list of {"name": ..., "arguments": {...}}, after
+//                optional content (Mistral-7B-Instruct-v0.3's format; the token must exist)
 // Pure functions; errors are 400s naming the field.
 #pragma once
 
@@ -20,9 +22,9 @@
 
 namespace quiver {
 
-enum class ToolCallParser { kNone, kLlama3Json, kHermes };
+enum class ToolCallParser { kNone, kLlama3Json, kHermes, kMistral };
 
-// "llama3_json" / "hermes"; an error lists the supported names.
+// "llama3_json" / "hermes" / "mistral"; an error lists the supported names.
 ApiResult<ToolCallParser> parse_tool_call_parser(const std::string& name);
 
 struct ToolOptions {
@@ -47,6 +49,14 @@ struct ParsedTools {
   std::string content;          // text that is not a tool call (may be empty)
   nlohmann::json tool_calls = nlohmann::json::array();  // OpenAI's shape, ids from new_id
 };
+
+// The text that begins a tool call in a parser's output ("" for llama3_json, whose calls
+// are the whole answer).
+std::string tool_call_marker(ToolCallParser parser);
+// A call id of `unique` (hex digits) for this parser: Mistral's templates refuse any id
+// but 9 alphanumerics (as vLLM makes them for its mistral parser), the others get
+// OpenAI's "chatcmpl-tool-" form.
+std::string tool_call_id(ToolCallParser parser, const std::string& unique);
 
 // The model's text as content and tool calls. Text the parser does not recognise stays
 // content (auto), as vLLM leaves it.

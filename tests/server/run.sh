@@ -176,6 +176,13 @@ if [ -f "$DEMO/base/tokenizer.json" ]; then
   else
     fail "structured output and tool call tests"
   fi
+  # The mistral parser needs Mistral v0.3's [TOOL_CALLS] token, which the demo's vocabulary lacks.
+  "$QUIVER" serve --port "$(free_port)" --model "$DEMO/base" --enable-auto-tool-choice --tool-call-parser mistral \
+    >"$WORK/mistral.log" 2>&1
+  rc=$?
+  if [ "$rc" = 2 ] && grep -q 'no \[TOOL_CALLS\] token' "$WORK/mistral.log"; then
+    pass "--tool-call-parser mistral refused without the [TOOL_CALLS] token"
+  else fail "--tool-call-parser mistral without the token: exit $rc, $(tail -2 "$WORK/mistral.log")"; fi
 fi
 
 # ---- 1d. reasoning outputs (--reasoning-parser deepseek_r1), on the demo model --------------

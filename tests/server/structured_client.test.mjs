@@ -150,12 +150,18 @@ test('named tool_choice, streaming: deltas assemble into one valid call', async 
   validate(JSON.parse(calls[0].arguments), tools[0].function.parameters);
 });
 
-test('tool_choice auto: junk text stays content, with no tool_calls; stream and non-stream agree', async () => {
+test('tool_choice auto: junk text stays content, with no tool_calls; it streams as it comes, and agrees', async () => {
   const req = { model, messages, tools, temperature: 1, seed: 8, max_tokens: 12 };
   const whole = await client.chat.completions.create(req);
   assert.deepEqual(whole.choices[0].message.tool_calls, []);
   let text = '';
-  for await (const chunk of await client.chat.completions.create({ ...req, stream: true }))
-    text += chunk.choices[0]?.delta?.content ?? '';
+  let pieces = 0;
+  for await (const chunk of await client.chat.completions.create({ ...req, stream: true })) {
+    const piece = chunk.choices[0]?.delta?.content ?? '';
+    text += piece;
+    if (piece) pieces++;
+  }
   assert.equal(text, whole.choices[0].message.content);
+  // No call began, so the content went out token by token, not in one piece at the end.
+  assert.ok(pieces > 3, `${pieces} content deltas`);
 });

@@ -1,6 +1,6 @@
 // Tool calling's pure parts: which tool_choice values are allowed (400s naming the field),
 // the constraint that enforces "required" and a named function (checked by compiling it
-// and matching real call text), the llama3_json and hermes parsers, and the structured
+// and matching real call text), the llama3_json, hermes and mistral parsers, and the structured
 // output fields of request bodies.
 #include <gtest/gtest.h>
 
@@ -59,7 +59,10 @@ TEST(ToolCalls, ChoiceDefaultsAndErrors) {
   plan = plan_tools(json::parse(R"([{"type": "function"}])"), "required", enabled());
   ASSERT_FALSE(plan.is_ok());
   EXPECT_EQ(plan.error().param, "tools");
-  EXPECT_FALSE(parse_tool_call_parser("mistral").is_ok());
+  EXPECT_EQ(parse_tool_call_parser("mistral").value(), ToolCallParser::kMistral);
+  auto unknown = parse_tool_call_parser("pythonic");
+  ASSERT_FALSE(unknown.is_ok());
+  EXPECT_NE(unknown.error().message.find("llama3_json, hermes, mistral"), std::string::npos);
 }
 
 TEST(ToolCalls, RequiredIsEnforcedAndParsed) {
@@ -90,6 +93,37 @@ TEST(ToolCalls, NamedIsEnforcedAndParsed) {
   ASSERT_EQ(p.tool_calls.size(), 1u);
   EXPECT_EQ(p.tool_calls[0]["function"]["name"], "get_weather");
   EXPECT_EQ(p.tool_calls[0]["function"]["arguments"], "{\"city\": \"Paris\"}");
+}
+
+// Mistral-7B-Instruct-v0.3's format: content, then [TOOL_CALLS] and a JSON list of calls.
+TEST(ToolCalls, MistralParser) {
+  ToolPlan plan = plan_tools(kTools, "auto", enabled(ToolCallParser::kMistral)).value();
+  ParsedTools p = parse_tool_output(
+      R"(Checking.[TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Rome", "unit": "c"}}, )"
+      R"({"name": "ping", "arguments": {}}])",
+      plan, ids());
+  EXPECT_EQ(p.content, "Checking.");
+  ASSERT_EQ(p.tool_calls.size(), 2u);
+  EXPECT_EQ(p.tool_calls[0]["function"]["name"], "get_weather");
+  EXPECT_EQ(json::parse(p.tool_calls[0]["function"]["arguments"].get<std::string>()),
+            json::parse(R"({"city": "Rome", "unit": "c"})"));
+  EXPECT_EQ(p.tool_calls[1]["function"]["arguments"], "{}");
+  // A single call object, and a list followed by stray text (found from "[{" to "}]").
+  p = parse_tool_output(R"([TOOL_CALLS]{"name": "ping", "arguments": {}})", plan, ids());
+  ASSERT_EQ(p.tool_calls.size(), 1u);
+  EXPECT_EQ(p.content, "");
+  p = parse_tool_output(R"([TOOL_CALLS] [{"name": "ping", "arguments": {"a": [1]}}] and more)", plan, ids());
+  ASSERT_EQ(p.tool_calls.size(), 1u);
+  EXPECT_EQ(p.tool_calls[0]["function"]["arguments"], R"({"a":[1]})");
+  // Without the token, or with what is not a list of calls, the text stays content.
+  for (const std::string text : {"just text [TOOL_CALL]", "[TOOL_CALLS] [{not json}]", R"([TOOL_CALLS] [{"x": 1}])"}) {
+    p = parse_tool_output(text, plan, ids());
+    EXPECT_TRUE(p.tool_calls.empty()) << text;
+    EXPECT_EQ(p.content, text);
+  }
+  // Mistral's templates take only 9 alphanumerics as call ids; other parsers keep OpenAI's form.
+  EXPECT_EQ(tool_call_id(ToolCallParser::kMistral, "0123456789abcdef"), "012345678");
+  EXPECT_EQ(tool_call_id(ToolCallParser::kHermes, "0123456789abcdef"), "chatcmpl-tool-0123456789abcdef");
 }
 
 TEST(ToolCalls, HermesParser) {

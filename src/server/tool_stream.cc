@@ -1,0 +1,65 @@
+#include "server/tool_stream.h"
+
+#include <algorithm>
+
+namespace quiver {
+
+namespace {
+
+const std::string kPythonTag = "<|python_tag|>";
+
+// The length of the longest tail of `s` after `from` that is a proper prefix of `tag`.
+size_t partial_marker(const std::string& s, size_t from, const std::string& tag) {
+  for (size_t k = std::min(s.size() - from, tag.size() - 1); k > 0; --k)
+    if (s.compare(s.size() - k, k, tag, 0, k) == 0) return k;
+  return 0;
+}
+
+}  // namespace
+
+std::string ToolStream::feed(const std::string& piece) {
+  text_ += piece;
+  if (calls_) return "";
+  // required and a named function: the output is the calls' JSON, never content.
+  if (plan_->mode != ToolPlan::Mode::kAuto) {
+    calls_ = true;
+    return "";
+  }
+  if (plan_->parser == ToolCallParser::kLlama3Json && !content_) {
+    const size_t first = text_.find_first_not_of(" \t\r\n");
+    if (first == std::string::npos) return "";  // blanks so far: undecided
+    const std::string_view body = std::string_view(text_).substr(first);
+    if (body[0] == '{' || body.substr(0, kPythonTag.size()) == kPythonTag) {
+      calls_ = true;
+      return "";
+    }
+    if (kPythonTag.compare(0, body.size(), body) == 0) return "";  // may still become the tag
+    content_ = true;
+  }
+  size_t end = text_.size();
+  const std::string marker = tool_call_marker(plan_->parser);
+  if (!marker.empty()) {
+    const size_t at = text_.find(marker, sent_);
+    if (at != std::string::npos) {
+      calls_ = true;
+      end = at;
+    } else {
+      end -= partial_marker(text_, sent_, marker);
+    }
+  }
+  std::string out = text_.substr(sent_, end - sent_);
+  sent_ = end;
+  return out;
+}
+
+ParsedTools ToolStream::finish(const std::string& last_piece, const std::function<std::string()>& new_id) {
+  std::string content = feed(last_piece);  // its text before any call
+  ParsedTools parsed = parse_tool_output(text_, *plan_, new_id);
+  // With calls, their content is the text before the first call, which is out now; without,
+  // the rest of the text is content too, as a whole response carries all of it.
+  if (parsed.tool_calls.empty()) content += text_.substr(sent_);
+  parsed.content = std::move(content);
+  return parsed;
+}
+
+}  // namespace quiver

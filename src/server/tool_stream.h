@@ -1,0 +1,34 @@
+// Streaming a chat choice under a tool plan, as vLLM's streaming tool parsers do: text goes
+// out as content while it comes, until the parser sees a tool call begin (hermes'
+// <tool_call>, Mistral's [TOOL_CALLS], or llama3_json's choice begun with `{` or
+// <|python_tag|>); from there the text is held, parsed whole when the choice ends, and its
+// calls go in the finishing delta. A choice that never calls a tool streams like one
+// without tools, instead of arriving in one piece at the end.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "server/tool_calls.h"
+
+namespace quiver {
+
+class ToolStream {
+ public:
+  explicit ToolStream(const ToolPlan* plan) : plan_(plan) {}
+  // Adds a piece of the choice's content; returns what of it can be sent now (a tail that
+  // may begin a call marker is held until the next piece decides it).
+  std::string feed(const std::string& piece);
+  // The finishing piece: the content not sent yet, and the tool calls of the whole text
+  // (parse_tool_output), so that the streamed content plus these equal the whole answer.
+  ParsedTools finish(const std::string& last_piece, const std::function<std::string()>& new_id);
+
+ private:
+  const ToolPlan* plan_;
+  std::string text_;      // the choice's content so far
+  size_t sent_ = 0;       // bytes of text_ sent as content
+  bool calls_ = false;    // a call began: nothing more goes out before the end
+  bool content_ = false;  // llama3_json: the answer began as text, so all of it is content
+};
+
+}  // namespace quiver
