@@ -142,6 +142,7 @@ void bind_params(py::module_& m) {
       .def_readwrite("logprobs", &SamplingParams::logprobs)
       .def_readwrite("prompt_logprobs", &SamplingParams::prompt_logprobs)
       .def_readwrite("skip_special_tokens", &SamplingParams::skip_special_tokens)
+      .def_readwrite("spaces_between_special_tokens", &SamplingParams::spaces_between_special_tokens)
       .def_readwrite("allowed_token_ids", &SamplingParams::allowed_token_ids)
       .def_readwrite("bad_words", &SamplingParams::bad_words)
       .def_readwrite("truncate_prompt_tokens", &SamplingParams::truncate_prompt_tokens)

@@ -80,6 +80,7 @@ class SamplingParams:
     logprobs: int
     prompt_logprobs: int
     skip_special_tokens: bool
+    spaces_between_special_tokens: bool
     allowed_token_ids: List[int]
     bad_words: List[str]
     truncate_prompt_tokens: Optional[int]

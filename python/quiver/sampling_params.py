@@ -176,8 +176,7 @@ class SamplingParams:
         check_bool(o, "skip_special_tokens", skip_special_tokens)
         self.skip_special_tokens = skip_special_tokens
         check_bool(o, "spaces_between_special_tokens", spaces_between_special_tokens)
-        unsupported(o, "spaces_between_special_tokens", spaces_between_special_tokens, True)
-        self.spaces_between_special_tokens = True
+        self.spaces_between_special_tokens = spaces_between_special_tokens
         unsupported(o, "logits_processors", logits_processors or None, None)
         self.logits_processors = None
         check_bool(o, "include_stop_str_in_output", include_stop_str_in_output)
@@ -232,6 +231,7 @@ class SamplingParams:
         p.logprobs = -1 if self.logprobs is None else self.logprobs
         p.prompt_logprobs = -1 if self.prompt_logprobs is None else self.prompt_logprobs
         p.skip_special_tokens = self.skip_special_tokens
+        p.spaces_between_special_tokens = self.spaces_between_special_tokens
         p.allowed_token_ids = self.allowed_token_ids or []
         p.bad_words = self.bad_words
         p.truncate_prompt_tokens = self.truncate_prompt_tokens

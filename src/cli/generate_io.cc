@@ -25,7 +25,7 @@ constexpr FieldRule kLineFields[] = {
     {"response_format"}, {"guided_json"}, {"guided_regex"}, {"guided_choice"}, {"guided_grammar"},
     {"structured_outputs"},
     {"best_of", kNo}, {"detokenize", kNo, "true"},
-    {"spaces_between_special_tokens", kNo, "true"}, {"logits_processors", kNo}, {"output_kind", kNo},
+    {"spaces_between_special_tokens"}, {"logits_processors", kNo}, {"output_kind", kNo},
     {"extra_args", kNo}, {"lora_request", kNo},
 };
 
@@ -102,6 +102,7 @@ Result<GenerateRequest> parse_generate_request(const std::string& line, int line
   QV_RETURN_IF_ERROR(read_number(j, "prompt_logprobs", &p.prompt_logprobs));
   QV_RETURN_IF_ERROR(read_number(j, "ignore_eos", &p.ignore_eos));
   QV_RETURN_IF_ERROR(read_number(j, "skip_special_tokens", &p.skip_special_tokens));
+  QV_RETURN_IF_ERROR(read_number(j, "spaces_between_special_tokens", &p.spaces_between_special_tokens));
   QV_RETURN_IF_ERROR(read_number(j, "include_stop_str_in_output", &p.include_stop_str_in_output));
   if (j.contains("seed") && !j["seed"].is_null()) {
     if (!j["seed"].is_number_integer() || (!j["seed"].is_number_unsigned() && j["seed"].get<int64_t>() < 0))

@@ -168,7 +168,9 @@ Status LLMEngine::add_request_bound(const std::string& id, const PromptInput& pr
     st->rng.seed(seed);
     st->seed = seed;
     st->out.index = i;
-    if (tokenizer) st->detok = std::make_unique<IncrementalDetokenizer>(tokenizer, ids, params.skip_special_tokens);
+    if (tokenizer)
+      st->detok = std::make_unique<IncrementalDetokenizer>(tokenizer, ids, params.skip_special_tokens,
+                                                           params.spaces_between_special_tokens);
     st->stops = std::make_unique<StopChecker>(params.stop, params.include_stop_str_in_output);
     req->seqs.push_back(std::move(st));
   }

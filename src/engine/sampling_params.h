@@ -36,6 +36,9 @@ struct SamplingParams {
   int logprobs = -1;         // top-K per generated token (plus the chosen one); -1 = none
   int prompt_logprobs = -1;  // top-K per prompt position (plus the actual one); -1 = none
   bool skip_special_tokens = true;
+  // false (with skip_special_tokens false): adjacent added tokens in the output are joined
+  // without the spaces a decoder may put between them (vLLM's fast-tokenizer rule).
+  bool spaces_between_special_tokens = true;
   // vLLM's allowed_token_ids: the token is sampled among these only (empty: any). Like
   // logit_bias, it shapes the sampling, not the reported logprobs.
   std::vector<int32_t> allowed_token_ids;

@@ -136,6 +136,7 @@ void read_common(FieldReader& r, CommonRequest* out) {
   r.integer("min_tokens", 0, std::numeric_limits<int32_t>::max(), &p.min_tokens);
   r.boolean("ignore_eos", &p.ignore_eos);
   r.boolean("skip_special_tokens", &p.skip_special_tokens);
+  r.boolean("spaces_between_special_tokens", &p.spaces_between_special_tokens);
   r.boolean("include_stop_str_in_output", &p.include_stop_str_in_output);
   r.boolean("return_token_ids", &out->return_token_ids);
   r.integer("prompt_logprobs", 0, kMaxLogprobs, &p.prompt_logprobs);

@@ -35,6 +35,7 @@ constexpr FieldRule kShared[] = {
     {"ignore_eos"},
     {"min_tokens"},
     {"skip_special_tokens"},
+    {"spaces_between_special_tokens"},
     {"prompt_logprobs"},
     {"add_special_tokens"},
     {"request_id"},
@@ -55,7 +56,6 @@ constexpr FieldRule kShared[] = {
     {"guided_grammar"},
     {"structured_outputs"},
     // vLLM parameters quiver does not implement
-    {"spaces_between_special_tokens", kNo, "true"},
     {"guided_decoding_backend", kNo},
     {"guided_whitespace_pattern", kNo},
     {"logits_processors", kNo},

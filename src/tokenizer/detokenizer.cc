@@ -32,8 +32,11 @@ std::string suffix_after(const std::string& new_text, const std::string& prefix_
 }  // namespace
 
 IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer* tokenizer, std::vector<int32_t> prompt_ids,
-                                               bool skip_special_tokens)
-    : tokenizer_(tokenizer), ids_(std::move(prompt_ids)), skip_special_(skip_special_tokens) {
+                                               bool skip_special_tokens, bool spaces_between_special_tokens)
+    : tokenizer_(tokenizer),
+      ids_(std::move(prompt_ids)),
+      skip_special_(skip_special_tokens),
+      joined_added_(!skip_special_tokens && !spaces_between_special_tokens) {
   check(tokenizer_ != nullptr, "IncrementalDetokenizer needs a tokenizer");
   read_offset_ = ids_.size();
   prefix_offset_ = ids_.size() > kInitialContext ? ids_.size() - kInitialContext : 0;
@@ -50,6 +53,16 @@ IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer* tokenizer, std::
 
 Result<std::string> IncrementalDetokenizer::push(int32_t id) {
   ids_.push_back(id);
+  if (joined_added_) {
+    const bool added = tokenizer_->is_added(id);
+    const bool follows_added = added && last_added_;
+    last_added_ = added;
+    if (follows_added) {  // the previous added token ended a complete piece: nothing is pending
+      prefix_offset_ = read_offset_;
+      read_offset_ = ids_.size();
+      return tokenizer_->id_to_token(id).value_or("");
+    }
+  }
   std::span<const int32_t> all(ids_);
   QV_ASSIGN_OR_RETURN(std::string prefix_text,
                       tokenizer_->decode(all.subspan(prefix_offset_, read_offset_ - prefix_offset_), skip_special_));

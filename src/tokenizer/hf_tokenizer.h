@@ -46,6 +46,7 @@ class HfTokenizer final : public Tokenizer {
   const ChatTemplate* chat_template() const override { return chat_template_ ? &*chat_template_ : nullptr; }
   std::optional<int32_t> token_to_id(std::string_view token) const override;
   std::optional<std::string> id_to_token(int32_t id) const override;
+  bool is_added(int32_t id) const override { return added_token(id) != nullptr; }
 
  protected:
   Status chat_template_status() const override { return chat_template_status_; }

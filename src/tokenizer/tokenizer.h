@@ -51,6 +51,8 @@ class Tokenizer {
   // Vocabulary lookups (added tokens included); nullopt when absent.
   virtual std::optional<int32_t> token_to_id(std::string_view token) const { return std::nullopt; }
   virtual std::optional<std::string> id_to_token(int32_t id) const { return std::nullopt; }
+  // Whether `id` is an added token (special or not, tokenizer.json's "added_tokens").
+  virtual bool is_added(int32_t id) const { return false; }
 
  protected:
   // Why chat_template() is null although the files name a template (e.g. it failed to
@@ -60,10 +62,14 @@ class Tokenizer {
 
 // Streaming decode for one sequence: feed ids one at a time; each call returns the text
 // that became final (only complete UTF-8, never more than the full decode would show).
-// The concatenation of all returned pieces equals decode(all ids).
+// The concatenation of all returned pieces equals decode(all ids), except under
+// spaces_between_special_tokens false (with skip_special_tokens false), vLLM's rule: an
+// added token right after another generated added token is its own text, without any
+// space the decoder would put before it.
 class IncrementalDetokenizer {
  public:
-  IncrementalDetokenizer(const Tokenizer* tokenizer, std::vector<int32_t> prompt_ids, bool skip_special_tokens);
+  IncrementalDetokenizer(const Tokenizer* tokenizer, std::vector<int32_t> prompt_ids, bool skip_special_tokens,
+                         bool spaces_between_special_tokens = true);
   Result<std::string> push(int32_t id);
   // Text not yet returned because it may still change (e.g. an incomplete UTF-8 tail).
   Result<std::string> flush();
@@ -72,6 +78,8 @@ class IncrementalDetokenizer {
   const Tokenizer* tokenizer_;
   std::vector<int32_t> ids_;
   bool skip_special_;
+  bool joined_added_;         // spaces_between_special_tokens false and special tokens kept
+  bool last_added_ = false;   // the last generated token was an added token
   size_t prefix_offset_ = 0;  // window start for context
   size_t read_offset_ = 0;    // ids already turned into returned text
 };

@@ -77,7 +77,7 @@ def test_engine_refusals_surface_as_value_errors(kwargs, error, field):
     (dict(allowed_token_ids=["1"]), TypeError, "allowed_token_ids"),
     (dict(truncate_prompt_tokens=0), ValueError, "truncate_prompt_tokens"),
     (dict(truncate_prompt_tokens=-2), ValueError, "truncate_prompt_tokens"),
-    (dict(spaces_between_special_tokens=False), ValueError, "spaces_between_special_tokens"),
+    (dict(spaces_between_special_tokens=0), TypeError, "spaces_between_special_tokens"),
 ])
 def test_sampling_params_checks(kwargs, error, field):
     with pytest.raises(error, match=field):

@@ -170,8 +170,8 @@ test('strict requests: an unknown field and an unsupported one are 400s that nam
                               /unknown field/.test(e.message));
   await assert.rejects(client.chat.completions.create({ messages: [{ role: 'user', content: 'x' }], max_token: 3 }),
                        (e) => e instanceof OpenAI.BadRequestError && e.param === 'max_token');
-  await assert.rejects(client.completions.create({ prompt, spaces_between_special_tokens: false }),
-                       (e) => e instanceof OpenAI.BadRequestError && e.param === 'spaces_between_special_tokens' &&
+  await assert.rejects(client.completions.create({ prompt, logits_processors: ['x'] }),
+                       (e) => e instanceof OpenAI.BadRequestError && e.param === 'logits_processors' &&
                               /not supported/.test(e.message));
   // The no-op value of an unsupported parameter is fine.
   const ok = await client.completions.create({ prompt, max_tokens: 2, use_beam_search: false, user: 'u' });

@@ -50,7 +50,7 @@ TEST(RequestFields, UnsupportedKeyIsSaidSo) {
   const std::pair<const char*, const char*> completions[] = {
       {R"("logits_processors": ["x"])", "logits_processors"},
       {R"("suffix": "x")", "suffix"},
-      {R"("spaces_between_special_tokens": false)", "spaces_between_special_tokens"},
+      {R"("prompt_embeds": "x")", "prompt_embeds"},
   };
   for (const auto& [extra, key] : completions) {
     auto r = parse_completion_request(completion(extra));

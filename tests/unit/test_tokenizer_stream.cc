@@ -29,6 +29,25 @@ std::vector<std::string> stream(const Tokenizer& t, const std::vector<int32_t>& 
   return pieces;
 }
 
+// spaces_between_special_tokens false (vLLM's rule, with special tokens kept): an added token
+// right after a generated added token is its own text, without the space a decoder puts
+// before it; here no decoder, so HF joins every token with a space.
+TEST(Detokenizer, AdjacentAddedTokensWithoutSpaces) {
+  nlohmann::json j = testing::sentencepiece_json({"\u2581hi"}, nlohmann::json::array());
+  j["decoder"] = nullptr;
+  const auto t = testing::make_tokenizer(j);
+  const std::vector<int32_t> prompt = {259}, out = {1, 2, 2, 259, 2};
+  auto joined = [&](bool skip, bool spaces) {
+    IncrementalDetokenizer detok(t.get(), prompt, skip, spaces);
+    std::string text;
+    for (int32_t id : out) text += detok.push(id).value();
+    return text + detok.flush().value();
+  };
+  EXPECT_EQ(joined(false, true), " <s> </s> </s> \u2581hi </s>");  // decode(prompt + out) past decode(prompt)
+  EXPECT_EQ(joined(false, false), " <s></s></s> \u2581hi </s>");
+  EXPECT_EQ(joined(true, false), joined(true, true));  // skipped special tokens: nothing to join
+}
+
 class DetokenizerOnCorpus : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(DetokenizerOnCorpus, PiecesConcatenateToFullDecode) {
