@@ -7,7 +7,8 @@
 #
 #   io             tests/fuzz/fuzz_io_readers.cc: safetensors header, config.json,
 #                  adapter_config.json (src/core + src/io), seeds tests/fuzz/io_seeds
-#   openai_parser  tests/fuzz/fuzz_openai_parser.cc: the OpenAI request parsers,
+#   openai_parser  tests/fuzz/fuzz_openai_parser.cc: the OpenAI request parsers and the tool
+#                  call parsers (whole and streamed),
 #                  seeds tests/fuzz/openai_parser_seeds
 #   torch_bin      tests/fuzz/fuzz_torch_bin.cc: the torch.save reader (zip, restricted
 #                  unpickler), seeds tests/fuzz/torch_bin_seeds (tools/make_torch_bin.py seeds)
@@ -39,7 +40,8 @@ case "$TARGET" in
     SOURCES=("$ROOT"/tests/fuzz/fuzz_openai_parser.cc "$ROOT"/src/server/openai_protocol.cc
              "$ROOT"/src/server/openai_response.cc "$ROOT"/src/server/request_fields.cc
              "$ROOT"/src/structured/request_fields.cc "$ROOT"/src/io/json_fields.cc "$ROOT"/src/io/json_util.cc
-             "$ROOT"/src/tokenizer/chat_content.cc)
+             "$ROOT"/src/tokenizer/chat_content.cc "$ROOT"/src/server/tool_calls.cc "$ROOT"/src/server/tool_stream.cc
+             "$ROOT"/src/server/pythonic_calls.cc)
     SEEDS=$ROOT/tests/fuzz/openai_parser_seeds
     LIBS=()
     RUN=(-max_len=8192 -dict="$ROOT/tests/fuzz/openai_parser.dict")

@@ -84,7 +84,8 @@ Status finalize_tools(ServeOptions* o) {
     t.parser = parser.value();
   }
   if (t.enable_auto_tool_choice && t.parser == ToolCallParser::kNone)
-    return Status::error("--enable-auto-tool-choice needs --tool-call-parser (llama3_json, hermes or mistral)");
+    return Status::error(
+        "--enable-auto-tool-choice needs --tool-call-parser (llama3_json, hermes, mistral or pythonic)");
   return Status::ok();
 }
 
@@ -258,7 +259,7 @@ void register_serve(CLI::App& app, int* exit_code) {
   cmd->add_flag("--enable-auto-tool-choice", s.tools.enable_auto_tool_choice,
                 "let the model choose to call tools (tool_choice \"auto\"); needs --tool-call-parser");
   cmd->add_option("--tool-call-parser", opts->tool_call_parser,
-                  "how tool calls are read from the model's text: llama3_json, hermes or mistral");
+                  "how tool calls are read from the model's text: llama3_json, hermes, mistral or pythonic");
   cmd->add_option("--reasoning-parser", opts->reasoning_parser,
                   "split chat answers into reasoning and content: deepseek_r1 (<think>...</think>)");
   cmd->add_option("--max-body-bytes", s.max_body_bytes, "largest request body accepted (413 beyond)");

@@ -391,7 +391,7 @@ ApiResult<ChatRequest> chat_request_from_json(const nlohmann::ordered_json& body
   if (const nlohmann::ordered_json* tools = ordered("tools")) {
     if (!tools->is_array()) return ApiError::bad_request("tools must be a list", "tools");
     req.template_variables["tools"] = *tools;
-    req.tools = json(*tools);
+    req.tools = *tools;
   }
   if (const json* tc = r.get("tool_choice")) req.tool_choice = *tc;
   if (const nlohmann::ordered_json* kw = ordered("chat_template_kwargs")) {

@@ -82,7 +82,7 @@ struct ChatRequest : CommonRequest {
   // In the body's key order, which the template's `tojson` prints (tools, tool calls).
   nlohmann::ordered_json messages;            // content parts joined, tool call arguments objects
   nlohmann::ordered_json template_variables;  // tools + chat_template_kwargs + documents
-  nlohmann::json tools;                // null when absent (tool_calls.h plans what they mean)
+  nlohmann::ordered_json tools;        // null when absent (tool_calls.h plans what they mean)
   nlohmann::json tool_choice;          // null when absent
   bool add_generation_prompt = true;
   bool continue_final_message = false;  // the template's output ends inside the last message

@@ -1,20 +1,24 @@
 #include "server/tool_calls.h"
 
+#include "server/pythonic_calls.h"
+
 namespace quiver {
 
 namespace {
 
 using nlohmann::json;
+using ojson = nlohmann::ordered_json;
 
 const std::string kPythonTag = "<|python_tag|>";
 const std::string kOpen = "<tool_call>", kClose = "</tool_call>";
 const std::string kMistralCalls = "[TOOL_CALLS]";
 
-// The function's parameter schema, or any object when it declares none.
-json parameters_of(const json& tool) {
-  const json& f = tool["function"];
+// The function's parameter schema, or any object when it declares none; in the request's
+// key order, which is the order the constraint generates the properties in.
+ojson parameters_of(const ojson& tool) {
+  const ojson& f = tool["function"];
   if (f.contains("parameters") && !f["parameters"].is_null()) return f["parameters"];
-  return json{{"type", "object"}};
+  return ojson{{"type", "object"}};
 }
 
 std::string trim(const std::string& s) {
@@ -122,7 +126,40 @@ ParsedTools parse_mistral(const std::string& text, const std::function<std::stri
   return out;
 }
 
+// Pythonic: the answer, from its first character, is a list of calls (vLLM requires the
+// `[` first too); anything else is content.
+ParsedTools parse_pythonic(const std::string& text, const std::function<std::string()>& new_id) {
+  ParsedTools out;
+  std::optional<nlohmann::ordered_json> calls;
+  if (!text.empty() && text[0] == '[') calls = parse_pythonic_calls(text);
+  if (!calls) {
+    out.content = text;
+    return out;
+  }
+  // Bytes that are not UTF-8 in a string (the detokenizer writes none, but the parser takes
+  // any text) become U+FFFD rather than an exception.
+  for (const auto& c : *calls) {
+    const std::string args = c["arguments"].dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+    out.tool_calls.push_back(call_json(new_id(), c["name"].get<std::string>(), args));
+  }
+  return out;
+}
+
 }  // namespace
+
+CallStart answer_start(ToolCallParser parser, std::string_view text) {
+  if (parser == ToolCallParser::kPythonic) {
+    if (text.empty()) return CallStart::kUndecided;
+    return text[0] == '[' ? CallStart::kCall : CallStart::kContent;
+  }
+  if (parser != ToolCallParser::kLlama3Json) return CallStart::kContent;
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  if (first == std::string_view::npos) return CallStart::kUndecided;  // blanks so far
+  const std::string_view body = text.substr(first);
+  if (body[0] == '{' || body.substr(0, kPythonTag.size()) == kPythonTag) return CallStart::kCall;
+  if (std::string_view(kPythonTag).substr(0, body.size()) == body) return CallStart::kUndecided;  // the tag's start
+  return CallStart::kContent;
+}
 
 std::string tool_call_marker(ToolCallParser parser) {
   switch (parser) {
@@ -143,16 +180,18 @@ ApiResult<ToolCallParser> parse_tool_call_parser(const std::string& name) {
   if (name == "llama3_json") return ToolCallParser::kLlama3Json;
   if (name == "hermes") return ToolCallParser::kHermes;
   if (name == "mistral") return ToolCallParser::kMistral;
-  return ApiError::bad_request("unknown tool call parser '" + name + "' (supported: llama3_json, hermes, mistral)");
+  if (name == "pythonic") return ToolCallParser::kPythonic;
+  return ApiError::bad_request("unknown tool call parser '" + name +
+                               "' (supported: llama3_json, hermes, mistral, pythonic)");
 }
 
-ApiResult<ToolPlan> plan_tools(const json& tools, const json& tool_choice, const ToolOptions& options) {
+ApiResult<ToolPlan> plan_tools(const ojson& tools, const json& tool_choice, const ToolOptions& options) {
   ToolPlan plan;
   plan.parser = options.parser;
   const bool has_tools = tools.is_array() && !tools.empty();
   if (!tools.is_null()) {
     if (!tools.is_array()) return ApiError::bad_request("tools must be a list", "tools");
-    for (const json& t : tools) {
+    for (const ojson& t : tools) {
       if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") || !t["function"].is_object() ||
           !t["function"].contains("name") || !t["function"]["name"].is_string())
         return ApiError::bad_request("each tool must be {\"type\": \"function\", \"function\": {\"name\": ..., \"parameters\": ...}}",
@@ -189,7 +228,7 @@ ApiResult<ToolPlan> plan_tools(const json& tools, const json& tool_choice, const
   }
   plan.constraint.kind = StructuredOutputSpec::Kind::kJson;
   if (choice == "named") {
-    for (const json& t : tools)
+    for (const ojson& t : tools)
       if (t["function"]["name"] == plan.function) {
         plan.mode = ToolPlan::Mode::kNamed;
         plan.constraint.json_schema = parameters_of(t).dump();
@@ -198,13 +237,13 @@ ApiResult<ToolPlan> plan_tools(const json& tools, const json& tool_choice, const
     return ApiError::bad_request("tool_choice names function '" + plan.function + "', which is not in tools", "tool_choice");
   }
   // required: a non-empty list of calls, each naming one of the tools with its parameters.
-  json any = json::array();
-  for (const json& t : tools)
+  ojson any = ojson::array();
+  for (const ojson& t : tools)
     any.push_back({{"type", "object"},
                    {"properties", {{"name", {{"const", t["function"]["name"]}}}, {"parameters", parameters_of(t)}}},
                    {"required", {"name", "parameters"}}});
   plan.mode = ToolPlan::Mode::kRequired;
-  plan.constraint.json_schema = json{{"type", "array"}, {"minItems", 1}, {"items", {{"anyOf", any}}}}.dump();
+  plan.constraint.json_schema = ojson{{"type", "array"}, {"minItems", 1}, {"items", {{"anyOf", any}}}}.dump();
   return plan;
 }
 
@@ -230,6 +269,8 @@ ParsedTools parse_tool_output(const std::string& text, const ToolPlan& plan, con
           return parse_hermes(text, new_id);
         case ToolCallParser::kMistral:
           return parse_mistral(text, new_id);
+        case ToolCallParser::kPythonic:
+          return parse_pythonic(text, new_id);
         default:
           return parse_llama3(text, new_id);
       }

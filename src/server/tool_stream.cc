@@ -6,8 +6,6 @@ namespace quiver {
 
 namespace {
 
-const std::string kPythonTag = "<|python_tag|>";
-
 // The length of the longest tail of `s` after `from` that is a proper prefix of `tag`.
 size_t partial_marker(const std::string& s, size_t from, const std::string& tag) {
   for (size_t k = std::min(s.size() - from, tag.size() - 1); k > 0; --k)
@@ -25,16 +23,16 @@ std::string ToolStream::feed(const std::string& piece) {
     calls_ = true;
     return "";
   }
-  if (plan_->parser == ToolCallParser::kLlama3Json && !content_) {
-    const size_t first = text_.find_first_not_of(" \t\r\n");
-    if (first == std::string::npos) return "";  // blanks so far: undecided
-    const std::string_view body = std::string_view(text_).substr(first);
-    if (body[0] == '{' || body.substr(0, kPythonTag.size()) == kPythonTag) {
-      calls_ = true;
-      return "";
+  if (!content_) {
+    switch (answer_start(plan_->parser, text_)) {
+      case CallStart::kCall:
+        calls_ = true;
+        return "";
+      case CallStart::kUndecided:
+        return "";
+      case CallStart::kContent:
+        content_ = true;
     }
-    if (kPythonTag.compare(0, body.size(), body) == 0) return "";  // may still become the tag
-    content_ = true;
   }
   size_t end = text_.size();
   const std::string marker = tool_call_marker(plan_->parser);

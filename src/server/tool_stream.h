@@ -1,7 +1,7 @@
 // Streaming a chat choice under a tool plan, as vLLM's streaming tool parsers do: text goes
 // out as content while it comes, until the parser sees a tool call begin (hermes'
-// <tool_call>, Mistral's [TOOL_CALLS], or llama3_json's choice begun with `{` or
-// <|python_tag|>); from there the text is held, parsed whole when the choice ends, and its
+// <tool_call>, Mistral's [TOOL_CALLS], or an answer begun as a call: llama3_json's `{` or
+// <|python_tag|>, pythonic's `[`); from there the text is held, parsed whole when the choice ends, and its
 // calls go in the finishing delta. A choice that never calls a tool streams like one
 // without tools, instead of arriving in one piece at the end.
 #pragma once
@@ -28,7 +28,7 @@ class ToolStream {
   std::string text_;      // the choice's content so far
   size_t sent_ = 0;       // bytes of text_ sent as content
   bool calls_ = false;    // a call began: nothing more goes out before the end
-  bool content_ = false;  // llama3_json: the answer began as text, so all of it is content
+  bool content_ = false;  // the answer began as text (answer_start), so only a marker ends it
 };
 
 }  // namespace quiver

@@ -1,4 +1,5 @@
-// libFuzzer target for the OpenAI request parsers and the error/response JSON they feed.
+// libFuzzer target for the OpenAI request parsers and the error/response JSON they feed,
+// and for the tool call parsers, whole and streamed, reading the same bytes as model output.
 // Not part of the CMake build: tools/fuzz.sh openai_parser compiles it with clang's
 // -fsanitize=fuzzer,address,undefined together with the two pure server files it needs.
 #include <cstddef>
@@ -7,6 +8,7 @@
 
 #include "server/openai_protocol.h"
 #include "server/openai_response.h"
+#include "server/tool_stream.h"
 
 namespace {
 
@@ -25,6 +27,34 @@ void check_common(const quiver::CommonRequest& r) {
   if (r.include_usage && !r.stream) __builtin_trap();
   for (const auto& s : p.stop)
     if (s.empty()) __builtin_trap();
+}
+
+// Each parser on `text` as a model's answer: the streamed content (fed in pieces of 7 bytes)
+// and the calls agree with the whole-text parse, and every call is OpenAI-shaped.
+void check_tools(std::string_view text) {
+  const std::string answer(text);
+  for (auto parser : {quiver::ToolCallParser::kLlama3Json, quiver::ToolCallParser::kHermes,
+                      quiver::ToolCallParser::kMistral, quiver::ToolCallParser::kPythonic}) {
+    quiver::ToolPlan plan;
+    plan.mode = quiver::ToolPlan::Mode::kAuto;
+    plan.parser = parser;
+    int n = 0;
+    auto ids = [&n] { return std::to_string(n++); };
+    const quiver::ParsedTools whole = quiver::parse_tool_output(answer, plan, ids);
+    quiver::ToolStream stream(&plan);
+    std::string content;
+    size_t at = 0;
+    for (; answer.size() - at > 7; at += 7) content += stream.feed(answer.substr(at, 7));
+    n = 0;
+    const quiver::ParsedTools last = stream.finish(answer.substr(at), ids);
+    content += last.content;
+    if (last.tool_calls != whole.tool_calls) __builtin_trap();
+    if (whole.tool_calls.empty() && content != answer) __builtin_trap();
+    if (!whole.tool_calls.empty() && answer.compare(0, content.size(), content) != 0) __builtin_trap();
+    for (const auto& call : whole.tool_calls)
+      if (!call["function"]["name"].is_string() || !call["function"]["arguments"].is_string()) __builtin_trap();
+    (void)quiver::safe_dump(whole.tool_calls);
+  }
 }
 
 }  // namespace
@@ -59,5 +89,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!load.is_ok()) check_error(load.error());
   auto unload = quiver::parse_unload_lora_request(body);
   if (!unload.is_ok()) check_error(unload.error());
+  check_tools(body);
   return 0;
 }

@@ -1,6 +1,6 @@
 // Tool calling's pure parts: which tool_choice values are allowed (400s naming the field),
 // the constraint that enforces "required" and a named function (checked by compiling it
-// and matching real call text), the llama3_json, hermes and mistral parsers, and the structured
+// and matching real call text), the llama3_json, hermes, mistral and pythonic parsers, and the structured
 // output fields of request bodies.
 #include <gtest/gtest.h>
 
@@ -60,9 +60,10 @@ TEST(ToolCalls, ChoiceDefaultsAndErrors) {
   ASSERT_FALSE(plan.is_ok());
   EXPECT_EQ(plan.error().param, "tools");
   EXPECT_EQ(parse_tool_call_parser("mistral").value(), ToolCallParser::kMistral);
-  auto unknown = parse_tool_call_parser("pythonic");
+  EXPECT_EQ(parse_tool_call_parser("pythonic").value(), ToolCallParser::kPythonic);
+  auto unknown = parse_tool_call_parser("granite");
   ASSERT_FALSE(unknown.is_ok());
-  EXPECT_NE(unknown.error().message.find("llama3_json, hermes, mistral"), std::string::npos);
+  EXPECT_NE(unknown.error().message.find("llama3_json, hermes, mistral, pythonic"), std::string::npos);
 }
 
 TEST(ToolCalls, RequiredIsEnforcedAndParsed) {
@@ -81,6 +82,22 @@ TEST(ToolCalls, RequiredIsEnforcedAndParsed) {
   EXPECT_EQ(p.tool_calls[0]["function"]["name"], "get_weather");
   EXPECT_EQ(json::parse(p.tool_calls[0]["function"]["arguments"].get<std::string>()), json::parse(R"({"city": "Oslo", "unit": "c"})"));
   EXPECT_EQ(p.content, "");
+}
+
+// The constraint generates a function's parameters in the order its schema lists them, as
+// the request wrote it (a sorted copy would write "city" before "unit" here).
+TEST(ToolCalls, ConstraintKeepsTheSchemasOrder) {
+  const auto tools = nlohmann::ordered_json::parse(R"([{"type": "function", "function": {"name": "f",
+      "parameters": {"type": "object", "properties": {"unit": {"type": "string"}, "city": {"type": "string"}}}}}])");
+  auto named = plan_tools(tools, json::parse(R"({"type": "function", "function": {"name": "f"}})"), ToolOptions{});
+  ASSERT_TRUE(named.is_ok());
+  EXPECT_NE(named.value().constraint.json_schema.find(R"("properties":{"unit":{"type":"string"},"city")"),
+            std::string::npos)
+      << named.value().constraint.json_schema;
+  auto required = plan_tools(tools, "required", ToolOptions{});
+  ASSERT_TRUE(required.is_ok());
+  EXPECT_NE(required.value().constraint.json_schema.find(R"("properties":{"unit":{"type":"string"},"city")"),
+            std::string::npos);
 }
 
 TEST(ToolCalls, NamedIsEnforcedAndParsed) {
@@ -124,6 +141,39 @@ TEST(ToolCalls, MistralParser) {
   // Mistral's templates take only 9 alphanumerics as call ids; other parsers keep OpenAI's form.
   EXPECT_EQ(tool_call_id(ToolCallParser::kMistral, "0123456789abcdef"), "012345678");
   EXPECT_EQ(tool_call_id(ToolCallParser::kHermes, "0123456789abcdef"), "chatcmpl-tool-0123456789abcdef");
+}
+
+// Llama 3.2's pythonic format: the answer is a Python list of calls with literal keyword
+// arguments, which become JSON in the order written.
+TEST(ToolCalls, PythonicParser) {
+  ToolPlan plan = plan_tools(kTools, "auto", enabled(ToolCallParser::kPythonic)).value();
+  ParsedTools p = parse_tool_output(
+      "[get_weather(city='San Francisco', unit=\"c\", days=[1, 2.5, -3], opts={'deep': True, 'x': None}), "
+      "ping()]\n",
+      plan, ids());
+  EXPECT_EQ(p.content, "");
+  ASSERT_EQ(p.tool_calls.size(), 2u);
+  EXPECT_EQ(p.tool_calls[0]["function"]["name"], "get_weather");
+  EXPECT_EQ(p.tool_calls[0]["function"]["arguments"],
+            R"({"city":"San Francisco","unit":"c","days":[1,2.5,-3],"opts":{"deep":true,"x":null}})");
+  EXPECT_EQ(p.tool_calls[1]["function"]["name"], "ping");
+  EXPECT_EQ(p.tool_calls[1]["function"]["arguments"], "{}");
+  // Python's string escapes, a dict's number key as JSON text, multi-line calls.
+  p = parse_tool_output("[f(s='it\\'s \\u00e9\\n\\x41 \\d', d={1: 'a'},\n  e=1e3)]", plan, ids());
+  ASSERT_EQ(p.tool_calls.size(), 1u);
+  EXPECT_EQ(json::parse(p.tool_calls[0]["function"]["arguments"].get<std::string>()),
+            json::parse(R"({"s": "it's \u00e9\nA \\d", "d": {"1": "a"}, "e": 1000.0})"));
+  // Bytes that are not UTF-8 inside a string (found by fuzzing: the dump threw) become U+FFFD.
+  p = parse_tool_output("[f(s='a\xd7\"b')]", plan, ids());
+  ASSERT_EQ(p.tool_calls.size(), 1u);
+  EXPECT_EQ(p.tool_calls[0]["function"]["arguments"], "{\"s\":\"a\xef\xbf\xbd\\\"b\"}");
+  // Not a list of calls with literal keyword arguments: the text stays content.
+  for (const std::string text : {"Sure, [f(a=1)]", " [f(a=1)]", "[f(1)]", "[f(a=x)]", "[]", "[f(a=1)] and more",
+                                 "[f(a=1)", "[f(a='x)]", "[os.system(a=1)]", "[f(a=(1, 2))]", "no calls"}) {
+    p = parse_tool_output(text, plan, ids());
+    EXPECT_TRUE(p.tool_calls.empty()) << text;
+    EXPECT_EQ(p.content, text);
+  }
 }
 
 TEST(ToolCalls, HermesParser) {

@@ -99,6 +99,18 @@ TEST(ToolStream, Llama3JsonDecidesOnTheFirstCharacters) {
   ASSERT_EQ(tag.last.tool_calls.size(), 1u);
 }
 
+TEST(ToolStream, PythonicDecidesOnTheFirstCharacter) {
+  const ToolPlan plan = auto_plan(ToolCallParser::kPythonic);
+  expect_like_whole(plan, "[get_weather(city='Oslo'), ping()]", "");
+  expect_like_whole(plan, "It is [sunny] today.", "");
+  expect_like_whole(plan, "[not_a_call", "");
+  const Streamed text = stream(plan, "Sunny.", 1);
+  EXPECT_EQ(text.sent[0], "S");
+  const Streamed calls = stream(plan, "[ping()]", 1);
+  for (const std::string& piece : calls.sent) EXPECT_EQ(piece, "");
+  ASSERT_EQ(calls.last.tool_calls.size(), 1u);
+}
+
 TEST(ToolStream, RequiredAndNamedHoldEverything) {
   ToolPlan plan;
   plan.mode = ToolPlan::Mode::kNamed;
