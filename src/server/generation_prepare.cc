@@ -198,6 +198,7 @@ ApiResult<PreparedGeneration> prepare_chat(const ModelView& view, ChatRequest r)
   // vLLM's mistral parser: [TOOL_CALLS] is a special token, which the text must keep.
   if (plan.value().active() && plan.value().parser == ToolCallParser::kMistral) job.params.skip_special_tokens = false;
   g.tools = plan.value();
+  g.tools.parallel = r.parallel_tool_calls;
   if (auto e = compile_constraint(view, &job.params)) return *e;
   if (auto e = truncate_prompt(view, job.params, &job.prompt_token_ids)) return *e;
   if (auto e = fit_context(job.prompt_token_ids.size(), r.max_tokens, -1, view.max_tokens_cap, view.max_model_len,

@@ -376,6 +376,7 @@ ApiResult<ChatRequest> chat_request_from_json(const nlohmann::ordered_json& body
   r.boolean("continue_final_message", &req.continue_final_message);
   r.boolean("echo", &req.echo);
   r.boolean("include_reasoning", &req.include_reasoning);
+  r.boolean("parallel_tool_calls", &req.parallel_tool_calls);
   if (r.error) return *r.error;
   if (r.get("top_logprobs") && !req.logprobs)
     return ApiError::bad_request("top_logprobs needs logprobs set to true", "top_logprobs");

@@ -247,7 +247,9 @@ ApiResult<ToolPlan> plan_tools(const ojson& tools, const json& tool_choice, cons
   return plan;
 }
 
-ParsedTools parse_tool_output(const std::string& text, const ToolPlan& plan, const std::function<std::string()>& new_id) {
+namespace {
+
+ParsedTools parse_all(const std::string& text, const ToolPlan& plan, const std::function<std::string()>& new_id) {
   ParsedTools out;
   switch (plan.mode) {
     case ToolPlan::Mode::kNone:
@@ -275,6 +277,16 @@ ParsedTools parse_tool_output(const std::string& text, const ToolPlan& plan, con
           return parse_llama3(text, new_id);
       }
   }
+  return out;
+}
+
+}  // namespace
+
+ParsedTools parse_tool_output(const std::string& text, const ToolPlan& plan, const std::function<std::string()>& new_id) {
+  ParsedTools out = parse_all(text, plan, new_id);
+  // vLLM's parallel_tool_calls false: the first call only, however many the model wrote.
+  if (!plan.parallel && out.tool_calls.size() > 1)
+    out.tool_calls.erase(out.tool_calls.begin() + 1, out.tool_calls.end());
   return out;
 }
 

@@ -40,6 +40,7 @@ struct ToolPlan {
   std::string function;            // kNamed
   ToolCallParser parser = ToolCallParser::kNone;
   StructuredOutputSpec constraint;  // kRequired / kNamed: what the output must be
+  bool parallel = true;             // false (parallel_tool_calls): only the first call is returned
   bool active() const { return mode != Mode::kNone; }
 };
 

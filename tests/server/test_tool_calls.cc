@@ -187,6 +187,17 @@ TEST(ToolCalls, HermesParser) {
   EXPECT_EQ(p.tool_calls[1]["function"]["name"], "ping");
   EXPECT_EQ(p.tool_calls[0]["function"]["arguments"], "{\"city\":\"Rome\"}");
   EXPECT_NE(p.tool_calls[0]["id"], p.tool_calls[1]["id"]);
+  // parallel_tool_calls false (vLLM's rule): the first call only.
+  plan.parallel = false;
+  p = parse_tool_output("<tool_call>{\"name\": \"ping\"}</tool_call><tool_call>{\"name\": \"get_weather\"}</tool_call>",
+                        plan, ids());
+  ASSERT_EQ(p.tool_calls.size(), 1u);
+  EXPECT_EQ(p.tool_calls[0]["function"]["name"], "ping");
+  plan.parallel = true;
+  EXPECT_TRUE(parse_chat_request(R"({"messages": [{"role": "user", "content": "x"}]})").value().parallel_tool_calls);
+  EXPECT_FALSE(parse_chat_request(R"({"messages": [{"role": "user", "content": "x"}], "parallel_tool_calls": false})")
+                   .value()
+                   .parallel_tool_calls);
   p = parse_tool_output("just text", plan, ids());
   EXPECT_EQ(p.content, "just text");
   EXPECT_TRUE(p.tool_calls.empty());
