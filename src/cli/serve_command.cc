@@ -277,6 +277,8 @@ void register_serve(CLI::App& app, int* exit_code) {
   cmd->add_flag("--allow-credentials", s.cors.allow_credentials, "CORS: allow cookies / credentials");
   cmd->add_option("--chat-template", opts->chat_template,
                   "chat template file (or the Jinja text itself) used instead of the tokenizer's");
+  cmd->add_flag("--trust-request-chat-template", s.trust_request_chat_template,
+                "let a chat request bring its own template (\"chat_template\"); refused otherwise (vLLM's flag)");
   cmd->add_option("--generation-config", opts->generation_config,
                   "request sampling defaults: auto (the model's generation_config.json), vllm (none), or a folder");
   cmd->add_option("--override-generation-config", opts->override_generation_config,

@@ -248,6 +248,7 @@ ModelView model_view(const ServerContext& ctx) {
   v.force_include_usage = ctx.options.enable_force_include_usage;
   v.tokens_as_ids = ctx.options.return_tokens_as_token_ids;
   v.response_role = ctx.options.response_role;
+  v.trust_request_chat_template = ctx.options.trust_request_chat_template;
   const std::vector<std::string>& names = ctx.options.served_model_names;
   if (names.size() > 1) v.base_aliases.assign(names.begin() + 1, names.end());
   return v;

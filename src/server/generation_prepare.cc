@@ -87,7 +87,19 @@ PreparedGeneration common_part(const ModelView& view, const CommonRequest& r, co
 
 }  // namespace
 
-ApiResult<std::string> render_chat(const Tokenizer& tokenizer, const ChatRequest& r, const ChatTemplate* chat_template) {
+ApiResult<std::string> render_chat(const Tokenizer& tokenizer, const ChatRequest& r, const ModelView& view) {
+  const ChatTemplate* chat_template = view.chat_template;
+  std::optional<ChatTemplate> own;
+  if (r.chat_template) {
+    if (!view.trust_request_chat_template)
+      return ApiError::bad_request("Chat template is passed with request, but --trust-request-chat-template is not "
+                                   "set. Refused request with untrusted chat template.",
+                                   "chat_template");
+    auto parsed = ChatTemplate::parse(*r.chat_template);
+    if (!parsed.is_ok()) return ApiError::bad_request("chat_template: " + parsed.message(), "chat_template");
+    own.emplace(std::move(parsed).value());
+    chat_template = &*own;
+  }
   auto rendered = tokenizer.apply_chat_template(r.messages, r.add_generation_prompt, r.template_variables, chat_template);
   if (!rendered.is_ok()) return ApiError::bad_request("chat template: " + rendered.message(), "messages");
   if (!r.continue_final_message) return std::move(rendered).value();
@@ -173,7 +185,7 @@ ApiResult<PreparedGeneration> prepare_chat(const ModelView& view, ChatRequest r)
   g.role = r.add_generation_prompt ? view.response_role : last.value("role", std::string());
   if (r.echo && last.value("role", std::string()) == g.role && last.contains("content") && last["content"].is_string())
     g.echo = last["content"].get<std::string>();
-  auto rendered = render_chat(*m.tokenizer, r, view.chat_template);
+  auto rendered = render_chat(*m.tokenizer, r, view);
   if (!rendered.is_ok()) return rendered.error();
   // The template writes the special tokens itself (bos included), so by default none are added.
   auto ids = m.tokenizer->encode(rendered.value(), r.add_special_tokens.value_or(false));

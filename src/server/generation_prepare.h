@@ -56,6 +56,7 @@ struct ModelView {
   bool tokens_as_ids = false;        // --return-tokens-as-token-ids: every request's default
   std::string response_role = "assistant";  // --response-role: the role chat answers come from
   std::vector<std::string> base_aliases = {};  // more names of the base model (--served-model-name)
+  bool trust_request_chat_template = false;    // a request's own "chat_template" is used, not refused
 };
 
 // What a "model" field names: the adapter ("" for the base model, also for an empty field)
@@ -68,10 +69,10 @@ struct ResolvedModel {
 // 404 for a name that is neither the base model nor a listed adapter.
 ApiResult<ResolvedModel> resolve_model(const ModelView& view, const std::string& model);
 
-// A chat request's messages through the chat template (`chat_template`, else the
-// tokenizer's), cut after the final message under continue_final_message.
-ApiResult<std::string> render_chat(const Tokenizer& tokenizer, const ChatRequest& request,
-                                   const ChatTemplate* chat_template);
+// A chat request's messages through the chat template (the request's own when the view
+// trusts it, a 400 when not, as vLLM's; else `view.chat_template`, else the tokenizer's),
+// cut after the final message under continue_final_message.
+ApiResult<std::string> render_chat(const Tokenizer& tokenizer, const ChatRequest& request, const ModelView& view);
 
 ApiResult<PreparedGeneration> prepare_completion(const ModelView& view, CompletionRequest request);
 ApiResult<PreparedGeneration> prepare_chat(const ModelView& view, ChatRequest request);

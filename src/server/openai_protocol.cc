@@ -397,7 +397,19 @@ ApiResult<ChatRequest> chat_request_from_json(const nlohmann::ordered_json& body
   if (const json* tc = r.get("tool_choice")) req.tool_choice = *tc;
   if (const nlohmann::ordered_json* kw = ordered("chat_template_kwargs")) {
     if (!kw->is_object()) return ApiError::bad_request("chat_template_kwargs must be an object", "chat_template_kwargs");
-    for (const auto& [k, v] : kw->items()) req.template_variables[k] = v;
+    for (const auto& [k, v] : kw->items()) {
+      if (k != "chat_template") {
+        req.template_variables[k] = v;
+      } else if (!v.is_null()) {  // vLLM takes a template here too, under the same trust rule
+        if (!v.is_string())
+          return ApiError::bad_request("chat_template_kwargs.chat_template must be a string", "chat_template_kwargs");
+        req.chat_template = v.get<std::string>();
+      }
+    }
+  }
+  if (const json* t = r.get("chat_template")) {
+    if (!t->is_string()) return ApiError::bad_request("chat_template must be a string", "chat_template");
+    req.chat_template = t->get<std::string>();
   }
   // RAG documents reach the template as a variable, as in vLLM; templates without them ignore it.
   if (const nlohmann::ordered_json* docs = ordered("documents")) {

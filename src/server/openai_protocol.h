@@ -85,6 +85,7 @@ struct ChatRequest : CommonRequest {
   nlohmann::ordered_json tools;        // null when absent (tool_calls.h plans what they mean)
   nlohmann::json tool_choice;          // null when absent
   bool parallel_tool_calls = true;     // false: a choice returns its first tool call only
+  std::optional<std::string> chat_template;  // the request's own (or chat_template_kwargs'), if given
   bool add_generation_prompt = true;
   bool continue_final_message = false;  // the template's output ends inside the last message
   bool echo = false;  // the answer begins with the last message's text when it has the answer's role

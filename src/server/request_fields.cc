@@ -87,7 +87,7 @@ constexpr FieldRule kChatOnly[] = {
     {"parallel_tool_calls"},
     {"continue_final_message"},
     {"echo"},
-    {"chat_template", kNo},
+    {"chat_template"},  // under --trust-request-chat-template
     {"mm_processor_kwargs", kNo},
     {"structural_tag", kNo},
     {"reasoning_effort", kNo},

@@ -36,6 +36,7 @@ struct ServerOptions {
   ReasoningParser reasoning_parser = ReasoningParser::kNone;  // --reasoning-parser
   CorsOptions cors;                   // browser clients from other origins (off by default)
   std::shared_ptr<const ChatTemplate> chat_template;  // --chat-template; null = the tokenizer's
+  bool trust_request_chat_template = false;  // a request may bring its own chat template
   SamplingParams sampling_defaults;   // for fields a request leaves out (--generation-config)
   int max_tokens_cap = 0;             // its max_new_tokens: every request's max_tokens at most (0: none)
   bool enable_force_include_usage = false;  // streams end with a usage chunk, stream_options or not

@@ -51,7 +51,7 @@ ApiResult<json> tokenize_response(const ModelView& view, std::string_view body) 
     auto request = chat_request_from_json(nlohmann::ordered_json::parse(body.begin(), body.end(), nullptr, false));
     if (!request.is_ok()) return request.error();
     const ChatRequest& r = request.value();
-    auto rendered = render_chat(tok, r, view.chat_template);
+    auto rendered = render_chat(tok, r, view);
     if (!rendered.is_ok()) return rendered.error();
     text = std::move(rendered).value();
   } else {

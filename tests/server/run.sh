@@ -163,6 +163,8 @@ if [ -n "${D_URL:-}" ]; then
     pass "chat echo: the begun message and its continuation ($got)"
   else fail "chat echo: $got, streamed $streamed, continuation $text"; fi
   expect 400 "use_beam_search with stop" -H "Authorization: Bearer $KEY" "$D_URL/v1/chat/completions" -d "$BEAM, \"stop\": \"x\"}"
+  expect 400 "a request's chat_template without --trust-request-chat-template" -H "Authorization: Bearer $KEY" \
+    "$D_URL/v1/chat/completions" -d '{"messages": [{"role": "user", "content": "x"}], "chat_template": "{{ 1 }}"}'
   expect 404 "/tokenize with an unknown model" -H "Authorization: Bearer $KEY" "$D_URL/tokenize" -d '{"model": "nope", "prompt": "x"}'
   expect 400 "/detokenize with an id outside the vocabulary" -H "Authorization: Bearer $KEY" "$D_URL/detokenize" -d '{"tokens": [1, 99999999]}'
   expect 401 "/tokenize without the API key" "$D_URL/tokenize" -d '{"prompt": "x"}'
@@ -192,7 +194,7 @@ fi
 if [ -f "$DEMO/base/tokenizer.json" ]; then
   start_server R "$WORK/r.log" "$DEMO/base" --reasoning-parser deepseek_r1 --enable-force-include-usage \
     --return-tokens-as-token-ids --enable-prompt-tokens-details --scheduling-policy priority --response-role model \
-    --served-model-name demo demo-alias --enable-request-id-headers
+    --served-model-name demo demo-alias --enable-request-id-headers --trust-request-chat-template
   # r_field ROUTE BODY EXPR: Python's EXPR of server R's JSON answer `r`.
   r_field() {
     curl -s "$R_URL$1" -d "$2" | /usr/bin/python3 -c "import json, sys; r = json.load(sys.stdin); print($3)"
@@ -220,6 +222,12 @@ PY
     'r["choices"][0]["message"]["reasoning"], r["choices"][0]["message"]["content"]')
   if [ "$got" = "None None" ]; then pass "reasoning parser: include_reasoning false leaves it out"
   else fail "reasoning parser: include_reasoning false gave $got"; fi
+  # --trust-request-chat-template: the request's own template renders its prompt.
+  own=$(r_field /tokenize \
+    '{"messages": [{"role": "user", "content": "Hello"}], "chat_template": "<{{ messages[0].content }}>"}' 'r["tokens"]')
+  want=$(r_field /tokenize '{"prompt": "<Hello>", "add_special_tokens": false}' 'r["tokens"]')
+  if [ -n "$own" ] && [ "$own" = "$want" ]; then pass "--trust-request-chat-template: the request's template renders it"
+  else fail "--trust-request-chat-template: $own against $want"; fi
   got=$(r_field /v1/chat/completions "$BODY}" 'r["choices"][0]["message"]["role"]')
   if [ "$got" = model ]; then pass "--response-role: the answer's role is model"
   else fail "--response-role: role $got"; fi

@@ -58,8 +58,7 @@ TEST(RequestFields, UnsupportedKeyIsSaidSo) {
     EXPECT_EQ(r.error().param, key);
     EXPECT_NE(r.error().message.find("is not supported"), std::string::npos) << r.error().message;
   }
-  for (const char* extra : {R"("chat_template": "{{x}}")",
-                            R"("reasoning_effort": "low")", R"("store": true)"}) {
+  for (const char* extra : {R"("mm_processor_kwargs": {})", R"("reasoning_effort": "low")", R"("store": true)"}) {
     auto r = parse_chat_request(chat(extra));
     ASSERT_FALSE(r.is_ok()) << extra;
     EXPECT_NE(r.error().message.find("is not supported"), std::string::npos) << r.error().message;

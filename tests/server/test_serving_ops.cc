@@ -11,6 +11,7 @@
 #include <string>
 
 #include "io/generation_defaults.h"
+#include "server/generation_prepare.h"
 #include "server/openai_protocol.h"
 #include "server/serving_log.h"
 #include "tokenizer/tokenizer.h"
@@ -153,6 +154,39 @@ TEST(ChatTemplateFlag, ReplacesTheTokenizersTemplate) {
   if (own.is_ok()) {
     EXPECT_NE(own.value(), replaced.value());
   }
+}
+
+// A request's own template ("chat_template", or chat_template_kwargs'), vLLM's rule: a 400
+// saying why unless the server trusts request templates, then used instead of the server's.
+TEST(ChatTemplateFlag, RequestTemplateOnlyWhenTrusted) {
+  auto tok = Tokenizer::load(std::string(QUIVER_SOURCE_DIR) + "/models/demo/base");
+  if (!tok.is_ok()) GTEST_SKIP() << "demo model missing: " << tok.message();
+  auto server_tmpl = ChatTemplate::parse("server:{{ messages[0].content }}");
+  ASSERT_TRUE(server_tmpl.is_ok());
+  ModelView view;
+  view.chat_template = &server_tmpl.value();
+  auto body = [](const std::string& fields) {
+    auto r = parse_chat_request(R"({"messages": [{"role": "user", "content": "hi"}])" + fields + "}");
+    EXPECT_TRUE(r.is_ok()) << fields;
+    return r.value();
+  };
+  EXPECT_EQ(render_chat(*tok.value(), body(""), view).value(), "server:hi");
+  const std::string own = R"(, "chat_template": "own:{{ messages[0].content }}{{ flag }}")";
+  const std::string kwarg = R"(, "chat_template_kwargs": {"chat_template": "kw:{{ messages[0].content }}"})";
+  for (const std::string& fields : {own, kwarg}) {
+    auto refused = render_chat(*tok.value(), body(fields), view);
+    ASSERT_FALSE(refused.is_ok()) << fields;
+    EXPECT_EQ(refused.error().param, "chat_template");
+    EXPECT_NE(refused.error().message.find("--trust-request-chat-template"), std::string::npos);
+  }
+  view.trust_request_chat_template = true;
+  EXPECT_EQ(render_chat(*tok.value(), body(own + R"(, "chat_template_kwargs": {"flag": "!"})"), view).value(),
+            "own:hi!");
+  EXPECT_EQ(render_chat(*tok.value(), body(kwarg), view).value(), "kw:hi");
+  auto broken = render_chat(*tok.value(), body(R"(, "chat_template": "{% for %}")"), view);
+  ASSERT_FALSE(broken.is_ok());
+  EXPECT_EQ(broken.error().param, "chat_template");
+  EXPECT_FALSE(parse_chat_request(R"({"messages": [{"role": "user", "content": "x"}], "chat_template": 3})").is_ok());
 }
 
 }  // namespace
