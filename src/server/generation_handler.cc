@@ -12,6 +12,7 @@
 #include "server/http_reply.h"
 #include "server/output_assembler.h"
 #include "server/reasoning.h"
+#include "server/responses_stream.h"
 #include "server/tool_stream.h"
 
 namespace quiver {
@@ -35,6 +36,8 @@ struct Generation {
   bool done = false;
   std::vector<ToolStream> tool_streams;  // per choice, streaming chat with tools
   std::vector<ReasoningStream> reasoning;  // per choice, streaming chat under --reasoning-parser
+  std::optional<ResponsesRequest> responses;  // /v1/responses: its request, for the response object
+  std::unique_ptr<ResponsesStream> responses_stream;
 
   bool parses_reasoning() const { return prep.chat && ctx->options.reasoning_parser != ReasoningParser::kNone; }
   // A whole choice's text as reasoning and content.
@@ -139,6 +142,15 @@ void respond_whole(Generation& g, httplib::Response& res) {
     }
   }
   if (g.assembler->error()) return send_error(res, ApiError{500, *g.assembler->error(), ""});
+  if (g.responses) {  // one choice: its output items
+    ChoicePiece p = g.assembler->final_choices().at(0);
+    g.apply_reasoning(p);
+    if (g.prep.tools.active()) g.apply_tools(p);
+    const Usage usage = g.usage();
+    json output = response_output_items(p, [&g](const char* prefix) { return g.ctx->new_id(prefix); });
+    return send_json(res, 200,
+                     response_object(*g.responses, g.prep.meta, response_status(p), std::move(output), &usage));
+  }
   json choices = json::array();
   for (ChoicePiece& p : g.assembler->final_choices()) {
     g.apply_reasoning(p);  // tool calls are read from the content, after the reasoning
@@ -158,7 +170,9 @@ bool stream_step(Generation& g, httplib::DataSink& sink) {
   auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
   if (!g.preamble_sent) {
     g.preamble_sent = true;
-    if (g.prep.chat) {  // vLLM's first chat chunks: the role, then any echo, for every choice
+    if (g.responses_stream) {
+      if (!write(g.responses_stream->start())) return false;
+    } else if (g.prep.chat) {  // vLLM's first chat chunks: the role, then any echo, for every choice
       for (int i = 0; i < g.prep.assembler.n; ++i) {
         ChoicePiece role;
         role.index = i;
@@ -177,6 +191,12 @@ bool stream_step(Generation& g, httplib::DataSink& sink) {
     for (ChoicePiece& p : g.assembler->add(job, out)) {
       g.stream_reasoning(p);
       if (g.stream_tools(p) && p.reasoning.empty()) continue;  // held content; reasoning goes now
+      if (g.responses_stream) {
+        const std::string events = p.finish_reason.empty() ? g.responses_stream->piece(p)
+                                                           : g.responses_stream->finish(p, g.usage());
+        if (!events.empty() && !write(events)) return false;
+        continue;
+      }
       // Text held back as a possible tag, and nothing else in the piece: no empty delta.
       if (p.reasoning_parsed && p.text.empty() && p.reasoning.empty() && p.finish_reason.empty() &&
           !g.prep.logprobs && !g.prep.return_token_ids)
@@ -186,6 +206,12 @@ bool stream_step(Generation& g, httplib::DataSink& sink) {
   std::optional<ApiError> error = g.channel->error();
   if (!error && g.assembler->error()) error = ApiError{500, *g.assembler->error(), ""};
   if (error || finished) {
+    if (g.responses_stream) {  // the final event went out with the finishing piece; no [DONE]
+      if (error && !write(g.responses_stream->error(*error))) return false;
+      g.done = true;
+      sink.done();
+      return true;
+    }
     if (error) {
       if (!write(sse_event(api_error_json(*error)))) return false;
     } else if (g.prep.include_usage) {
@@ -202,17 +228,21 @@ bool stream_step(Generation& g, httplib::DataSink& sink) {
 }
 
 void run_generation(ServerContext& ctx, const httplib::Request& req, httplib::Response& res,
-                    ApiResult<PreparedGeneration> prepared) {
+                    ApiResult<PreparedGeneration> prepared, std::optional<ResponsesRequest> responses = std::nullopt) {
   if (!prepared.is_ok()) return send_error(res, prepared.error());
   auto g = std::make_shared<Generation>();
   g->ctx = &ctx;
   g->prep = std::move(prepared.value());
-  const char* prefix = g->prep.chat ? "chatcmpl-" : "cmpl-";
+  g->responses = std::move(responses);
+  const char* prefix = g->responses ? "resp_" : g->prep.chat ? "chatcmpl-" : "cmpl-";
   // vLLM's: an X-Request-Id header names the request before the body's request_id does.
   const std::string id = req.has_header("X-Request-Id") ? req.get_header_value("X-Request-Id") : g->prep.request_id;
   g->prep.meta.id = id.empty() ? ctx.new_id(prefix) : prefix + id;
   g->prep.meta.created = static_cast<int64_t>(std::time(nullptr));
   for (EngineJob& job : g->prep.jobs) job.log_id = g->prep.meta.id;
+  if (g->responses && g->prep.stream)
+    g->responses_stream = std::make_unique<ResponsesStream>(&*g->responses, g->prep.meta,
+                                                            [c = &ctx](const char* p) { return c->new_id(p); });
   g->channel = std::make_shared<ResponseChannel>(static_cast<int>(g->prep.jobs.size()));
   g->assembler = std::make_unique<OutputAssembler>(g->prep.assembler);
   g->token_text = make_token_text(g->prep.tokens_as_ids ? nullptr : g->prep.tokenizer);
@@ -264,6 +294,15 @@ void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, ht
   auto parsed = parse_chat_request(req.body, ctx.options.sampling_defaults);
   if (!parsed.is_ok()) return send_error(res, parsed.error());
   run_generation(ctx, req, res, prepare_chat(model_view(ctx), std::move(parsed.value())));
+}
+
+void handle_responses(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {
+  auto parsed = parse_responses_request(req.body, ctx.options.sampling_defaults);
+  if (!parsed.is_ok()) return send_error(res, parsed.error());
+  ResponsesRequest r = std::move(parsed).value();
+  auto prepared = prepare_chat(model_view(ctx), r.chat);
+  if (prepared.is_ok()) prepared.value().include_usage = false;  // the usage is in the final event
+  run_generation(ctx, req, res, std::move(prepared), std::move(r));
 }
 
 void handle_invocations(ServerContext& ctx, const httplib::Request& req, httplib::Response& res) {

@@ -16,6 +16,8 @@ ModelView model_view(const ServerContext& ctx);
 
 void handle_completions(ServerContext& ctx, const httplib::Request& req, httplib::Response& res);
 void handle_chat_completions(ServerContext& ctx, const httplib::Request& req, httplib::Response& res);
+// POST /v1/responses: OpenAI's Responses API on the chat pipeline (responses_api.h).
+void handle_responses(ServerContext& ctx, const httplib::Request& req, httplib::Response& res);
 // A body with "messages" is a chat completion, one with "prompt" a completion.
 void handle_invocations(ServerContext& ctx, const httplib::Request& req, httplib::Response& res);
 

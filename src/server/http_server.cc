@@ -271,6 +271,7 @@ void HttpServer::install_routes() {
   s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) { handle_models(ctx_, res); });
   s.Post("/v1/completions", with_body(ctx_, handle_completions));
   s.Post("/v1/chat/completions", with_body(ctx_, handle_chat_completions));
+  s.Post("/v1/responses", with_body(ctx_, handle_responses));
   s.Post("/invocations", with_body(ctx_, handle_invocations));
   s.Post("/tokenize", with_body(ctx_, handle_tokenize));
   s.Post("/detokenize", with_body(ctx_, handle_detokenize));

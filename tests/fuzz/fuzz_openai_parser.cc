@@ -1,4 +1,5 @@
-// libFuzzer target for the OpenAI request parsers and the error/response JSON they feed,
+// libFuzzer target for the OpenAI request parsers (completions, chat, responses) and the
+// error/response JSON they feed,
 // and for the tool call parsers, whole and streamed, reading the same bytes as model output.
 // Not part of the CMake build: tools/fuzz.sh openai_parser compiles it with clang's
 // -fsanitize=fuzzer,address,undefined together with the two pure server files it needs.
@@ -8,6 +9,7 @@
 
 #include "server/openai_protocol.h"
 #include "server/openai_response.h"
+#include "server/responses_api.h"
 #include "server/tool_stream.h"
 
 namespace {
@@ -89,6 +91,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!load.is_ok()) check_error(load.error());
   auto unload = quiver::parse_unload_lora_request(body);
   if (!unload.is_ok()) check_error(unload.error());
+  auto responses = quiver::parse_responses_request(body);
+  if (responses.is_ok()) {
+    check_common(responses.value().chat);
+    if (responses.value().chat.messages.empty()) __builtin_trap();
+    (void)quiver::safe_dump(nlohmann::json(responses.value().echo));
+  } else {
+    check_error(responses.error());
+  }
   check_tools(body);
   return 0;
 }

@@ -316,6 +316,34 @@ test('chat completions need a tokenizer and chat template', async (t) => {
     assert.equal(stopped.choices[0].stop_reason, word);
     assert.ok(!stopped.choices[0].text.includes(word));
   }
+  // The Responses API: the same prompt and sampling give the chat answer, whole and as events.
+  const whole = await chat.responses.create({ input: messages[0].content, max_output_tokens: 8, temperature: 0 });
+  assert.equal(whole.object, 'response');
+  assert.ok(whole.id.startsWith('resp_'));
+  assert.equal(whole.output_text, res.choices[0].message.content);
+  assert.equal(whole.status, res.choices[0].finish_reason === 'length' ? 'incomplete' : 'completed');
+  assert.equal(whole.usage.input_tokens, res.usage.prompt_tokens);
+  assert.equal(whole.usage.output_tokens, res.usage.completion_tokens);
+  const input = [{ role: 'user', content: [{ type: 'input_text', text: messages[0].content }] }];
+  const parts = await chat.responses.create({ max_output_tokens: 8, temperature: 0, input });
+  assert.equal(parts.output_text, whole.output_text);
+  const events = [];
+  for await (const ev of await chat.responses.create({ input: messages[0].content, max_output_tokens: 8,
+                                                        temperature: 0, stream: true })) events.push(ev);
+  assert.deepEqual(events.map((e) => e.sequence_number), events.map((_, i) => i));
+  assert.deepEqual(events.slice(0, 4).map((e) => e.type),
+                   ['response.created', 'response.in_progress', 'response.output_item.added',
+                    'response.content_part.added']);
+  const deltas = events.filter((e) => e.type === 'response.output_text.delta').map((e) => e.delta).join('');
+  assert.equal(deltas, whole.output_text);
+  const last = events.at(-1);
+  assert.equal(last.type, whole.status === 'completed' ? 'response.completed' : 'response.incomplete');
+  assert.equal(last.response.output[0].content[0].text, whole.output_text);
+  assert.equal(last.response.usage.output_tokens, whole.usage.output_tokens);
+  await assert.rejects(chat.responses.create({ input: 'x', previous_response_id: 'resp_1' }),
+                       (e) => e instanceof OpenAI.BadRequestError && e.param === 'previous_response_id');
+  await assert.rejects(chat.responses.create({ input: 'x', tools: [{ type: 'web_search' }] }),
+                       (e) => e instanceof OpenAI.BadRequestError && e.param === 'tools');
   if (adapter === 'sql') {  // the demo's text-to-SQL adapter, chosen by name
     const q = 'Write a SQL query to answer the question based on the table schema.\n\n context: CREATE TABLE ' +
               'table_name_1 (name VARCHAR, age VARCHAR)\n\n question: What is the name of the person aged 30?';

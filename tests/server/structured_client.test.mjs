@@ -165,3 +165,26 @@ test('tool_choice auto: junk text stays content, with no tool_calls; it streams 
   // No call began, so the content went out token by token, not in one piece at the end.
   assert.ok(pieces > 3, `${pieces} content deltas`);
 });
+
+// The Responses API on the same pipeline: a named function tool comes back as a
+// function_call output item whose arguments validate, whole and streamed as events.
+test('responses: a named function tool as a function_call item, whole and streamed', async () => {
+  const rtools = tools.map((t) => ({ type: 'function', name: t.function.name, parameters: t.function.parameters }));
+  const req = { model, input: messages[0].content, tools: rtools,
+                tool_choice: { type: 'function', name: 'get_weather' }, temperature: 1, seed: 4, max_output_tokens: 200 };
+  const whole = await client.responses.create(req);
+  assert.equal(whole.status, 'completed');
+  const calls = whole.output.filter((o) => o.type === 'function_call');
+  assert.equal(calls.length, 1);
+  assert.equal(calls[0].name, 'get_weather');
+  assert.ok(calls[0].call_id.length > 0 && calls[0].id.startsWith('fc_'));
+  validate(JSON.parse(calls[0].arguments), tools[0].function.parameters);
+  let args = '', done = null;
+  for await (const ev of await client.responses.create({ ...req, stream: true })) {
+    if (ev.type === 'response.function_call_arguments.delta') args += ev.delta;
+    if (ev.type === 'response.completed') done = ev.response;
+  }
+  assert.equal(args, calls[0].arguments);  // the same seed: the same call
+  assert.deepEqual(done.output.map((o) => o.type), ['function_call']);
+  assert.equal(done.output[0].arguments, calls[0].arguments);
+});
