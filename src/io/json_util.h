@@ -51,6 +51,14 @@ Result<int64_t> json_int_or(const Json& obj, std::string_view key, int64_t fallb
 Result<double> json_number_or(const Json& obj, std::string_view key, double fallback);
 Result<bool> json_bool_or(const Json& obj, std::string_view key, bool fallback);
 Result<std::string> json_string_or(const Json& obj, std::string_view key, const std::string& fallback);
+// The string at `key` of an object (json or ordered_json), or `fallback` when it is absent
+// or not a string: for request fields compared against names, where basic_json::value()
+// would throw on a number and turn a bad request into a server error.
+template <class AnyJson>
+std::string string_field_or(const AnyJson& obj, const char* key, const std::string& fallback) {
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_string() ? it->template get<std::string>() : fallback;
+}
 
 // An int, a list of ints, or null/missing (empty result): the shape of HF token-id fields
 // such as eos_token_id. Negative ids are errors.

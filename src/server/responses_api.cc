@@ -1,6 +1,7 @@
 #include "server/responses_api.h"
 
 #include "io/json_fields.h"
+#include "io/json_util.h"
 
 namespace quiver {
 
@@ -70,7 +71,7 @@ std::optional<ApiError> message_content(const ojson& content, std::string* out) 
   }
   if (!content.is_array()) return refuse("a message's content must be a string or a list of text parts", "input");
   for (const ojson& part : content) {
-    const std::string type = part.is_object() ? part.value("type", "") : "";
+    const std::string type = part.is_object() ? string_field_or(part, "type", "") : "";
     if ((type != "input_text" && type != "output_text" && type != "text") || !part.contains("text") ||
         !part["text"].is_string())
       return refuse("only text content parts ({\"type\": \"input_text\", \"text\": ...}) are supported", "input");
@@ -91,7 +92,9 @@ std::optional<ApiError> input_messages(const ojson& input, ojson* messages) {
   if (!input.is_array() || input.empty()) return refuse("input must be a string or a non-empty list of items", "input");
   for (const ojson& item : input) {
     if (!item.is_object()) return refuse("each input item must be an object", "input");
-    const std::string type = item.value("type", item.contains("role") ? "message" : "");
+    const std::string type = item.contains("type") ? string_field_or(item, "type", "")
+                             : item.contains("role") ? "message"
+                                                     : "";
     if (type == "message") {
       if (!item.contains("role") || !item["role"].is_string()) return refuse("a message item needs a role", "input");
       std::string role = item["role"].get<std::string>(), text;
@@ -107,7 +110,7 @@ std::optional<ApiError> input_messages(const ojson& input, ojson* messages) {
       const ojson call = {{"id", item["call_id"]},
                           {"type", "function"},
                           {"function", {{"name", item["name"]}, {"arguments", item["arguments"]}}}};
-      const bool joins = !messages->empty() && messages->back().value("role", "") == "assistant" &&
+      const bool joins = !messages->empty() && string_field_or(messages->back(), "role", "") == "assistant" &&
                          messages->back().contains("tool_calls");
       if (joins) messages->back()["tool_calls"].push_back(call);
       else messages->push_back({{"role", "assistant"}, {"content", nullptr}, {"tool_calls", ojson::array({call})}});
@@ -131,7 +134,7 @@ std::optional<ApiError> chat_tools(const ojson& tools, ojson* out) {
   if (!tools.is_array()) return refuse("tools must be a list", "tools");
   *out = ojson::array();
   for (const ojson& t : tools) {
-    if (!t.is_object() || t.value("type", "") != "function" || !t.contains("name") || !t["name"].is_string())
+    if (!t.is_object() || string_field_or(t, "type", "") != "function" || !t.contains("name") || !t["name"].is_string())
       return refuse("only function tools ({\"type\": \"function\", \"name\": ..., \"parameters\": ...}) are supported",
                     "tools");
     ojson f = {{"name", t["name"]}};
@@ -147,12 +150,12 @@ std::optional<ApiError> response_format(const ojson& text, ojson* out) {
   if (!text.is_object()) return refuse("text must be an object", "text");
   if (!text.contains("format") || text["format"].is_null()) return std::nullopt;
   const ojson& f = text["format"];
-  const std::string type = f.is_object() ? f.value("type", "") : "";
+  const std::string type = f.is_object() ? string_field_or(f, "type", "") : "";
   if (type == "text") return std::nullopt;
   if (type == "json_object") {
     *out = {{"type", "json_object"}};
-  } else if (type == "json_schema" && f.contains("schema")) {
-    ojson schema = {{"name", f.value("name", "response")}, {"schema", f["schema"]}};
+  } else if (type == "json_schema" && f.contains("schema") && (!f.contains("name") || f["name"].is_string())) {
+    ojson schema = {{"name", string_field_or(f, "name", "response")}, {"schema", f["schema"]}};
     if (f.contains("strict")) schema["strict"] = f["strict"];
     *out = {{"type", "json_schema"}, {"json_schema", std::move(schema)}};
   } else {
@@ -213,7 +216,7 @@ ApiResult<ResponsesRequest> parse_responses_request(std::string_view body, const
   if (in.contains("max_output_tokens")) chat["max_tokens"] = in["max_output_tokens"];
   if (in.contains("tool_choice") && in["tool_choice"].is_object()) {  // {"type": "function", "name": ...}
     const ojson& c = in["tool_choice"];
-    if (c.value("type", "") != "function" || !c.contains("name"))
+    if (string_field_or(c, "type", "") != "function" || !c.contains("name"))
       return ApiError::bad_request("tool_choice must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
                                    "\"name\": ...}",
                                    "tool_choice");

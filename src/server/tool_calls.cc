@@ -1,5 +1,6 @@
 #include "server/tool_calls.h"
 
+#include "io/json_util.h"
 #include "server/pythonic_calls.h"
 
 namespace quiver {
@@ -76,7 +77,7 @@ ParsedTools parse_hermes(const std::string& text, const std::function<std::strin
     out.content = text;
     return out;
   }
-  out.content = trim(text.substr(0, first));
+  out.content = text.substr(0, first);  // as written, as vLLM returns it (and streams it)
   size_t pos = first;
   while ((pos = text.find(kOpen, pos)) != std::string::npos) {
     const size_t body = pos + kOpen.size();
@@ -192,7 +193,8 @@ ApiResult<ToolPlan> plan_tools(const ojson& tools, const json& tool_choice, cons
   if (!tools.is_null()) {
     if (!tools.is_array()) return ApiError::bad_request("tools must be a list", "tools");
     for (const ojson& t : tools) {
-      if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") || !t["function"].is_object() ||
+      if (!t.is_object() || string_field_or(t, "type", "") != "function" || !t.contains("function") ||
+          !t["function"].is_object() ||
           !t["function"].contains("name") || !t["function"]["name"].is_string())
         return ApiError::bad_request("each tool must be {\"type\": \"function\", \"function\": {\"name\": ..., \"parameters\": ...}}",
                                      "tools");
@@ -207,7 +209,8 @@ ApiResult<ToolPlan> plan_tools(const ojson& tools, const json& tool_choice, cons
       return ApiError::bad_request("tool_choice must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
                                    "\"function\": {\"name\": ...}}",
                                    "tool_choice");
-  } else if (tool_choice.is_object() && tool_choice.value("type", "") == "function" && tool_choice.contains("function") &&
+  } else if (tool_choice.is_object() && string_field_or(tool_choice, "type", "") == "function" &&
+             tool_choice.contains("function") &&
              tool_choice["function"].is_object() && tool_choice["function"].contains("name") &&
              tool_choice["function"]["name"].is_string()) {
     choice = "named";

@@ -1,5 +1,8 @@
 #include "tokenizer/chat_content.h"
 
+#include "core/json_nesting.h"
+#include "io/json_util.h"
+
 namespace quiver {
 
 Result<std::string> join_text_parts(const nlohmann::json& parts) {
@@ -18,12 +21,20 @@ Result<std::string> join_text_parts(const nlohmann::json& parts) {
   return text;
 }
 
+namespace {
+
+// Arguments nested deeper than a request body may be (the server's limit) are refused: the
+// template walks the value recursively.
+constexpr int kMaxArgumentsDepth = 64;
+
+}  // namespace
+
 Status tool_call_arguments_as_objects(nlohmann::ordered_json* messages) {
   using ojson = nlohmann::ordered_json;
   if (!messages->is_array()) return Status::ok();
   for (size_t i = 0; i < messages->size(); ++i) {
     ojson& m = (*messages)[i];
-    if (!m.is_object() || m.value("role", "") != "assistant") continue;
+    if (!m.is_object() || string_field_or(m, "role", "") != "assistant") continue;
     auto calls = m.find("tool_calls");
     if (calls == m.end() || !calls->is_array()) continue;
     if (calls->empty()) {  // the template's plain-assistant path, as vLLM takes it
@@ -34,15 +45,20 @@ Status tool_call_arguments_as_objects(nlohmann::ordered_json* messages) {
     for (ojson& call : *calls) {
       if (!call.is_object()) return Status::error(where + ": each entry must be an object");
       auto f = call.find("function");
-      if (call.value("type", "function") != "function" || f == call.end() || !f->is_object())
+      if (string_field_or(call, "type", call.contains("type") ? "" : "function") != "function" || f == call.end() ||
+          !f->is_object())
         return Status::error(where + ": only function calls ({\"type\": \"function\", \"function\": {...}}) "
                                      "are supported");
       auto args = f->find("arguments");
       if (args == f->end() || args->is_null() || (args->is_string() && args->get_ref<const std::string&>().empty())) {
         (*f)["arguments"] = ojson::object();
       } else if (args->is_string()) {
+        const std::string& text = args->get_ref<const std::string&>();
+        if (!json_nesting_within(text, kMaxArgumentsDepth))
+          return Status::error(where + ": function.arguments nested deeper than " +
+                               std::to_string(kMaxArgumentsDepth) + " levels");
         // Parsed in order: the template prints the arguments as the client wrote them.
-        auto value = ojson::parse(args->get_ref<const std::string&>(), nullptr, /*allow_exceptions=*/false);
+        auto value = ojson::parse(text, nullptr, /*allow_exceptions=*/false);
         if (value.is_discarded()) return Status::error(where + ": function.arguments is not valid JSON");
         *args = std::move(value);
       }

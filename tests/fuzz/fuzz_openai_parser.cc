@@ -51,8 +51,7 @@ void check_tools(std::string_view text) {
     const quiver::ParsedTools last = stream.finish(answer.substr(at), ids);
     content += last.content;
     if (last.tool_calls != whole.tool_calls) __builtin_trap();
-    if (whole.tool_calls.empty() && content != answer) __builtin_trap();
-    if (!whole.tool_calls.empty() && answer.compare(0, content.size(), content) != 0) __builtin_trap();
+    if (content != (whole.tool_calls.empty() ? answer : whole.content)) __builtin_trap();
     for (const auto& call : whole.tool_calls)
       if (!call["function"]["name"].is_string() || !call["function"]["arguments"].is_string()) __builtin_trap();
     (void)quiver::safe_dump(whole.tool_calls);

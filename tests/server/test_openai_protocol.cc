@@ -6,6 +6,7 @@
 
 #include "server/openai_protocol.h"
 #include "server/openai_response.h"
+#include "server/tool_calls.h"
 
 namespace quiver {
 namespace {
@@ -216,6 +217,15 @@ TEST(OpenAiParse, ChatKeepsKeyOrderAndToolArgumentsAsObjects) {
             R"("properties":{"unit":{},"city":{}}}}}])");
   EXPECT_EQ(c.template_variables.dump(), R"({"tools":)" + c.template_variables["tools"].dump() +
                                              R"(,"z":1,"a":2,"documents":[{"title":"t","text":"x"}]})");
+  for (const char* wrong_type : {R"({"messages": [{"role": "assistant", "tool_calls": [{"type": 1,
+                                     "function": {}}]}]})",
+                                 R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": 1}],
+                                     "tool_choice": "required"})"}) {
+    auto r = parse_chat_request(wrong_type);  // a 400, not an exception
+    if (r.is_ok()) {
+      EXPECT_FALSE(plan_tools(r.value().tools, r.value().tool_choice, ToolOptions{}).is_ok()) << wrong_type;
+    }
+  }
   auto bad = parse_chat_request(R"({"messages": [{"role": "assistant", "tool_calls": [{"type": "function",
                                     "function": {"name": "f", "arguments": "{oops"}}]}]})");
   ASSERT_FALSE(bad.is_ok());

@@ -44,6 +44,17 @@ TEST(Responses, InputItemsBecomeChatMessages) {
   EXPECT_EQ(refused(R"({"input": [{"role": "user", "content": [{"type": "input_image"}]}]})"), "input");
   EXPECT_EQ(refused(R"({"input": []})"), "input");
   EXPECT_EQ(refused(R"({"model": "x"})"), "input");
+  // Fields of the wrong type are 400s naming the field, not server errors.
+  EXPECT_EQ(refused(R"({"input": [{"type": 1, "role": "user", "content": "x"}]})"), "input");
+  EXPECT_EQ(refused(R"({"input": [{"type": null, "role": "user", "content": "x"}]})"), "input");
+  EXPECT_EQ(refused(R"({"input": [{"role": "user", "content": [{"type": 1, "text": "x"}]}]})"), "input");
+  EXPECT_EQ(refused(R"({"input": "x", "tools": [{"type": 1}]})"), "tools");
+  EXPECT_EQ(refused(R"({"input": "x", "text": {"format": {"type": 1}}})"), "text");
+  EXPECT_EQ(refused(R"({"input": "x", "text": {"format": {"type": "json_schema", "name": 1, "schema": {}}}})"), "text");
+  EXPECT_EQ(refused(R"({"input": "x", "tool_choice": {"type": 1}})"), "tool_choice");
+  EXPECT_EQ(refused(R"({"input": [{"role": "assistant", "content": null}, {"type": "function_call", "call_id": "c",
+                        "name": "f", "arguments": ")" + std::string(1000, '[') + R"("}]})"),
+            "input");
 }
 
 TEST(Responses, ToolsTextAndSamplingFields) {

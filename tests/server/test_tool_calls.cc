@@ -182,7 +182,7 @@ TEST(ToolCalls, HermesParser) {
       "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}\n</tool_call>\n"
       "<tool_call>{\"name\": \"ping\", \"arguments\": {}}</tool_call>",
       plan, ids());
-  EXPECT_EQ(p.content, "Let me check.");
+  EXPECT_EQ(p.content, "Let me check.\n");
   ASSERT_EQ(p.tool_calls.size(), 2u);
   EXPECT_EQ(p.tool_calls[1]["function"]["name"], "ping");
   EXPECT_EQ(p.tool_calls[0]["function"]["arguments"], "{\"city\":\"Rome\"}");

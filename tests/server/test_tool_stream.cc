@@ -54,6 +54,7 @@ void expect_like_whole(const ToolPlan& plan, const std::string& text, const std:
     const Streamed s = stream(plan, text, step);
     EXPECT_EQ(s.last.tool_calls, whole.tool_calls);
     EXPECT_EQ(s.content(), whole.tool_calls.empty() ? text : content_before_calls);
+    EXPECT_EQ(s.content(), whole.tool_calls.empty() ? text : whole.content);  // the whole response's content
   }
 }
 

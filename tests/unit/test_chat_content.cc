@@ -118,6 +118,15 @@ TEST(ChatContent, ToolCallArgumentsBecomeObjects) {
   EXPECT_FALSE(tool_call_arguments_as_objects(&not_function).is_ok());
   ojson not_object = ojson::array({{{"role", "assistant"}, {"tool_calls", ojson::array({"call"})}}});
   EXPECT_FALSE(tool_call_arguments_as_objects(&not_object).is_ok());
+  // Not crashes: a type that is not a string, and arguments nested past the body's limit
+  // (the template would recurse through 100,000 levels).
+  ojson type_number = ojson::array({{{"role", "assistant"}, {"tool_calls", ojson::array({{{"type", 1}}})}}});
+  EXPECT_FALSE(tool_call_arguments_as_objects(&type_number).is_ok());
+  const std::string nested = std::string(100000, '[') + std::string(100000, ']');
+  ojson deep = ojson::array({{{"role", "assistant"}, {"tool_calls", ojson::array({tool_call(nested)})}}});
+  Status too_deep = tool_call_arguments_as_objects(&deep);
+  EXPECT_FALSE(too_deep.is_ok());
+  EXPECT_NE(too_deep.message().find("nested deeper"), std::string::npos) << too_deep.message();
 }
 
 // Mistral's v3 template writes each call as `function|tojson`: with the arguments as the
