@@ -37,6 +37,7 @@ struct ServeOptions {
   std::string chat_template;  // a file, or the template itself
   std::string tool_call_parser;
   std::string reasoning_parser;
+  bool enable_log_requests = false;  // vLLM's --enable-log-requests: quiver's default already
 };
 
 // --chat-template as vLLM reads it: a file's contents when the file exists; otherwise the
@@ -293,8 +294,12 @@ void register_serve(CLI::App& app, int* exit_code) {
                 "every response carries an X-Request-Id header: the request's own, else a new one (vLLM's flag)");
   cmd->add_option("--response-role", s.response_role,
                   "the role of chat answers when the request adds a generation prompt (vLLM's flag; default assistant)");
-  cmd->add_flag("--disable-log-requests", s.disable_log_requests,
-                "no log line per request (id, model, prompt/output tokens, TTFT, total time)");
+  CLI::Option* no_log = cmd->add_flag("--disable-log-requests", s.disable_log_requests,
+                                      "no log line per request (id, model, prompt/output tokens, TTFT, total time)");
+  // vLLM's newer spelling (its requests are unlogged by default): here it asks for the default.
+  cmd->add_flag("--enable-log-requests", opts->enable_log_requests,
+                "a log line per request, as by default (vLLM's flag; excludes --disable-log-requests)")
+      ->excludes(no_log);
   cmd->add_flag("--disable-log-stats", s.disable_log_stats, "no periodic stats line (throughput, queue, KV, adapters)");
   cmd->add_option("--log-stats-interval", s.log_stats_interval_s, "seconds between stats lines while there is work");
   cmd->callback([opts, exit_code] { *exit_code = run_serve(*opts); });

@@ -178,6 +178,10 @@ if [ -f "$DEMO/base/tokenizer.json" ]; then
   else
     fail "structured output and tool call tests"
   fi
+  # vLLM's --enable-log-requests asks for quiver's default; with --disable-log-requests it is refused.
+  if ! "$QUIVER" serve --model "$DEMO/base" --enable-log-requests --disable-log-requests >"$WORK/logflags.log" 2>&1 &&
+     grep -q 'excludes' "$WORK/logflags.log"; then pass "--enable-log-requests with --disable-log-requests refused"
+  else fail "--enable-log-requests with --disable-log-requests: $(head -2 "$WORK/logflags.log")"; fi
   # The mistral parser needs Mistral v0.3's [TOOL_CALLS] token, which the demo's vocabulary lacks.
   "$QUIVER" serve --port "$(free_port)" --model "$DEMO/base" --enable-auto-tool-choice --tool-call-parser mistral \
     >"$WORK/mistral.log" 2>&1
@@ -194,7 +198,7 @@ fi
 if [ -f "$DEMO/base/tokenizer.json" ]; then
   start_server R "$WORK/r.log" "$DEMO/base" --reasoning-parser deepseek_r1 --enable-force-include-usage \
     --return-tokens-as-token-ids --enable-prompt-tokens-details --scheduling-policy priority --response-role model \
-    --served-model-name demo demo-alias --enable-request-id-headers --trust-request-chat-template
+    --served-model-name demo demo-alias --enable-request-id-headers --trust-request-chat-template --enable-log-requests
   # r_field ROUTE BODY EXPR: Python's EXPR of server R's JSON answer `r`.
   r_field() {
     curl -s "$R_URL$1" -d "$2" | /usr/bin/python3 -c "import json, sys; r = json.load(sys.stdin); print($3)"
