@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "tokenizer/utf8.h"
+
 namespace quiver {
 
 namespace {
@@ -180,31 +182,13 @@ class Reader {
           const unsigned long cp = std::strtoul(hex.c_str(), &end, 16);
           if (end != hex.c_str() + n || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
           pos_ += n;
-          utf8(static_cast<uint32_t>(cp), out);
+          utf8::append(*out, static_cast<char32_t>(cp));
           break;
         }
         default: out->push_back('\\'); out->push_back(e); break;
       }
     }
     return eat(quote);
-  }
-
-  static void utf8(uint32_t cp, std::string* out) {
-    if (cp < 0x80) {
-      out->push_back(static_cast<char>(cp));
-    } else if (cp < 0x800) {
-      out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else if (cp < 0x10000) {
-      out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else {
-      out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    }
   }
 
   // A name starting with a letter or _, then letters, digits and _.
