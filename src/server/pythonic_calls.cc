@@ -21,23 +21,35 @@ class Reader {
     *out = ojson::array();
     blanks();
     if (!eat('[')) return false;
-    blanks();
-    if (eat(']')) return false;  // no call: not a tool call list
-    for (;;) {
+    const bool listed = items(']', /*trailing_comma=*/false, [&] {
       ojson call;
       if (!one_call(&call)) return false;
       out->push_back(std::move(call));
-      blanks();
-      if (eat(']')) break;
-      if (!eat(',')) return false;
-      blanks();
-    }
+      return true;
+    });
     blanks();
-    return pos_ == s_.size();
+    return listed && !out->empty() && pos_ == s_.size();  // no call: not a tool call list
   }
 
  private:
   static constexpr int kMaxDepth = 64;  // nesting of lists and dicts
+
+  // The comma-separated items up to `close` (the opening bracket already read), each read
+  // by item(), blanks around them; a comma before `close` only where `trailing_comma`
+  // (Python's literals take one; vLLM's pattern for the list of calls does not).
+  template <class Item>
+  bool items(char close, bool trailing_comma, const Item& item) {
+    blanks();
+    if (eat(close)) return true;
+    for (;;) {
+      if (!item()) return false;
+      blanks();
+      if (eat(close)) return true;
+      if (!eat(',')) return false;
+      blanks();
+      if (trailing_comma && eat(close)) return true;
+    }
+  }
 
   bool one_call(ojson* call) {
     std::string name;
@@ -45,21 +57,15 @@ class Reader {
     blanks();
     if (!eat('(')) return false;
     ojson args = ojson::object();
-    blanks();
-    while (!eat(')')) {
+    const bool listed = items(')', /*trailing_comma=*/true, [&] {
       std::string key;
       if (!identifier(&key)) return false;  // keywords only
       blanks();
       if (!eat('=')) return false;
       blanks();
-      ojson v;
-      if (!value(&v, 0)) return false;
-      args[key] = std::move(v);
-      blanks();
-      if (eat(')')) break;
-      if (!eat(',')) return false;
-      blanks();
-    }
+      return value(&args[key], 0);
+    });
+    if (!listed) return false;
     *call = ojson{{"name", name}, {"arguments", std::move(args)}};
     return true;
   }
@@ -88,39 +94,26 @@ class Reader {
   bool list(ojson* v, int depth) {
     ++pos_;  // [
     *v = ojson::array();
-    blanks();
-    while (!eat(']')) {
+    return items(']', /*trailing_comma=*/true, [&] {
       ojson e;
       if (!value(&e, depth + 1)) return false;
       v->push_back(std::move(e));
-      blanks();
-      if (eat(']')) break;
-      if (!eat(',')) return false;
-      blanks();
-    }
-    return true;
+      return true;
+    });
   }
 
   // Keys are strings, or numbers, booleans and None written as JSON text (json.dumps' rule).
   bool dict(ojson* v, int depth) {
     ++pos_;  // {
     *v = ojson::object();
-    blanks();
-    while (!eat('}')) {
+    return items('}', /*trailing_comma=*/true, [&] {
       ojson key;
       if (!value(&key, depth + 1) || key.is_array() || key.is_object()) return false;
       blanks();
       if (!eat(':')) return false;
       blanks();
-      ojson e;
-      if (!value(&e, depth + 1)) return false;
-      (*v)[key.is_string() ? key.get<std::string>() : key.dump()] = std::move(e);
-      blanks();
-      if (eat('}')) break;
-      if (!eat(',')) return false;
-      blanks();
-    }
-    return true;
+      return value(&(*v)[key.is_string() ? key.get<std::string>() : key.dump()], depth + 1);
+    });
   }
 
   bool number(ojson* v) {
