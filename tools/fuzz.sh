@@ -42,7 +42,7 @@ case "$TARGET" in
              "$ROOT"/src/structured/request_fields.cc "$ROOT"/src/io/json_fields.cc "$ROOT"/src/io/json_util.cc
              "$ROOT"/src/tokenizer/chat_content.cc "$ROOT"/src/server/tool_calls.cc "$ROOT"/src/server/tool_stream.cc
              "$ROOT"/src/server/pythonic_calls.cc "$ROOT"/src/server/responses_api.cc
-             "$ROOT"/src/tokenizer/utf8.cc)
+             "$ROOT"/src/tokenizer/utf8.cc "$ROOT"/src/tokenizer/stop_checker.cc)
     SEEDS=$ROOT/tests/fuzz/openai_parser_seeds
     LIBS=()
     RUN=(-max_len=8192 -dict="$ROOT/tests/fuzz/openai_parser.dict")

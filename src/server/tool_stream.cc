@@ -1,19 +1,14 @@
 #include "server/tool_stream.h"
 
-#include <algorithm>
-
 namespace quiver {
 
-namespace {
+ToolStream::ToolStream(const ToolPlan* plan) : plan_(plan), marker_(call_markers(plan->parser), false) {}
 
-// The length of the longest tail of `s` after `from` that is a proper prefix of `tag`.
-size_t partial_marker(const std::string& s, size_t from, const std::string& tag) {
-  for (size_t k = std::min(s.size() - from, tag.size() - 1); k > 0; --k)
-    if (s.compare(s.size() - k, k, tag, 0, k) == 0) return k;
-  return 0;
+std::vector<std::string> ToolStream::call_markers(ToolCallParser parser) {
+  std::string marker = tool_call_marker(parser);
+  if (marker.empty()) return {};
+  return {std::move(marker)};
 }
-
-}  // namespace
 
 std::string ToolStream::feed(const std::string& piece) {
   text_ += piece;
@@ -34,20 +29,11 @@ std::string ToolStream::feed(const std::string& piece) {
         content_ = true;
     }
   }
-  size_t end = text_.size();
-  const std::string marker = tool_call_marker(plan_->parser);
-  if (!marker.empty()) {
-    const size_t at = text_.find(marker, sent_);
-    if (at != std::string::npos) {
-      calls_ = true;
-      end = at;
-    } else {
-      end -= partial_marker(text_, sent_, marker);
-    }
-  }
-  std::string out = text_.substr(sent_, end - sent_);
-  sent_ = end;
-  return out;
+  StopChecker::Result r = marker_.push(text_.substr(fed_));
+  fed_ = text_.size();
+  if (r.stopped) calls_ = true;
+  sent_ += r.emit.size();
+  return std::move(r.emit);
 }
 
 ParsedTools ToolStream::finish(const std::string& last_piece, const std::function<std::string()>& new_id) {

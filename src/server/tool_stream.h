@@ -8,14 +8,16 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "server/tool_calls.h"
+#include "tokenizer/stop_checker.h"
 
 namespace quiver {
 
 class ToolStream {
  public:
-  explicit ToolStream(const ToolPlan* plan) : plan_(plan) {}
+  explicit ToolStream(const ToolPlan* plan);
   // Adds a piece of the choice's content; returns what of it can be sent now (a tail that
   // may begin a call marker is held until the next piece decides it).
   std::string feed(const std::string& piece);
@@ -24,8 +26,14 @@ class ToolStream {
   ParsedTools finish(const std::string& last_piece, const std::function<std::string()>& new_id);
 
  private:
+  static std::vector<std::string> call_markers(ToolCallParser parser);
+
   const ToolPlan* plan_;
+  // The parser's call marker as a stop string: a tail that may begin it is held back, and
+  // nothing from it on is sent (none for the parsers whose calls are the whole answer).
+  StopChecker marker_;
   std::string text_;      // the choice's content so far
+  size_t fed_ = 0;        // bytes of text_ given to marker_
   size_t sent_ = 0;       // bytes of text_ sent as content
   bool calls_ = false;    // a call began: nothing more goes out before the end
   bool content_ = false;  // the answer began as text (answer_start), so only a marker ends it
