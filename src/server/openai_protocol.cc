@@ -307,11 +307,9 @@ void read_messages(FieldReader& r, const nlohmann::ordered_json& body, nlohmann:
   if (Status s = tool_call_arguments_as_objects(out); !s.is_ok()) return r.fail(s.message(), "messages");
 }
 
-// structured_outputs / guided_* / response_format, read from the body again with its key
-// order kept (a schema's properties are generated in the order it lists them).
-std::optional<ApiError> read_structured(std::string_view body, const json& j, SamplingParams* p) {
-  if (!structured::has_structured_fields(j)) return std::nullopt;
-  const auto ordered = nlohmann::ordered_json::parse(body.begin(), body.end(), nullptr, false);
+// structured_outputs / guided_* / response_format, read from the body in its key order (a
+// schema's properties are generated in the order it lists them).
+std::optional<ApiError> read_structured(const nlohmann::ordered_json& ordered, SamplingParams* p) {
   std::string field;
   auto spec = structured::read_structured_fields(ordered, &field);
   if (!spec.is_ok()) return ApiError::bad_request(spec.status().message(), field);
@@ -346,7 +344,10 @@ ApiResult<CompletionRequest> parse_completion_request(std::string_view body, con
   if (r.error) return *r.error;
   if (req.params.min_tokens > req.max_tokens.value_or(16))
     return ApiError::bad_request("min_tokens must not exceed max_tokens", "min_tokens");
-  if (auto e = read_structured(body, j, &req.params)) return *e;
+  if (structured::has_structured_fields(j)) {
+    if (auto e = read_structured(nlohmann::ordered_json::parse(body.begin(), body.end(), nullptr, false), &req.params))
+      return *e;
+  }
   return req;
 }
 
@@ -355,17 +356,20 @@ ApiResult<ChatRequest> parse_chat_request(std::string_view body, const SamplingP
   if (!parsed.is_ok()) return parsed.error();
   if (auto bad = check_chat_fields(parsed.value())) return *bad;
   // Valid JSON (parse_json_object said so), read again keeping its key order.
-  auto req = chat_request_from_json(nlohmann::ordered_json::parse(body.begin(), body.end(), nullptr, false), defaults);
+  const auto ordered = nlohmann::ordered_json::parse(body.begin(), body.end(), nullptr, false);
+  auto req = chat_request_from_json(parsed.value(), ordered, defaults);
   if (!req.is_ok()) return req;
-  if (auto e = read_structured(body, parsed.value(), &req.value().params)) return *e;
+  if (structured::has_structured_fields(parsed.value())) {
+    if (auto e = read_structured(ordered, &req.value().params)) return *e;
+  }
   return req;
 }
 
-ApiResult<ChatRequest> chat_request_from_json(const nlohmann::ordered_json& body, const SamplingParams& defaults) {
+ApiResult<ChatRequest> chat_request_from_json(const json& j, const nlohmann::ordered_json& body,
+                                              const SamplingParams& defaults) {
   ChatRequest req;
   req.params = defaults;  // fields the body gives overwrite these
-  const json j(body);     // the scalar fields; what the template reads keeps the body's order
-  FieldReader r(j);
+  FieldReader r(j);       // the scalar fields; what the template reads keeps the body's order
   read_messages(r, body, &req.messages);
   read_common(r, &req);
   read_max_tokens(r, "max_tokens", &req);

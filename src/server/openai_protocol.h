@@ -110,8 +110,10 @@ constexpr int kMaxJsonDepth = 64;
 // generation_config.json under --generation-config auto, as vLLM does).
 ApiResult<CompletionRequest> parse_completion_request(std::string_view body, const SamplingParams& defaults = {});
 ApiResult<ChatRequest> parse_chat_request(std::string_view body, const SamplingParams& defaults = {});
-// The same from a body parsed in its key order (POST /tokenize's chat form).
-ApiResult<ChatRequest> chat_request_from_json(const nlohmann::ordered_json& body, const SamplingParams& defaults = {});
+// The same from a body already parsed both ways, `j` and `body` in its key order (POST
+// /tokenize's chat form); without the field check and structured outputs.
+ApiResult<ChatRequest> chat_request_from_json(const nlohmann::json& j, const nlohmann::ordered_json& body,
+                                              const SamplingParams& defaults = {});
 ApiResult<LoadLoraRequest> parse_load_lora_request(std::string_view body);
 ApiResult<std::string> parse_unload_lora_request(std::string_view body);  // the adapter name
 

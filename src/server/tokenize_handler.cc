@@ -48,7 +48,7 @@ ApiResult<json> tokenize_response(const ModelView& view, std::string_view body) 
   if (chat) {
     // The chat request parser validates messages, tools and chat_template_kwargs the same
     // way /v1/chat/completions does.
-    auto request = chat_request_from_json(nlohmann::ordered_json::parse(body.begin(), body.end(), nullptr, false));
+    auto request = chat_request_from_json(j, nlohmann::ordered_json::parse(body.begin(), body.end(), nullptr, false));
     if (!request.is_ok()) return request.error();
     const ChatRequest& r = request.value();
     auto rendered = render_chat(tok, r, view);
