@@ -75,6 +75,10 @@ struct Generation {
     p.tool_calls = std::move(parsed.tool_calls);
     if (!p.tool_calls.empty() && p.finish_reason == "stop") p.finish_reason = "tool_calls";
   }
+  // Names of /v1/responses output items ("msg_...", "fc_...").
+  std::function<std::string(const char*)> item_id() const {
+    return [ctx = ctx](const char* prefix) { return ctx->new_id(prefix); };
+  }
   std::function<std::string()> tool_id() const {
     return [ctx = ctx, parser = prep.tools.parser] { return tool_call_id(parser, ctx->new_id("")); };
   }
@@ -142,23 +146,20 @@ void respond_whole(Generation& g, httplib::Response& res) {
     }
   }
   if (g.assembler->error()) return send_error(res, ApiError{500, *g.assembler->error(), ""});
-  if (g.responses) {  // one choice: its output items
-    ChoicePiece p = g.assembler->final_choices().at(0);
-    g.apply_reasoning(p);
-    if (g.prep.tools.active()) g.apply_tools(p);
-    const Usage usage = g.usage();
-    json output = response_output_items(p, [&g](const char* prefix) { return g.ctx->new_id(prefix); });
-    return send_json(res, 200,
-                     response_object(*g.responses, g.prep.meta, response_status(p), std::move(output), &usage));
-  }
-  json choices = json::array();
-  for (ChoicePiece& p : g.assembler->final_choices()) {
+  std::vector<ChoicePiece> pieces = g.assembler->final_choices();
+  for (ChoicePiece& p : pieces) {
     g.apply_reasoning(p);  // tool calls are read from the content, after the reasoning
     if (g.prep.chat && g.prep.tools.active()) g.apply_tools(p);
     p.text = g.prep.echo + p.text;  // chat echo: the last message's text first (vLLM's)
-    choices.push_back(g.choice_json(p, false));
   }
   const Usage usage = g.usage();
+  if (g.responses) {  // one choice: its output items
+    const ChoicePiece& p = pieces.at(0);
+    return send_json(res, 200, response_object(*g.responses, g.prep.meta, response_status(p),
+                                               response_output_items(p, g.item_id()), &usage));
+  }
+  json choices = json::array();
+  for (const ChoicePiece& p : pieces) choices.push_back(g.choice_json(p, false));
   send_json(res, 200,
             g.prep.chat ? chat_response_json(g.prep.meta, std::move(choices), usage)
                         : completion_response_json(g.prep.meta, std::move(choices), usage));
@@ -241,8 +242,7 @@ void run_generation(ServerContext& ctx, const httplib::Request& req, httplib::Re
   g->prep.meta.created = static_cast<int64_t>(std::time(nullptr));
   for (EngineJob& job : g->prep.jobs) job.log_id = g->prep.meta.id;
   if (g->responses && g->prep.stream)
-    g->responses_stream = std::make_unique<ResponsesStream>(&*g->responses, g->prep.meta,
-                                                            [c = &ctx](const char* p) { return c->new_id(p); });
+    g->responses_stream = std::make_unique<ResponsesStream>(&*g->responses, g->prep.meta, g->item_id());
   g->channel = std::make_shared<ResponseChannel>(static_cast<int>(g->prep.jobs.size()));
   g->assembler = std::make_unique<OutputAssembler>(g->prep.assembler);
   g->token_text = make_token_text(g->prep.tokens_as_ids ? nullptr : g->prep.tokenizer);
