@@ -8,6 +8,10 @@
 
 namespace quiver {
 
+// The deepest JSON a request may carry: its body, and a JSON string inside it that is parsed
+// too (a tool call's arguments). Checked before parsing, it keeps recursion bounded.
+inline constexpr int kMaxRequestJsonDepth = 64;
+
 inline bool json_nesting_within(std::string_view s, int max_depth) {
   int depth = 0;
   bool in_string = false;

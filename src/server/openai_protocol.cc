@@ -320,8 +320,8 @@ std::optional<ApiError> read_structured(const nlohmann::ordered_json& ordered, S
 }  // namespace
 
 ApiResult<json> parse_json_object(std::string_view body) {
-  if (!json_nesting_within(body, kMaxJsonDepth))
-    return ApiError::bad_request("JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+  if (!json_nesting_within(body, kMaxRequestJsonDepth))
+    return ApiError::bad_request("JSON nested deeper than " + std::to_string(kMaxRequestJsonDepth) + " levels");
   json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return ApiError::bad_request("the request body is not valid JSON");
   if (!j.is_object()) return ApiError::bad_request("the request body must be a JSON object");

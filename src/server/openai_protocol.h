@@ -103,8 +103,6 @@ struct LoadLoraRequest {
 constexpr int kMaxLogprobs = 20;
 // Largest n per request; every choice holds KV blocks of its own.
 constexpr int kMaxChoices = 128;
-// JSON nesting deeper than this is refused before parsing (keeps recursion bounded).
-constexpr int kMaxJsonDepth = 64;
 
 // `defaults` are what a request gets for the sampling fields it leaves out (the model's
 // generation_config.json under --generation-config auto, as vLLM does).

@@ -21,14 +21,8 @@ Result<std::string> join_text_parts(const nlohmann::json& parts) {
   return text;
 }
 
-namespace {
-
-// Arguments nested deeper than a request body may be (the server's limit) are refused: the
-// template walks the value recursively.
-constexpr int kMaxArgumentsDepth = 64;
-
-}  // namespace
-
+// Arguments are parsed under the request body's own depth bound: the template walks them
+// recursively.
 Status tool_call_arguments_as_objects(nlohmann::ordered_json* messages) {
   using ojson = nlohmann::ordered_json;
   if (!messages->is_array()) return Status::ok();
@@ -54,9 +48,9 @@ Status tool_call_arguments_as_objects(nlohmann::ordered_json* messages) {
         (*f)["arguments"] = ojson::object();
       } else if (args->is_string()) {
         const std::string& text = args->get_ref<const std::string&>();
-        if (!json_nesting_within(text, kMaxArgumentsDepth))
+        if (!json_nesting_within(text, kMaxRequestJsonDepth))
           return Status::error(where + ": function.arguments nested deeper than " +
-                               std::to_string(kMaxArgumentsDepth) + " levels");
+                               std::to_string(kMaxRequestJsonDepth) + " levels");
         // Parsed in order: the template prints the arguments as the client wrote them.
         auto value = ojson::parse(text, nullptr, /*allow_exceptions=*/false);
         if (value.is_discarded()) return Status::error(where + ": function.arguments is not valid JSON");
